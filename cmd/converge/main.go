@@ -1,0 +1,15 @@
+// Command converge is a GitOps apply engine for Kubernetes: a daemon that keeps a cluster
+// equal to a git path, and a CLI that renders, diffs and applies the same way.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(exitCode(err))
+	}
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// exitError carries a process exit code through cobra's error return.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// exitCode maps an error to the process exit code: 2 for errors unless a verb chose another
+// (kubectl diff and flux diff use 1 for "changes found", >1 for errors).
+func exitCode(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 2
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "converge",
+		Short: "Keep a Kubernetes cluster equal to what a git repository declares",
+		Long: `Converge is a GitOps apply engine for Kubernetes. It renders kustomizations or plain
+YAML from git or a local folder, applies them with server-side apply, tracks what it owns in an
+inventory, prunes what left the source, and reports readiness.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	root.AddCommand(newVersionCommand())
+	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the converge version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			cmd.Println(version)
+		},
+	}
+}
