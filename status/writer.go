@@ -1,0 +1,161 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Outcome is what one reconcile of one generation found. It holds plain values only.
+type Outcome struct {
+	// Generation is the metadata.generation the reconcile read. It becomes
+	// status.observedGeneration; a Sync whose status already describes a newer generation
+	// is left alone.
+	Generation int64
+	// Ready is True, False or Unknown (in progress), with Reason and Message.
+	Ready   metav1.ConditionStatus
+	Reason  string
+	Message string
+	// Stalled marks a terminal failure (bad input: wait for a new revision).
+	Stalled bool
+	// AttemptedRevision is the revision the reconcile worked on ("" when the fetch failed).
+	AttemptedRevision string
+	// AppliedRevision is set only when that revision was applied successfully.
+	AppliedRevision string
+	// HandledRequest is the converge.dev/requestedAt value this reconcile handled.
+	HandledRequest string
+	Inventory      *InventoryStatus
+	Summary        *Summary
+}
+
+// Writer writes Sync status in its own optimistic-lock step: one write per outcome, with the
+// resourceVersion of the object it was computed from; on a conflict it re-reads from the API
+// server (Live), never from a cache, and writes the same outcome again, a bounded number of times.
+type Writer struct {
+	// Cached serves the first read (an informer cache is fine: a stale base costs one 409).
+	Cached client.Reader
+	// Live is an uncached reader used after every conflict.
+	Live client.Reader
+	// Client writes the status subresource.
+	Client client.Client
+	// Backoff bounds the retries on conflict.
+	Backoff wait.Backoff
+	// Now is the clock for condition transition times; nil means time.Now.
+	Now func() time.Time
+}
+
+// DefaultBackoff is the conflict back-off of a Writer: 6 attempts within about a second.
+var DefaultBackoff = wait.Backoff{Steps: 6, Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2}
+
+// Write records o on the Sync key. It writes nothing when the status already says the same,
+// and it does not overwrite a status that describes a newer generation (I5). It returns the
+// last conflict or API error when the bounded retries run out; a missing Sync is not an error.
+func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome) error {
+	reader := w.Cached
+	if reader == nil {
+		reader = w.Live
+	}
+	backoff := w.Backoff
+	if backoff.Steps == 0 {
+		backoff = DefaultBackoff
+	}
+	err := retry.RetryOnConflict(backoff, func() error {
+		base := &Sync{}
+		err := reader.Get(ctx, key, base)
+		reader = w.Live // every retry reads from the API server
+		if err != nil {
+			return err
+		}
+		next := base.DeepCopy()
+		if !w.apply(&next.Status, o) {
+			return nil
+		}
+		patch := client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
+		return w.Client.Status().Patch(ctx, next, patch)
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: write status: %w", key, err)
+	}
+	return nil
+}
+
+// apply merges o into s and reports whether s changed. Conditions other than Ready,
+// Reconciling and Stalled (another writer's) are kept.
+func (w *Writer) apply(s *SyncStatus, o Outcome) bool {
+	if s.ObservedGeneration > o.Generation {
+		return false // a newer reconcile already wrote: never regress (I5)
+	}
+	before := s.DeepCopyStatus()
+	now := metav1.NewTime(w.now())
+	s.ObservedGeneration = o.Generation
+	setCondition(s, ConditionReady, o.Ready, o.Reason, o.Message, o.Generation, now)
+	if o.Ready == metav1.ConditionUnknown {
+		setCondition(s, ConditionReconciling, metav1.ConditionTrue, o.Reason, o.Message, o.Generation, now)
+	} else {
+		meta.RemoveStatusCondition(&s.Conditions, ConditionReconciling)
+	}
+	if o.Stalled {
+		setCondition(s, ConditionStalled, metav1.ConditionTrue, o.Reason, o.Message, o.Generation, now)
+	} else {
+		meta.RemoveStatusCondition(&s.Conditions, ConditionStalled)
+	}
+	if o.AttemptedRevision != "" {
+		s.LastAttemptedRevision = o.AttemptedRevision
+	}
+	if o.AppliedRevision != "" {
+		s.LastAppliedRevision = o.AppliedRevision
+	}
+	if o.HandledRequest != "" {
+		s.LastHandledRequest = o.HandledRequest
+	}
+	if o.Inventory != nil {
+		s.Inventory = o.Inventory
+	}
+	if o.Summary != nil {
+		s.Summary = o.Summary
+	}
+	return !equality.Semantic.DeepEqual(before, *s)
+}
+
+func (w *Writer) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return time.Now()
+}
+
+// maxMessage keeps condition messages well below the API's 32768-byte limit.
+const maxMessage = 8192
+
+// setCondition sets one condition; meta.SetStatusCondition keeps lastTransitionTime when the
+// status did not change, so an unchanged outcome compares equal and writes nothing.
+func setCondition(s *SyncStatus, typ string, st metav1.ConditionStatus, reason, msg string, gen int64, now metav1.Time) {
+	if reason == "" {
+		reason = "Unknown"
+	}
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage-len(" …(truncated)")] + " …(truncated)"
+	}
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
+		Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: now,
+	})
+}
+
+// DeepCopyStatus returns a deep copy of s.
+func (s *SyncStatus) DeepCopyStatus() SyncStatus {
+	var out SyncStatus
+	s.DeepCopyInto(&out)
+	return out
+}

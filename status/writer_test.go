@@ -1,0 +1,237 @@
+package status
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/converge-dev/converge/deploy"
+	"github.com/converge-dev/converge/e2e/cluster"
+	"github.com/converge-dev/converge/e2e/fault"
+)
+
+var env *cluster.Cluster
+
+func TestMain(m *testing.M) { cluster.Main(m, cluster.API, &env) }
+
+var installOnce sync.Once
+
+// setup installs the Sync CRD once, creates a namespace and a Sync, and returns a client
+// whose requests go through a fault transport.
+func setup(t *testing.T) (client.Client, *fault.Transport, types.NamespacedName) {
+	t.Helper()
+	cluster.Require(t, env)
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	installOnce.Do(func() { installCRD(t, scheme) })
+	cfg, ft := fault.Config(env.Config)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := env.Namespace(t)
+	s := &Sync{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec:       SyncSpec{Source: Source{Git: &GitSource{URL: "https://git.example/apps.git"}}, Interval: metav1.Duration{Duration: time.Minute}},
+	}
+	if err := c.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	ft.Reset()
+	return c, ft, client.ObjectKeyFromObject(s)
+}
+
+func installCRD(t *testing.T, scheme *runtime.Scheme) {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(deploy.SyncCRD, crd); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Create(ctx, crd); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(crd), crd); err != nil {
+			return false, err
+		}
+		for _, cond := range crd.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("CRD not established: %v", err)
+	}
+}
+
+func get(t *testing.T, c client.Client, key types.NamespacedName) *Sync {
+	t.Helper()
+	s := &Sync{}
+	if err := c.Get(context.Background(), key, s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func ready(gen int64, rev string) Outcome {
+	return Outcome{Generation: gen, Ready: metav1.ConditionTrue, Reason: "Applied", Message: "applied " + rev,
+		AttemptedRevision: rev, AppliedRevision: rev, Summary: &Summary{Created: 3}}
+}
+
+// TestWriteRecordsOutcome checks one write sets observedGeneration, conditions and revisions
+// (I4, I6), and an identical outcome then writes nothing (I7 quiescence).
+func TestWriteRecordsOutcome(t *testing.T) {
+	c, ft, key := setup(t)
+	w := &Writer{Live: c, Client: c}
+	rev := "main@sha1:0123456789012345678901234567890123456789"
+	if err := w.Write(context.Background(), key, ready(1, rev)); err != nil {
+		t.Fatal(err)
+	}
+	s := get(t, c, key)
+	got := struct {
+		Gen            int64
+		Ready, Reason  string
+		Applied, Tried string
+		Reconciling    bool
+	}{s.Status.ObservedGeneration, string(meta.FindStatusCondition(s.Status.Conditions, ConditionReady).Status),
+		meta.FindStatusCondition(s.Status.Conditions, ConditionReady).Reason, s.Status.LastAppliedRevision,
+		s.Status.LastAttemptedRevision, meta.FindStatusCondition(s.Status.Conditions, ConditionReconciling) != nil}
+	want := struct {
+		Gen            int64
+		Ready, Reason  string
+		Applied, Tried string
+		Reconciling    bool
+	}{1, "True", "Applied", rev, rev, false}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+
+	ft.Reset()
+	if err := w.Write(context.Background(), key, ready(1, rev)); err != nil {
+		t.Fatal(err)
+	}
+	if n := ft.Mutating(); n != 0 {
+		t.Errorf("an unchanged outcome sent %d writes, want 0", n)
+	}
+}
+
+// TestWriteSurvivesConflictsAndStaleCache is S01/S02: the first reads come from a frozen
+// cache, the first five status writes get 409, and another writer's condition is added
+// concurrently. observedGeneration still reaches the generation (I4), the other writer's
+// condition survives, and the retries re-read from the API server (I10).
+func TestWriteSurvivesConflictsAndStaleCache(t *testing.T) {
+	c, ft, key := setup(t)
+	stale := get(t, c, key) // the "cache": frozen before the other writer's update
+
+	other := get(t, c, key)
+	meta.SetStatusCondition(&other.Status.Conditions, metav1.Condition{Type: "ExternalCheck", Status: metav1.ConditionTrue, Reason: "Passed", Message: "ok"})
+	if err := c.Status().Update(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	other.Spec.Path = "apps" // bump generation to 2
+	if err := c.Update(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+
+	ft.SetRules(fault.Rule{Verb: "patch", Resource: "syncs", Subresource: "status", Times: 5, Status: 409})
+	w := &Writer{Cached: frozenReader{stale}, Live: c, Client: c}
+	rev := "main@sha1:1111111111111111111111111111111111111111"
+	if err := w.Write(context.Background(), key, ready(2, rev)); err != nil {
+		t.Fatalf("write with 5 conflicts: %v", err)
+	}
+	s := get(t, c, key)
+	if s.Status.ObservedGeneration != s.Generation || s.Generation != 2 {
+		t.Errorf("observedGeneration = %d, generation = %d; want both 2", s.Status.ObservedGeneration, s.Generation)
+	}
+	if meta.FindStatusCondition(s.Status.Conditions, "ExternalCheck") == nil {
+		t.Errorf("another writer's condition was lost: %+v", s.Status.Conditions)
+	}
+	if !meta.IsStatusConditionTrue(s.Status.Conditions, ConditionReady) {
+		t.Errorf("Ready is not True: %+v", s.Status.Conditions)
+	}
+	if ft.Injected() != 5 {
+		t.Errorf("injected %d conflicts, want 5", ft.Injected())
+	}
+}
+
+// TestWriteGivesUpAfterBoundedConflicts checks a 409 storm is surfaced as an error after a
+// bounded number of attempts, not retried forever (I10).
+func TestWriteGivesUpAfterBoundedConflicts(t *testing.T) {
+	c, ft, key := setup(t)
+	ft.SetRules(fault.Rule{Verb: "patch", Resource: "syncs", Subresource: "status", Status: 409})
+	w := &Writer{Live: c, Client: c, Backoff: wait.Backoff{Steps: 3, Duration: time.Millisecond}}
+	err := w.Write(context.Background(), key, ready(1, "main@sha1:2222222222222222222222222222222222222222"))
+	if err == nil {
+		t.Fatal("write under a permanent conflict storm returned nil")
+	}
+	if n := ft.Count("patch"); n != 3 {
+		t.Errorf("sent %d patches, want 3 (the bounded attempts)", n)
+	}
+}
+
+// TestWriteNeverRegresses checks a reconcile of an older generation never overwrites a status
+// written for a newer one (I5), and a failure keeps lastAppliedRevision (I5, I6).
+func TestWriteNeverRegresses(t *testing.T) {
+	c, _, key := setup(t)
+	w := &Writer{Live: c, Client: c}
+	newRev := "main@sha1:3333333333333333333333333333333333333333"
+	if err := w.Write(context.Background(), key, ready(3, newRev)); err != nil {
+		t.Fatal(err)
+	}
+	old := ready(2, "main@sha1:4444444444444444444444444444444444444444")
+	if err := w.Write(context.Background(), key, old); err != nil {
+		t.Fatal(err)
+	}
+	s := get(t, c, key)
+	if s.Status.ObservedGeneration != 3 || s.Status.LastAppliedRevision != newRev {
+		t.Errorf("stale write regressed status: observedGeneration %d, lastAppliedRevision %s", s.Status.ObservedGeneration, s.Status.LastAppliedRevision)
+	}
+
+	failed := Outcome{Generation: 3, Ready: metav1.ConditionFalse, Reason: "BuildFailed", Message: "apps/web.yaml: document 1: missing metadata.name",
+		Stalled: true, AttemptedRevision: "main@sha1:5555555555555555555555555555555555555555"}
+	if err := w.Write(context.Background(), key, failed); err != nil {
+		t.Fatal(err)
+	}
+	s = get(t, c, key)
+	readyCond := meta.FindStatusCondition(s.Status.Conditions, ConditionReady)
+	if readyCond.Status != metav1.ConditionFalse || readyCond.Message != failed.Message || !meta.IsStatusConditionTrue(s.Status.Conditions, ConditionStalled) {
+		t.Errorf("failure not recorded: %+v", s.Status.Conditions)
+	}
+	if s.Status.LastAppliedRevision != newRev {
+		t.Errorf("lastAppliedRevision moved to %q on a failure, want %q", s.Status.LastAppliedRevision, newRev)
+	}
+}
+
+// frozenReader serves one fixed Sync, like an informer cache that stopped updating.
+type frozenReader struct{ s *Sync }
+
+func (f frozenReader) Get(_ context.Context, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	f.s.DeepCopyInto(obj.(*Sync))
+	return nil
+}
+
+func (f frozenReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return nil
+}
