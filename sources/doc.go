@@ -1,7 +1,23 @@
 // Package sources turns "a git URL, a ref and a path" or a local folder into a revision string
-// and a validated list of objects (a Bundle). It fetches git with go-git, builds kustomizations
-// with krusty in memory, decodes plain YAML folders directly, and validates what it renders,
-// naming the file and document of every bad input.
+// and a validated list of objects (a Bundle).
+//
+//   - Load (on a Loader) fetches git through the git sub-package, or digests a local folder,
+//     renders the path, and caches renders by (content, path, options), handing out deep
+//     copies. Revisions are "main@sha1:<hex>" for git and "sha256:<hex>" of the files for a
+//     local folder.
+//   - Render builds a folder with a kustomization using krusty (root-only load restrictor,
+//     no plugins, remote bases refused unless allowed, on an in-memory copy of the source so
+//     nothing outside it is read; builds are serialized and recovered), and decodes any other
+//     folder directly and in parallel: .yaml/.yml/.json files, recursively, in lexical
+//     order, multi-document, Lists flattened, hidden files and folders skipped.
+//   - Validation names the file, the line, the 1-based document ("document 2 of 3") and the
+//     object ("Kind/namespace/name"): missing apiVersion, kind or metadata.name, duplicates
+//     (both places named), invalid YAML or JSON, broken kustomizations, paths that escape
+//     the source or do not exist, and empty renders (ErrEmptyRender).
+//
+// Failures caused by the content are *InputError values and IsTerminal reports them: the
+// same revision fails the same way, so callers wait for a new one. Fetch and I/O failures
+// are transient.
 //
 // It must not import kube clients, engine, inventory or status: it never talks to a cluster.
 package sources

@@ -39,7 +39,8 @@ inventory, prunes what left the source, and reports readiness.`,
 		SilenceErrors: true,
 		Version:       version,
 	}
-	root.AddCommand(newVersionCommand())
+	kube := addKubeFlags(root)
+	root.AddCommand(newVersionCommand(), newBuildCommand(), newRunCommand(kube))
 	return root
 }
 

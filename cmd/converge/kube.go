@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+
+	"github.com/converge-dev/converge/status"
+)
+
+// kubeFlags are the standard kubectl connection flags (--kubeconfig, --context, -n, ...),
+// honouring KUBECONFIG and in-cluster configuration.
+type kubeFlags struct {
+	*genericclioptions.ConfigFlags
+}
+
+func addKubeFlags(cmd *cobra.Command) *kubeFlags {
+	f := &kubeFlags{genericclioptions.NewConfigFlags(true)}
+	f.AddFlags(cmd.PersistentFlags())
+	return f
+}
+
+// restConfig returns the client configuration with generous client-side rate limits: the
+// API server's priority and fairness is the real limiter.
+func (f *kubeFlags) restConfig() (*rest.Config, error) {
+	cfg, err := f.ToRESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w (set --kubeconfig or KUBECONFIG)", err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 200, 400
+	cfg.UserAgent = "converge/" + version
+	return cfg, nil
+}
+
+// namespace returns -n, else the kubeconfig context's namespace, else "default".
+func (f *kubeFlags) namespace() string {
+	ns, _, err := f.ToRawKubeConfigLoader().Namespace()
+	if err != nil || ns == "" {
+		return "default"
+	}
+	return ns
+}
+
+// newScheme knows the built-in kinds, CRDs and Sync.
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, status.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(err) // a programming error: the schemes are static
+		}
+	}
+	return s
+}

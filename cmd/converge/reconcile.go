@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/converge-dev/converge/engine"
+	"github.com/converge-dev/converge/inventory"
+	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/sources/git"
+	"github.com/converge-dev/converge/status"
+)
+
+// Condition reasons written by the daemon.
+const (
+	reasonSucceeded   = "ReconciliationSucceeded"
+	reasonFetchFailed = "FetchFailed"
+	reasonBuildFailed = "BuildFailed"
+	reasonApplyFailed = "ApplyFailed"
+	reasonHealthCheck = "HealthCheckFailed"
+	reasonDeleteFail  = "DeleteFailed"
+)
+
+// reconciler runs fetch → render → apply → prune → readiness → status for one Sync.
+type reconciler struct {
+	client  client.Client // cached reads, metadata writes
+	live    client.Reader // uncached reads: secrets, conflict re-reads
+	loader  *sources.Loader
+	engines *engineSet
+	writer  *status.Writer
+	events  record.EventRecorder
+	retries *retryCounter
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("sync", req.NamespacedName)
+	ctx = logr.NewContext(ctx, log)
+	s := &status.Sync{}
+	if err := r.client.Get(ctx, req.NamespacedName, s); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !s.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, s)
+	}
+	if !controllerutil.ContainsFinalizer(s, status.Finalizer) {
+		if err := r.patchFinalizers(ctx, s, func(s *status.Sync) { controllerutil.AddFinalizer(s, status.Finalizer) }); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if s.Spec.Suspend {
+		log.V(1).Info("suspended")
+		return ctrl.Result{}, nil
+	}
+	start := time.Now()
+	outcome, failed := r.sync(ctx, s)
+	// The status write is its own step: an apply failure never stops it, and its failure
+	// never undoes the apply.
+	if err := r.writer.Write(ctx, req.NamespacedName, outcome); err != nil {
+		return ctrl.Result{}, err
+	}
+	log.Info("reconciled", "revision", outcome.AttemptedRevision, "ready", outcome.Ready,
+		"reason", outcome.Reason, "duration", time.Since(start).Round(time.Millisecond))
+	return ctrl.Result{RequeueAfter: r.next(s, failed && !outcome.Stalled)}, nil
+}
+
+// sync does the work of one reconcile and describes it as an Outcome. failed reports a
+// failure that deserves a retry with back-off.
+func (r *reconciler) sync(ctx context.Context, s *status.Sync) (status.Outcome, bool) {
+	o := status.Outcome{Generation: s.Generation, HandledRequest: s.Annotations[status.RequestedAtAnnotation]}
+	src, err := r.source(ctx, s)
+	if err != nil {
+		return r.fail(s, o, reasonFetchFailed, err, false), true
+	}
+	bundle, err := r.loader.Load(ctx, src, sources.DefaultLoadOptions())
+	if bundle == nil {
+		return r.fail(s, o, reasonFetchFailed, err, false), true
+	}
+	o.AttemptedRevision = bundle.Revision
+	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty) {
+		// Bad input: nothing is applied or pruned; wait for a new revision (I8).
+		return r.fail(s, o, reasonBuildFailed, err, sources.IsTerminal(err)), true
+	}
+	eng, err := r.engines.forSync(s)
+	if err != nil {
+		return r.fail(s, o, reasonApplyFailed, err, false), true
+	}
+	set := engine.Set{Inventory: inventoryRef(s), Objects: bundle.Objects}
+	res, err := eng.Apply(ctx, set, applyOptions(s))
+	if res != nil {
+		sum := res.Summary()
+		o.Summary = &status.Summary{Created: sum.Created, Configured: sum.Configured, Unchanged: sum.Unchanged,
+			Pruned: sum.Pruned, Skipped: sum.Skipped, Failed: sum.Failed, NotReady: sum.NotReady}
+		r.recordEvents(s, bundle.Revision, res)
+	}
+	if err != nil {
+		reason := reasonApplyFailed
+		if res != nil && res.Summary().NotReady > 0 && res.Summary().Failed == 0 {
+			reason = reasonHealthCheck
+		}
+		return r.fail(s, o, reason, err, engine.IsTerminal(err)), true
+	}
+	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
+	o.Message = "Applied revision " + bundle.Revision
+	o.AppliedRevision = bundle.Revision
+	o.Inventory = &status.InventoryStatus{Name: set.Inventory.Name, Entries: len(bundle.Objects)}
+	r.retries.reset(client.ObjectKeyFromObject(s))
+	return o, false
+}
+
+func (r *reconciler) fail(s *status.Sync, o status.Outcome, reason string, err error, terminal bool) status.Outcome {
+	o.Ready, o.Reason, o.Message, o.Stalled = metav1.ConditionFalse, reason, err.Error(), terminal
+	r.events.Event(s, corev1.EventTypeWarning, reason, truncate(err.Error(), 1024))
+	return o
+}
+
+// source turns the Sync spec and its secret into a sources.Source.
+func (r *reconciler) source(ctx context.Context, s *status.Sync) (sources.Source, error) {
+	g := s.Spec.Source.Git
+	if g == nil {
+		return sources.Source{}, errors.New("spec.source.git is required")
+	}
+	repo := git.Repository{URL: g.URL, Ref: git.Ref{Branch: g.Ref.Branch, Tag: g.Ref.Tag, SemVer: g.Ref.SemVer, Commit: g.Ref.Commit}}
+	if repo.Ref == (git.Ref{}) {
+		repo.Ref.Branch = "main"
+	}
+	if g.SecretRef != nil {
+		sec := &corev1.Secret{}
+		key := types.NamespacedName{Namespace: s.Namespace, Name: g.SecretRef.Name}
+		if err := r.live.Get(ctx, key, sec); err != nil {
+			return sources.Source{}, fmt.Errorf("secret %s: %w", key, err)
+		}
+		repo.Auth = git.Auth{
+			Username: string(sec.Data["username"]), Password: string(sec.Data["password"]),
+			BearerToken: string(sec.Data["bearerToken"]), SSHPrivateKey: sec.Data["identity"],
+			SSHKnownHosts: sec.Data["known_hosts"],
+		}
+	}
+	path := s.Spec.Path
+	if path == "" {
+		path = "."
+	}
+	return sources.Source{Git: repo, Path: path}, nil
+}
+
+// inventoryRef is where a Sync's inventory lives: a ConfigMap beside the Sync, identified by
+// the Sync's namespace and name so a re-created Sync adopts what its predecessor applied.
+func inventoryRef(s *status.Sync) inventory.Ref {
+	id := s.Namespace + "_" + s.Name
+	if len(id) > 63 {
+		sum := sha256.Sum256([]byte(id))
+		id = id[:46] + "-" + hex.EncodeToString(sum[:])[:16]
+	}
+	return inventory.Ref{Namespace: s.Namespace, Name: truncate(s.Name, 230) + "-inventory", ID: id}
+}
+
+func applyOptions(s *status.Sync) engine.ApplyOptions {
+	opts := engine.DefaultApplyOptions()
+	opts.Prune, opts.Wait = s.Spec.Prune, s.Spec.Wait
+	opts.AllowEmpty, opts.PruneBudget, opts.Force = s.Spec.AllowEmpty, s.Spec.PruneBudget, s.Spec.Force
+	opts.DefaultNamespace = s.Namespace
+	if s.Spec.TargetNamespace != "" {
+		opts.DefaultNamespace = s.Spec.TargetNamespace
+	}
+	if s.Spec.Timeout != nil {
+		opts.Timeout = s.Spec.Timeout.Duration
+	}
+	return opts
+}
+
+// next is when to reconcile again: the interval with ±10% jitter after success or a terminal
+// failure, an exponential back-off from retryInterval (capped at the interval) after a
+// transient failure.
+func (r *reconciler) next(s *status.Sync, retry bool) time.Duration {
+	interval := s.Spec.Interval.Duration
+	if interval <= 0 {
+		interval = 5 * time.Minute
+	}
+	if !retry {
+		return time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64()))
+	}
+	base := 30 * time.Second
+	if s.Spec.RetryInterval != nil && s.Spec.RetryInterval.Duration > 0 {
+		base = s.Spec.RetryInterval.Duration
+	}
+	n := r.retries.inc(client.ObjectKeyFromObject(s))
+	d := base << min(n-1, 16)
+	return min(d, interval)
+}
+
+func (r *reconciler) recordEvents(s *status.Sync, revision string, res *engine.Result) {
+	sum := res.Summary()
+	if sum.Created+sum.Configured > 0 {
+		r.events.Eventf(s, corev1.EventTypeNormal, "Applied", "revision %s: %d created, %d configured", revision, sum.Created, sum.Configured)
+	}
+	if sum.Pruned > 0 {
+		r.events.Eventf(s, corev1.EventTypeNormal, "Pruned", "revision %s: %d pruned", revision, sum.Pruned)
+	}
+}
+
+// finalize applies the deletion policy and then drops the finalizer, only after every delete
+// is confirmed (I12).
+func (r *reconciler) finalize(ctx context.Context, s *status.Sync) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(s, status.Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if s.Spec.DeletionPolicy != status.DeletionPolicyOrphan {
+		eng, err := r.engines.forSync(s)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if _, err := eng.Delete(ctx, inventoryRef(s), engine.DefaultDeleteOptions()); err != nil {
+			r.events.Event(s, corev1.EventTypeWarning, reasonDeleteFail, truncate(err.Error(), 1024))
+			return ctrl.Result{}, fmt.Errorf("delete inventory of %s/%s: %w", s.Namespace, s.Name, err)
+		}
+	}
+	err := r.patchFinalizers(ctx, s, func(s *status.Sync) { controllerutil.RemoveFinalizer(s, status.Finalizer) })
+	return ctrl.Result{}, client.IgnoreNotFound(err)
+}
+
+// patchFinalizers changes metadata.finalizers with an optimistic lock.
+func (r *reconciler) patchFinalizers(ctx context.Context, s *status.Sync, mutate func(*status.Sync)) error {
+	base := s.DeepCopy()
+	mutate(s)
+	err := r.client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("finalizer of %s/%s: %w (will retry)", s.Namespace, s.Name, err)
+	}
+	return err
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// retryCounter counts consecutive transient failures per Sync for the back-off.
+type retryCounter struct {
+	mu sync.Mutex
+	n  map[types.NamespacedName]int
+}
+
+func (c *retryCounter) inc(k types.NamespacedName) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[types.NamespacedName]int{}
+	}
+	c.n[k]++
+	return c.n[k]
+}
+
+func (c *retryCounter) reset(k types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.n, k)
+}

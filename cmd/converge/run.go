@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/converge-dev/converge/engine"
+	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/status"
+)
+
+// runOptions are the flags of `converge run`.
+type runOptions struct {
+	metricsAddr, healthAddr string
+	leaderElect             bool
+	leaderNamespace         string
+	installCRD              bool
+	concurrency             int
+	cacheDir                string
+	quick                   quickStart
+}
+
+func newRunCommand(kube *kubeFlags) *cobra.Command {
+	o := runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the daemon: reconcile Sync objects until stopped",
+		Long: `Run the converge daemon. It watches Sync objects (converge.dev/v1alpha1) and keeps each
+one's git path applied: fetch, render, server-side apply, prune, wait for readiness, and one
+status write per reconcile.
+
+With --git-url it also creates and owns one Sync from its flags (a quick start with no CRD
+authoring).`,
+		Example: `  # reconcile every Sync in the cluster
+  converge run
+
+  # quick start: sync one repository path, resync every minute
+  converge run --git-url https://github.com/org/apps.git --ref main --path overlays/prod --interval 1m`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDaemon(cmd.Context(), kube, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address of /metrics (\"0\" disables)")
+	f.StringVar(&o.healthAddr, "health-addr", ":8081", "address of /healthz and /readyz")
+	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader (Lease) so only one replica reconciles")
+	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "converge-system", "namespace of the leader-election Lease")
+	f.BoolVar(&o.installCRD, "install-crd", true, "server-side apply the Sync CRD at start")
+	f.IntVar(&o.concurrency, "concurrent", 4, "Syncs reconciled in parallel")
+	f.StringVar(&o.cacheDir, "cache-dir", filepath.Join(os.TempDir(), "converge-cache"), "where git repositories are cached")
+	o.quick.addFlags(cmd)
+	return cmd
+}
+
+func runDaemon(ctx context.Context, kube *kubeFlags, o runOptions) error {
+	ctrl.SetLogger(klog.NewKlogr())
+	cfg, err := kube.restConfig()
+	if err != nil {
+		return err
+	}
+	scheme := newScheme()
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	if o.installCRD {
+		if err := installSyncCRD(ctx, direct); err != nil {
+			return err
+		}
+	}
+	if err := ensureNamespace(ctx, direct, o.leaderNamespace); err != nil {
+		return err
+	}
+	if err := o.quick.apply(ctx, direct, kube.namespace()); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.healthAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              "converge-leader",
+		LeaderElectionNamespace:       o.leaderNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       ptrDuration(30 * time.Second),
+	})
+	if err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	r := &reconciler{
+		client:  mgr.GetClient(),
+		live:    mgr.GetAPIReader(),
+		loader:  sources.NewLoader(o.cacheDir),
+		engines: newEngineSet(cfg, engine.Options{}),
+		writer:  &status.Writer{Cached: mgr.GetClient(), Live: mgr.GetAPIReader(), Client: mgr.GetClient()},
+		events:  mgr.GetEventRecorderFor("converge"), //nolint:staticcheck // the events/v1 recorder needs a newer RBAC story
+		retries: &retryCounter{},
+	}
+	err = ctrl.NewControllerManagedBy(mgr).
+		For(&status.Sync{}, builder.WithPredicates(syncChanged{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: o.concurrency}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	return mgr.Start(ctx)
+}
+
+// syncChanged passes the Sync events that need a reconcile: a new generation (spec), a
+// changed annotation (reconcile-now), deletion, finalizer changes. Status-only updates, such
+// as our own status writes, do not retrigger a reconcile.
+type syncChanged struct{ predicate.Funcs }
+
+func (syncChanged) Update(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld, e.ObjectNew
+	if o == nil || n == nil {
+		return true
+	}
+	return o.GetGeneration() != n.GetGeneration() ||
+		o.GetAnnotations()[status.RequestedAtAnnotation] != n.GetAnnotations()[status.RequestedAtAnnotation] ||
+		!n.GetDeletionTimestamp().IsZero() ||
+		len(o.GetFinalizers()) != len(n.GetFinalizers())
+}
+
+func (syncChanged) Create(event.CreateEvent) bool   { return true }
+func (syncChanged) Delete(event.DeleteEvent) bool   { return false }
+func (syncChanged) Generic(event.GenericEvent) bool { return true }
+
+func ensureNamespace(ctx context.Context, c client.Client, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		if apierrors.IsForbidden(err) {
+			return nil // running with namespaced RBAC: the namespace is expected to exist
+		}
+		return fmt.Errorf("namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+func ptrDuration(d time.Duration) *time.Duration { return &d }

@@ -1,0 +1,117 @@
+package sources
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Bundle is what a source renders to at one revision.
+type Bundle struct {
+	// Revision names the source content: "main@sha1:<hex>" for git, "sha256:<hex>" of the
+	// files for a local folder.
+	Revision string
+	// Objects are the validated objects, in a deterministic order.
+	Objects []*unstructured.Unstructured
+}
+
+var (
+	// ErrEmptyRender reports that a path rendered to no object. It is returned together
+	// with a Bundle (carrying the revision) by Load, so a caller that allows empty sources
+	// can go on; one that does not must not prune on it.
+	ErrEmptyRender = errors.New("rendered no objects")
+	// ErrPathEscape reports a path, or a symlink inside it, that leads out of the source.
+	ErrPathEscape = errors.New("path leads outside the source")
+	// ErrPathNotFound reports a path that does not exist in the source.
+	ErrPathNotFound = errors.New("path does not exist in the source")
+	// ErrRemoteBase reports a kustomization that refers to a remote base or resource while
+	// RenderOptions.AllowRemoteBases is false.
+	ErrRemoteBase = errors.New("remote bases are disabled")
+)
+
+// InputError is a terminal failure caused by the content of the source: the same revision
+// will always fail the same way, so callers should wait for a new revision rather than
+// retry. Its message names the file, the document and the object when known, e.g.
+// "apps/web.yaml:14: document 2 of 3: ConfigMap/default/web: missing apiVersion".
+type InputError struct {
+	// File is the slash-separated path relative to the source root.
+	File string
+	// Line is the 1-based line in File, 0 when unknown.
+	Line int
+	// Doc is the 1-based index of the YAML document in File, 0 when not applicable.
+	Doc int
+	// Docs is the number of documents in File.
+	Docs int
+	// Object is "Kind/namespace/name" (or "Kind/name" without namespace) when known.
+	Object string
+	// Err is the cause.
+	Err error
+}
+
+// Error formats the location, then the cause.
+func (e *InputError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	if e.Doc > 0 {
+		fmt.Fprintf(&b, ": document %d of %d", e.Doc, e.Docs)
+	}
+	if e.Object != "" {
+		b.WriteString(": " + e.Object)
+	}
+	b.WriteString(": " + e.Err.Error())
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *InputError) Unwrap() error { return e.Err }
+
+// IsTerminal reports whether err is caused by the source content (bad input, an empty
+// render) rather than by the environment (network, disk, cancellation). A joined error is
+// terminal only when all its parts are. Fetch failures, including authentication and a
+// missing ref, are not terminal: the remote can change without a new revision.
+func IsTerminal(err error) bool {
+	if err == nil {
+		return false
+	}
+	if _, ok := err.(*InputError); ok {
+		return true
+	}
+	if errors.Is(err, ErrEmptyRender) {
+		return true
+	}
+	switch x := err.(type) {
+	case interface{ Unwrap() []error }:
+		errs := x.Unwrap()
+		for _, e := range errs {
+			if !IsTerminal(e) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	case interface{ Unwrap() error }:
+		return IsTerminal(x.Unwrap())
+	}
+	return false
+}
+
+// maxErrors bounds how many per-file errors are joined, so that a status condition stays
+// readable when a whole folder is broken.
+const maxErrors = 10
+
+// joinErrors joins errs, keeping the first maxErrors and counting the rest.
+func joinErrors(errs []error) error {
+	if len(errs) > maxErrors {
+		dropped := errs[maxErrors:]
+		var more error = fmt.Errorf("... and %d more errors", len(dropped))
+		if IsTerminal(errors.Join(dropped...)) {
+			more = &InputError{File: "...", Err: fmt.Errorf("%d more errors", len(dropped))}
+		}
+		errs = append(errs[:maxErrors:maxErrors], more)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,128 @@
+package sources
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// renderCache remembers the last renders by (source digest, path, options). It keeps
+// successes and terminal errors: the same content renders the same way. It hands out deep
+// copies, so callers may mutate what they get.
+type renderCache struct {
+	mu      sync.Mutex
+	max     int
+	order   []string // most recently used first
+	entries map[string]cacheEntry
+}
+
+type cacheEntry struct {
+	objs []*unstructured.Unstructured
+	err  error
+}
+
+func newRenderCache(size int) *renderCache {
+	return &renderCache{max: size, entries: map[string]cacheEntry{}}
+}
+
+func cacheKey(digest, path string, opts RenderOptions) string {
+	// Workers does not change the output, so it is not part of the key.
+	return fmt.Sprintf("%s\x00%s\x00remote=%t", digest, filepath.Clean(path), opts.AllowRemoteBases)
+}
+
+func (c *renderCache) get(key string) ([]*unstructured.Unstructured, error, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	if !ok {
+		return nil, nil, false
+	}
+	c.touch(key)
+	return deepCopy(e.objs), e.err, true
+}
+
+func (c *renderCache) put(key string, objs []*unstructured.Unstructured, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entries[key] = cacheEntry{objs: deepCopy(objs), err: err}
+	c.touch(key)
+	for len(c.order) > c.max {
+		delete(c.entries, c.order[len(c.order)-1])
+		c.order = c.order[:len(c.order)-1]
+	}
+}
+
+// touch moves key to the front of the recency order; c.mu must be held.
+func (c *renderCache) touch(key string) {
+	if i := slices.Index(c.order, key); i >= 0 {
+		c.order = slices.Delete(c.order, i, i+1)
+	}
+	c.order = slices.Insert(c.order, 0, key)
+}
+
+func deepCopy(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	if objs == nil {
+		return nil
+	}
+	out := make([]*unstructured.Unstructured, len(objs))
+	for i, o := range objs {
+		out[i] = o.DeepCopy()
+	}
+	return out
+}
+
+// digestDir hashes the names, kinds and contents of the files under root, hidden folders
+// (such as .git) excepted. It names the content of a local source.
+func digestDir(ctx context.Context, root string) (string, error) {
+	h := sha256.New()
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel := relSlash(root, p)
+		switch {
+		case d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != root:
+			return filepath.SkipDir
+		case d.IsDir():
+			return nil
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "L %q %q\n", rel, target)
+			return nil
+		case !d.Type().IsRegular():
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		info, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "F %q %d\n", rel, info.Size())
+		_, err = io.Copy(h, f)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("digest %s: %w", root, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

@@ -1,0 +1,13 @@
+// Package git fetches one commit of a git repository into a local, read-only directory and
+// names it with a revision string ("main@sha1:<40 hex>", "v1.2.3@sha1:<40 hex>" or
+// "sha1:<40 hex>").
+//
+// It speaks HTTPS (anonymous, basic auth, bearer token), SSH (private key, host key checked
+// against known_hosts, never skipped) and local paths or file:// URLs, through go-git. A
+// Fetcher keeps one bare repository per URL under its cache directory, so a poll that finds
+// no new commit costs one ref advertisement and no pack transfer; branch and tag fetches are
+// shallow. Each fetched commit is exported once into its own directory, which callers treat
+// as read-only.
+//
+// It must not import kube clients, kustomize or the rest of Converge: it only knows git.
+package git

@@ -1,0 +1,250 @@
+package git
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+
+	gogit "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+)
+
+// Fetcher fetches repositories into a cache directory. It is safe for concurrent use;
+// fetches of the same URL are serialized, fetches of different URLs run in parallel.
+type Fetcher struct {
+	cacheDir string
+
+	mu    sync.Mutex
+	locks map[string]chan struct{}
+	stats Stats
+}
+
+// NewFetcher returns a Fetcher that keeps its repositories and checkouts under cacheDir.
+func NewFetcher(cacheDir string) *Fetcher {
+	return &Fetcher{cacheDir: cacheDir, locks: map[string]chan struct{}{}}
+}
+
+// Stats returns how many ref lookups and pack transfers the Fetcher performed.
+func (f *Fetcher) Stats() Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stats
+}
+
+var commitPattern = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// Fetch resolves repo.Ref on the remote and returns a checkout of that commit. When the
+// commit was fetched before, only the ref advertisement is read (and nothing at all for an
+// exact commit that is already cached).
+func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions) (*Checkout, error) {
+	if opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+	}
+	if repo.Ref.Commit != "" && !commitPattern.MatchString(repo.Ref.Commit) {
+		return nil, fmt.Errorf("commit %q: want 40 lowercase hex characters", repo.Ref.Commit)
+	}
+	key := urlKey(repo.URL)
+	unlock, err := f.lock(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	auth, err := authMethod(repo.URL, repo.Auth, opts.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	c := &cache{dir: filepath.Join(f.cacheDir, key), url: repo.URL, auth: auth, fetcher: f}
+	var t target
+	if repo.Ref.Commit != "" {
+		t, err = c.commit(ctx, repo.Ref)
+	} else {
+		t, err = c.ref(ctx, repo.Ref)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
+	}
+	co, err := c.checkout(ctx, t, max(opts.KeepCheckouts, 1))
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
+	}
+	return co, nil
+}
+
+// lock takes the per-URL lock, giving up when ctx ends.
+func (f *Fetcher) lock(ctx context.Context, key string) (func(), error) {
+	f.mu.Lock()
+	ch, ok := f.locks[key]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		f.locks[key] = ch
+	}
+	f.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for another fetch of the same url: %w", context.Cause(ctx))
+	}
+}
+
+func (f *Fetcher) count(lookup, transfer int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stats.Lookups += lookup
+	f.stats.Transfers += transfer
+}
+
+func urlKey(u string) string {
+	sum := sha256.Sum256([]byte(u))
+	return hex.EncodeToString(sum[:12])
+}
+
+// cache is the on-disk state of one URL: a shallow bare repository for branches and tags,
+// a full one for commits the server will not serve by SHA, and exported checkouts.
+type cache struct {
+	dir     string
+	url     string
+	auth    transport.AuthMethod
+	fetcher *Fetcher
+}
+
+// ref resolves a branch, tag or semver ref with one ref advertisement and fetches the
+// commit only when it is not cached yet.
+func (c *cache) ref(ctx context.Context, ref Ref) (target, error) {
+	r, err := c.open("shallow.git")
+	if err != nil {
+		return target{}, err
+	}
+	remote, err := r.Remote(gogit.DefaultRemoteName)
+	if err != nil {
+		return target{}, err
+	}
+	refs, err := remote.ListContext(ctx, &gogit.ListOptions{Auth: c.auth, PeelingOption: gogit.AppendPeeled})
+	c.fetcher.count(1, 0)
+	if err != nil {
+		return target{}, fmt.Errorf("list refs: %w", classify(err))
+	}
+	t, err := index(refs).pick(ref)
+	if err != nil || have(r, t.hash) {
+		return t, err
+	}
+	// Force: a force-pushed branch replaces the old head. Depth 1: only the tip is needed.
+	spec := config.RefSpec(fmt.Sprintf("+%s:%s", t.refName, t.refName))
+	err = remote.FetchContext(ctx, &gogit.FetchOptions{
+		RefSpecs: []config.RefSpec{spec}, Depth: 1, Auth: c.auth, Tags: gogit.NoTags, Force: true,
+	})
+	c.fetcher.count(0, 1)
+	if err != nil && !errors.Is(err, gogit.NoErrAlreadyUpToDate) {
+		return target{}, fmt.Errorf("fetch %s: %w", t.refName, classify(err))
+	}
+	// The ref may have moved between the advertisement and the fetch: use what was fetched.
+	h, err := peel(r, t.refName)
+	if err != nil {
+		return target{}, fmt.Errorf("read fetched %s: %w", t.refName, err)
+	}
+	t.hash = h
+	return t, nil
+}
+
+// commit fetches an exact commit: by SHA when the server allows it, else with a full fetch
+// of all branches and tags into a separate, non-shallow repository.
+func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
+	t := target{name: ref.Branch, hash: plumbing.NewHash(ref.Commit)}
+	r, err := c.open("shallow.git")
+	if err != nil {
+		return target{}, err
+	}
+	full, err := c.open("full.git")
+	if err != nil {
+		return target{}, err
+	}
+	if have(r, t.hash) || have(full, t.hash) {
+		return t, nil
+	}
+	dst := plumbing.ReferenceName("refs/converge/commits/" + ref.Commit)
+	err = r.FetchContext(ctx, &gogit.FetchOptions{
+		RefSpecs: []config.RefSpec{config.RefSpec(fmt.Sprintf("+%s:%s", ref.Commit, dst))},
+		Depth:    1, Auth: c.auth, Tags: gogit.NoTags, Force: true,
+	})
+	c.fetcher.count(0, 1)
+	if err == nil || errors.Is(err, gogit.NoErrAlreadyUpToDate) {
+		if have(r, t.hash) {
+			return t, nil
+		}
+	} else if classified := classify(err); classified != err {
+		return target{}, classified
+	}
+	err = full.FetchContext(ctx, &gogit.FetchOptions{
+		RefSpecs: []config.RefSpec{"+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"},
+		Auth:     c.auth, Tags: gogit.NoTags, Force: true,
+	})
+	c.fetcher.count(0, 1)
+	if err != nil && !errors.Is(err, gogit.NoErrAlreadyUpToDate) {
+		return target{}, fmt.Errorf("fetch all branches and tags: %w", classify(err))
+	}
+	if !have(full, t.hash) {
+		return target{}, fmt.Errorf("commit %s: %w", ref.Commit, ErrRefNotFound)
+	}
+	return t, nil
+}
+
+// open opens or creates one of the URL's bare repositories. A repository that cannot be
+// opened is assumed corrupt (an interrupted first fetch) and is recreated.
+func (c *cache) open(name string) (*gogit.Repository, error) {
+	path := filepath.Join(c.dir, name)
+	r, err := gogit.PlainOpen(path)
+	if err == nil {
+		return r, nil
+	}
+	if err := os.RemoveAll(path); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return nil, err
+	}
+	r, err = gogit.PlainInit(path, true)
+	if err != nil {
+		return nil, fmt.Errorf("init cache repository: %w", err)
+	}
+	_, err = r.CreateRemote(&config.RemoteConfig{Name: gogit.DefaultRemoteName, URLs: []string{c.url}})
+	if err != nil {
+		return nil, fmt.Errorf("init cache repository: %w", err)
+	}
+	return r, nil
+}
+
+// have reports whether the commit is stored in r.
+func have(r *gogit.Repository, h plumbing.Hash) bool {
+	_, err := r.CommitObject(h)
+	return err == nil
+}
+
+// peel returns the commit a local branch or tag ref points to.
+func peel(r *gogit.Repository, name plumbing.ReferenceName) (plumbing.Hash, error) {
+	ref, err := r.Reference(name, true)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if tag, err := r.TagObject(ref.Hash()); err == nil {
+		commit, err := tag.Commit()
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		return commit.Hash, nil
+	}
+	return ref.Hash(), nil
+}
+
+// CacheDir returns the directory the Fetcher keeps repositories and checkouts in.
+func (f *Fetcher) CacheDir() string { return f.cacheDir }

@@ -1,0 +1,107 @@
+package git
+
+import (
+	"errors"
+	"time"
+)
+
+// Ref selects what to fetch. When several fields are set, the most specific wins: Commit,
+// then SemVer, then Tag, then Branch. An empty Ref means the remote's default branch (HEAD).
+type Ref struct {
+	// Branch is a branch name, e.g. "main". With Commit it only names the revision.
+	Branch string
+	// Tag is a tag name, e.g. "v1.2.3".
+	Tag string
+	// SemVer is a Masterminds semver constraint over tags, e.g. ">=1.2.0 <2.0.0"; the
+	// highest matching tag wins.
+	SemVer string
+	// Commit is a full 40-hex commit SHA.
+	Commit string
+}
+
+// String returns a short human description of the ref, used in error messages.
+func (r Ref) String() string {
+	switch {
+	case r.Commit != "":
+		return "commit " + r.Commit
+	case r.SemVer != "":
+		return "semver " + r.SemVer
+	case r.Tag != "":
+		return "tag " + r.Tag
+	case r.Branch != "":
+		return "branch " + r.Branch
+	default:
+		return "default branch"
+	}
+}
+
+// Auth holds credentials. Which fields are used depends on the URL scheme: Username and
+// Password or BearerToken for HTTP(S), SSHPrivateKey and SSHKnownHosts for SSH.
+type Auth struct {
+	// Username is the HTTP basic-auth user, or the SSH user when the URL names none
+	// (default "git").
+	Username string
+	// Password is the HTTP basic-auth password, or the passphrase of SSHPrivateKey.
+	Password string
+	// BearerToken is sent as "Authorization: Bearer <token>" over HTTP(S).
+	BearerToken string
+	// SSHPrivateKey is a PEM or OpenSSH private key.
+	SSHPrivateKey []byte
+	// SSHKnownHosts is the known_hosts content the SSH host key must match. It is
+	// required for SSH: an unknown or changed host key is an error, never a silent accept.
+	SSHKnownHosts []byte
+}
+
+// Repository names a remote repository and what to fetch from it.
+type Repository struct {
+	// URL is an https://, http://, ssh://, scp-like (git@host:org/repo) or file:// URL, or
+	// a local path.
+	URL  string
+	Ref  Ref
+	Auth Auth
+}
+
+// Checkout is one fetched commit, exported as plain files.
+type Checkout struct {
+	// Dir holds the commit's files. It is shared and must be treated as read-only; it stays
+	// until several newer commits of the same URL have been fetched.
+	Dir string
+	// Revision is "<branch or tag>@sha1:<hex>", or "sha1:<hex>" for a bare commit.
+	Revision string
+	// Commit is the 40-hex commit SHA.
+	Commit string
+	// CommitTime is the committer time of the commit.
+	CommitTime time.Time
+}
+
+// FetchOptions are per-call settings of Fetch.
+type FetchOptions struct {
+	// Timeout bounds the whole fetch, ref lookup included. Zero means no limit beyond ctx.
+	Timeout time.Duration
+	// KeepCheckouts is how many exported commits of one URL are kept on disk; older ones
+	// are removed after a fetch exports a new one. At least 1.
+	KeepCheckouts int
+}
+
+// DefaultFetchOptions returns a two-minute timeout and three kept checkouts.
+func DefaultFetchOptions() FetchOptions {
+	return FetchOptions{Timeout: 2 * time.Minute, KeepCheckouts: 3}
+}
+
+// Stats counts what a Fetcher did, for tests and metrics.
+type Stats struct {
+	// Lookups counts remote ref advertisements read.
+	Lookups int
+	// Transfers counts pack fetches performed (zero when the commit was already cached).
+	Transfers int
+}
+
+var (
+	// ErrRefNotFound reports that the requested branch, tag, semver range or commit does
+	// not exist on the remote.
+	ErrRefNotFound = errors.New("ref not found")
+	// ErrUnknownHostKey reports an SSH host key missing from, or different to, known_hosts.
+	ErrUnknownHostKey = errors.New("ssh host key not accepted by known_hosts")
+	// ErrAuth reports rejected or missing credentials.
+	ErrAuth = errors.New("authentication failed")
+)

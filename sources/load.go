@@ -1,0 +1,103 @@
+package sources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/converge-dev/converge/sources/git"
+)
+
+// Source names what Load renders: a git repository or a local folder, and a path in it.
+type Source struct {
+	// Git is fetched when its URL is set; Dir is used otherwise.
+	Git git.Repository
+	// Dir is the root of a local source. Nothing outside it is read.
+	Dir string
+	// Path is the folder (or file) to render, relative to the source root.
+	Path string
+}
+
+// String describes the source for messages, without credentials.
+func (s Source) String() string {
+	if s.Git.URL != "" {
+		return fmt.Sprintf("%s (%s) path %q", s.Git.URL, s.Git.Ref, s.Path)
+	}
+	return fmt.Sprintf("%s path %q", s.Dir, s.Path)
+}
+
+// LoadOptions are per-call settings of Load.
+type LoadOptions struct {
+	Fetch  git.FetchOptions
+	Render RenderOptions
+}
+
+// DefaultLoadOptions returns the default fetch and render options.
+func DefaultLoadOptions() LoadOptions {
+	return LoadOptions{Fetch: git.DefaultFetchOptions(), Render: DefaultRenderOptions()}
+}
+
+// Loader fetches and renders sources, rendering each (content, path, options) once. It is
+// safe for concurrent use.
+type Loader struct {
+	fetcher *git.Fetcher
+	cache   *renderCache
+}
+
+// renderCacheSize is how many renders a Loader remembers; one per Sync is typical.
+const renderCacheSize = 64
+
+// NewLoader returns a Loader that keeps git repositories and checkouts under cacheDir.
+func NewLoader(cacheDir string) *Loader {
+	return &Loader{fetcher: git.NewFetcher(cacheDir), cache: newRenderCache(renderCacheSize)}
+}
+
+// Load fetches the source (for git) and renders its path.
+//
+// The revision is the git revision ("main@sha1:<hex>") or, for a local folder,
+// "sha256:<hex>" over the names and contents of the files under Dir (hidden folders such
+// as .git left out), so uncommitted edits change it.
+//
+// A fetch error returns a nil Bundle; it is transient (see IsTerminal). A render error,
+// ErrEmptyRender included, returns a Bundle with the revision and no objects, so callers
+// can report which revision failed.
+func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundle, error) {
+	root, revision, digest := src.Dir, "", ""
+	if src.Git.URL != "" {
+		co, err := l.fetcher.Fetch(ctx, src.Git, opts.Fetch)
+		if err != nil {
+			return nil, err
+		}
+		root, revision, digest = co.Dir, co.Revision, "sha1:"+co.Commit
+	} else {
+		abs, err := filepath.Abs(src.Dir)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
+			return nil, &InputError{File: src.Dir, Err: ErrPathNotFound}
+		}
+		d, err := digestDir(ctx, abs)
+		if err != nil {
+			return nil, err
+		}
+		root, revision, digest = abs, "sha256:"+d, "sha256:"+d
+	}
+	key := cacheKey(digest, src.Path, opts.Render)
+	objs, err, ok := l.cache.get(key)
+	if !ok {
+		objs, err = Render(ctx, root, src.Path, opts.Render)
+		if err == nil || IsTerminal(err) {
+			l.cache.put(key, objs, err)
+		}
+	}
+	return &Bundle{Revision: revision, Objects: objs}, err
+}
+
+// FetchStats returns the git fetcher's counters.
+func (l *Loader) FetchStats() git.Stats {
+	return l.fetcher.Stats()
+}

@@ -1,0 +1,133 @@
+package sources
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/converge-dev/converge/sources/git"
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestLoadLocal(t *testing.T) {
+	dir := writeTree(t, map[string]string{"apps/a.yaml": cm("a", "apps"), ".git/HEAD": "ignored"})
+	l := NewLoader(t.TempDir())
+	src := Source{Dir: dir, Path: "apps"}
+
+	first, err := l.Load(t.Context(), src, DefaultLoadOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if !strings.HasPrefix(first.Revision, "sha256:") || len(first.Revision) != len("sha256:")+64 {
+		t.Errorf("revision %q, want sha256:<64 hex>", first.Revision)
+	}
+	first.Objects[0].SetName("mutated by the caller")
+
+	second, err := l.Load(t.Context(), src, DefaultLoadOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if diff := cmp.Diff([]string{"v1 ConfigMap/apps/a"}, ids(second.Objects)); diff != "" {
+		t.Errorf("cached objects must not share memory with callers (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(first.Revision, second.Revision); diff != "" {
+		t.Errorf("revision changed without an edit (-want +got):\n%s", diff)
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "apps/a.yaml"), []byte(cm("b", "apps")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	third, err := l.Load(t.Context(), src, DefaultLoadOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if third.Revision == first.Revision {
+		t.Errorf("revision %q did not change after an edit", third.Revision)
+	}
+	if diff := cmp.Diff([]string{"v1 ConfigMap/apps/b"}, ids(third.Objects)); diff != "" {
+		t.Errorf("objects after an edit (-want +got):\n%s", diff)
+	}
+
+	_, err = l.Load(t.Context(), Source{Dir: filepath.Join(dir, "missing")}, DefaultLoadOptions())
+	if !errors.Is(err, ErrPathNotFound) || !IsTerminal(err) {
+		t.Errorf("Load of a missing folder: %v, want a terminal ErrPathNotFound", err)
+	}
+}
+
+// TestLoadGit loads from a local git repository. A second load of the same commit must
+// come from the render cache: the test breaks the exported checkout in between, and the
+// load still succeeds.
+func TestLoadGit(t *testing.T) {
+	repo := t.TempDir()
+	gitCmd := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+			"GIT_AUTHOR_NAME=T", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=T", "GIT_COMMITTER_EMAIL=t@example.com")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	gitCmd("init", "-q", "-b", "main")
+	if err := os.MkdirAll(filepath.Join(repo, "deploy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "deploy/cm.yaml"), []byte(cm("web", "apps")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitCmd("add", "-A")
+	gitCmd("commit", "-q", "-m", "one")
+	head := gitCmd("rev-parse", "HEAD")
+
+	l := NewLoader(t.TempDir())
+	src := Source{Git: git.Repository{URL: repo, Ref: git.Ref{Branch: "main"}}, Path: "deploy"}
+	b, err := l.Load(t.Context(), src, DefaultLoadOptions())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	want := &Bundle{Revision: "main@sha1:" + head, Objects: b.Objects}
+	if diff := cmp.Diff(want, b); diff != "" {
+		t.Errorf("bundle (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"v1 ConfigMap/apps/web"}, ids(b.Objects)); diff != "" {
+		t.Errorf("objects (-want +got):\n%s", diff)
+	}
+
+	checkouts, _ := filepath.Glob(filepath.Join(l.fetcher.CacheDir(), "*", "checkouts", head, "deploy", "cm.yaml"))
+	if len(checkouts) != 1 {
+		t.Fatalf("found checkouts %v, want one", checkouts)
+	}
+	if err := os.WriteFile(checkouts[0], []byte("broken: ["), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	again, err := l.Load(t.Context(), src, DefaultLoadOptions())
+	if err != nil {
+		t.Fatalf("second Load rendered again instead of using the cache: %v", err)
+	}
+	if diff := cmp.Diff(b, again); diff != "" {
+		t.Errorf("second load (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(git.Stats{Lookups: 2, Transfers: 1}, l.FetchStats()); diff != "" {
+		t.Errorf("fetch stats (-want +got):\n%s", diff)
+	}
+
+	// A bad revision: the bundle still carries the revision, and the error is terminal.
+	if err := os.WriteFile(filepath.Join(repo, "deploy/cm.yaml"), []byte("kind: ConfigMap\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitCmd("commit", "-q", "-am", "break")
+	bad := gitCmd("rev-parse", "HEAD")
+	b, err = l.Load(t.Context(), src, DefaultLoadOptions())
+	if !IsTerminal(err) || !strings.Contains(err.Error(), "deploy/cm.yaml:1: ConfigMap: missing apiVersion, missing metadata.name") {
+		t.Fatalf("Load of a bad revision: %v", err)
+	}
+	if diff := cmp.Diff(&Bundle{Revision: "main@sha1:" + bad}, b); diff != "" {
+		t.Errorf("bundle of a bad revision (-want +got):\n%s", diff)
+	}
+}

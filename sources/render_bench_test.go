@@ -1,0 +1,94 @@
+package sources
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// manifest returns the i-th generated object: a ConfigMap, Service, Deployment or Secret in
+// one of ten namespaces.
+func manifest(i int) string {
+	ns := fmt.Sprintf("team-%d", i%10)
+	name := fmt.Sprintf("obj-%05d", i)
+	switch i % 4 {
+	case 0:
+		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\n  labels: {app: %s}\ndata:\n  key: value-%d\n  config.yaml: |\n    level: info\n    replicas: 3\n", name, ns, name, i)
+	case 1:
+		return fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n  selector: {app: %s}\n  ports:\n  - {name: http, port: 80, targetPort: 8080}\n", name, ns, name)
+	case 2:
+		return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: %[1]s
+  namespace: %[2]s
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: %[1]s}
+  template:
+    metadata:
+      labels: {app: %[1]s}
+    spec:
+      containers:
+      - name: app
+        image: registry.example/app:1.2.3
+        ports: [{containerPort: 8080}]
+        resources:
+          requests: {cpu: 100m, memory: 64Mi}
+`, name, ns)
+	default:
+		return fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s\n  namespace: %s\ntype: Opaque\nstringData:\n  password: p-%d\n", name, ns, i)
+	}
+}
+
+// writeManifests writes n objects, ten per file, into one folder per namespace and returns
+// the file names relative to dir.
+func writeManifests(b *testing.B, dir string, n int) []string {
+	b.Helper()
+	var files []string
+	for start := 0; start < n; start += 10 {
+		var docs []string
+		for i := start; i < min(start+10, n); i++ {
+			docs = append(docs, manifest(i))
+		}
+		name := fmt.Sprintf("team-%d/objects-%05d.yaml", start/10%10, start)
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		files = append(files, name)
+	}
+	return files
+}
+
+func benchmarkRender(b *testing.B, n int, kustomize bool) {
+	dir := b.TempDir()
+	files := writeManifests(b, dir, n)
+	if kustomize {
+		k := "resources:\n- " + strings.Join(files, "\n- ") + "\nlabels:\n- pairs: {owner: bench}\n"
+		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		objs, err := Render(b.Context(), dir, ".", DefaultRenderOptions())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(objs) != n {
+			b.Fatalf("rendered %d objects, want %d", len(objs), n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/object")
+}
+
+func BenchmarkRenderPlain1000(b *testing.B)     { benchmarkRender(b, 1000, false) }
+func BenchmarkRenderPlain10000(b *testing.B)    { benchmarkRender(b, 10000, false) }
+func BenchmarkRenderKustomize1000(b *testing.B) { benchmarkRender(b, 1000, true) }
