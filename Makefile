@@ -12,7 +12,7 @@ RUN_DIR := $(CURDIR)/.run
 CONTROLPLANE_BIN = $(shell e2e/tools/build.sh --dir)
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build controlplane test vet unit cluster cluster-down run stop clean help
+.PHONY: all build controlplane test vet unit cluster cluster-down run run-publish stop clean help
 
 all: build
 
@@ -41,13 +41,18 @@ cluster: controlplane build ## start the full local control plane in the backgro
 cluster-down: ## stop the control plane started by `make cluster` or `make run`
 	@if [ -x $(BIN)/devcluster ]; then $(BIN)/devcluster down --dir $(RUN_DIR)/cluster; else echo "nothing to stop"; fi
 
-run: cluster ## the demo: control plane, then what to do next
+run: controlplane build ## the demo: control plane, local git server seeded from examples/, the daemon syncing it
+	@CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) $(BIN)/devcluster up --dir $(RUN_DIR)/cluster --profile full \
+		--demo-converge $(BIN)/converge --demo-examples examples
 	@echo
-	@echo "Converge's local control plane is up (etcd, kube-apiserver, controllers, scheduler, one kwok node)."
+	@echo "Next:"
 	@echo "  export KUBECONFIG=$(RUN_DIR)/cluster/kubeconfig"
-	@echo "  kubectl get nodes"
-	@echo "  $(BIN)/converge --help"
-	@echo "Logs: $(RUN_DIR)/cluster/*.log. Stop it with: make cluster-down"
+	@echo "  kubectl get syncs -A; kubectl -n demo get deploy,svc,cm"
+	@echo "  edit examples/demo and run 'make run-publish' to commit it to the local git server"
+	@echo "  make cluster-down   # stop everything"
+
+run-publish: build ## commit examples/ to the demo git server started by `make run`
+	@$(BIN)/devcluster publish --dir $(RUN_DIR)/cluster --demo-examples examples
 
 stop: cluster-down
 

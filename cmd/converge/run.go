@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,9 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -32,6 +35,9 @@ type runOptions struct {
 	leaderElect             bool
 	leaderNamespace         string
 	installCRD              bool
+	watchNamespace          string
+	webhookAddr             string
+	webhookSecretFile       string
 	concurrency             int
 	cacheDir                string
 	quick                   quickStart
@@ -64,6 +70,9 @@ authoring).`,
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader (Lease) so only one replica reconciles")
 	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "converge-system", "namespace of the leader-election Lease")
 	f.BoolVar(&o.installCRD, "install-crd", true, "server-side apply the Sync CRD at start")
+	f.StringVar(&o.webhookAddr, "webhook-addr", "", "address of the push webhook receiver, POST /hooks/<namespace>/<name> (off when empty)")
+	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook HMAC secret (GitHub) or token (GitLab); required with --webhook-addr")
+	f.StringVar(&o.watchNamespace, "watch-namespace", "", "reconcile only the Syncs of this namespace (default: all namespaces)")
 	f.IntVar(&o.concurrency, "concurrent", 4, "Syncs reconciled in parallel")
 	f.StringVar(&o.cacheDir, "cache-dir", filepath.Join(os.TempDir(), "converge-cache"), "where git repositories are cached")
 	o.quick.addFlags(cmd)
@@ -76,6 +85,11 @@ func runDaemon(ctx context.Context, kube *kubeFlags, o runOptions) error {
 	if err != nil {
 		return err
 	}
+	return serve(ctx, cfg, kube.namespace(), o)
+}
+
+// serve installs the CRD, applies the quick-start Sync and runs the manager until ctx ends.
+func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions) error {
 	scheme := newScheme()
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
@@ -86,14 +100,21 @@ func runDaemon(ctx context.Context, kube *kubeFlags, o runOptions) error {
 			return err
 		}
 	}
-	if err := ensureNamespace(ctx, direct, o.leaderNamespace); err != nil {
+	if o.leaderElect {
+		if err := ensureNamespace(ctx, direct, o.leaderNamespace); err != nil {
+			return err
+		}
+	}
+	if err := o.quick.apply(ctx, direct, namespace); err != nil {
 		return err
 	}
-	if err := o.quick.apply(ctx, direct, kube.namespace()); err != nil {
-		return err
+	var cacheOpts cache.Options
+	if o.watchNamespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.watchNamespace: {}}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
+		Cache:                         cacheOpts,
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.healthAddr,
 		LeaderElection:                o.leaderElect,
@@ -104,6 +125,20 @@ func runDaemon(ctx context.Context, kube *kubeFlags, o runOptions) error {
 	})
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
+	}
+	if o.webhookAddr != "" {
+		secret, err := os.ReadFile(o.webhookSecretFile)
+		if err != nil {
+			return fmt.Errorf("--webhook-secret-file: %w", err)
+		}
+		secret = bytes.TrimSpace(secret)
+		if len(secret) == 0 {
+			return fmt.Errorf("--webhook-secret-file %s is empty: a webhook needs a secret", o.webhookSecretFile)
+		}
+		hook := &webhook{addr: o.webhookAddr, secret: secret, client: mgr.GetClient(), log: mgr.GetLogger().WithName("webhook")}
+		if err := mgr.Add(hook); err != nil {
+			return err
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
@@ -122,7 +157,8 @@ func runDaemon(ctx context.Context, kube *kubeFlags, o runOptions) error {
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(&status.Sync{}, builder.WithPredicates(syncChanged{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: o.concurrency}).
+		// Names are validated per process; tests run several daemons in one process.
+		WithOptions(controller.Options{MaxConcurrentReconciles: o.concurrency, SkipNameValidation: &skipNameValidation}).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
@@ -160,5 +196,7 @@ func ensureNamespace(ctx context.Context, c client.Client, name string) error {
 	}
 	return nil
 }
+
+var skipNameValidation = true
 
 func ptrDuration(d time.Duration) *time.Duration { return &d }

@@ -4,6 +4,10 @@
 //	devcluster up   [--dir DIR] [--profile full|api]   start in the background, print the kubeconfig path
 //	devcluster down [--dir DIR]                         stop it and wait until every process is gone
 //	devcluster run  [--dir DIR] [--profile full|api]   run in the foreground until interrupted
+//	devcluster publish [--dir DIR] [--demo-examples DIR] commit the examples to the demo git server
+//
+// With --demo-converge BIN, up and run also serve examples/ over git on loopback and run the
+// converge daemon against it (the `make run` demo).
 package main
 
 import (
@@ -31,16 +35,21 @@ func main() {
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	dir := fs.String("dir", ".run/cluster", "working directory of the control plane")
 	profile := fs.String("profile", string(cluster.Full), "api (etcd + kube-apiserver) or full (plus controllers, scheduler, kwok)")
+	var d demo
+	fs.StringVar(&d.converge, "demo-converge", "", "with up/run: also serve --demo-examples over git and run this converge binary against it")
+	fs.StringVar(&d.examples, "demo-examples", "examples", "folder published as the demo repository")
 	_ = fs.Parse(os.Args[2:])
 	abs, err := filepath.Abs(*dir)
 	if err == nil {
 		switch os.Args[1] {
 		case "up":
-			err = up(abs, *profile)
+			err = up(abs, *profile, d)
 		case "down":
 			err = down(abs)
+		case "publish":
+			err = publish(abs, d.examples)
 		case "run":
-			err = run(abs, cluster.Profile(*profile))
+			err = run(abs, cluster.Profile(*profile), d)
 		default:
 			err = fmt.Errorf("unknown verb %q: want up, down or run", os.Args[1])
 		}
@@ -52,7 +61,7 @@ func main() {
 }
 
 // run starts the control plane, writes DIR/pid and DIR/ready, and stops on SIGINT/SIGTERM.
-func run(dir string, profile cluster.Profile) error {
+func run(dir string, profile cluster.Profile, d demo) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -68,12 +77,24 @@ func run(dir string, profile cluster.Profile) error {
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	stopDemo := func() {}
+	if d.converge != "" {
+		if d.examples, err = filepath.Abs(d.examples); err != nil {
+			c.Stop()
+			return err
+		}
+		if stopDemo, err = d.start(c); err != nil {
+			c.Stop()
+			return err
+		}
+	}
 	if err := os.WriteFile(filepath.Join(dir, "ready"), []byte(c.Kubeconfig+"\n"), 0o644); err != nil {
 		c.Stop()
 		return err
 	}
 	fmt.Printf("control plane (%s) ready; kubeconfig: %s\n", profile, c.Kubeconfig)
 	<-sig
+	stopDemo()
 	c.Stop()
 	_ = os.Remove(filepath.Join(dir, "ready"))
 	_ = os.Remove(filepath.Join(dir, "pid"))
@@ -82,7 +103,7 @@ func run(dir string, profile cluster.Profile) error {
 
 // up starts `devcluster run` detached, waits until it is ready and prints the kubeconfig path
 // on the last line.
-func up(dir, profile string) error {
+func up(dir, profile string, d demo) error {
 	if pid, ok := runningPID(dir); ok {
 		kc, _ := os.ReadFile(filepath.Join(dir, "ready"))
 		if len(kc) > 0 {
@@ -104,7 +125,11 @@ func up(dir, profile string) error {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(self, "run", "--dir", dir, "--profile", profile)
+	args := []string{"run", "--dir", dir, "--profile", profile}
+	if d.converge != "" {
+		args = append(args, "--demo-converge", d.converge, "--demo-examples", d.examples)
+	}
+	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	_ = os.Remove(filepath.Join(dir, "ready"))
@@ -126,6 +151,11 @@ func up(dir, profile string) error {
 		}
 		if kc, err := os.ReadFile(filepath.Join(dir, "ready")); err == nil {
 			fmt.Printf("control plane (%s) running, pid %d, logs in %s\n", profile, cmd.Process.Pid, dir)
+			if d.converge != "" {
+				if err := report(dir, 3*time.Minute); err != nil {
+					return err
+				}
+			}
 			fmt.Print(string(kc))
 			return nil
 		}
