@@ -226,7 +226,7 @@ func (c *Cluster) startWorkloadComponents(ctx context.Context, binDir string, p 
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
 		"--service-account-private-key-file="+p.saKey, "--root-ca-file="+p.caCert,
 		"--use-service-account-credentials=false",
-		"--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-persistentvolume-binder,-attachdetach,-ttl",
+		"--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-persistentvolume-binder,-attachdetach,-ttl",
 		"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
 		"--kube-api-qps=200", "--kube-api-burst=400"); err != nil {
 		return err
