@@ -3,6 +3,37 @@
 // inventory, prunes what left the set with UID preconditions, computes kstatus readiness, and
 // returns a Result per object. Dry-run is the same Apply with DryRun set.
 //
+// One Apply:
+//
+//  1. validate: deep-copy the input; every kind resolves (or is defined by a CRD of the
+//     set); namespaced objects get DefaultNamespace or fail; cluster-scoped ones lose their
+//     namespace; server-owned metadata (resourceVersion, uid, managedFields, ...) is
+//     stripped; the owner annotation config.k8s.io/owning-inventory=<ID> is set; no
+//     duplicates. Any error: nothing is written.
+//  2. refuse a prune larger than PruneBudget, or of everything when the set is empty and
+//     AllowEmpty is false (nothing is written).
+//  3. write ahead: stored inventory ∪ desired (I2). A failed write stops the run.
+//  4. apply by stage (CRDs, Namespaces, ClusterRoles; then *Class kinds; then the rest),
+//     in parallel within a stage, after waiting for the CRDs to be Established. Per object:
+//     GET, ownership check, server-side dry-run, and an apply only when the dry-run result
+//     differs from the live object (so a converged set issues no writes, I7).
+//  5. prune (old − new) only when every apply succeeded, in reverse order, each delete with a
+//     UID precondition; objects not carrying our annotation, annotated
+//     converge.dev/prune: disabled, or recreated by someone else are left alone and dropped
+//     from the inventory; failed deletes stay in it (I1, I3).
+//  6. record the inventory (new with UIDs ∪ what could not be pruned), skipped when unchanged.
+//  7. optionally wait for kstatus readiness.
+//
+// Ownership (I11): a live object whose owner annotation names another inventory is never
+// adopted (the object fails with ErrNotOwned). A live object without the annotation (made
+// by hand or by another tool) is adopted, as kubectl apply and Flux do.
+//
+// Field conflicts: applies do not force ownership unless ApplyOptions.ForceConflicts; a
+// conflict with another field manager fails the object. This is why the engine drives the
+// apply itself (GET, dry-run, compare, apply, as fluxcd/pkg/ssa's ResourceManager does)
+// instead of calling ResourceManager.Apply, which always forces ownership. It reuses ssa's
+// normalization and Secret masking, and its kstatus fork for readiness.
+//
 // It must not import git, kustomize, the Sync API or status, or Prometheus; it imports
 // inventory only.
 package engine

@@ -82,19 +82,7 @@ func (f *fixture) publish(files map[string]string) string {
 // namespace, until the test ends.
 func (f *fixture) startDaemon(cfg *rest.Config, mutate ...func(*runOptions)) {
 	f.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	o := runOptions{metricsAddr: "0", healthAddr: "0", installCRD: true, watchNamespace: f.ns, concurrency: 2, cacheDir: f.t.TempDir()}
-	for _, m := range mutate {
-		m(&o)
-	}
-	go func() { done <- serve(ctx, cfg, f.ns, o) }()
-	f.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			f.t.Errorf("daemon: %v", err)
-		}
-	})
+	f.startStoppableDaemon(cfg, mutate...)
 }
 
 func (f *fixture) createSync(interval time.Duration) *status.Sync {
@@ -316,4 +304,58 @@ func freeLoopbackAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// TestDaemonLeaderElection runs two daemons: exactly one reconciles; stopping it hands over
+// and the other applies the next commit (S03 safety: only one writer at a time).
+func TestDaemonLeaderElection(t *testing.T) {
+	f := newFixture(t)
+	rev1 := f.publish(map[string]string{"b.yaml": cmB})
+	leaderOpts := func(o *runOptions) { o.leaderElect, o.leaderNamespace = true, f.ns }
+	cfgA, ftA := fault.Config(env.Config)
+	cfgB, ftB := fault.Config(env.Config)
+	stopA := f.startStoppableDaemon(cfgA, leaderOpts)
+	f.createSync(2 * time.Second)
+	f.waitSync("Ready under daemon A", readyAt(rev1))
+	f.startDaemon(cfgB, leaderOpts)
+	// Let B run a while: as a follower it must not write any Sync status.
+	rev2 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	f.waitSync("Ready at the second commit", readyAt(rev2))
+	if n := ftB.CountResource("patch", "syncs", ""); n != 0 {
+		t.Errorf("the follower sent %d patches while A led", n)
+	}
+	if ftA.CountResource("patch", "syncs", "") == 0 {
+		t.Errorf("the leader sent no patch")
+	}
+
+	stopA()
+	rev3 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "3", 1)})
+	f.waitSync("Ready at the third commit after the handover", readyAt(rev3))
+	if ftB.CountResource("patch", "syncs", "") == 0 {
+		t.Errorf("daemon B never wrote after taking over")
+	}
+}
+
+// startStoppableDaemon is startDaemon with an explicit stop (it waits for the exit).
+func (f *fixture) startStoppableDaemon(cfg *rest.Config, mutate ...func(*runOptions)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	o := runOptions{metricsAddr: "0", healthAddr: "0", installCRD: true, watchNamespace: f.ns, concurrency: 2, cacheDir: f.t.TempDir()}
+	for _, m := range mutate {
+		m(&o)
+	}
+	go func() { done <- serve(ctx, cfg, f.ns, o) }()
+	var stopped bool
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			f.t.Errorf("daemon: %v", err)
+		}
+	}
+	f.t.Cleanup(stop)
+	return stop
 }

@@ -80,7 +80,6 @@ authoring).`,
 }
 
 func runDaemon(ctx context.Context, kube *kubeFlags, o runOptions) error {
-	ctrl.SetLogger(klog.NewKlogr())
 	cfg, err := kube.restConfig()
 	if err != nil {
 		return err
@@ -90,6 +89,7 @@ func runDaemon(ctx context.Context, kube *kubeFlags, o runOptions) error {
 
 // serve installs the CRD, applies the quick-start Sync and runs the manager until ctx ends.
 func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions) error {
+	ctrl.SetLogger(klog.NewKlogr())
 	scheme := newScheme()
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {

@@ -1,0 +1,320 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/cli-utils/pkg/object"
+
+	"github.com/converge-dev/converge/inventory"
+)
+
+// ApplyOptions are the per-call settings of Apply.
+type ApplyOptions struct {
+	// DryRun server-side dry-runs every object, fills Change.Diff, lists what would be
+	// pruned, and writes nothing: no object, no inventory.
+	DryRun bool
+	// Diff fills Change.Diff for created and configured objects also without DryRun.
+	Diff bool
+	// Prune deletes inventory members that left the set, once every apply succeeded.
+	Prune bool
+	// AllowEmpty allows a prune when the desired set is empty; otherwise such a prune is
+	// refused with an error and nothing is deleted.
+	AllowEmpty bool
+	// PruneBudget refuses (error, nothing applied or deleted) a prune of more objects than
+	// this. Zero means unlimited.
+	PruneBudget int
+	// Force recreates objects whose immutable fields changed. Per object, the annotation
+	// converge.dev/force: enabled does the same.
+	Force bool
+	// ForceConflicts takes ownership of fields another field manager owns. Without it such
+	// conflicts fail the object.
+	ForceConflicts bool
+	// Wait waits, after apply and prune, until every applied object is Current (kstatus),
+	// one is Failed, or Timeout passes.
+	Wait bool
+	// Timeout bounds the readiness wait, and the wait for CRDs to be Established.
+	Timeout time.Duration
+	// DefaultNamespace is set on namespaced objects without a namespace. When empty, such an
+	// object is an error and nothing is applied or pruned.
+	DefaultNamespace string
+	// Concurrency bounds the applies and deletes in flight. Zero or less means 1.
+	Concurrency int
+}
+
+// DefaultApplyOptions prunes, waits up to five minutes for readiness, applies 8 objects at
+// a time, and neither forces nor dry-runs.
+func DefaultApplyOptions() ApplyOptions {
+	return ApplyOptions{Prune: true, Wait: true, Timeout: 5 * time.Minute, Concurrency: 8}
+}
+
+// Apply makes the cluster match set: it validates the objects, writes the inventory ahead
+// (stored ∪ desired), applies in stages with server-side apply, prunes what left the set
+// if every apply succeeded, records the new inventory, and waits for readiness. A partial
+// failure returns both a Result and an error joining the per-object errors, each prefixed
+// with the object ID. Invalid input returns an error before anything is written.
+func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result, error) {
+	res := &Result{}
+	if err := validateRef(set.Inventory); err != nil {
+		return res, err
+	}
+	items, err := e.prepare(set, opts)
+	if err != nil {
+		return res, err
+	}
+	old, err := e.store.Get(ctx, set.Inventory)
+	if err != nil {
+		return res, err
+	}
+	desired := &inventory.Inventory{}
+	for _, it := range items {
+		desired.Add(inventory.Entry{Object: it.id})
+	}
+	candidates := old.Diff(desired)
+	if opts.Prune {
+		if err := checkPrune(len(items), candidates.Len(), opts); err != nil {
+			return res, err
+		}
+	}
+	stored := old
+	if !opts.DryRun {
+		if stored, err = e.writeAhead(ctx, set.Inventory, old, desired); err != nil {
+			return res, err
+		}
+	}
+	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, items: items}
+	outs, abort := r.applyStages(ctx)
+	rec := r.collect(res, outs)
+	if abort != nil {
+		return res, errors.Join(append(rec.errs, abort)...)
+	}
+	if opts.Prune && candidates.Len() > 0 {
+		if res.failed() {
+			logr.FromContextOrDiscard(ctx).Info("prune skipped: the apply did not fully succeed",
+				"inventory", set.Inventory.ID)
+		} else {
+			pr := e.prune(ctx, set.Inventory, candidates.Entries(), opts.DryRun, opts.Concurrency, new(atomic.Int64))
+			res.Pruned = pr.changes
+			rec.errs = append(rec.errs, pr.errs...)
+			if pr.abort != nil {
+				return res, errors.Join(append(rec.errs, pr.abort)...)
+			}
+			rec.untrack = append(rec.untrack, pr.dropped...)
+		}
+	}
+	if opts.DryRun {
+		return res, errors.Join(rec.errs...)
+	}
+	if !rec.apply(stored).Equal(stored) {
+		if _, err := e.store.Update(ctx, set.Inventory, rec.apply); err != nil {
+			rec.errs = append(rec.errs, fmt.Errorf("record: %w", err))
+		}
+	}
+	if opts.Wait {
+		health, err := e.wait(ctx, readyCandidates(outs), opts.Timeout)
+		res.Health = health
+		if err != nil {
+			rec.errs = append(rec.errs, err)
+		}
+	}
+	return res, errors.Join(rec.errs...)
+}
+
+// writeAhead stores old ∪ desired before the first apply (I2: every object is inventoried
+// before it is first created) and returns what is stored. A failure stops the run.
+func (e *Engine) writeAhead(ctx context.Context, ref inventory.Ref, old, desired *inventory.Inventory) (*inventory.Inventory, error) {
+	stored := old
+	if !old.Union(desired).Equal(old) {
+		wa, err := e.store.Update(ctx, ref, func(s *inventory.Inventory) *inventory.Inventory {
+			return s.Union(desired)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("write-ahead: %w", err)
+		}
+		stored = wa
+	}
+	return stored, callHook(e.opts.Hooks.AfterWriteAhead)
+}
+
+// record is what a run changes in the inventory.
+type record struct {
+	tracked *inventory.Inventory // desired objects with the UIDs of this run
+	untrack []object.ObjMetadata // pruned, gone, or not ours after all
+	errs    []error              // per-object errors of the run
+}
+
+// apply returns the inventory to record: what is stored now, with the UIDs of this run,
+// without what was pruned or is not ours. Failed deletes stay (I3).
+func (rec *record) apply(stored *inventory.Inventory) *inventory.Inventory {
+	n := stored.Union(rec.tracked)
+	for _, id := range rec.untrack {
+		n.Remove(id)
+	}
+	return n
+}
+
+// collect fills res.Changes from outs and returns what to record.
+func (r *applyRun) collect(res *Result, outs []outcome) *record {
+	rec := &record{tracked: &inventory.Inventory{}}
+	for _, o := range outs {
+		res.Changes = append(res.Changes, o.change)
+		if o.change.Err != nil {
+			rec.errs = append(rec.errs, o.change.Err)
+		}
+		if o.track {
+			rec.tracked.Add(inventory.Entry{Object: o.change.Object, UID: o.uid})
+		} else if !r.old.Has(o.change.Object) {
+			// Inventoried ahead, but another inventory owns it: not ours to track.
+			rec.untrack = append(rec.untrack, o.change.Object)
+		}
+	}
+	return rec
+}
+
+// validateRef rejects an incomplete inventory reference.
+func validateRef(ref inventory.Ref) error {
+	if ref.Namespace == "" || ref.Name == "" || ref.ID == "" {
+		return terminal(fmt.Errorf("inventory %s: namespace, name and id are required", ref))
+	}
+	return nil
+}
+
+// checkPrune refuses a prune of everything (the set is empty) unless AllowEmpty, and a prune
+// larger than PruneBudget. A refusal stops the run before anything is written.
+func checkPrune(desired, candidates int, opts ApplyOptions) error {
+	if desired == 0 && candidates > 0 && !opts.AllowEmpty {
+		return terminal(fmt.Errorf("%w: the set is empty and would prune all %d objects; set AllowEmpty to allow it",
+			ErrPruneRefused, candidates))
+	}
+	if opts.PruneBudget > 0 && candidates > opts.PruneBudget {
+		return terminal(fmt.Errorf("%w: %d objects to prune exceed the budget of %d",
+			ErrPruneRefused, candidates, opts.PruneBudget))
+	}
+	return nil
+}
+
+// callHook runs a test crash point.
+func callHook(h func() error) error {
+	if h == nil {
+		return nil
+	}
+	if err := h(); err != nil {
+		return fmt.Errorf("aborted by hook: %w", err)
+	}
+	return nil
+}
+
+// outcome is the result of applying one item.
+type outcome struct {
+	change Change
+	uid    types.UID // UID after the apply (or observed); empty when unknown
+	track  bool      // keep in the inventory
+	ready  bool      // wait for its readiness
+}
+
+// applyRun is the state of one Apply shared by its workers.
+type applyRun struct {
+	e       *Engine
+	ref     inventory.Ref
+	opts    ApplyOptions
+	old     *inventory.Inventory
+	items   []*item
+	applied atomic.Int64 // successful applies, for Hooks.AfterApply
+	// newNamespaces are the Namespaces of the set that do not exist yet (DryRun only): a
+	// dry-run of an object in them cannot succeed before they are created.
+	newNamespaces map[string]bool
+}
+
+// applyStages applies the items stage by stage, in parallel within a stage. It returns one
+// outcome per item (in item order) and a non-nil error only when a hook aborted the run.
+func (r *applyRun) applyStages(ctx context.Context) ([]outcome, error) {
+	outs := make([]outcome, len(r.items))
+	start := 0
+	for stage := 0; stage < numStages; stage++ {
+		end := start
+		for end < len(r.items) && r.items[end].stage == stage {
+			end++
+		}
+		if stage > stageDefinitions && end > start && !r.opts.DryRun {
+			r.establish(ctx, outs[:start], r.items[start:end])
+		}
+		if stage == stageClasses && r.opts.DryRun {
+			r.newNamespaces = newNamespaces(outs[:start])
+		}
+		if err := r.applyRange(ctx, outs, start, end); err != nil {
+			return outs[:end], err
+		}
+		start = end
+	}
+	return outs, nil
+}
+
+// applyRange applies items[start:end] with bounded concurrency into outs[start:end].
+func (r *applyRun) applyRange(ctx context.Context, outs []outcome, start, end int) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(r.opts.Concurrency, 1))
+	for i := start; i < end; i++ {
+		g.Go(func() error {
+			var err error
+			outs[i], err = r.applyOne(gctx, r.items[i])
+			return err
+		})
+	}
+	return g.Wait()
+}
+
+// establish waits for the CRDs applied so far to be Established and for the pending kinds
+// of next to resolve; pending items that do not resolve are marked failed in place.
+func (r *applyRun) establish(ctx context.Context, done []outcome, next []*item) {
+	var crds []string
+	for i, o := range done {
+		if r.items[i].id.GroupKind == crdGK && o.change.Action != ActionFailed && o.change.Action != ActionSkipped {
+			crds = append(crds, r.items[i].id.Name)
+		}
+	}
+	var pending []*item
+	for _, it := range next {
+		if it.pending {
+			pending = append(pending, it)
+		}
+	}
+	if len(crds) == 0 && len(pending) == 0 {
+		return
+	}
+	err := r.e.waitEstablished(ctx, crds, pending, r.opts.Timeout)
+	if err == nil {
+		return
+	}
+	for _, it := range pending {
+		it.pendingErr = err
+	}
+}
+
+// newNamespaces returns the Namespaces of the set the dry-run found missing in the cluster.
+func newNamespaces(done []outcome) map[string]bool {
+	out := map[string]bool{}
+	for _, o := range done {
+		if o.change.Object.GroupKind == namespaceGK && o.change.Action == ActionCreated {
+			out[o.change.Object.Name] = true
+		}
+	}
+	return out
+}
+
+// readyCandidates returns the IDs of objects whose readiness Wait checks: applied,
+// configured or unchanged ones that this run manages.
+func readyCandidates(outs []outcome) []object.ObjMetadata {
+	var ids []object.ObjMetadata
+	for _, o := range outs {
+		if o.ready {
+			ids = append(ids, o.change.Object)
+		}
+	}
+	return ids
+}

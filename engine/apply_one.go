@@ -1,0 +1,235 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fluxcd/pkg/ssa/normalize"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Messages of dry-run shortcuts.
+const (
+	msgCRDPending       = "CRD not yet installed; server-side dry-run skipped"
+	msgNamespacePending = "namespace not yet created; server-side dry-run skipped"
+	msgWouldRecreate    = "immutable field changed; would delete and recreate the object"
+)
+
+// applyOne applies one item: ownership check (I11), server-side dry-run, drift check, and
+// the apply itself when the object drifted. Object failures go into the outcome; the error
+// is non-nil only when a hook aborts the run.
+func (r *applyRun) applyOne(ctx context.Context, it *item) (outcome, error) {
+	out := outcome{change: Change{ID: it.key, Object: it.id}, track: true}
+	switch {
+	case it.pendingErr != nil:
+		return failed(out, it.pendingErr), nil
+	case it.pending && r.opts.DryRun:
+		out.change.Action, out.change.Message = ActionCreated, msgCRDPending
+		return out, nil
+	case it.obj.GetAnnotations()[ReconcileAnnotation] == ReconcileDisabled:
+		out.change.Action = ActionSkipped
+		out.change.Message = "reconcile disabled by annotation " + ReconcileAnnotation
+		out.uid, out.track = r.old.UID(it.id), r.old.Has(it.id)
+		return out, nil
+	}
+	live, err := r.e.get(ctx, it.obj)
+	if err != nil {
+		return failed(out, err), nil
+	}
+	if live != nil {
+		if owner := live.GetAnnotations()[OwnerAnnotation]; owner != "" && owner != r.ref.ID {
+			// I11: never adopt an object another inventory owns.
+			out.track = r.old.Has(it.id)
+			return failed(out, terminal(fmt.Errorf("%w %q; not adopted", ErrNotOwned, owner))), nil
+		}
+		out.uid = live.GetUID()
+	}
+	dry, live, err := r.dryRun(ctx, it, live)
+	if err != nil {
+		return failed(out, err), nil
+	}
+	if dry == nil { // a dry-run shortcut: created in a namespace the set creates, or a recreate
+		out.change.Action, out.change.Message = ActionCreated, msgNamespacePending
+		if live != nil {
+			out.change.Action, out.change.Message = ActionConfigured, msgWouldRecreate
+		}
+		return out, nil
+	}
+	if live != nil && !drifted(live, dry) {
+		out.change.Action, out.ready = ActionUnchanged, true
+		return out, nil
+	}
+	out.change.Action = ActionCreated
+	if live != nil {
+		out.change.Action = ActionConfigured
+	}
+	if r.opts.DryRun || r.opts.Diff {
+		if out.change.Diff, err = unifiedDiff(it.key, live, dry); err != nil {
+			return failed(out, err), nil
+		}
+	}
+	if r.opts.DryRun {
+		return out, nil
+	}
+	applied := it.obj.DeepCopy()
+	if err := r.e.serverSideApply(ctx, applied, false, r.forceConflicts(live)); err != nil {
+		return failed(out, err), nil
+	}
+	out.uid, out.ready = applied.GetUID(), true
+	if h := r.e.opts.Hooks.AfterApply; h != nil {
+		k := int(r.applied.Add(1))
+		if err := h(k, it.key); err != nil {
+			return out, fmt.Errorf("aborted by hook after apply %d (%s): %w", k, it.key, err)
+		}
+	}
+	return out, nil
+}
+
+// dryRun server-side dry-runs it. On an immutable-field rejection it recreates the object
+// when forced (deleting live, which becomes nil), or fails with how to opt in. A nil dry
+// result without error means a DryRun shortcut: the object cannot be dry-run yet (its
+// namespace is created by the same set) or would be recreated.
+func (r *applyRun) dryRun(ctx context.Context, it *item, live *unstructured.Unstructured) (
+	*unstructured.Unstructured, *unstructured.Unstructured, error) {
+	dry := it.obj.DeepCopy()
+	force := r.forceConflicts(live)
+	err := r.e.serverSideApply(ctx, dry, true, force)
+	if err != nil && live != nil && isImmutable(err) {
+		if !r.forced(it, live) {
+			return nil, live, terminal(fmt.Errorf("immutable field changed; set annotation %s: %s on the object or ApplyOptions.Force to recreate it: %w",
+				ForceAnnotation, ForceEnabled, err))
+		}
+		if r.opts.DryRun {
+			return nil, live, nil
+		}
+		if err := r.e.recreate(ctx, live, r.opts.Timeout); err != nil {
+			return nil, live, err
+		}
+		live = nil
+		dry = it.obj.DeepCopy()
+		err = r.e.serverSideApply(ctx, dry, true, false)
+	}
+	if err != nil {
+		if r.opts.DryRun && live == nil && apierrors.IsNotFound(err) && r.newNamespaces[it.id.Namespace] {
+			return nil, nil, nil
+		}
+		if apierrors.IsConflict(err) && !force {
+			err = fmt.Errorf("field manager conflict with another apply manager (set ForceConflicts to take ownership): %w", err)
+		}
+		return nil, live, err
+	}
+	return dry, live, nil
+}
+
+// forceConflicts reports whether applying may take fields from other managers: when the
+// user opted in, or when no other manager of live used server-side apply. Fields another
+// manager set with a plain update (kubectl edit, kubectl scale, a client-side script) are
+// drift and are taken back (I7); fields another apply manager owns are its own, and a
+// conflict with it is reported, not overridden (I11).
+func (r *applyRun) forceConflicts(live *unstructured.Unstructured) bool {
+	if r.opts.ForceConflicts || live == nil {
+		return r.opts.ForceConflicts
+	}
+	for _, mf := range live.GetManagedFields() {
+		if mf.Operation == metav1.ManagedFieldsOperationApply && mf.Manager != FieldManager && mf.Subresource == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// forced reports whether it may be recreated on an immutable-field change.
+func (r *applyRun) forced(it *item, live *unstructured.Unstructured) bool {
+	return r.opts.Force || it.obj.GetAnnotations()[ForceAnnotation] == ForceEnabled ||
+		live.GetAnnotations()[ForceAnnotation] == ForceEnabled
+}
+
+// failed marks out failed with err, prefixed with the object ID.
+func failed(out outcome, err error) outcome {
+	out.change.Action = ActionFailed
+	out.change.Message = err.Error()
+	out.change.Err = fmt.Errorf("%s: apply: %w", out.change.ID, err)
+	out.ready = false
+	return out
+}
+
+// get reads the live object of u from the API server; nil when it does not exist.
+func (e *Engine) get(ctx context.Context, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(u.GroupVersionKind())
+	err := e.client.Get(ctx, client.ObjectKeyFromObject(u), live)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return live, nil
+}
+
+// serverSideApply applies u with field manager FieldManager; u becomes the server's answer.
+// u never carries a resourceVersion (prepare strips it), so the apply is not an
+// optimistic-lock write.
+func (e *Engine) serverSideApply(ctx context.Context, u *unstructured.Unstructured, dryRun, force bool) error {
+	opts := []client.ApplyOption{client.FieldOwner(FieldManager)}
+	if force {
+		opts = append(opts, client.ForceOwnership)
+	}
+	if dryRun {
+		opts = append(opts, client.DryRunAll)
+	}
+	return e.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...)
+}
+
+// recreate deletes live with a UID precondition and waits until it is gone, so it can be
+// created again with the changed immutable fields.
+func (e *Engine) recreate(ctx context.Context, live *unstructured.Unstructured, timeout time.Duration) error {
+	uid := live.GetUID()
+	err := e.client.Delete(ctx, live, client.Preconditions{UID: &uid},
+		client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("recreate: delete: %w", err)
+	}
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		cur, err := e.get(ctx, live)
+		if err != nil {
+			return false, err
+		}
+		return cur == nil || cur.GetUID() != uid, nil
+	})
+	if err != nil {
+		return fmt.Errorf("recreate: wait for deletion: %w", err)
+	}
+	return nil
+}
+
+// drifted reports whether the server's dry-run result differs from the live object in
+// labels, annotations or anything outside metadata and status (the comparison of
+// fluxcd/pkg/ssa). Equal means applying would change nothing, so nothing is sent (I7).
+func drifted(live, dry *unstructured.Unstructured) bool {
+	if !equality.Semantic.DeepEqual(live.GetLabels(), dry.GetLabels()) ||
+		!equality.Semantic.DeepEqual(live.GetAnnotations(), dry.GetAnnotations()) {
+		return true
+	}
+	return !equality.Semantic.DeepEqual(bodyOf(live).Object, bodyOf(dry).Object)
+}
+
+// bodyOf returns a copy of u without metadata and status, normalized like ssa does.
+func bodyOf(u *unstructured.Unstructured) *unstructured.Unstructured {
+	c := u.DeepCopy()
+	unstructured.RemoveNestedField(c.Object, "metadata")
+	unstructured.RemoveNestedField(c.Object, "status")
+	if err := normalize.DryRunUnstructured(c); err != nil {
+		return u
+	}
+	return c
+}

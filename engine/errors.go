@@ -1,0 +1,77 @@
+package engine
+
+import (
+	"errors"
+	"regexp"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+)
+
+// ErrPruneRefused is wrapped by the error of a prune the engine refused: a prune larger
+// than ApplyOptions.PruneBudget, or of everything when the desired set is empty and
+// ApplyOptions.AllowEmpty is false. It is terminal.
+var ErrPruneRefused = errors.New("prune refused")
+
+// ErrNotOwned is wrapped by the error of an object that another inventory owns (its
+// owning-inventory annotation names another ID). It is terminal.
+var ErrNotOwned = errors.New("owned by another inventory")
+
+// terminalError marks an error that retrying with the same input cannot fix.
+type terminalError struct{ err error }
+
+func (e *terminalError) Error() string { return e.err.Error() }
+func (e *terminalError) Unwrap() error { return e.err }
+
+// terminal marks err as terminal; nil stays nil.
+func terminal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &terminalError{err: err}
+}
+
+// IsTerminal reports whether err cannot be fixed by retrying with the same input: a bad
+// manifest or an invalid field (422, 400), an unknown kind ("no matches for kind"), a
+// namespaced object without a namespace, an immutable field change without force, an
+// object owned by another inventory, or a refused prune. Everything else — conflicts, 5xx,
+// 429, timeouts, network errors — is transient: back off and retry. A joined error is
+// terminal only when every error it joins is terminal, since a retry can still fix the
+// others.
+func IsTerminal(err error) bool {
+	if err == nil {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := j.Unwrap()
+		for _, e := range errs {
+			if !IsTerminal(e) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	}
+	var t *terminalError
+	if errors.As(err, &t) {
+		return true
+	}
+	if apierrors.IsConflict(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) ||
+		apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) {
+		return false
+	}
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
+		meta.IsNoMatchError(err) || errors.Is(err, ErrPruneRefused) || errors.Is(err, ErrNotOwned)
+}
+
+// immutableRE matches the messages of immutable-field rejections: built-in validation
+// ("field is immutable") and CEL rules (x-kubernetes-validations).
+var immutableRE = regexp.MustCompile(`(?i)(is\s+immutable|immutable\s+field|field\s+is\s+immutable)`)
+
+// isImmutable reports whether err rejects a change of an immutable field. Unlike
+// fluxcd/pkg/ssa's IsImmutableError it does not treat every 422 or 409 as immutable, so a
+// plain invalid value is never "fixed" by deleting and recreating the object.
+func isImmutable(err error) bool {
+	return (apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err)) &&
+		immutableRE.MatchString(err.Error())
+}

@@ -1,0 +1,241 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/inventory"
+)
+
+// DeleteOptions are the per-call settings of Delete.
+type DeleteOptions struct {
+	// Concurrency bounds the deletes in flight. Zero or less means 1.
+	Concurrency int
+}
+
+// DefaultDeleteOptions deletes 8 objects at a time.
+func DefaultDeleteOptions() DeleteOptions {
+	return DeleteOptions{Concurrency: 8}
+}
+
+// Delete deletes every object of the inventory of ref that still carries our owner
+// annotation and UID (I1), in reverse dependency order, one stage at a time. After each
+// stage it records the confirmed deletions in the inventory, so a crash resumes where it
+// stopped; it stops at a stage with a failed delete, whose objects stay in the inventory
+// (I3). It deletes the inventory ConfigMap once the inventory is empty (I12).
+func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptions) (*Result, error) {
+	res := &Result{}
+	if err := validateRef(ref); err != nil {
+		return res, err
+	}
+	inv, err := e.store.Get(ctx, ref)
+	if err != nil {
+		return res, err
+	}
+	counter := new(atomic.Int64)
+	for _, stage := range pruneStages(inv.Entries()) {
+		pr := e.pruneStage(ctx, ref, stage, false, opts.Concurrency, counter)
+		res.Pruned = append(res.Pruned, pr.changes...)
+		if pr.abort != nil {
+			return res, errors.Join(append(pr.errs, pr.abort)...)
+		}
+		for _, id := range pr.dropped {
+			inv.Remove(id)
+		}
+		if len(pr.dropped) > 0 {
+			inv, err = e.store.Update(ctx, ref, func(s *inventory.Inventory) *inventory.Inventory {
+				n := s.Clone()
+				for _, id := range pr.dropped {
+					n.Remove(id)
+				}
+				return n
+			})
+			if err != nil {
+				return res, errors.Join(append(pr.errs, err)...)
+			}
+		}
+		if len(pr.errs) > 0 {
+			return res, errors.Join(pr.errs...)
+		}
+	}
+	if inv.Len() > 0 {
+		return res, fmt.Errorf("inventory %s: %d objects still tracked", ref, inv.Len())
+	}
+	return res, e.store.Delete(ctx, ref)
+}
+
+// pruneResult is the outcome of deleting a list of inventory entries.
+type pruneResult struct {
+	changes []Change
+	dropped []object.ObjMetadata // to remove from the inventory: deleted, gone, or not ours
+	errs    []error              // failed deletes; their entries stay in the inventory (I3)
+	abort   error                // a hook aborted the run
+}
+
+// prune deletes candidates in reverse dependency order, stopping after a stage with a
+// failed delete (a Namespace must not take down what we were denied to delete).
+func (e *Engine) prune(ctx context.Context, ref inventory.Ref, candidates []inventory.Entry, dryRun bool,
+	concurrency int, counter *atomic.Int64) pruneResult {
+	var all pruneResult
+	for _, stage := range pruneStages(candidates) {
+		pr := e.pruneStage(ctx, ref, stage, dryRun, concurrency, counter)
+		all.changes = append(all.changes, pr.changes...)
+		all.dropped = append(all.dropped, pr.dropped...)
+		all.errs = append(all.errs, pr.errs...)
+		if pr.abort != nil || len(pr.errs) > 0 {
+			all.abort = pr.abort
+			break
+		}
+	}
+	return all
+}
+
+// pruneStages groups entries (sorted) by pruneRank, lowest rank first.
+func pruneStages(entries []inventory.Entry) [][]inventory.Entry {
+	var byRank [5][]inventory.Entry
+	for _, en := range entries {
+		r := pruneRank(en.Object.GroupKind)
+		byRank[r] = append(byRank[r], en)
+	}
+	var out [][]inventory.Entry
+	for _, s := range byRank {
+		if len(s) > 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// pruneStage deletes entries in parallel with bounded concurrency.
+func (e *Engine) pruneStage(ctx context.Context, ref inventory.Ref, entries []inventory.Entry, dryRun bool,
+	concurrency int, counter *atomic.Int64) pruneResult {
+	type one struct {
+		change Change
+		drop   bool
+	}
+	outs := make([]one, len(entries))
+	var abort atomic.Pointer[error]
+	var g errgroup.Group // workers never fail: errors go into outs
+	g.SetLimit(max(concurrency, 1))
+	for i, en := range entries {
+		g.Go(func() error {
+			if abort.Load() != nil { // a crash point fired: no further deletes
+				outs[i].change = Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped, Message: "aborted"}
+				return nil
+			}
+			c, drop := e.pruneOne(ctx, ref, en, dryRun)
+			outs[i] = one{change: c, drop: drop}
+			if c.Action == ActionPruned && !dryRun && e.opts.Hooks.AfterPrune != nil {
+				j := int(counter.Add(1))
+				if err := e.opts.Hooks.AfterPrune(j, c.ID); err != nil {
+					err = fmt.Errorf("aborted by hook after prune %d (%s): %w", j, c.ID, err)
+					abort.CompareAndSwap(nil, &err)
+				}
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	var pr pruneResult
+	for _, o := range outs {
+		pr.changes = append(pr.changes, o.change)
+		if o.drop {
+			pr.dropped = append(pr.dropped, o.change.Object)
+		}
+		if o.change.Err != nil {
+			pr.errs = append(pr.errs, o.change.Err)
+		}
+	}
+	if p := abort.Load(); p != nil {
+		pr.abort = *p
+	}
+	return pr
+}
+
+// pruneOne deletes one inventory entry if it is still ours: it exists, carries our owner
+// annotation, has no prune-disabled annotation, and its UID is the one we recorded (I1).
+// drop says whether the entry leaves the inventory; a failed delete keeps it (I3).
+func (e *Engine) pruneOne(ctx context.Context, ref inventory.Ref, en inventory.Entry, dryRun bool) (Change, bool) {
+	c := Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped}
+	log := logr.FromContextOrDiscard(ctx).WithValues("object", c.ID)
+	live, err := e.getByID(ctx, en.Object)
+	if err != nil {
+		c.Action, c.Message = ActionFailed, err.Error()
+		c.Err = fmt.Errorf("%s: prune: %w", c.ID, err)
+		return c, false
+	}
+	if live == nil {
+		c.Message = "already deleted"
+		return c, true
+	}
+	uid := live.GetUID()
+	switch {
+	case live.GetAnnotations()[OwnerAnnotation] != ref.ID:
+		c.Message = fmt.Sprintf("not deleted: owning-inventory annotation is %q, not %q; dropped from the inventory",
+			live.GetAnnotations()[OwnerAnnotation], ref.ID)
+		return c, true
+	case live.GetAnnotations()[PruneAnnotation] == PruneDisabled:
+		c.Message = "not deleted: prune disabled by annotation " + PruneAnnotation + "; dropped from the inventory"
+		return c, true
+	case en.UID != "" && en.UID != uid:
+		c.Message = fmt.Sprintf("not deleted: recreated by someone else (UID %s, recorded %s); dropped from the inventory", uid, en.UID)
+		return c, true
+	case live.GetDeletionTimestamp() != nil:
+		c.Action, c.Message = ActionPruned, "already terminating"
+		return c, true
+	case dryRun:
+		c.Action, c.Message = ActionPruned, "would prune"
+		return c, false
+	}
+	err = e.client.Delete(ctx, live, client.Preconditions{UID: &uid},
+		client.PropagationPolicy(metav1.DeletePropagationBackground))
+	switch {
+	case err == nil:
+		c.Action = ActionPruned
+		log.V(1).Info("pruned")
+		return c, true
+	case apierrors.IsNotFound(err):
+		c.Message = "already deleted"
+		return c, true
+	case apierrors.IsConflict(err):
+		c.Message = "not deleted: UID precondition failed (recreated by someone else); dropped from the inventory"
+		return c, true
+	default:
+		c.Action, c.Message = ActionFailed, err.Error()
+		c.Err = fmt.Errorf("%s: prune: %w", c.ID, err)
+		return c, false
+	}
+}
+
+// getByID reads the object id names, at the version the server prefers; nil when it does
+// not exist or its kind is not served any more.
+func (e *Engine) getByID(ctx context.Context, id object.ObjMetadata) (*unstructured.Unstructured, error) {
+	m, err := e.mapper.RESTMapping(id.GroupKind)
+	if meta.IsNoMatchError(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	live := &unstructured.Unstructured{}
+	live.SetGroupVersionKind(m.GroupVersionKind)
+	err = e.client.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, live)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return live, nil
+}

@@ -1,0 +1,108 @@
+package engine
+
+import (
+	"sigs.k8s.io/cli-utils/pkg/object"
+)
+
+// Action is what the engine did, or would do under DryRun, with one object.
+type Action string
+
+// The actions of a Change.
+const (
+	ActionCreated    Action = "created"
+	ActionConfigured Action = "configured"
+	ActionUnchanged  Action = "unchanged"
+	ActionPruned     Action = "pruned"
+	ActionSkipped    Action = "skipped"
+	ActionFailed     Action = "failed"
+)
+
+// Change is the outcome for one object of the desired set (Result.Changes) or of the
+// inventory (Result.Pruned).
+type Change struct {
+	// ID is the object's ns_name_group_kind, as stored in the inventory.
+	ID string
+	// Object identifies the object.
+	Object object.ObjMetadata
+	// Action is what happened.
+	Action Action
+	// Diff is a unified diff of the live object against the server's dry-run result, with
+	// Secret values masked. Filled under DryRun or ApplyOptions.Diff.
+	Diff string
+	// Message explains skips, failures and dry-run shortcuts.
+	Message string
+	// Err is the error of a failed object, already prefixed with ID.
+	Err error
+}
+
+// ObjectHealth is the kstatus readiness of one applied object.
+type ObjectHealth struct {
+	// ID is the object's ns_name_group_kind.
+	ID string
+	// Object identifies the object.
+	Object object.ObjMetadata
+	// Status is the kstatus status: Current, InProgress, Failed, Terminating, NotFound or
+	// Unknown.
+	Status string
+	// Message is kstatus' explanation of Status.
+	Message string
+}
+
+// Result is the outcome of Apply or Delete. A partial failure returns both a Result and an
+// error.
+type Result struct {
+	// Changes has one entry per object of the desired set, in apply order.
+	Changes []Change
+	// Pruned has one entry per prune candidate: pruned, skipped (not ours any more, prune
+	// disabled, recreated by someone else) or failed.
+	Pruned []Change
+	// Health has one entry per applied object when ApplyOptions.Wait is set.
+	Health []ObjectHealth
+}
+
+// Summary counts the actions of a Result.
+type Summary struct {
+	Created, Configured, Unchanged, Pruned, Skipped, Failed, NotReady int
+}
+
+// Summary counts r's changes by action and its health entries that are not Current.
+func (r *Result) Summary() Summary {
+	var s Summary
+	if r == nil {
+		return s
+	}
+	for _, list := range [][]Change{r.Changes, r.Pruned} {
+		for _, c := range list {
+			switch c.Action {
+			case ActionCreated:
+				s.Created++
+			case ActionConfigured:
+				s.Configured++
+			case ActionUnchanged:
+				s.Unchanged++
+			case ActionPruned:
+				s.Pruned++
+			case ActionSkipped:
+				s.Skipped++
+			case ActionFailed:
+				s.Failed++
+			}
+		}
+	}
+	for _, h := range r.Health {
+		if h.Status != "Current" {
+			s.NotReady++
+		}
+	}
+	return s
+}
+
+// failed reports whether any change of the desired set failed.
+func (r *Result) failed() bool {
+	for _, c := range r.Changes {
+		if c.Action == ActionFailed {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
+	"github.com/fluxcd/cli-utils/pkg/kstatus/polling/event"
+	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
+	fluxobject "github.com/fluxcd/cli-utils/pkg/object"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// defaultTimeout bounds waits when ApplyOptions.Timeout is zero.
+const defaultTimeout = 5 * time.Minute
+
+// wait polls kstatus for ids until all are Current, one is Failed, or timeout passes. It
+// returns the last status of every object, in ids order, and an error naming each object
+// that is not Current with kstatus' message.
+func (e *Engine) wait(ctx context.Context, ids []object.ObjMetadata, timeout time.Duration) ([]ObjectHealth, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if timeout <= 0 {
+		timeout = defaultTimeout
+	}
+	set := make(fluxobject.ObjMetadataSet, 0, len(ids))
+	for _, id := range ids {
+		set = append(set, toFlux(id))
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	latest := make(map[object.ObjMetadata]*event.ResourceStatus, len(ids))
+	var pollErr error
+	finished := false
+	for ev := range e.poller.Poll(wctx, set, polling.PollOptions{PollInterval: e.opts.PollInterval}) {
+		switch ev.Type {
+		case event.ErrorEvent:
+			pollErr = ev.Error
+			cancel()
+		case event.ResourceUpdateEvent:
+			latest[fromFlux(ev.Resource.Identifier)] = ev.Resource
+			if settled(latest, ids) {
+				finished = true
+				cancel()
+			}
+		}
+	}
+	health := make([]ObjectHealth, 0, len(ids))
+	var errs []error
+	for _, id := range ids {
+		h := ObjectHealth{ID: id.String(), Object: id, Status: status.UnknownStatus.String()}
+		if rs := latest[id]; rs != nil {
+			h.Status, h.Message = rs.Status.String(), rs.Message
+			if rs.Error != nil {
+				h.Message = rs.Error.Error()
+			}
+		}
+		health = append(health, h)
+		if h.Status != status.CurrentStatus.String() {
+			errs = append(errs, fmt.Errorf("%s: wait: status %s: %s", h.ID, h.Status, h.Message))
+		}
+	}
+	switch {
+	case pollErr != nil:
+		errs = append(errs, fmt.Errorf("wait: %w", pollErr))
+	case !finished && ctx.Err() != nil:
+		errs = append(errs, fmt.Errorf("wait: %w", ctx.Err()))
+	case !finished:
+		errs = append([]error{fmt.Errorf("wait: timeout after %s, %d of %d objects not Current",
+			timeout, len(errs), len(ids))}, errs...)
+	}
+	return health, errors.Join(errs...)
+}
+
+// settled reports whether every id is Current or one of them Failed.
+func settled(latest map[object.ObjMetadata]*event.ResourceStatus, ids []object.ObjMetadata) bool {
+	current := 0
+	for _, id := range ids {
+		rs := latest[id]
+		if rs == nil {
+			continue
+		}
+		switch rs.Status {
+		case status.FailedStatus:
+			return true
+		case status.CurrentStatus:
+			current++
+		}
+	}
+	return current == len(ids)
+}
+
+// waitEstablished waits until the named CRDs report Established and the kinds of pending
+// items resolve through the RESTMapper (which re-discovers on a miss).
+func (e *Engine) waitEstablished(ctx context.Context, crds []string, pending []*item, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = defaultTimeout
+	}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		for _, name := range crds {
+			crd := &unstructured.Unstructured{}
+			crd.SetGroupVersionKind(crdGK.WithVersion("v1"))
+			if err := e.client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
+				last = fmt.Errorf("CRD %s: %w", name, err)
+				return false, nil
+			}
+			if !established(crd) {
+				last = fmt.Errorf("CRD %s is not Established", name)
+				return false, nil
+			}
+		}
+		for _, it := range pending {
+			gvk := it.obj.GroupVersionKind()
+			if _, err := e.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+				if !meta.IsNoMatchError(err) {
+					return false, err
+				}
+				last = fmt.Errorf("kind %s is not served yet: %w", gvk, err)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("wait for CRDs: %v: %w", last, err) // the NoMatch in last is transient here
+	}
+	return err
+}
+
+// established reports the Established=True condition of a CRD.
+func established(crd *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	for _, c := range conds {
+		m, ok := c.(map[string]any)
+		if ok && m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,155 @@
+package inventory
+
+import (
+	"sort"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/cli-utils/pkg/object"
+)
+
+// Ref says where a set's inventory lives: a ConfigMap Namespace/Name labelled
+// cli-utils.sigs.k8s.io/inventory-id=ID.
+type Ref struct {
+	Namespace string
+	Name      string
+	ID        string
+}
+
+// String returns namespace/name of the inventory ConfigMap.
+func (r Ref) String() string { return r.Namespace + "/" + r.Name }
+
+// Entry is one tracked object: its cli-utils object metadata and the UID we created or
+// observed. UID is empty when the object was inventoried before it was first applied
+// (write-ahead) and its UID is not known yet.
+type Entry struct {
+	Object object.ObjMetadata
+	UID    types.UID
+}
+
+// Inventory is a set of Entries keyed by object metadata. The zero value is an empty
+// inventory ready to use. It is not safe for concurrent mutation.
+type Inventory struct {
+	entries map[object.ObjMetadata]types.UID
+}
+
+// New returns an inventory holding entries; a later entry for the same object wins.
+func New(entries ...Entry) *Inventory {
+	inv := &Inventory{}
+	for _, e := range entries {
+		inv.Add(e)
+	}
+	return inv
+}
+
+// Add inserts or replaces the entry for e.Object.
+func (inv *Inventory) Add(e Entry) {
+	if inv.entries == nil {
+		inv.entries = make(map[object.ObjMetadata]types.UID)
+	}
+	inv.entries[e.Object] = e.UID
+}
+
+// Remove drops the entry for id, if any.
+func (inv *Inventory) Remove(id object.ObjMetadata) {
+	delete(inv.entries, id)
+}
+
+// Has reports whether id is tracked.
+func (inv *Inventory) Has(id object.ObjMetadata) bool {
+	if inv == nil {
+		return false
+	}
+	_, ok := inv.entries[id]
+	return ok
+}
+
+// UID returns the UID recorded for id, empty when unknown or untracked.
+func (inv *Inventory) UID(id object.ObjMetadata) types.UID {
+	if inv == nil {
+		return ""
+	}
+	return inv.entries[id]
+}
+
+// Len returns the number of tracked objects.
+func (inv *Inventory) Len() int {
+	if inv == nil {
+		return 0
+	}
+	return len(inv.entries)
+}
+
+// Entries returns the entries sorted by their ns_name_group_kind string, so the order is
+// deterministic.
+func (inv *Inventory) Entries() []Entry {
+	if inv == nil {
+		return nil
+	}
+	out := make([]Entry, 0, len(inv.entries))
+	for id, uid := range inv.entries {
+		out = append(out, Entry{Object: id, UID: uid})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Object.String() < out[j].Object.String() })
+	return out
+}
+
+// Clone returns an independent copy of inv.
+func (inv *Inventory) Clone() *Inventory {
+	out := &Inventory{}
+	if inv == nil {
+		return out
+	}
+	out.entries = make(map[object.ObjMetadata]types.UID, len(inv.entries))
+	for id, uid := range inv.entries {
+		out.entries[id] = uid
+	}
+	return out
+}
+
+// Union returns a new inventory holding the entries of inv and other. For an object in
+// both, other's UID wins when it is known; otherwise inv's UID is kept, so a write-ahead
+// entry without a UID never erases a UID recorded earlier.
+func (inv *Inventory) Union(other *Inventory) *Inventory {
+	out := inv.Clone()
+	if other == nil {
+		return out
+	}
+	for id, uid := range other.entries {
+		if uid == "" && out.Has(id) {
+			continue
+		}
+		out.Add(Entry{Object: id, UID: uid})
+	}
+	return out
+}
+
+// Diff returns the entries of inv that are not in other (inv − other), with inv's UIDs:
+// for the stored inventory inv and the desired set other, the prune candidates.
+func (inv *Inventory) Diff(other *Inventory) *Inventory {
+	out := &Inventory{}
+	if inv == nil {
+		return out
+	}
+	for id, uid := range inv.entries {
+		if !other.Has(id) {
+			out.Add(Entry{Object: id, UID: uid})
+		}
+	}
+	return out
+}
+
+// Equal reports whether inv and other hold the same objects with the same UIDs.
+func (inv *Inventory) Equal(other *Inventory) bool {
+	if inv.Len() != other.Len() {
+		return false
+	}
+	if inv == nil {
+		return true
+	}
+	for id, uid := range inv.entries {
+		if !other.Has(id) || other.UID(id) != uid {
+			return false
+		}
+	}
+	return true
+}

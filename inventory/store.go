@@ -1,0 +1,154 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// IDLabel is the cli-utils label that names the inventory a ConfigMap holds.
+const IDLabel = "cli-utils.sigs.k8s.io/inventory-id"
+
+// Store reads and writes inventories as ConfigMaps in the cli-utils format. It must be
+// given an uncached client: every read, including the re-read after a conflict, goes to
+// the API server.
+type Store struct {
+	c client.Client
+}
+
+// NewStore returns a Store that uses c, which must read from the API server, not a cache.
+func NewStore(c client.Client) *Store {
+	return &Store{c: c}
+}
+
+// Get returns the stored inventory of ref. A missing ConfigMap is an empty inventory, not
+// an error. A ConfigMap whose inventory-id label differs from ref.ID is an error: it
+// belongs to another set.
+func (s *Store) Get(ctx context.Context, ref Ref) (*Inventory, error) {
+	cm, err := s.get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if cm == nil {
+		return &Inventory{}, nil
+	}
+	return decode(ref, cm)
+}
+
+// Write stores inv as the inventory of ref, whatever is stored now. See Update.
+func (s *Store) Write(ctx context.Context, ref Ref, inv *Inventory) error {
+	_, err := s.Update(ctx, ref, func(*Inventory) *Inventory { return inv })
+	return err
+}
+
+// Update stores mutate(stored) as the inventory of ref and returns it. Every attempt reads
+// the ConfigMap from the API server (never a cache), creates it when missing, and otherwise
+// updates it with the read resourceVersion as a precondition; on a conflict it re-reads and
+// calls mutate again (retry.RetryOnConflict), so a concurrent writer's change is seen, not
+// overwritten blindly. When the result equals what is stored it sends nothing, so a no-op
+// reconcile issues no write. mutate must not keep or modify its argument.
+func (s *Store) Update(ctx context.Context, ref Ref, mutate func(stored *Inventory) *Inventory) (*Inventory, error) {
+	var result *Inventory
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm, err := s.get(ctx, ref)
+		if err != nil {
+			return err
+		}
+		stored := &Inventory{}
+		if cm != nil {
+			if stored, err = decode(ref, cm); err != nil {
+				return err
+			}
+		}
+		result = mutate(stored)
+		data := encode(result)
+		if cm == nil {
+			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+				Namespace: ref.Namespace, Name: ref.Name,
+				Labels: map[string]string{IDLabel: ref.ID},
+			}, Data: data}
+			err := s.c.Create(ctx, cm)
+			if apierrors.IsAlreadyExists(err) {
+				// Someone created it between our read and our create: re-read and retry.
+				return apierrors.NewConflict(corev1.Resource("configmaps"), ref.Name, err)
+			}
+			return err
+		}
+		if maps.Equal(cm.Data, data) && len(cm.BinaryData) == 0 {
+			return nil
+		}
+		cm.Data = data
+		cm.BinaryData = nil
+		return s.c.Update(ctx, cm) // carries cm.ResourceVersion: optimistic concurrency
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inventory %s: write: %w", ref, err)
+	}
+	return result, nil
+}
+
+// Delete removes the inventory ConfigMap of ref. A missing ConfigMap is not an error.
+func (s *Store) Delete(ctx context.Context, ref Ref) error {
+	cm, err := s.get(ctx, ref)
+	if err != nil || cm == nil {
+		return err
+	}
+	if id := cm.Labels[IDLabel]; id != ref.ID {
+		return fmt.Errorf("inventory %s: delete: configmap holds inventory %q, not %q", ref, id, ref.ID)
+	}
+	uid := cm.UID
+	err = s.c.Delete(ctx, cm, client.Preconditions{UID: &uid})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("inventory %s: delete: %w", ref, err)
+	}
+	return nil
+}
+
+// get reads the ConfigMap of ref; nil without error when it does not exist.
+func (s *Store) get(ctx context.Context, ref Ref) (*corev1.ConfigMap, error) {
+	if ref.Name == "" || ref.Namespace == "" || ref.ID == "" {
+		return nil, fmt.Errorf("inventory %s: namespace, name and id are required", ref)
+	}
+	cm := &corev1.ConfigMap{}
+	err := s.c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, cm)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inventory %s: read: %w", ref, err)
+	}
+	return cm, nil
+}
+
+// decode parses the data keys of cm (ns_name_group_kind) and their UID values.
+func decode(ref Ref, cm *corev1.ConfigMap) (*Inventory, error) {
+	if id := cm.Labels[IDLabel]; id != ref.ID {
+		return nil, fmt.Errorf("inventory %s: configmap holds inventory %q, not %q", ref, id, ref.ID)
+	}
+	inv := &Inventory{}
+	for key, uid := range cm.Data {
+		id, err := object.ParseObjMetadata(key)
+		if err != nil {
+			return nil, fmt.Errorf("inventory %s: entry %q: %w", ref, key, err)
+		}
+		inv.Add(Entry{Object: id, UID: types.UID(uid)})
+	}
+	return inv, nil
+}
+
+// encode renders inv as ConfigMap data: key ns_name_group_kind, value the UID (or "").
+func encode(inv *Inventory) map[string]string {
+	data := make(map[string]string, inv.Len())
+	for _, e := range inv.Entries() {
+		data[e.Object.String()] = string(e.UID)
+	}
+	return data
+}
