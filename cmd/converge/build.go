@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,8 +19,9 @@ import (
 	"github.com/converge-dev/converge/sources/git"
 )
 
-// buildFlags are the flags of "converge build".
-type buildFlags struct {
+// sourceFlags say what to render: a local PATH or a git repository. "converge build" and
+// "converge apply" share them.
+type sourceFlags struct {
 	root           string
 	gitURL         string
 	path           string
@@ -36,7 +38,7 @@ type buildFlags struct {
 }
 
 func newBuildCommand() *cobra.Command {
-	var f buildFlags
+	var f sourceFlags
 	cmd := &cobra.Command{
 		Use:   "build [PATH]",
 		Short: "Render a kustomization or YAML folder, offline, and print it",
@@ -66,14 +68,7 @@ CONVERGE_GIT_PASSWORD, or CONVERGE_GIT_TOKEN, for HTTPS; --ssh-key-file and
   converge build --git-url https://github.com/org/apps.git --ref tag:v1.2.3 --path deploy`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			src, err := f.source(args)
-			if err != nil {
-				return err
-			}
-			opts := sources.DefaultLoadOptions()
-			opts.Fetch.Timeout = f.timeout
-			opts.Render.AllowRemoteBases = f.allowRemote
-			b, err := sources.NewLoader(f.cacheDir).Load(cmd.Context(), src, opts)
+			b, err := f.load(cmd.Context(), args)
 			if err != nil {
 				return err
 			}
@@ -85,6 +80,12 @@ CONVERGE_GIT_PASSWORD, or CONVERGE_GIT_TOKEN, for HTTPS; --ssh-key-file and
 			return err
 		},
 	}
+	f.addFlags(cmd)
+	return cmd
+}
+
+// addFlags registers the source flags on cmd.
+func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.root, "root", "", "source root a local PATH must stay inside (default: enclosing git work tree, else PATH)")
 	fl.StringVar(&f.gitURL, "git-url", "", "git repository to fetch instead of a local PATH")
@@ -97,17 +98,28 @@ CONVERGE_GIT_PASSWORD, or CONVERGE_GIT_TOKEN, for HTTPS; --ssh-key-file and
 	fl.StringVar(&f.sshKeyFile, "ssh-key-file", "", "SSH private key file")
 	fl.StringVar(&f.knownHostsFile, "known-hosts-file", defaultKnownHosts(), "known_hosts file the SSH host key must be in")
 	fl.StringVar(&f.cacheDir, "cache-dir", defaultCacheDir(), "directory for fetched repositories")
-	fl.DurationVar(&f.timeout, "timeout", 2*time.Minute, "git fetch timeout")
+	fl.DurationVar(&f.timeout, "fetch-timeout", 2*time.Minute, "git fetch timeout")
 	fl.BoolVar(&f.allowRemote, "allow-remote-bases", false, "let kustomizations load remote bases and resources")
 	cmd.MarkFlagsMutuallyExclusive("ref", "ref-branch")
 	cmd.MarkFlagsMutuallyExclusive("ref", "ref-tag")
 	cmd.MarkFlagsMutuallyExclusive("ref", "ref-semver")
 	cmd.MarkFlagsMutuallyExclusive("ref", "ref-commit")
-	return cmd
+}
+
+// load fetches and renders what the flags and argument name.
+func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle, error) {
+	src, err := f.source(args)
+	if err != nil {
+		return nil, err
+	}
+	opts := sources.DefaultLoadOptions()
+	opts.Fetch.Timeout = f.timeout
+	opts.Render.AllowRemoteBases = f.allowRemote
+	return sources.NewLoader(f.cacheDir).Load(ctx, src, opts)
 }
 
 // source turns the flags and argument into what to load.
-func (f *buildFlags) source(args []string) (sources.Source, error) {
+func (f *sourceFlags) source(args []string) (sources.Source, error) {
 	if f.gitURL == "" {
 		if len(args) != 1 {
 			return sources.Source{}, errors.New("give a PATH to render, or --git-url")

@@ -359,3 +359,50 @@ func (f *fixture) startStoppableDaemon(cfg *rest.Config, mutate ...func(*runOpti
 	f.t.Cleanup(stop)
 	return stop
 }
+
+// TestDaemonDeletionPolicy deletes Syncs: with Delete their objects and inventory go, then the
+// finalizer; with Orphan the objects stay (I12).
+func TestDaemonDeletionPolicy(t *testing.T) {
+	f := newFixture(t)
+	rev := f.publish(map[string]string{"b.yaml": cmB})
+	f.startDaemon(env.Config)
+	s := f.createSync(time.Minute)
+	f.waitSync("Ready", readyAt(rev))
+
+	for _, policy := range []string{status.DeletionPolicyOrphan, status.DeletionPolicyDelete} {
+		if policy == status.DeletionPolicyDelete {
+			s = f.createSync(time.Minute)
+			f.waitSync("Ready again", readyAt(rev))
+		}
+		cur := &status.Sync{}
+		if err := f.c.Get(context.Background(), client.ObjectKeyFromObject(s), cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.DeletionPolicy = policy
+		if err := f.c.Update(context.Background(), cur); err != nil {
+			t.Fatal(err)
+		}
+		f.waitSync("observing the policy", func(got *status.Sync) bool {
+			return got.Status.ObservedGeneration == got.Generation && got.Generation == cur.Generation
+		})
+		if err := f.c.Delete(context.Background(), cur); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			return apierrors.IsNotFound(f.c.Get(ctx, client.ObjectKeyFromObject(cur), &status.Sync{})), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: the Sync was never finalized", policy)
+		}
+		_, err = f.configMap("b")
+		switch {
+		case policy == status.DeletionPolicyOrphan && err != nil:
+			t.Errorf("Orphan: configmap b is gone: %v", err)
+		case policy == status.DeletionPolicyDelete && !apierrors.IsNotFound(err):
+			t.Errorf("Delete: configmap b survived: %v", err)
+		}
+	}
+	if _, err := f.configMap("app-inventory"); !apierrors.IsNotFound(err) {
+		t.Errorf("the inventory ConfigMap survived the Delete policy: %v", err)
+	}
+}

@@ -3,13 +3,16 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 )
 
 func main() {
 	if err := newRootCommand().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
+		if !errors.Is(err, errChangesFound) {
+			fmt.Fprintln(os.Stderr, "Error:", err)
+		}
 		os.Exit(exitCode(err))
 	}
 }

@@ -40,7 +40,7 @@ inventory, prunes what left the source, and reports readiness.`,
 		Version:       version,
 	}
 	kube := addKubeFlags(root)
-	root.AddCommand(newVersionCommand(), newBuildCommand(), newRunCommand(kube))
+	root.AddCommand(newVersionCommand(), newBuildCommand(), newRunCommand(kube), newApplyCommand(kube))
 	return root
 }
 

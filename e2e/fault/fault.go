@@ -43,7 +43,7 @@ type Transport struct {
 	mu       sync.Mutex
 	next     http.RoundTripper
 	rules    []*Rule
-	counts   map[string]int
+	counts   map[countKey]int
 	injected int
 }
 
@@ -80,13 +80,29 @@ func (t *Transport) Count(verbs ...string) int {
 	defer t.mu.Unlock()
 	want := sets.New(verbs...)
 	n := 0
-	for v, c := range t.counts {
-		if want.Len() == 0 || want.Has(v) {
+	for k, c := range t.counts {
+		if want.Len() == 0 || want.Has(k.verb) {
 			n += c
 		}
 	}
 	return n
 }
+
+// CountResource returns how many requests with verb were sent to resource (and subresource,
+// when not empty), e.g. CountResource("patch", "syncs", "status").
+func (t *Transport) CountResource(verb, resource, subresource string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for k, c := range t.counts {
+		if k.verb == verb && k.resource == resource && (subresource == "" || k.subresource == subresource) {
+			n += c
+		}
+	}
+	return n
+}
+
+type countKey struct{ verb, resource, subresource string }
 
 // Mutating returns how many create, update, patch and delete requests were sent.
 func (t *Transport) Mutating() int {
@@ -112,9 +128,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	info := parse(req)
 	t.mu.Lock()
 	if t.counts == nil {
-		t.counts = map[string]int{}
+		t.counts = map[countKey]int{}
 	}
-	t.counts[info.verb]++
+	t.counts[countKey{info.verb, info.resource, info.subresource}]++
 	rule := t.match(info)
 	if rule != nil {
 		t.injected++

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/converge-dev/converge/engine"
+)
+
+// report is what "converge apply" prints: per-object actions, what was (or would be)
+// pruned, a summary and the error, in a form for people or machines.
+type report struct {
+	Revision string         `json:"revision"`
+	DryRun   bool           `json:"dryRun"`
+	Objects  []objectReport `json:"objects"`
+	Pruned   []objectReport `json:"pruned"`
+	Summary  summary        `json:"summary"`
+	Error    string         `json:"error,omitempty"`
+}
+
+type objectReport struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Action    string `json:"action"`
+	Message   string `json:"message,omitempty"`
+	Diff      string `json:"diff,omitempty"`
+	Health    string `json:"health,omitempty"`
+}
+
+type summary struct {
+	Created    int `json:"created"`
+	Configured int `json:"configured"`
+	Unchanged  int `json:"unchanged"`
+	Pruned     int `json:"pruned"`
+	Skipped    int `json:"skipped"`
+	Failed     int `json:"failed"`
+	NotReady   int `json:"notReady"`
+}
+
+// changes counts what a dry-run would change.
+func (s summary) changes() int { return s.Created + s.Configured + s.Pruned }
+
+func newReport(revision string, dryRun bool, res *engine.Result, err error) *report {
+	r := &report{Revision: revision, DryRun: dryRun, Objects: []objectReport{}, Pruned: []objectReport{}}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	if res == nil {
+		return r
+	}
+	health := map[string]string{}
+	for _, h := range res.Health {
+		health[h.ID] = h.Status
+	}
+	for _, c := range res.Changes {
+		o := objectOf(c)
+		o.Health = health[c.ID]
+		r.Objects = append(r.Objects, o)
+	}
+	for _, c := range res.Pruned {
+		r.Pruned = append(r.Pruned, objectOf(c))
+	}
+	s := res.Summary()
+	r.Summary = summary{s.Created, s.Configured, s.Unchanged, s.Pruned, s.Skipped, s.Failed, s.NotReady}
+	return r
+}
+
+// dropDiffs removes the diffs (the engine computes them for every dry-run).
+func (r *report) dropDiffs() {
+	for i := range r.Objects {
+		r.Objects[i].Diff = ""
+	}
+}
+
+func objectOf(c engine.Change) objectReport {
+	return objectReport{Kind: c.Object.GroupKind.Kind, Namespace: c.Object.Namespace, Name: c.Object.Name,
+		Action: string(c.Action), Message: c.Message, Diff: c.Diff}
+}
+
+func (r *report) write(w io.Writer, format string) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	case "yaml":
+		b, err := yaml.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	case "markdown":
+		_, err := io.WriteString(w, r.markdown())
+		return err
+	}
+	_, err := io.WriteString(w, r.text())
+	return err
+}
+
+func (o objectReport) ref() string {
+	if o.Namespace == "" {
+		return o.Kind + "/" + o.Name
+	}
+	return o.Kind + "/" + o.Namespace + "/" + o.Name
+}
+
+// text is one line per object, diffs, and a summary line, for a terminal or a CI log.
+func (r *report) text() string {
+	var b strings.Builder
+	verb := func(action string) string {
+		if r.DryRun && action != "unchanged" && action != "failed" && action != "skipped" {
+			return action + " (dry run)"
+		}
+		return action
+	}
+	for _, o := range r.Objects {
+		fmt.Fprintf(&b, "%s %s", o.ref(), verb(o.Action))
+		if o.Message != "" {
+			fmt.Fprintf(&b, ": %s", o.Message)
+		}
+		b.WriteString("\n")
+	}
+	for _, o := range r.Pruned {
+		fmt.Fprintf(&b, "%s %s\n", o.ref(), verb(o.Action))
+	}
+	for _, o := range r.Objects {
+		if o.Diff != "" {
+			b.WriteString(o.Diff)
+			if !strings.HasSuffix(o.Diff, "\n") {
+				b.WriteString("\n")
+			}
+		}
+	}
+	s := r.Summary
+	fmt.Fprintf(&b, "%d created, %d configured, %d unchanged, %d pruned, %d skipped, %d failed",
+		s.Created, s.Configured, s.Unchanged, s.Pruned, s.Skipped, s.Failed)
+	if s.NotReady > 0 {
+		fmt.Fprintf(&b, ", %d not ready", s.NotReady)
+	}
+	if r.DryRun {
+		b.WriteString(" (dry run)")
+	}
+	fmt.Fprintf(&b, " at %s\n", r.Revision)
+	return b.String()
+}
+
+// markdown is a pull-request comment: summary, changed objects with collapsed diffs, and
+// what would be pruned.
+func (r *report) markdown() string {
+	var b strings.Builder
+	s := r.Summary
+	title := "Converge apply"
+	if r.DryRun {
+		title = "Converge dry-run"
+	}
+	fmt.Fprintf(&b, "### %s of `%s`\n\n", title, r.Revision)
+	fmt.Fprintf(&b, "| created | configured | unchanged | pruned | failed |\n|---|---|---|---|---|\n| %d | %d | %d | %d | %d |\n\n",
+		s.Created, s.Configured, s.Unchanged, s.Pruned, s.Failed)
+	if r.Error != "" {
+		fmt.Fprintf(&b, "**Error:**\n\n```\n%s\n```\n\n", r.Error)
+	}
+	for _, o := range r.Objects {
+		if o.Action == "unchanged" {
+			continue
+		}
+		fmt.Fprintf(&b, "- `%s` %s", o.ref(), o.Action)
+		if o.Message != "" {
+			fmt.Fprintf(&b, ": %s", o.Message)
+		}
+		b.WriteString("\n")
+		if o.Diff != "" {
+			fmt.Fprintf(&b, "  <details><summary>diff</summary>\n\n  ```diff\n%s  ```\n  </details>\n", indent(o.Diff, "  "))
+		}
+	}
+	if len(r.Pruned) > 0 {
+		b.WriteString("\n**Pruned:**\n\n")
+		for _, o := range r.Pruned {
+			fmt.Fprintf(&b, "- `%s`\n", o.ref())
+		}
+	}
+	return b.String()
+}
+
+func indent(s, prefix string) string {
+	lines := strings.SplitAfter(s, "\n")
+	var b strings.Builder
+	for _, l := range lines {
+		if l != "" {
+			b.WriteString(prefix + l)
+		}
+	}
+	if !strings.HasSuffix(s, "\n") {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
