@@ -40,7 +40,10 @@ inventory, prunes what left the source, and reports readiness.`,
 		Version:       version,
 	}
 	kube := addKubeFlags(root)
-	root.AddCommand(newVersionCommand(), newBuildCommand(), newRunCommand(kube), newApplyCommand(kube))
+	root.AddCommand(newVersionCommand())
+	root.AddCommand(newBuildCommand())
+	root.AddCommand(newRunCommand(kube))
+	root.AddCommand(newApplyCommand(kube))
 	return root
 }
 
