@@ -1,0 +1,66 @@
+package e2e
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/converge-dev/converge"
+
+// rules are the import directions of ../shared/STYLE.md §1 and DESIGN.md "Packages": a
+// package under the key prefix must not directly import any of the listed prefixes.
+var rules = map[string][]string{
+	module + "/sources":   {module + "/engine", module + "/inventory", module + "/status", "k8s.io/client-go", "sigs.k8s.io/controller-runtime"},
+	module + "/engine":    {module + "/sources", module + "/status", "github.com/go-git", "sigs.k8s.io/kustomize", "github.com/prometheus"},
+	module + "/inventory": {module + "/engine", module + "/sources", module + "/status", "github.com/fluxcd/pkg/ssa", "sigs.k8s.io/cli-utils/pkg/kstatus"},
+	module + "/status":    {module + "/engine", module + "/sources", module + "/inventory"},
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+}
+
+// TestImportDirections checks that nothing imports cmd, production code never imports
+// e2e, and each package keeps to what it may know.
+func TestImportDirections(t *testing.T) {
+	out, err := exec.Command("go", "list", "-json", "../...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	n := 0
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, module+"/cmd") {
+				t.Errorf("%s imports %s: nothing may import cmd", p.ImportPath, imp)
+			}
+			if strings.HasPrefix(imp, module+"/e2e") && !strings.HasPrefix(p.ImportPath, module+"/e2e") {
+				t.Errorf("%s imports %s: production code must not import e2e", p.ImportPath, imp)
+			}
+			for prefix, banned := range rules {
+				if p.ImportPath != prefix && !strings.HasPrefix(p.ImportPath, prefix+"/") {
+					continue
+				}
+				for _, b := range banned {
+					if imp == b || strings.HasPrefix(imp, b+"/") {
+						t.Errorf("%s imports %s, which %s must not know", p.ImportPath, imp, prefix)
+					}
+				}
+			}
+		}
+	}
+	if n < 8 {
+		t.Fatalf("go list saw %d packages; the test is not looking at the module", n)
+	}
+}
