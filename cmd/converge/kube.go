@@ -9,6 +9,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/status"
 )
@@ -45,6 +46,15 @@ func (f *kubeFlags) namespace() string {
 		return "default"
 	}
 	return ns
+}
+
+// syncClient returns a controller-runtime client that knows Syncs.
+func (f *kubeFlags) syncClient() (client.Client, error) {
+	cfg, err := f.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: newScheme()})
 }
 
 // newScheme knows the built-in kinds, CRDs and Sync.

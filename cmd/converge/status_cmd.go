@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/status"
+)
+
+func newStatusCommand(kube *kubeFlags) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:     "status [NAME]",
+		Aliases: []string{"get"},
+		Short:   "List Syncs with their readiness, revision, age and message",
+		Example: `  converge status -A
+  converge status -n apps web`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := kube.syncClient()
+			if err != nil {
+				return err
+			}
+			list := &status.SyncList{}
+			opts := []client.ListOption{}
+			if !all {
+				opts = append(opts, client.InNamespace(kube.namespace()))
+			}
+			if err := c.List(cmd.Context(), list, opts...); err != nil {
+				return fmt.Errorf("list syncs: %w", err)
+			}
+			items := list.Items
+			if len(args) == 1 {
+				items = nil
+				for _, s := range list.Items {
+					if s.Name == args[0] {
+						items = append(items, s)
+					}
+				}
+				if len(items) == 0 {
+					return fmt.Errorf("sync %s/%s not found", kube.namespace(), args[0])
+				}
+			}
+			printSyncs(cmd.OutOrStdout(), items, all)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list Syncs of every namespace")
+	return cmd
+}
+
+// printSyncs writes a table like `flux get kustomizations`.
+func printSyncs(w io.Writer, items []status.Sync, withNamespace bool) {
+	sort.Slice(items, func(i, j int) bool {
+		if items[i].Namespace != items[j].Namespace {
+			return items[i].Namespace < items[j].Namespace
+		}
+		return items[i].Name < items[j].Name
+	})
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if withNamespace {
+		fmt.Fprint(tw, "NAMESPACE\t")
+	}
+	fmt.Fprintln(tw, "NAME\tREADY\tREVISION\tSUSPENDED\tAGE\tMESSAGE")
+	for _, s := range items {
+		ready, msg := "Unknown", "not reconciled yet"
+		if c := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady); c != nil {
+			ready, msg = string(c.Status), c.Message
+		}
+		if s.Status.ObservedGeneration != s.Generation && ready != "Unknown" {
+			msg = fmt.Sprintf("generation %d not observed yet (status describes %d): %s", s.Generation, s.Status.ObservedGeneration, msg)
+		}
+		if withNamespace {
+			fmt.Fprintf(tw, "%s\t", s.Namespace)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%s\t%s\n", s.Name, ready, s.Status.LastAppliedRevision, s.Spec.Suspend,
+			duration.HumanDuration(time.Since(s.CreationTimestamp.Time)), truncate(firstLine(msg), 120))
+	}
+	_ = tw.Flush()
+}
+
+func firstLine(s string) string {
+	for i, r := range s {
+		if r == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+func newReconcileCommand(kube *kubeFlags) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "reconcile NAME",
+		Short: "Ask the daemon to reconcile a Sync now and wait for the result",
+		Long: `Reconcile sets the converge.dev/requestedAt annotation of the Sync to the current time
+and waits until the daemon reports it handled that request (status.lastHandledRequest), then
+prints the Sync. It exits non-zero when the Sync is not Ready afterwards.`,
+		Example: `  converge reconcile -n apps web`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := kube.syncClient()
+			if err != nil {
+				return err
+			}
+			key := client.ObjectKey{Namespace: kube.namespace(), Name: args[0]}
+			s, err := requestReconcile(cmd.Context(), c, key, timeout)
+			if s != nil {
+				printSyncs(cmd.OutOrStdout(), []status.Sync{*s}, false)
+			}
+			return err
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the daemon")
+	return cmd
+}
+
+// requestReconcile annotates key and waits until the daemon handled the request.
+func requestReconcile(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration) (*status.Sync, error) {
+	s := &status.Sync{}
+	if err := c.Get(ctx, key, s); err != nil {
+		return nil, fmt.Errorf("sync %s: %w", key, err)
+	}
+	if s.Spec.Suspend {
+		return s, fmt.Errorf("sync %s is suspended: set spec.suspend=false first", key)
+	}
+	requested := time.Now().UTC().Format(time.RFC3339Nano)
+	base := s.DeepCopy()
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	s.Annotations[status.RequestedAtAnnotation] = requested
+	if err := c.Patch(ctx, s, client.MergeFrom(base)); err != nil {
+		return nil, fmt.Errorf("sync %s: request reconcile: %w", key, err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, key, s); err != nil {
+			return false, nil
+		}
+		return s.Status.LastHandledRequest == requested, nil
+	})
+	if err != nil {
+		return s, fmt.Errorf("sync %s: the daemon did not handle the request within %s (is `converge run` running?)", key, timeout)
+	}
+	if !meta.IsStatusConditionTrue(s.Status.Conditions, status.ConditionReady) {
+		return s, errors.New("reconciled, but the Sync is not Ready")
+	}
+	return s, nil
+}

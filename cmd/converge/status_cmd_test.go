@@ -1,0 +1,31 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStatusAndReconcileCommands checks `converge reconcile` makes a new commit land although
+// the interval is an hour (the request is mirrored to lastHandledRequest), and `converge
+// status` lists the Sync Ready at that revision; an unknown Sync is an error.
+func TestStatusAndReconcileCommands(t *testing.T) {
+	f := newFixture(t)
+	rev1 := f.publish(map[string]string{"b.yaml": cmB})
+	f.startDaemon(env.Config)
+	f.createSync(time.Hour)
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+
+	rev2 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	out, code := cli(t, "reconcile", "-n", f.ns, "app", "--timeout", "90s")
+	if code != 0 || !strings.Contains(out, rev2) {
+		t.Errorf("reconcile: exit %d, output:\n%s\nwant exit 0 and revision %s", code, out, rev2)
+	}
+	out, code = cli(t, "status", "-n", f.ns)
+	if code != 0 || !strings.Contains(out, "app") || !strings.Contains(out, "True") || !strings.Contains(out, rev2) {
+		t.Errorf("status: exit %d, output:\n%s", code, out)
+	}
+	if _, code := cli(t, "status", "-n", f.ns, "missing"); code == 0 {
+		t.Errorf("status of a missing Sync exited 0")
+	}
+}
