@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/converge-dev/converge/e2e/fault"
+
 	"errors"
 	"net/http"
 	"strings"
@@ -40,12 +42,12 @@ func TestApplyLifecycle(t *testing.T) {
 		t.Errorf("owner annotation = %q, want %q", got, h.ref.ID)
 	}
 
-	mark := h.rt.mark()
+	h.rt.Reset()
 	res = h.apply(opts, objs("2")...)
 	if diff := cmp.Diff(Summary{Unchanged: 4}, res.Summary()); diff != "" {
 		t.Errorf("re-apply (-want +got):\n%s", diff)
 	}
-	if w := h.rt.mutatingSince(mark); len(w) != 0 {
+	if w := h.rt.Writes(); len(w) != 0 {
 		t.Errorf("I7: a no-op re-apply sent writes: %v", w)
 	}
 
@@ -62,14 +64,14 @@ func TestApplyLifecycle(t *testing.T) {
 		}
 	}
 
-	mark = h.rt.mark()
+	h.rt.Reset()
 	res = h.apply(opts, objs("changed")...)
 	want := map[string]Action{cmID(h.ns, "a"): ActionUnchanged, cmID(h.ns, "b"): ActionConfigured,
 		cmID(h.ns, "c"): ActionUnchanged, h.ns + "_s__Secret": ActionUnchanged}
 	if diff := cmp.Diff(want, actions(res.Changes)); diff != "" {
 		t.Errorf("change one (-want +got):\n%s", diff)
 	}
-	if w := h.rt.mutatingSince(mark); len(w) != 1 {
+	if w := h.rt.Writes(); len(w) != 1 {
 		t.Errorf("changing one object sent %d writes, want 1: %v", len(w), w)
 	}
 
@@ -278,12 +280,7 @@ func TestDeleteDeniedStaysTracked(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	opts := testOpts()
 	h.apply(opts, configMap(h.ns, "a", nil), configMap(h.ns, "b", nil))
-	h.rt.setFault(func(r *http.Request) int {
-		if r.Method == http.MethodDelete && strings.HasSuffix(r.URL.Path, "/configmaps/b") {
-			return http.StatusForbidden
-		}
-		return 0
-	})
+	h.rt.SetRules(fault.Rule{Verb: "delete", Resource: "configmaps", Name: "b", Status: http.StatusForbidden})
 	res, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "a", nil)), opts)
 	if err == nil || !strings.Contains(err.Error(), cmID(h.ns, "b")) {
 		t.Fatalf("Apply error = %v, want a prune error naming b", err)
@@ -296,7 +293,7 @@ func TestDeleteDeniedStaysTracked(t *testing.T) {
 	}
 	wantKeys(t, "I3: inventory after a denied delete", h.inventory(), cmID(h.ns, "a"), cmID(h.ns, "b"))
 
-	h.rt.setFault(nil)
+	h.rt.SetRules()
 	res = h.apply(opts, configMap(h.ns, "a", nil))
 	if got := actions(res.Pruned)[cmID(h.ns, "b")]; got != ActionPruned {
 		t.Errorf("retry prune action = %s, want pruned", got)
@@ -313,13 +310,8 @@ func TestWriteAheadFailure(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	opts := testOpts()
 	h.apply(opts, configMap(h.ns, "old", nil))
-	h.rt.setFault(func(r *http.Request) int {
-		if (r.Method == http.MethodPut || r.Method == http.MethodPost) && strings.Contains(r.URL.Path, "/configmaps") &&
-			(strings.HasSuffix(r.URL.Path, "/"+h.ref.Name) || r.Method == http.MethodPost) {
-			return http.StatusInternalServerError
-		}
-		return 0
-	})
+	h.rt.SetRules(fault.Rule{Verb: "update", Resource: "configmaps", Name: h.ref.Name, Status: http.StatusInternalServerError},
+		fault.Rule{Verb: "create", Resource: "configmaps", Status: http.StatusInternalServerError})
 	res, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "new", nil)), opts)
 	if err == nil || IsTerminal(err) {
 		t.Fatalf("Apply error = %v, want a transient write-ahead error", err)

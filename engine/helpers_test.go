@@ -2,12 +2,7 @@ package engine
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"net/http"
 	"sort"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,11 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/cluster"
+	"github.com/converge-dev/converge/e2e/fault"
 	"github.com/converge-dev/converge/inventory"
 )
 
@@ -29,76 +24,13 @@ var env *cluster.Cluster
 // Full: the readiness tests need Deployments that really become Available.
 func TestMain(m *testing.M) { cluster.Main(m, cluster.Full, &env) }
 
-// faultRT records every request and can answer matching ones with an injected status.
-type faultRT struct {
-	next  http.RoundTripper
-	mu    sync.Mutex
-	reqs  []*http.Request
-	fault func(r *http.Request) int // > 0: answer with this status instead of forwarding
-}
-
-func (f *faultRT) RoundTrip(r *http.Request) (*http.Response, error) {
-	f.mu.Lock()
-	f.reqs = append(f.reqs, r)
-	fault := f.fault
-	f.mu.Unlock()
-	if fault != nil {
-		if code := fault(r); code > 0 {
-			body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":%q,"code":%d,"message":"injected fault"}`,
-				reasonFor(code), code)
-			return &http.Response{StatusCode: code, Status: http.StatusText(code),
-				Header: http.Header{"Content-Type": {"application/json"}},
-				Body:   io.NopCloser(strings.NewReader(body)), Request: r}, nil
-		}
-	}
-	return f.next.RoundTrip(r)
-}
-
-func reasonFor(code int) string {
-	switch code {
-	case http.StatusForbidden:
-		return "Forbidden"
-	case http.StatusConflict:
-		return "Conflict"
-	default:
-		return "InternalError"
-	}
-}
-
-func (f *faultRT) setFault(fn func(r *http.Request) int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.fault = fn
-}
-
-// mark returns the number of requests so far, for mutatingSince.
-func (f *faultRT) mark() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.reqs)
-}
-
-// mutatingSince lists the writes (not dry-runs) sent after mark.
-func (f *faultRT) mutatingSince(mark int) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for _, r := range f.reqs[mark:] {
-		if r.Method == http.MethodGet || r.Method == http.MethodHead || r.URL.Query().Get("dryRun") != "" {
-			continue
-		}
-		out = append(out, r.Method+" "+r.URL.Path)
-	}
-	return out
-}
-
 type harness struct {
 	t     *testing.T
 	ctx   context.Context
 	ns    string
 	ref   inventory.Ref
 	eng   *Engine
-	rt    *faultRT
+	rt    *fault.Transport
 	plain client.Client // uncached, unfaulted: the independent checker
 }
 
@@ -108,9 +40,7 @@ func newHarness(t *testing.T, hooks Hooks) *harness {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	t.Cleanup(cancel)
 	ns := env.Namespace(t)
-	rt := &faultRT{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(func(next http.RoundTripper) http.RoundTripper { rt.next = next; return rt })
+	cfg, rt := fault.Config(env.Config)
 	eng, err := New(cfg, Options{Hooks: hooks, PollInterval: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -34,6 +35,9 @@ type Rule struct {
 	// DropResponse forwards the request and then fails the call: the write landed, the
 	// client sees an error.
 	DropResponse bool
+	// Probability applies the rule to this share of matching requests (0 means all), drawn
+	// from the Transport's seeded source so a seed replays the same schedule.
+	Probability float64
 
 	hits int
 }
@@ -44,7 +48,16 @@ type Transport struct {
 	next     http.RoundTripper
 	rules    []*Rule
 	counts   map[countKey]int
+	writes   []string
 	injected int
+	rand     *rand.Rand
+}
+
+// Seed makes probabilistic rules replayable.
+func (t *Transport) Seed(seed uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rand = rand.New(rand.NewPCG(seed, seed))
 }
 
 // Wrap returns a transport-wrapping function for rest.Config.Wrap that routes through t.
@@ -104,9 +117,17 @@ func (t *Transport) CountResource(verb, resource, subresource string) int {
 
 type countKey struct{ verb, resource, subresource string }
 
-// Mutating returns how many create, update, patch and delete requests were sent.
+// Mutating returns how many writes were sent: create, update, patch and delete requests
+// that are not server-side dry-runs.
 func (t *Transport) Mutating() int {
-	return t.Count("create", "update", "patch", "delete", "deletecollection")
+	return len(t.Writes())
+}
+
+// Writes lists the writes sent since the last Reset, as "VERB /path", dry-runs excluded.
+func (t *Transport) Writes() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.writes...)
 }
 
 // Injected returns how many faults were injected.
@@ -116,11 +137,12 @@ func (t *Transport) Injected() int {
 	return t.injected
 }
 
-// Reset zeroes the request counts.
+// Reset zeroes the request counts and the list of writes.
 func (t *Transport) Reset() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.counts = nil
+	t.writes = nil
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -131,6 +153,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.counts = map[countKey]int{}
 	}
 	t.counts[countKey{info.verb, info.resource, info.subresource}]++
+	if isWrite(info.verb) && req.URL.Query().Get("dryRun") == "" {
+		t.writes = append(t.writes, req.Method+" "+req.URL.Path)
+	}
 	rule := t.match(info)
 	if rule != nil {
 		t.injected++
@@ -159,10 +184,26 @@ func (t *Transport) match(info requestInfo) *Rule {
 		if r.Times > 0 && r.hits >= r.Times {
 			continue
 		}
+		if r.Probability > 0 {
+			if t.rand == nil {
+				t.rand = rand.New(rand.NewPCG(1, 1))
+			}
+			if t.rand.Float64() >= r.Probability {
+				continue
+			}
+		}
 		r.hits++
 		return r
 	}
 	return nil
+}
+
+func isWrite(verb string) bool {
+	switch verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return true
+	}
+	return false
 }
 
 type requestInfo struct{ verb, resource, subresource, name string }
@@ -221,7 +262,7 @@ func parse(req *http.Request) requestInfo {
 
 // statusResponse is a Kubernetes Status error response with code.
 func statusResponse(req *http.Request, code int) *http.Response {
-	reason := map[int]string{409: "Conflict", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable", 403: "Forbidden", 422: "Invalid"}[code]
+	reason := map[int]string{403: "Forbidden", 404: "NotFound", 409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable"}[code]
 	body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"fault: injected %d","reason":%q,"code":%d}`, code, reason, code)
 	h := http.Header{"Content-Type": []string{"application/json"}}
 	if code == http.StatusTooManyRequests {
