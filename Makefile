@@ -12,7 +12,7 @@ RUN_DIR := $(CURDIR)/.run
 CONTROLPLANE_BIN = $(shell e2e/tools/build.sh --dir)
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build controlplane test vet unit cluster cluster-down run run-publish stop clean help
+.PHONY: all build deps controlplane test vet unit cluster cluster-down run run-publish stop clean help bench bench-quick
 
 all: build
 
@@ -29,7 +29,14 @@ controlplane: ## build etcd, kube-apiserver, controllers, scheduler, kwok (cache
 vet: ## go vet every package
 	go vet ./...
 
-test: controlplane vet ## vet, unit and integration tests against the real control plane, with -race
+deps: ## install the Debian packages the tests use (git, prometheus) when missing
+	@missing=""; for p in git prometheus; do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then echo "installing$$missing"; apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; \
+		else echo "missing$$missing: install them (sudo apt-get install$$missing)"; fi; \
+	fi
+
+test: deps controlplane vet ## vet, unit and integration tests against the real control plane, with -race
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 unit: ## only tests that need no control plane (-short)
@@ -58,3 +65,25 @@ stop: cluster-down
 
 clean: cluster-down ## remove build outputs and the local run directory (not the control-plane cache)
 	rm -rf $(BIN) $(RUN_DIR)
+
+.PHONY: image
+image: ## build the container image (IMAGE=ghcr.io/converge-dev/converge:$(VERSION)) with docker or podman
+	@engine=; for e in docker podman; do \
+		if command -v $$e >/dev/null 2>&1 && $$e info >/dev/null 2>&1; then engine=$$e; break; fi; \
+	done; \
+	if [ -z "$$engine" ]; then \
+		echo "make image: no usable container engine: need docker (with a running daemon) or podman on PATH." >&2; \
+		echo "  The binary alone builds with 'make build'; CI builds the image where an engine runs." >&2; \
+		exit 1; \
+	fi; \
+	echo "$$engine build --build-arg VERSION=$(VERSION) -t $(or $(IMAGE),ghcr.io/converge-dev/converge:$(VERSION)) ."; \
+	$$engine build --build-arg VERSION=$(VERSION) -t $(or $(IMAGE),ghcr.io/converge-dev/converge:$(VERSION)) .
+
+BENCH_RUNS ?= 3
+BENCH_FLAGS ?=
+
+bench: controlplane ## benchmark converge vs a Flux-style engine vs a parallel-SSA floor, 10,000 objects (docs/benchmarks.md)
+	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -objects 10000 -runs $(BENCH_RUNS) $(BENCH_FLAGS)
+
+bench-quick: controlplane ## the same benchmark at 1,000 objects, for CI (prints figures, asserts no timings)
+	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -objects 1000 -runs $(BENCH_RUNS) $(BENCH_FLAGS)

@@ -46,6 +46,7 @@ type reconciler struct {
 	writer  *status.Writer
 	events  record.EventRecorder
 	retries *retryCounter
+	metrics *recorder
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -54,9 +55,13 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	ctx = logr.NewContext(ctx, log)
 	s := &status.Sync{}
 	if err := r.client.Get(ctx, req.NamespacedName, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.metrics.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !s.DeletionTimestamp.IsZero() {
+		r.metrics.forget(req.NamespacedName)
 		return r.finalize(ctx, s)
 	}
 	if !controllerutil.ContainsFinalizer(s, status.Finalizer) {
@@ -66,13 +71,16 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if s.Spec.Suspend {
 		log.V(1).Info("suspended")
+		r.metrics.suspend(s)
 		return ctrl.Result{}, nil
 	}
 	start := time.Now()
 	outcome, failed := r.sync(ctx, s)
 	// The status write is its own step: an apply failure never stops it, and its failure
 	// never undoes the apply.
-	if err := r.writer.Write(ctx, req.NamespacedName, outcome); err != nil {
+	err := r.writer.Write(ctx, req.NamespacedName, outcome)
+	r.metrics.reconciled(s, outcome, start, err)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	log.Info("reconciled", "revision", outcome.AttemptedRevision, "ready", outcome.Ready,
@@ -88,7 +96,9 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (status.Outcome, 
 	if err != nil {
 		return r.fail(s, o, reasonFetchFailed, err, false), true
 	}
+	loadStart := time.Now()
 	bundle, err := r.loader.Load(ctx, src, sources.DefaultLoadOptions())
+	r.metrics.sourceLoaded(s, time.Since(loadStart))
 	if bundle == nil {
 		return r.fail(s, o, reasonFetchFailed, err, false), true
 	}
@@ -103,6 +113,7 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (status.Outcome, 
 	}
 	set := engine.Set{Inventory: inventoryRef(s), Objects: bundle.Objects}
 	res, err := eng.Apply(ctx, set, applyOptions(s))
+	r.metrics.applied(s, bundle.Revision, res, err)
 	if res != nil {
 		sum := res.Summary()
 		o.Summary = &status.Summary{Created: sum.Created, Configured: sum.Configured, Unchanged: sum.Unchanged,

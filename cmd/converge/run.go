@@ -90,6 +90,12 @@ func runDaemon(ctx context.Context, kube *kubeFlags, o runOptions) error {
 // serve installs the CRD, applies the quick-start Sync and runs the manager until ctx ends.
 func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions) error {
 	ctrl.SetLogger(klog.NewKlogr())
+	reg, metrics, err := newMetricsRegistry()
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(metrics.instrument)
 	scheme := newScheme()
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
@@ -115,7 +121,7 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         cacheOpts,
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                       metricsserver.Options{BindAddress: "0"}, // we serve our own registry
 		HealthProbeBindAddress:        o.healthAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              "converge-leader",
@@ -125,6 +131,11 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 	})
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
+	}
+	if o.metricsAddr != "0" && o.metricsAddr != "" {
+		if err := mgr.Add(newMetricsServer(o.metricsAddr, reg)); err != nil {
+			return err
+		}
 	}
 	if o.webhookAddr != "" {
 		secret, err := os.ReadFile(o.webhookSecretFile)
@@ -151,9 +162,10 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		live:    mgr.GetAPIReader(),
 		loader:  sources.NewLoader(o.cacheDir),
 		engines: newEngineSet(cfg, engine.Options{}),
-		writer:  &status.Writer{Cached: mgr.GetClient(), Live: mgr.GetAPIReader(), Client: mgr.GetClient()},
+		writer:  &status.Writer{Cached: mgr.GetClient(), Live: mgr.GetAPIReader(), Client: conflictCounting{mgr.GetClient(), metrics}},
 		events:  mgr.GetEventRecorderFor("converge"), //nolint:staticcheck // the events/v1 recorder needs a newer RBAC story
 		retries: &retryCounter{},
+		metrics: metrics,
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(&status.Sync{}, builder.WithPredicates(syncChanged{})).
