@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -15,6 +16,8 @@ type Bundle struct {
 	Revision string
 	// Objects are the validated objects, in a deterministic order.
 	Objects []*unstructured.Unstructured
+	// CommitTime is the committer time of a git revision; zero for a local folder.
+	CommitTime time.Time
 }
 
 var (

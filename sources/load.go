@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/converge-dev/converge/sources/git"
 )
@@ -66,12 +67,13 @@ func NewLoader(cacheDir string) *Loader {
 // can report which revision failed.
 func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundle, error) {
 	root, revision, digest := src.Dir, "", ""
+	var commitTime time.Time
 	if src.Git.URL != "" {
 		co, err := l.fetcher.Fetch(ctx, src.Git, opts.Fetch)
 		if err != nil {
 			return nil, err
 		}
-		root, revision, digest = co.Dir, co.Revision, "sha1:"+co.Commit
+		root, revision, digest, commitTime = co.Dir, co.Revision, "sha1:"+co.Commit, co.CommitTime
 	} else {
 		abs, err := filepath.Abs(src.Dir)
 		if err != nil {
@@ -94,7 +96,7 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 			l.cache.put(key, objs, err)
 		}
 	}
-	return &Bundle{Revision: revision, Objects: objs}, err
+	return &Bundle{Revision: revision, Objects: objs, CommitTime: commitTime}, err
 }
 
 // FetchStats returns the git fetcher's counters.

@@ -5,8 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/converge-dev/converge/sources/git"
 	"github.com/google/go-cmp/cmp"
@@ -91,7 +93,7 @@ func TestLoadGit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	want := &Bundle{Revision: "main@sha1:" + head, Objects: b.Objects}
+	want := &Bundle{Revision: "main@sha1:" + head, Objects: b.Objects, CommitTime: commitTime(t, gitCmd("log", "-1", "--format=%ct"))}
 	if diff := cmp.Diff(want, b); diff != "" {
 		t.Errorf("bundle (-want +got):\n%s", diff)
 	}
@@ -123,11 +125,22 @@ func TestLoadGit(t *testing.T) {
 	}
 	gitCmd("commit", "-q", "-am", "break")
 	bad := gitCmd("rev-parse", "HEAD")
+	badTime := commitTime(t, gitCmd("log", "-1", "--format=%ct"))
 	b, err = l.Load(t.Context(), src, DefaultLoadOptions())
 	if !IsTerminal(err) || !strings.Contains(err.Error(), "deploy/cm.yaml:1: ConfigMap: missing apiVersion, missing metadata.name") {
 		t.Fatalf("Load of a bad revision: %v", err)
 	}
-	if diff := cmp.Diff(&Bundle{Revision: "main@sha1:" + bad}, b); diff != "" {
+	if diff := cmp.Diff(&Bundle{Revision: "main@sha1:" + bad, CommitTime: badTime}, b); diff != "" {
 		t.Errorf("bundle of a bad revision (-want +got):\n%s", diff)
 	}
+}
+
+// commitTime parses git's %ct (Unix seconds).
+func commitTime(t *testing.T, unix string) time.Time {
+	t.Helper()
+	sec, err := strconv.ParseInt(strings.TrimSpace(unix), 10, 64)
+	if err != nil {
+		t.Fatalf("commit time %q: %v", unix, err)
+	}
+	return time.Unix(sec, 0)
 }

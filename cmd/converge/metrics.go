@@ -46,17 +46,21 @@ type recorder struct {
 	statusConflicts   *prometheus.CounterVec
 	statusFailures    *prometheus.CounterVec
 	leadTime          *prometheus.HistogramVec
+	commitLeadTime    *prometheus.HistogramVec
 	apiRequests       *prometheus.CounterVec
 
 	mu   sync.Mutex
-	seen map[types.NamespacedName]seenRevision
-	now  func() time.Time
+	seen        map[types.NamespacedName]seenRevision
+	commitTimes map[types.NamespacedName]commitTime // of the revision last loaded
+	now         func() time.Time
 }
 
-// seenRevision is the revision a Sync last attempted and when the daemon first saw it.
+// seenRevision is the revision a Sync last attempted, when the daemon first saw it, and
+// when it was committed (zero when unknown).
 type seenRevision struct {
-	revision string
-	at       time.Time
+	revision  string
+	at        time.Time
+	committed time.Time
 	ready    bool // the lead time was observed, or the revision was applied before we saw it
 }
 
@@ -132,8 +136,13 @@ func newRecorder(reg prometheus.Registerer) (*recorder, error) {
 		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "converge_api_requests_total", Help: "Kubernetes API requests of the daemon by verb and HTTP code (\"error\" when no response came).",
 		}, []string{"verb", "code"}),
-		seen: map[types.NamespacedName]seenRevision{},
-		now:  time.Now,
+		commitLeadTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "converge_commit_lead_time_seconds", Help: "Seconds from the commit time of a revision to the Sync being Ready at it (git sources).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 16), // 1s … ~9h
+		}, syncLabels),
+		seen:        map[types.NamespacedName]seenRevision{},
+		commitTimes: map[types.NamespacedName]commitTime{},
+		now:         time.Now,
 	}
 	for _, c := range r.collectors() {
 		if err := reg.Register(c); err != nil {
@@ -146,7 +155,7 @@ func newRecorder(reg prometheus.Registerer) (*recorder, error) {
 func (r *recorder) collectors() []prometheus.Collector {
 	return []prometheus.Collector{r.reconcileDuration, r.reconciles, r.loadDuration, r.objectActions, r.condition,
 		r.suspended, r.interval, r.lastApplied, r.inventory, r.drift, r.pruneRefusals, r.applyConflicts,
-		r.statusConflicts, r.statusFailures, r.leadTime, r.apiRequests}
+		r.statusConflicts, r.statusFailures, r.leadTime, r.commitLeadTime, r.apiRequests}
 }
 
 // partialDeleter is a metric vector whose series forget can drop by Sync.
@@ -155,8 +164,17 @@ type partialDeleter interface {
 }
 
 // sourceLoaded records the duration of one fetch and render.
-func (r *recorder) sourceLoaded(s *status.Sync, d time.Duration) {
+func (r *recorder) sourceLoaded(s *status.Sync, d time.Duration, revision string, committed time.Time) {
 	r.loadDuration.WithLabelValues(s.Namespace, s.Name).Observe(d.Seconds())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.commitTimes[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = commitTime{revision, committed}
+}
+
+// commitTime is when a revision was committed (zero when unknown).
+type commitTime struct {
+	revision string
+	at       time.Time
 }
 
 // applied records the objects of one engine Apply at revision and its refusals and
@@ -236,13 +254,25 @@ func (r *recorder) observeLeadTime(s *status.Sync, o status.Outcome, start, now 
 	defer r.mu.Unlock()
 	seen, ok := r.seen[key]
 	if !ok || seen.revision != o.AttemptedRevision {
-		seen = seenRevision{revision: o.AttemptedRevision, at: start, ready: o.AttemptedRevision == s.Status.LastAppliedRevision}
+		seen = seenRevision{revision: o.AttemptedRevision, at: start, ready: o.AttemptedRevision == s.Status.LastAppliedRevision,
+			committed: r.commitTimeOf(key, o.AttemptedRevision)}
 	}
 	if !seen.ready && o.Ready == metav1.ConditionTrue && o.AppliedRevision == seen.revision {
 		r.leadTime.WithLabelValues(s.Namespace, s.Name).Observe(now.Sub(seen.at).Seconds())
+		if !seen.committed.IsZero() {
+			r.commitLeadTime.WithLabelValues(s.Namespace, s.Name).Observe(now.Sub(seen.committed).Seconds())
+		}
 		seen.ready = true
 	}
 	r.seen[key] = seen
+}
+
+// commitTimeOf returns the commit time of revision as last loaded; r.mu is held.
+func (r *recorder) commitTimeOf(key types.NamespacedName, revision string) time.Time {
+	if ct := r.commitTimes[key]; ct.revision == revision {
+		return ct.at
+	}
+	return time.Time{}
 }
 
 func (r *recorder) setCondition(s *status.Sync, typ string, st metav1.ConditionStatus) {
@@ -270,6 +300,7 @@ func (r *recorder) forget(key types.NamespacedName) {
 	}
 	r.mu.Lock()
 	delete(r.seen, key)
+	delete(r.commitTimes, key)
 	r.mu.Unlock()
 }
 

@@ -56,7 +56,7 @@ func observeAll(t *testing.T, rec *recorder) {
 	t.Helper()
 	s := testSync()
 	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "c", errors.New("changed"))
-	rec.sourceLoaded(s, time.Second)
+	rec.sourceLoaded(s, time.Second, "main@sha1:2", time.Now().Add(-time.Minute))
 	rec.applied(s, "main@sha1:1", &engine.Result{
 		Changes: []engine.Change{cmChange("a", engine.ActionConfigured, nil), cmChange("c", engine.ActionFailed, conflict)},
 		Pruned:  []engine.Change{cmChange("b", engine.ActionPruned, nil)},
@@ -147,6 +147,7 @@ func TestRecorder(t *testing.T) {
 		{"converge_sync_interval_seconds", map[string]float64{key: 60}},
 		{"converge_inventory_entries", map[string]float64{key: 3}},
 		{"converge_revision_lead_time_seconds", map[string]float64{key: 1}},
+		{"converge_commit_lead_time_seconds", map[string]float64{key: 1}},
 		{"converge_status_write_conflicts_total", map[string]float64{key: 1}},
 		{"converge_status_write_failures_total", map[string]float64{key: 1}},
 		{"converge_api_requests_total", map[string]float64{"code=200,verb=watch": 1}},
@@ -165,6 +166,9 @@ func TestRecorder(t *testing.T) {
 	}
 	if got := series(t, reg, "converge_revision_lead_time_seconds")[key]; got != 2 {
 		t.Errorf("lead time observations = %v, want 2 (once per revision that became Ready)", got)
+	}
+	if got := series(t, reg, "converge_commit_lead_time_seconds")[key]; got != 1 {
+		t.Errorf("commit lead time observations = %v, want 1 (main@sha1:3 has no known commit time)", got)
 	}
 	if got := series(t, reg, "converge_reconciles_total")[key+",result="+reasonBuildFailed]; got != 1 {
 		t.Errorf("BuildFailed reconciles = %v, want 1", got)

@@ -98,10 +98,11 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (status.Outcome, 
 	}
 	loadStart := time.Now()
 	bundle, err := r.loader.Load(ctx, src, sources.DefaultLoadOptions())
-	r.metrics.sourceLoaded(s, time.Since(loadStart))
 	if bundle == nil {
+		r.metrics.sourceLoaded(s, time.Since(loadStart), "", time.Time{})
 		return r.fail(s, o, reasonFetchFailed, err, false), true
 	}
+	r.metrics.sourceLoaded(s, time.Since(loadStart), bundle.Revision, bundle.CommitTime)
 	o.AttemptedRevision = bundle.Revision
 	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty) {
 		// Bad input: nothing is applied or pruned; wait for a new revision (I8).
