@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
 
@@ -216,6 +217,9 @@ type outcome struct {
 	uid    types.UID // UID after the apply (or observed); empty when unknown
 	track  bool      // keep in the inventory
 	ready  bool      // wait for its readiness
+	// live is the object as the server returned it after the apply or verification (for
+	// the memo); nil when unknown.
+	live *unstructured.Unstructured
 }
 
 // applyRun is the state of one Apply shared by its workers.

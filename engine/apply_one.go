@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -38,6 +39,15 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (outcome, error) {
 		out.uid, out.track = r.old.UID(it.id), r.old.Has(it.id)
 		return out, nil
 	}
+	var hash [32]byte
+	if r.e.memo != nil && !r.opts.DryRun {
+		hash = hashObject(it.obj)
+		if uid, ok := r.unchangedSinceLastRun(ctx, it, hash); ok {
+			out.change.Action, out.uid, out.ready = ActionUnchanged, uid, true
+			return out, nil
+		}
+		defer func() { r.remember(it, hash, out) }()
+	}
 	live, err := r.e.get(ctx, it.obj)
 	if err != nil {
 		return failed(out, err), nil
@@ -62,7 +72,7 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (outcome, error) {
 		return out, nil
 	}
 	if live != nil && !drifted(live, dry) {
-		out.change.Action, out.ready = ActionUnchanged, true
+		out.change.Action, out.ready, out.live = ActionUnchanged, true, live
 		return out, nil
 	}
 	out.change.Action = ActionCreated
@@ -81,7 +91,7 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (outcome, error) {
 	if err := r.e.serverSideApply(ctx, applied, false, r.forceConflicts(live)); err != nil {
 		return failed(out, err), nil
 	}
-	out.uid, out.ready = applied.GetUID(), true
+	out.uid, out.ready, out.live = applied.GetUID(), true, applied
 	if h := r.e.opts.Hooks.AfterApply; h != nil {
 		k := int(r.applied.Add(1))
 		if err := h(k, it.key); err != nil {
@@ -89,6 +99,30 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (outcome, error) {
 		}
 	}
 	return out, nil
+}
+
+// unchangedSinceLastRun reports, from the watch cache and the memo, whether it is exactly
+// what this engine applied or verified last time: same desired hash, and the live object
+// still at the resourceVersion seen then and still ours. Then nothing needs to be sent.
+func (r *applyRun) unchangedSinceLastRun(ctx context.Context, it *item, hash [32]byte) (types.UID, bool) {
+	live, err := r.e.cache.cachedLive(ctx, it.obj)
+	if err != nil || live == nil || live.GetAnnotations()[OwnerAnnotation] != r.ref.ID {
+		return "", false
+	}
+	if !r.e.memo.hit(it.id, hash, live.GetResourceVersion()) {
+		return "", false
+	}
+	return live.GetUID(), true
+}
+
+// remember records the live object an apply or a verification produced, or forgets the
+// object when the run did not establish it.
+func (r *applyRun) remember(it *item, hash [32]byte, out outcome) {
+	if out.live == nil || out.change.Action == ActionFailed {
+		r.e.memo.forget(it.id)
+		return
+	}
+	r.e.memo.remember(it.id, hash, out.live)
 }
 
 // dryRun server-side dry-runs it. On an immutable-field rejection it recreates the object

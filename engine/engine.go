@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
+	"github.com/fluxcd/cli-utils/pkg/kstatus/polling/clusterreader"
+	pollengine "github.com/fluxcd/cli-utils/pkg/kstatus/polling/engine"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,6 +65,13 @@ type Options struct {
 	// PollInterval is the kstatus poll period while waiting for readiness and the period of
 	// the CRD Established wait. Zero means 2 s.
 	PollInterval time.Duration
+	// Watch keeps a watch cache of the managed kinds (managedFields stripped) and remembers
+	// what each object looked like after it was applied, so that a reconcile of an unchanged
+	// set sends no request per object, readiness is read from the cache, and a prune needs
+	// one DELETE per object. The cache runs while Run runs; without Run, reads fall back to
+	// the API server. Meant for long-lived engines (the daemon); a one-shot CLI run gains
+	// nothing from it.
+	Watch bool
 }
 
 // Engine applies sets of objects to one cluster. It is safe for concurrent use by
@@ -74,6 +83,11 @@ type Engine struct {
 	store  *inventory.Store
 	poller *polling.StatusPoller
 	opts   Options
+	// reader serves reads that may be a moment stale: the watch cache when Watch is set,
+	// else the API server.
+	reader client.Reader
+	cache  *watchCache // nil without Watch
+	memo   *memo       // nil without Watch
 }
 
 // New builds an Engine for cfg: an uncached controller-runtime client whose RESTMapper
@@ -95,13 +109,30 @@ func New(cfg *rest.Config, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: client: %w", err)
 	}
-	return &Engine{
-		client: c,
-		mapper: mapper,
-		store:  inventory.NewStore(c),
-		poller: polling.NewStatusPoller(c, mapper, polling.Options{}),
-		opts:   opts,
-	}, nil
+	e := &Engine{client: c, mapper: mapper, store: inventory.NewStore(c), opts: opts, reader: c}
+	if opts.Watch {
+		if e.cache, err = newWatchCache(cfg, httpClient, c); err != nil {
+			return nil, err
+		}
+		e.reader, e.memo = e.cache, newMemo()
+	}
+	var pollOpts polling.Options
+	if e.cache != nil {
+		// Read each object from the watch cache; kstatus' default caching reader lists with
+		// field selectors the cache cannot serve, so every poll would reach the API server.
+		pollOpts.ClusterReaderFactory = pollengine.ClusterReaderFactoryFunc(clusterreader.NewDirectClusterReader)
+	}
+	e.poller = polling.NewStatusPoller(e.reader, mapper, pollOpts)
+	return e, nil
+}
+
+// Run runs the watch cache of an engine built with Options.Watch until ctx ends. Without
+// Watch it returns at once.
+func (e *Engine) Run(ctx context.Context) error {
+	if e.cache == nil {
+		return nil
+	}
+	return e.cache.cache.Start(ctx)
 }
 
 // Inventory returns the stored inventory of ref, read from the API server.

@@ -166,61 +166,94 @@ func (e *Engine) pruneStage(ctx context.Context, ref inventory.Ref, entries []in
 // pruneOne deletes one inventory entry if it is still ours: it exists, carries our owner
 // annotation, has no prune-disabled annotation, and its UID is the one we recorded (I1).
 // drop says whether the entry leaves the inventory; a failed delete keeps it (I3).
+//
+// With the watch cache the object is read from the cache and deleted with a resourceVersion
+// precondition too, so the delete lands only on exactly what was checked: one request in the
+// common case. A stale cache costs a conflict and a retry from the API server; a cached
+// "not found" is confirmed with the API server before the entry is dropped (I2).
 func (e *Engine) pruneOne(ctx context.Context, ref inventory.Ref, en inventory.Entry, dryRun bool) (Change, bool) {
-	c := Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped}
+	if e.cache != nil {
+		c, drop, retry := e.pruneOneFrom(ctx, e.reader, ref, en, dryRun)
+		if !retry {
+			return c, drop
+		}
+	}
+	c, drop, _ := e.pruneOneFrom(ctx, e.client, ref, en, dryRun)
+	return c, drop
+}
+
+// pruneOneFrom is pruneOne reading through reader. retry asks for a second attempt from the
+// API server: the cached view was not found or was out of date.
+func (e *Engine) pruneOneFrom(ctx context.Context, reader client.Reader, ref inventory.Ref, en inventory.Entry,
+	dryRun bool) (c Change, drop, retry bool) {
+	cached := reader != client.Reader(e.client)
+	c = Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped}
 	log := logr.FromContextOrDiscard(ctx).WithValues("object", c.ID)
-	live, err := e.getByID(ctx, en.Object)
+	live, err := e.getByID(ctx, reader, en.Object)
+	if cached && (err != nil || live == nil) {
+		return c, false, true
+	}
 	if err != nil {
 		c.Action, c.Message = ActionFailed, err.Error()
 		c.Err = fmt.Errorf("%s: prune: %w", c.ID, err)
-		return c, false
+		return c, false, false
 	}
 	if live == nil {
 		c.Message = "already deleted"
-		return c, true
+		return c, true, false
 	}
 	uid := live.GetUID()
+	if cached && (live.GetAnnotations()[OwnerAnnotation] != ref.ID || live.GetAnnotations()[PruneAnnotation] == PruneDisabled ||
+		(en.UID != "" && en.UID != uid) || live.GetDeletionTimestamp() != nil) {
+		return c, false, true // an entry leaves the inventory only on the API server's word
+	}
 	switch {
 	case live.GetAnnotations()[OwnerAnnotation] != ref.ID:
 		c.Message = fmt.Sprintf("not deleted: owning-inventory annotation is %q, not %q; dropped from the inventory",
 			live.GetAnnotations()[OwnerAnnotation], ref.ID)
-		return c, true
+		return c, true, false
 	case live.GetAnnotations()[PruneAnnotation] == PruneDisabled:
 		c.Message = "not deleted: prune disabled by annotation " + PruneAnnotation + "; dropped from the inventory"
-		return c, true
+		return c, true, false
 	case en.UID != "" && en.UID != uid:
 		c.Message = fmt.Sprintf("not deleted: recreated by someone else (UID %s, recorded %s); dropped from the inventory", uid, en.UID)
-		return c, true
+		return c, true, false
 	case live.GetDeletionTimestamp() != nil:
 		c.Action, c.Message = ActionPruned, "already terminating"
-		return c, true
+		return c, true, false
 	case dryRun:
 		c.Action, c.Message = ActionPruned, "would prune"
-		return c, false
+		return c, false, false
 	}
-	err = e.client.Delete(ctx, live, client.Preconditions{UID: &uid},
-		client.PropagationPolicy(metav1.DeletePropagationBackground))
+	pre := client.Preconditions{UID: &uid}
+	if cached {
+		rv := live.GetResourceVersion()
+		pre.ResourceVersion = &rv
+	}
+	err = e.client.Delete(ctx, live, pre, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	switch {
+	case cached && (apierrors.IsConflict(err) || apierrors.IsNotFound(err)):
+		return c, false, true
 	case err == nil:
 		c.Action = ActionPruned
 		log.V(1).Info("pruned")
-		return c, true
+		return c, true, false
 	case apierrors.IsNotFound(err):
 		c.Message = "already deleted"
-		return c, true
+		return c, true, false
 	case apierrors.IsConflict(err):
 		c.Message = "not deleted: UID precondition failed (recreated by someone else); dropped from the inventory"
-		return c, true
+		return c, true, false
 	default:
 		c.Action, c.Message = ActionFailed, err.Error()
 		c.Err = fmt.Errorf("%s: prune: %w", c.ID, err)
-		return c, false
+		return c, false, false
 	}
 }
 
 // getByID reads the object id names, at the version the server prefers; nil when it does
 // not exist or its kind is not served any more.
-func (e *Engine) getByID(ctx context.Context, id object.ObjMetadata) (*unstructured.Unstructured, error) {
+func (e *Engine) getByID(ctx context.Context, reader client.Reader, id object.ObjMetadata) (*unstructured.Unstructured, error) {
 	m, err := e.mapper.RESTMapping(id.GroupKind)
 	if meta.IsNoMatchError(err) {
 		return nil, nil
@@ -230,7 +263,7 @@ func (e *Engine) getByID(ctx context.Context, id object.ObjMetadata) (*unstructu
 	}
 	live := &unstructured.Unstructured{}
 	live.SetGroupVersionKind(m.GroupVersionKind)
-	err = e.client.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, live)
+	err = reader.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, live)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

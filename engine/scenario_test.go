@@ -70,7 +70,7 @@ func TestS05CrashAfterJthPrune(t *testing.T) {
 func TestS11AmbiguousCommit(t *testing.T) {
 	for _, rule := range []fault.Rule{
 		{Verb: "create", Resource: "configmaps", Name: "", Times: 1, DropResponse: true}, // the write-ahead create
-		{Verb: "patch", Resource: "configmaps", Name: "b", Times: 2, DropResponse: true},  // b's apply
+		{Verb: "patch", Resource: "configmaps", Name: "b", Times: 2, DropResponse: true}, // b's apply
 	} {
 		t.Run(rule.Verb, func(t *testing.T) {
 			h := newHarness(t, Hooks{})

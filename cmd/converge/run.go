@@ -35,6 +35,7 @@ type runOptions struct {
 	leaderElect             bool
 	leaderNamespace         string
 	installCRD              bool
+	watchCache              bool
 	watchNamespace          string
 	webhookAddr             string
 	webhookSecretFile       string
@@ -70,6 +71,7 @@ authoring).`,
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader (Lease) so only one replica reconciles")
 	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "converge-system", "namespace of the leader-election Lease")
 	f.BoolVar(&o.installCRD, "install-crd", true, "server-side apply the Sync CRD at start")
+	f.BoolVar(&o.watchCache, "watch-cache", true, "keep a watch cache of managed kinds so unchanged objects cost no request (needs list/watch RBAC on them)")
 	f.StringVar(&o.webhookAddr, "webhook-addr", "", "address of the push webhook receiver, POST /hooks/<namespace>/<name> (off when empty)")
 	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook HMAC secret (GitHub) or token (GitLab); required with --webhook-addr")
 	f.StringVar(&o.watchNamespace, "watch-namespace", "", "reconcile only the Syncs of this namespace (default: all namespaces)")
@@ -161,7 +163,7 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		client:  mgr.GetClient(),
 		live:    mgr.GetAPIReader(),
 		loader:  sources.NewLoader(o.cacheDir),
-		engines: newEngineSet(cfg, engine.Options{}),
+		engines: newEngineSet(ctx, cfg, engine.Options{}, o.watchCache),
 		writer:  &status.Writer{Cached: mgr.GetClient(), Live: mgr.GetAPIReader(), Client: conflictCounting{mgr.GetClient(), metrics}},
 		events:  mgr.GetEventRecorderFor("converge"), //nolint:staticcheck // the events/v1 recorder needs a newer RBAC story
 		retries: &retryCounter{},

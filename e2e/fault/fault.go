@@ -115,6 +115,17 @@ func (t *Transport) CountResource(verb, resource, subresource string) int {
 	return n
 }
 
+// Counts returns the request counts by "verb resource/subresource", for messages.
+func (t *Transport) Counts() map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]int{}
+	for k, c := range t.counts {
+		out[k.verb+" "+k.resource+"/"+k.subresource] += c
+	}
+	return out
+}
+
 type countKey struct{ verb, resource, subresource string }
 
 // Mutating returns how many writes were sent: create, update, patch and delete requests

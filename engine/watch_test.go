@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/e2e/cluster"
+	"github.com/converge-dev/converge/e2e/fault"
+)
+
+// newWatchHarness is newHarness with a running watch cache (Options.Watch).
+func newWatchHarness(t *testing.T) *harness {
+	t.Helper()
+	cluster.Require(t, env)
+	h := newHarness(t, Hooks{})
+	cfg, rt := fault.Config(env.Config)
+	eng, err := New(cfg, Options{Watch: true, PollInterval: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	h.eng, h.rt = eng, rt
+	return h
+}
+
+func manyCMs(ns, value string, n int) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, 0, n)
+	for i := range n {
+		out = append(out, configMap(ns, fmt.Sprintf("cm-%02d", i), map[string]any{"v": value}))
+	}
+	return out
+}
+
+// settle re-applies objs until a run sends at most maxRequests requests (the watch cache
+// catches up with the last writes within a few runs) and returns that run's result.
+func (h *harness) settle(opts ApplyOptions, maxRequests int, objs []*unstructured.Unstructured) *Result {
+	h.t.Helper()
+	var res *Result
+	for range 20 {
+		h.rt.Reset()
+		res = h.apply(opts, objs...)
+		if h.rt.Count() <= maxRequests {
+			return res
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.t.Fatalf("a re-apply of an unchanged set never got down to %d requests (last: %v, writes %v)",
+		maxRequests, h.rt.Counts(), h.rt.Writes())
+	return res
+}
+
+// TestWatchNoOpSendsNothing checks the watch-cache fast path: once converged, a re-apply of
+// the unchanged set (with readiness wait) costs only the inventory read and no write (I7,
+// PERFORMANCE.md no-op row), and reports every object unchanged.
+func TestWatchNoOpSendsNothing(t *testing.T) {
+	h := newWatchHarness(t)
+	opts := testOpts()
+	opts.Wait = true
+	objs := manyCMs(h.ns, "1", 20)
+	h.apply(opts, objs...)
+	res := h.settle(opts, 1, objs)
+	if s := res.Summary(); s.Unchanged != 20 || s.NotReady != 0 {
+		t.Errorf("no-op summary = %+v, want 20 unchanged, all ready", s)
+	}
+	if w := h.rt.Writes(); len(w) != 0 {
+		t.Errorf("a no-op sent writes: %v", w)
+	}
+}
+
+// TestWatchDetectsDrift checks the fast path never trades correctness away: an out-of-band
+// edit of a live object changes its resourceVersion, so the next run takes the full path and
+// restores it (I7), and a changed desired object is applied.
+func TestWatchDetectsDrift(t *testing.T) {
+	h := newWatchHarness(t)
+	opts := testOpts()
+	objs := manyCMs(h.ns, "1", 5)
+	h.apply(opts, objs...)
+	h.settle(opts, 1, objs)
+
+	live := h.liveCM("cm-03")
+	if err := unstructured.SetNestedField(live.Object, "edited", "data", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.plain.Update(h.ctx, live, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	for range 20 { // until the watch cache shows the edit, runs may still skip cm-03
+		h.apply(opts, objs...)
+		if got, _, _ = unstructured.NestedString(h.liveCM("cm-03").Object, "data", "v"); got == "1" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got != "1" {
+		t.Fatalf("out-of-band edit not corrected: data.v = %q", got)
+	}
+
+	changed := manyCMs(h.ns, "1", 5)
+	changed[1] = configMap(h.ns, "cm-01", map[string]any{"v": "2"})
+	res := h.apply(opts, changed...)
+	if got := actions(res.Changes)[cmID(h.ns, "cm-01")]; got != ActionConfigured {
+		t.Errorf("changed object: action %s, want configured", got)
+	}
+}
+
+// TestWatchPruneOneRequestEach checks a prune through the watch cache costs one DELETE per
+// pruned object (UID and resourceVersion preconditions, no GET), and still leaves a foreign
+// object alone (I1).
+func TestWatchPruneOneRequestEach(t *testing.T) {
+	h := newWatchHarness(t)
+	opts := testOpts()
+	objs := manyCMs(h.ns, "1", 10)
+	h.apply(opts, objs...)
+	h.settle(opts, 1, objs)
+	h.rt.Reset()
+	res := h.apply(opts, objs[:6]...)
+	if s := res.Summary(); s.Pruned != 4 {
+		t.Fatalf("pruned %d, want 4: %+v", s.Pruned, res.Pruned)
+	}
+	deletes, gets := h.rt.Count("delete"), h.rt.Count("get")
+	if deletes != 4 {
+		t.Errorf("%d DELETE requests for 4 prunes, want 4", deletes)
+	}
+	// The inventory read, and the record update's read: nothing per pruned object.
+	if gets > 2 {
+		t.Errorf("%d GET requests during a 4-object prune, want at most 2 (no GET per object)", gets)
+	}
+	for i := 6; i < 10; i++ {
+		if h.liveCM(fmt.Sprintf("cm-%02d", i)) != nil {
+			t.Errorf("cm-%02d survived the prune", i)
+		}
+	}
+}
