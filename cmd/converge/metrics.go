@@ -49,7 +49,7 @@ type recorder struct {
 	commitLeadTime    *prometheus.HistogramVec
 	apiRequests       *prometheus.CounterVec
 
-	mu   sync.Mutex
+	mu          sync.Mutex
 	seen        map[types.NamespacedName]seenRevision
 	commitTimes map[types.NamespacedName]commitTime // of the revision last loaded
 	now         func() time.Time
@@ -61,7 +61,7 @@ type seenRevision struct {
 	revision  string
 	at        time.Time
 	committed time.Time
-	ready    bool // the lead time was observed, or the revision was applied before we saw it
+	ready     bool // the lead time was observed, or the revision was applied before we saw it
 }
 
 var syncLabels = []string{"namespace", "name"}

@@ -20,7 +20,7 @@ import (
 // and the service-account signing key.
 type pki struct {
 	caCert, serverCert, serverKey, saKey, saPub string // file paths
-	caPEM                                          []byte
+	caPEM                                       []byte
 }
 
 // writePKI creates a CA, a serving certificate for 127.0.0.1/localhost signed by it and an RSA
