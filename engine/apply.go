@@ -45,6 +45,9 @@ type ApplyOptions struct {
 	// DefaultNamespace is set on namespaced objects without a namespace. When empty, such an
 	// object is an error and nothing is applied or pruned.
 	DefaultNamespace string
+	// TargetNamespace, when set, is the namespace of every namespaced object, whatever the
+	// object says (like kustomize's namespace: and Flux's targetNamespace).
+	TargetNamespace string
 	// Concurrency bounds the applies and deletes in flight. Zero or less means 1.
 	Concurrency int
 }

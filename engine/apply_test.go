@@ -324,3 +324,19 @@ func TestWriteAheadFailure(t *testing.T) {
 	}
 	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "old"))
 }
+
+// TestTargetNamespace checks ApplyOptions.TargetNamespace puts every namespaced object in
+// that namespace, whatever the manifest says.
+func TestTargetNamespace(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	opts := testOpts()
+	opts.TargetNamespace = h.ns
+	res := h.apply(opts, configMap("somewhere-else", "moved", nil), configMap("", "defaulted", nil))
+	if diff := cmp.Diff(map[string]Action{cmID(h.ns, "moved"): ActionCreated, cmID(h.ns, "defaulted"): ActionCreated},
+		actions(res.Changes)); diff != "" {
+		t.Errorf("actions (-want +got):\n%s", diff)
+	}
+	if h.liveCM("moved") == nil {
+		t.Error("the object was not applied in the target namespace")
+	}
+}

@@ -107,6 +107,8 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, error) {
 		}
 		if !sc.namespaced {
 			u.SetNamespace("")
+		} else if opts.TargetNamespace != "" {
+			u.SetNamespace(opts.TargetNamespace)
 		} else if u.GetNamespace() == "" {
 			if opts.DefaultNamespace == "" {
 				errs = append(errs, terminal(fmt.Errorf("%s: namespaced %s %q has no namespace and no default namespace is set",
