@@ -113,6 +113,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	if !f.diff {
 		rep.dropDiffs()
 	}
+	rep.color = f.output == "" && isTerminal(cmd.OutOrStdout())
 	if err := rep.write(cmd.OutOrStdout(), f.output); err != nil {
 		return &exitError{code: exitCodeError, err: err}
 	}

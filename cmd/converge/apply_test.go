@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/cluster"
@@ -133,6 +134,80 @@ func TestApplyCLI(t *testing.T) {
 			if diff := cmp.Diff(before, resourceVersions(t, ns)); diff != "" {
 				t.Errorf("%s: a dry-run changed the cluster (-before +after):\n%s", st.name, diff)
 			}
+		}
+	}
+}
+
+const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.cli.converge.dev}
+spec:
+  group: cli.converge.dev
+  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {size: {type: integer}}}
+`
+
+const widget = `apiVersion: cli.converge.dev/v1
+kind: Widget
+metadata: {name: w, namespace: NS}
+spec: {size: 1}
+`
+
+// TestApplyCLICRDAndCustomResources applies a CRD and its custom resource in one set: the
+// dry-run reports both (the resource as created although its kind does not exist yet) and
+// changes nothing; the apply creates both; golden output and exit codes.
+func TestApplyCLICRDAndCustomResources(t *testing.T) {
+	cluster.Require(t, env)
+	ns := env.Namespace(t)
+	dir := filepath.Join(t.TempDir(), "widgets")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeSet(t, dir, ns, map[string]string{"crd.yaml": widgetCRD, "widget.yaml": widget})
+	t.Cleanup(func() { // the CRD is cluster-scoped: leave no trace for a later run
+		c, err := client.New(env.Config, client.Options{Scheme: newScheme()})
+		if err == nil {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			crd.Name = "widgets.cli.converge.dev"
+			_ = c.Delete(context.Background(), crd)
+		}
+	})
+	for _, st := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"crd-dry-run", []string{"--dry-run"}, 1},
+		{"crd", nil, 0},
+		{"crd-noop", nil, 0},
+	} {
+		out, code := cli(t, append([]string{"apply", dir, "-n", ns, "--inventory=" + ns + "/widgets", "--prune"}, st.args...)...)
+		if code != st.code {
+			t.Errorf("%s: exit code %d, want %d; output:\n%s", st.name, code, st.code, out)
+		}
+		golden(t, "apply-"+st.name+".txt", ns, out)
+	}
+}
+
+// TestColorDiff checks diff colouring is only applied when asked (a terminal).
+func TestColorDiff(t *testing.T) {
+	diff := "--- live/x\n+++ desired/x\n@@ -1 +1 @@\n-a\n+b\n"
+	if got := colorDiff(diff, false); got != diff {
+		t.Errorf("uncoloured diff changed:\n%q", got)
+	}
+	got := colorDiff(diff, true)
+	for _, want := range []string{"\x1b[31m-a\x1b[0m\n", "\x1b[32m+b\x1b[0m\n", "\x1b[36m@@ -1 +1 @@\x1b[0m\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("coloured diff lacks %q:\n%q", want, got)
 		}
 	}
 }

@@ -20,6 +20,8 @@ type report struct {
 	Pruned   []objectReport `json:"pruned"`
 	Summary  summary        `json:"summary"`
 	Error    string         `json:"error,omitempty"`
+
+	color bool // colour diffs (a terminal)
 }
 
 type objectReport struct {
@@ -131,7 +133,7 @@ func (r *report) text() string {
 	}
 	for _, o := range r.Objects {
 		if o.Diff != "" {
-			b.WriteString(o.Diff)
+			b.WriteString(colorDiff(o.Diff, r.color))
 			if !strings.HasSuffix(o.Diff, "\n") {
 				b.WriteString("\n")
 			}
@@ -148,6 +150,34 @@ func (r *report) text() string {
 	}
 	fmt.Fprintf(&b, " at %s\n", r.Revision)
 	return b.String()
+}
+
+// colorDiff colours a unified diff for a terminal: additions green, removals red, hunks cyan.
+func colorDiff(diff string, color bool) string {
+	if !color {
+		return diff
+	}
+	lines := strings.SplitAfter(diff, "\n")
+	for i, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "+++"), strings.HasPrefix(l, "---"):
+			lines[i] = "\x1b[1m" + strings.TrimSuffix(l, "\n") + "\x1b[0m" + suffixNL(l)
+		case strings.HasPrefix(l, "+"):
+			lines[i] = "\x1b[32m" + strings.TrimSuffix(l, "\n") + "\x1b[0m" + suffixNL(l)
+		case strings.HasPrefix(l, "-"):
+			lines[i] = "\x1b[31m" + strings.TrimSuffix(l, "\n") + "\x1b[0m" + suffixNL(l)
+		case strings.HasPrefix(l, "@@"):
+			lines[i] = "\x1b[36m" + strings.TrimSuffix(l, "\n") + "\x1b[0m" + suffixNL(l)
+		}
+	}
+	return strings.Join(lines, "")
+}
+
+func suffixNL(l string) string {
+	if strings.HasSuffix(l, "\n") {
+		return "\n"
+	}
+	return ""
 }
 
 // markdown is a pull-request comment: summary, changed objects with collapsed diffs, and

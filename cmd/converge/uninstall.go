@@ -309,8 +309,8 @@ func waitCRDGone(ctx context.Context, c client.Client, timeout time.Duration) er
 }
 
 // isTerminal reports whether r is a terminal (not a pipe, a file or /dev/null).
-func isTerminal(r io.Reader) bool {
-	f, ok := r.(*os.File)
+func isTerminal(stream any) bool {
+	f, ok := stream.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
