@@ -308,7 +308,8 @@ func waitCRDGone(ctx context.Context, c client.Client, timeout time.Duration) er
 		syncCRDName, timeout, held, status.Finalizer, err)
 }
 
-// isTerminal reports whether r is a terminal (not a pipe, a file or /dev/null).
+// isTerminal reports whether stream (stdin, stdout) is a terminal, not a pipe, a file or
+// /dev/null: prompts and colour are for people, not for logs.
 func isTerminal(stream any) bool {
 	f, ok := stream.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
