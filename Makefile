@@ -12,7 +12,7 @@ RUN_DIR := $(CURDIR)/.run
 CONTROLPLANE_BIN = $(shell e2e/tools/build.sh --dir)
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build deps controlplane test vet unit cluster cluster-down run run-publish stop clean help bench bench-quick
+.PHONY: all build deps controlplane test test-faults vet unit cluster cluster-down run run-publish stop clean help bench bench-quick
 
 all: build
 
@@ -38,6 +38,11 @@ deps: ## install the Debian packages the tests use (git, prometheus) when missin
 
 test: deps controlplane vet ## vet, unit and integration tests against the real control plane, with -race
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+SEEDS ?= 200
+test-faults: controlplane ## randomized fault sweep: SEEDS=N seeds (default 200), or SEED=n to replay one
+	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) CONVERGE_FAULT_SEEDS=$(SEEDS) CONVERGE_FAULT_SEED=$(SEED) \
+		go test -race -count=1 -timeout 60m -v -run TestRandomFaults ./engine/ | grep -v '^=== RUN\|^    --- PASS\|faults_test.go:.*under faults'
 
 unit: ## only tests that need no control plane (-short)
 	go test -race -short -count=1 ./...

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -242,13 +243,39 @@ func (e *Engine) pruneOneFrom(ctx context.Context, reader client.Reader, ref inv
 		c.Message = "already deleted"
 		return c, true, false
 	case apierrors.IsConflict(err):
-		c.Message = "not deleted: UID precondition failed (recreated by someone else); dropped from the inventory"
-		return c, true, false
+		return e.afterDeleteConflict(ctx, ref, en, uid, c, err)
 	default:
 		c.Action, c.Message = ActionFailed, err.Error()
 		c.Err = fmt.Errorf("%s: prune: %w", c.ID, err)
 		return c, false, false
 	}
+}
+
+// afterDeleteConflict decides what a 409 on a UID-precondition delete means by reading the
+// object again: an entry leaves the inventory only when the API server shows the object gone,
+// replaced (another UID) or no longer ours; otherwise the delete failed and the entry stays
+// for the next run (I2, I3). A status code alone never drops an entry.
+func (e *Engine) afterDeleteConflict(ctx context.Context, ref inventory.Ref, en inventory.Entry, uid types.UID,
+	c Change, delErr error) (Change, bool, bool) {
+	cur, err := e.getByID(ctx, e.client, en.Object)
+	switch {
+	case err != nil:
+		c.Action, c.Message = ActionFailed, delErr.Error()
+		c.Err = fmt.Errorf("%s: prune: %w", c.ID, delErr)
+		return c, false, false
+	case cur == nil:
+		c.Message = "already deleted"
+		return c, true, false
+	case cur.GetUID() != uid:
+		c.Message = "not deleted: UID precondition failed (recreated by someone else); dropped from the inventory"
+		return c, true, false
+	case cur.GetAnnotations()[OwnerAnnotation] != ref.ID:
+		c.Message = "not deleted: no longer carries our owning-inventory annotation; dropped from the inventory"
+		return c, true, false
+	}
+	c.Action, c.Message = ActionFailed, delErr.Error()
+	c.Err = fmt.Errorf("%s: prune: %w", c.ID, delErr)
+	return c, false, false
 }
 
 // getByID reads the object id names, at the version the server prefers; nil when it does
