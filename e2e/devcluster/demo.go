@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -47,7 +48,8 @@ func (d demo) start(c *cluster.Cluster) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := srv.Publish("examples", "main", d.examples, "examples from "+d.examples); err != nil {
+	sha, err := srv.Publish("examples", "main", d.examples, "examples from "+d.examples)
+	if err != nil {
 		_ = srv.Close()
 		return nil, err
 	}
@@ -67,7 +69,8 @@ func (d demo) start(c *cluster.Cluster) (stop func(), err error) {
 		_ = srv.Close()
 		return nil, fmt.Errorf("start %s: %w", d.converge, err)
 	}
-	info := fmt.Sprintf("git=%s\nmetrics=http://%s/metrics\nhealth=http://%s/healthz\n", srv.RepoURL("examples"), metricsAddr, healthAddr)
+	info := fmt.Sprintf("git=%s\nrevision=main@sha1:%s\nmetrics=http://%s/metrics\nhealth=http://%s/healthz\n",
+		srv.RepoURL("examples"), sha, metricsAddr, healthAddr)
 	if err := os.WriteFile(filepath.Join(c.Dir, "demo"), []byte(info), 0o644); err != nil {
 		return nil, err
 	}
@@ -100,15 +103,22 @@ func report(dir string, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
+	info, _ := os.ReadFile(filepath.Join(dir, "demo"))
+	want := ""
+	for _, line := range strings.Split(string(info), "\n") {
+		if v, ok := strings.CutPrefix(line, "revision="); ok {
+			want = v
+		}
+	}
 	s := &status.Sync{}
 	key := client.ObjectKey{Namespace: demoNamespace, Name: demoSync}
 	waitErr := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, s); err != nil {
 			return false, nil
 		}
-		return s.Status.ObservedGeneration == s.Generation && meta.IsStatusConditionTrue(s.Status.Conditions, status.ConditionReady), nil
+		return s.Status.ObservedGeneration == s.Generation && s.Status.LastAppliedRevision == want &&
+			meta.IsStatusConditionTrue(s.Status.Conditions, status.ConditionReady), nil
 	})
-	info, _ := os.ReadFile(filepath.Join(dir, "demo"))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nNAMESPACE\tNAME\tREADY\tREVISION\tMESSAGE")
 	ready := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady)
