@@ -1,0 +1,215 @@
+// Command bench measures Converge's apply engine against a Flux-style baseline
+// (fluxcd/pkg/ssa ApplyAllStaged + DeleteAll, default options) and a bare parallel
+// server-side-apply floor, on a generated workload and a local control plane it starts
+// itself (e2e/cluster). See PERFORMANCE.md (the targets) and docs/benchmarks.md.
+//
+//	go run ./e2e/bench -objects 1000 -runs 3
+//
+// The engines run one after the other on the same namespaces and names, each in its own
+// child process (so that peak RSS is per engine), each cold apply after a cleanup that
+// deletes the whole workload and waits until it is gone.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/converge-dev/converge/e2e/cluster"
+	"github.com/converge-dev/converge/sources"
+)
+
+// flags are the command line.
+type flags struct {
+	objects  int
+	runs     int
+	full     bool
+	output   string
+	jsonFile string
+	engines  string
+	// child mode: run one engine against a running cluster, write its samples to result.
+	child      string
+	kubeconfig string
+	workload   string
+	result     string
+	finalize   bool
+	settle     time.Duration
+	steady     time.Duration
+}
+
+// parseFlags reads the command line.
+func parseFlags() flags {
+	var f flags
+	flag.IntVar(&f.objects, "objects", 1000, "objects in the generated workload, Namespaces and the CRD included")
+	flag.IntVar(&f.runs, "runs", 3, "runs per operation; the table shows medians (at least 3 for published figures)")
+	flag.BoolVar(&f.full, "full", false, "start the Full control plane profile (controllers, scheduler, kwok) instead of API")
+	flag.StringVar(&f.output, "o", "table", "stdout format: table or json")
+	flag.StringVar(&f.jsonFile, "json", filepath.Join(".run", "bench", "results.json"), "also write the results as JSON to this file (empty: don't)")
+	flag.StringVar(&f.engines, "engines", strings.Join(engines, ","), "engines to measure, comma-separated")
+	flag.StringVar(&f.child, "child", "", "internal: run this engine only")
+	flag.StringVar(&f.kubeconfig, "kubeconfig", "", "internal: kubeconfig of the running cluster")
+	flag.StringVar(&f.workload, "workload", "", "internal: folder of the generated workload")
+	flag.StringVar(&f.result, "result", "", "internal: file for the child's samples")
+	flag.BoolVar(&f.finalize, "finalize", false, "internal: finalize deleted Namespaces (no namespace controller)")
+	flag.DurationVar(&f.settle, "settle", 31*time.Second, "wait this long after deleting the Namespaces before a cold apply (the API server's 30 s live-lookup window)")
+	flag.DurationVar(&f.steady, "steady", 35*time.Second, "wait this long after the last cold apply before the other operations (a watch cache's relist back-off after the CRD was recreated)")
+	flag.Parse()
+	return f
+}
+
+// main runs the parent (the benchmark) or, with -child, one engine.
+func main() {
+	log.SetFlags(log.Ltime)
+	f := parseFlags()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if f.child != "" {
+		err = runChild(ctx, f)
+	} else {
+		err = runParent(ctx, f)
+	}
+	if err != nil {
+		log.Printf("bench: %v", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// runParent starts the control plane, generates and renders the workload, runs every
+// engine in a child process, and reports.
+func runParent(ctx context.Context, f flags) error {
+	if f.runs < 1 || f.objects < numNamespaces+2 {
+		return fmt.Errorf("need -runs ≥ 1 and -objects ≥ %d", numNamespaces+2)
+	}
+	profile := cluster.API
+	if f.full {
+		profile = cluster.Full
+	}
+	rep := &Report{Objects: f.objects, Runs: f.runs, Profile: string(profile),
+		Concurrency: concurrency, FluxConcurrency: fluxConcurrency, SettleSeconds: f.settle.Seconds(), SteadySeconds: f.steady.Seconds(),
+		Machine: machine()}
+	log.Printf("starting the %s control plane; load average %s", profile, rep.Machine.LoadAvgStart)
+	c, err := cluster.Start(ctx, cluster.Options{Profile: profile})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	if dc, err := discovery.NewDiscoveryClientForConfig(c.Config); err == nil {
+		if v, err := dc.ServerVersion(); err == nil {
+			rep.Machine.APIServer = v.GitVersion
+		}
+	}
+	dir, err := os.MkdirTemp("", "converge-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := writeWorkload(dir, generate(f.objects)); err != nil {
+		return err
+	}
+	renders, err := measureRender(ctx, dir, f.objects, f.runs)
+	if err != nil {
+		return err
+	}
+	results := map[string]map[string][]Sample{"-": {opRender: renders}}
+	for _, name := range strings.Split(f.engines, ",") {
+		s, err := spawn(ctx, f, name, c.Kubeconfig, dir, !f.full)
+		if err != nil {
+			return err
+		}
+		results[name] = s
+	}
+	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.build(results)
+	return rep.emit(os.Stdout, f.output, f.jsonFile)
+}
+
+// measureRender times sources.Render of the generated folder runs times.
+func measureRender(ctx context.Context, dir string, want, runs int) ([]Sample, error) {
+	var out []Sample
+	for range runs {
+		start := time.Now()
+		objs, err := sources.Render(ctx, dir, ".", sources.DefaultRenderOptions())
+		if err != nil {
+			return nil, fmt.Errorf("render: %w", err)
+		}
+		s := Sample{WallSeconds: time.Since(start).Seconds(), Client: Counts{}, Server: Counts{}, Memory: readMemory()}
+		if len(objs) != want {
+			return nil, fmt.Errorf("render: %d objects, want %d", len(objs), want)
+		}
+		log.Printf("%-10s %-16s %6.2fs  %d objects", "-", opRender, s.WallSeconds, len(objs))
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// spawn runs one engine in a child process of this binary and returns its samples.
+func spawn(ctx context.Context, f flags, name, kubeconfig, dir string, finalize bool) (map[string][]Sample, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	res, err := os.CreateTemp("", "converge-bench-result-")
+	if err != nil {
+		return nil, err
+	}
+	res.Close()
+	defer os.Remove(res.Name())
+	cmd := exec.CommandContext(ctx, exe, "-child", name, "-kubeconfig", kubeconfig, "-workload", dir,
+		"-runs", strconv.Itoa(f.runs), "-result", res.Name(), "-finalize="+strconv.FormatBool(finalize), "-settle", f.settle.String(), "-steady", f.steady.String())
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("engine %s: %w", name, err)
+	}
+	b, err := os.ReadFile(res.Name())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]Sample{}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("engine %s: result: %w", name, err)
+	}
+	return out, nil
+}
+
+// runChild renders the workload, as a daemon would, and measures one engine on it.
+func runChild(ctx context.Context, f flags) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS = -1 // as e2e/cluster's config, and Flux with API priority and fairness on
+	ctrllog.SetLogger(logr.Discard())
+	objs, err := sources.Render(ctx, f.workload, ".", sources.DefaultRenderOptions())
+	if err != nil {
+		return err
+	}
+	b, err := newBench(ctx, f.child, cfg, objs, f.runs, f.finalize, f.settle, f.steady)
+	if err != nil {
+		return err
+	}
+	if err := b.run(ctx); err != nil {
+		return err
+	}
+	out, err := json.Marshal(b.samples)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(f.result, out, 0o644)
+}

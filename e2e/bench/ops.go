@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+)
+
+// The operations, in run order.
+const (
+	opRender = "render"
+	opCold   = "cold apply"
+	opNoop   = "no-op reconcile"
+	opChange = "1% git change"
+	opDrift  = "1% drift"
+	opPrune  = "10% prune"
+)
+
+// driftPause separates the out-of-band edits from the measured reconcile, so that a watch
+// cache has seen them (a daemon's next reconcile comes later than this anyway).
+const driftPause = time.Second
+
+// operations lists the engine operations in run order (render is engine-independent).
+var operations = []string{opCold, opNoop, opChange, opDrift, opPrune}
+
+// Sample is one measured run of one operation.
+type Sample struct {
+	WallSeconds float64 `json:"wallSeconds"`
+	// Client are the requests the engine sent, counted by the e2e/fault transport.
+	Client Counts `json:"client"`
+	// Server is the apiserver_request_total delta over the run (all clients; resource
+	// requests only, leases left out).
+	Server Counts `json:"server"`
+	Memory memory `json:"memory"`
+	// Corrected counts drifted objects the reconcile put back (1% drift only).
+	Corrected int `json:"corrected,omitempty"`
+	Drifted   int `json:"drifted,omitempty"`
+}
+
+// bench is the state of one engine's run of every operation.
+type bench struct {
+	name    string
+	eng     runner
+	count   *counter
+	admin   *admin
+	metrics *http.Client
+	host    string
+	runs    int
+	steady  time.Duration
+	objs    []*unstructured.Unstructured
+	samples map[string][]Sample
+}
+
+// newBench prepares engine name on a counted copy of adminCfg.
+func newBench(ctx context.Context, name string, adminCfg *rest.Config, objs []*unstructured.Unstructured,
+	runs int, finalize bool, settle, steady time.Duration) (*bench, error) {
+	cfg, count := countedConfig(adminCfg)
+	eng, err := newRunner(ctx, name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	a, err := newAdmin(adminCfg, finalize, settle)
+	if err != nil {
+		return nil, err
+	}
+	hc, err := rest.HTTPClientFor(adminCfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.ensureNamespace(ctx, inventoryRef.Namespace); err != nil {
+		return nil, err
+	}
+	return &bench{name: name, eng: eng, count: count, admin: a, metrics: hc, host: adminCfg.Host,
+		runs: runs, steady: steady, objs: objs, samples: map[string][]Sample{}}, nil
+}
+
+// measure runs fn once and records a Sample of op.
+func (b *bench) measure(ctx context.Context, op string, fn func(context.Context) error) (*Sample, error) {
+	before, err := scrapeRequests(ctx, b.metrics, b.host)
+	if err != nil {
+		return nil, err
+	}
+	b.count.reset()
+	start := time.Now()
+	err = fn(ctx)
+	wall := time.Since(start)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", b.name, op, err)
+	}
+	s := Sample{WallSeconds: wall.Seconds(), Client: b.count.snapshot(), Memory: readMemory()}
+	after, err := scrapeRequests(ctx, b.metrics, b.host)
+	if err != nil {
+		return nil, err
+	}
+	s.Server = sub(after, before)
+	b.samples[op] = append(b.samples[op], s)
+	log.Printf("%-10s %-16s %6.2fs  %s", b.name, op, s.WallSeconds, s.Client)
+	return &b.samples[op][len(b.samples[op])-1], nil
+}
+
+// run measures every operation runs times.
+func (b *bench) run(ctx context.Context) error {
+	for range b.runs {
+		if err := b.admin.cleanup(ctx); err != nil {
+			return err
+		}
+		if _, err := b.measure(ctx, opCold, b.applyFn(b.objs)); err != nil {
+			return err
+		}
+	}
+	// The cleanups deleted and recreated the CRD: a watch cache's Widget informer is now
+	// in its relist back-off (up to 30 s) and serves stale objects, which only costs
+	// requests. A daemon's steady state is what the other operations measure.
+	if err := pause(ctx, b.steady); err != nil {
+		return err
+	}
+	for range b.runs {
+		if _, err := b.measure(ctx, opNoop, b.applyFn(b.objs)); err != nil {
+			return err
+		}
+	}
+	changed := pick(b.objs, "change", 0.01)
+	desired := b.objs
+	for r := 1; r <= b.runs; r++ {
+		desired = withChange(b.objs, changed, r)
+		if _, err := b.measure(ctx, opChange, b.applyFn(desired)); err != nil {
+			return err
+		}
+	}
+	if err := b.driftRuns(ctx, desired); err != nil {
+		return err
+	}
+	return b.pruneRuns(ctx, desired)
+}
+
+// driftRuns edits 1% of the live objects out of band, then measures one reconcile of
+// desired and checks the edits were put back.
+func (b *bench) driftRuns(ctx context.Context, desired []*unstructured.Unstructured) error {
+	drifted := pick(desired, "drift", 0.01)
+	for r := 1; r <= b.runs; r++ {
+		if err := b.admin.drift(ctx, desired, drifted, 100+r); err != nil {
+			return err
+		}
+		if err := pause(ctx, driftPause); err != nil {
+			return err
+		}
+		s, err := b.measure(ctx, opDrift, b.applyFn(desired))
+		if err != nil {
+			return err
+		}
+		s.Drifted = len(drifted)
+		if s.Corrected, err = b.admin.corrected(ctx, desired, drifted); err != nil {
+			return err
+		}
+		if s.Corrected != s.Drifted {
+			log.Printf("%s: only %d of %d drifted objects were corrected", b.name, s.Corrected, s.Drifted)
+		}
+	}
+	return nil
+}
+
+// pruneRuns drops 10% of desired and measures the reconcile that removes them; before
+// every run but the first the full set is applied again (not measured).
+func (b *bench) pruneRuns(ctx context.Context, desired []*unstructured.Unstructured) error {
+	kept, dropped := split(desired, pick(desired, "prune", 0.10))
+	for r := range b.runs {
+		if r > 0 {
+			if err := b.eng.apply(ctx, deepCopyAll(desired)); err != nil {
+				return fmt.Errorf("%s: restore before prune: %w", b.name, err)
+			}
+		}
+		k, d := deepCopyAll(kept), deepCopyAll(dropped)
+		fn := func(ctx context.Context) error { return b.eng.prune(ctx, k, d) }
+		if _, err := b.measure(ctx, opPrune, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyFn returns an operation applying a deep copy of objs, made now, outside the
+// measured time (engines may sort or edit their input).
+func (b *bench) applyFn(objs []*unstructured.Unstructured) func(context.Context) error {
+	in := deepCopyAll(objs)
+	return func(ctx context.Context) error { return b.eng.apply(ctx, in) }
+}
+
+// pause waits for d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
