@@ -60,6 +60,12 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (outcome, error) {
 		}
 		out.uid = live.GetUID()
 	}
+	if live == nil && !r.opts.DryRun && !r.opts.Diff {
+		// The API server just said the object does not exist: a dry-run could only answer
+		// "created", so apply at once (one request instead of two per new object).
+		out.change.Action = ActionCreated
+		return r.send(ctx, it, nil, out)
+	}
 	dry, live, err := r.dryRun(ctx, it, live)
 	if err != nil {
 		return failed(out, err), nil
@@ -87,6 +93,11 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (outcome, error) {
 	if r.opts.DryRun {
 		return out, nil
 	}
+	return r.send(ctx, it, live, out)
+}
+
+// send applies it for real and runs the AfterApply crash point.
+func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstructured, out outcome) (outcome, error) {
 	applied := it.obj.DeepCopy()
 	if err := r.e.serverSideApply(ctx, applied, false, r.forceConflicts(live)); err != nil {
 		return failed(out, err), nil
