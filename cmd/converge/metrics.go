@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -354,36 +353,10 @@ func (s statusConflictCounting) Patch(ctx context.Context, obj client.Object, pa
 	return err
 }
 
-// metricsServer serves the daemon's registry on GET /metrics. Every replica serves it.
-type metricsServer struct {
-	addr    string
-	handler http.Handler
-}
-
-func newMetricsServer(addr string, reg *prometheus.Registry) *metricsServer {
-	return &metricsServer{addr: addr, handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
-}
-
-// NeedLeaderElection is false: followers serve their Go, process and API metrics too.
-func (m *metricsServer) NeedLeaderElection() bool { return false }
-
-// Start serves until ctx ends.
-func (m *metricsServer) Start(ctx context.Context) error {
+// newMetricsServer serves the daemon's registry on GET /metrics, on every replica
+// (followers have Go, process and API metrics too).
+func newMetricsServer(addr string, reg *prometheus.Registry) httpRunnable {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.handler)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	l, err := net.Listen("tcp", m.addr)
-	if err != nil {
-		return err
-	}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return httpRunnable{addr: addr, handler: mux}
 }

@@ -149,7 +149,7 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 			return fmt.Errorf("--webhook-secret-file %s is empty: a webhook needs a secret", o.webhookSecretFile)
 		}
 		hook := &webhook{addr: o.webhookAddr, secret: secret, client: mgr.GetClient(), log: mgr.GetLogger().WithName("webhook")}
-		if err := mgr.Add(hook); err != nil {
+		if err := mgr.Add(hook.runnable()); err != nil {
 			return err
 		}
 	}

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -31,28 +28,11 @@ type webhook struct {
 	log    logr.Logger
 }
 
-// NeedLeaderElection is false: every replica accepts hooks; the annotation reaches the leader.
-func (w *webhook) NeedLeaderElection() bool { return false }
-
-// Start serves until ctx ends.
-func (w *webhook) Start(ctx context.Context) error {
+// runnable serves the hooks on every replica: the annotation reaches the leader.
+func (w *webhook) runnable() httpRunnable {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hooks/{namespace}/{name}", w.handle)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	l, err := net.Listen("tcp", w.addr)
-	if err != nil {
-		return err
-	}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return httpRunnable{addr: w.addr, handler: mux}
 }
 
 func (w *webhook) handle(rw http.ResponseWriter, req *http.Request) {

@@ -6,14 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,6 +31,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/e2e/binary"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/gitserver"
 	"github.com/converge-dev/converge/status"
@@ -206,8 +204,8 @@ func testDaemonAsServiceAccount(t *testing.T, f *fixture) {
 	rev := publish(t, srv, "app", "cm.yaml", fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: hello, namespace: %s}\ndata: {k: v}\n", ns))
 	publish(t, srv, "forbidden", "pc.yaml", "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: converge-e2e-forbidden}\nvalue: 1000\n")
 
-	health := freeAddr(t)
-	startBinary(t, "run", "--kubeconfig", serviceAccountKubeconfig(t),
+	health := binary.FreeAddr(t)
+	daemon := binary.Start(t, "run", "--kubeconfig", serviceAccountKubeconfig(t),
 		"--install-crd=false", "--leader-elect=true", "--leader-election-namespace=converge-system",
 		"--metrics-addr=0", "--health-addr="+health, "--cache-dir="+t.TempDir())
 
@@ -254,7 +252,9 @@ func testDaemonAsServiceAccount(t *testing.T, f *fixture) {
 	}
 	// The next step uninstalls with Syncs that carry the finalizer, which a stopped daemon
 	// can no longer remove.
-	stopDaemons(t)
+	if err := daemon.Stop(); err != nil {
+		t.Error(err)
+	}
 	s = &status.Sync{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, s); err != nil || len(s.Finalizers) == 0 {
 		t.Errorf("Sync app has no finalizer (%v): the uninstall step would not test their removal", err)
@@ -401,37 +401,10 @@ func nonEmpty(parts ...string) []string {
 	return out
 }
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-// convergeBinary builds cmd/converge once per test run.
-func convergeBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "converge-deploy-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "converge")
-		out, err := exec.Command("go", "build", "-o", binary, "../../cmd/converge").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
-
 // converge runs the binary as the admin with stdin and returns stdout, stderr and the exit code.
 func converge(t *testing.T, stdin *strings.Reader, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(convergeBinary(t), append([]string{"--kubeconfig", env.Kubeconfig}, args...)...)
+	cmd := exec.Command(binary.Converge(t), append([]string{"--kubeconfig", env.Kubeconfig}, args...)...)
 	if stdin != nil {
 		cmd.Stdin = stdin
 	}
@@ -446,72 +419,4 @@ func converge(t *testing.T, stdin *strings.Reader, args ...string) (string, stri
 		t.Fatalf("run converge: %v", err)
 	}
 	return out.String(), errOut.String(), 0
-}
-
-// daemon is one "converge run" process with its output captured.
-type daemon struct {
-	cmd *exec.Cmd
-	mu  sync.Mutex
-	out bytes.Buffer
-}
-
-func (d *daemon) Write(p []byte) (int, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.out.Write(p)
-}
-
-var (
-	daemonsMu sync.Mutex
-	daemons   []*daemon
-)
-
-func startBinary(t *testing.T, args ...string) {
-	t.Helper()
-	d := &daemon{cmd: exec.Command(convergeBinary(t), args...)}
-	d.cmd.Stdout, d.cmd.Stderr = d, d
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	daemonsMu.Lock()
-	daemons = append(daemons, d)
-	daemonsMu.Unlock()
-	t.Cleanup(func() {
-		stopDaemons(t)
-		if t.Failed() {
-			d.mu.Lock()
-			t.Logf("daemon output:\n%s", d.out.String())
-			d.mu.Unlock()
-		}
-	})
-}
-
-// stopDaemons interrupts every daemon this test started and waits for it to exit.
-func stopDaemons(t *testing.T) {
-	daemonsMu.Lock()
-	defer daemonsMu.Unlock()
-	for _, d := range daemons {
-		_ = d.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = d.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(45 * time.Second):
-			_ = d.cmd.Process.Kill()
-			<-done
-			t.Errorf("daemon %d ignored the interrupt; killed", d.cmd.Process.Pid)
-		}
-	}
-	daemons = nil
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

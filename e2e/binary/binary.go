@@ -1,0 +1,124 @@
+// Package binary builds the converge binary once per test process and runs it as a child
+// process with its output captured, for black-box tests. Production code must not import it.
+package binary
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	path      string
+	buildErr  error
+)
+
+// Converge builds github.com/converge-dev/converge/cmd/converge once and returns its path.
+func Converge(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "converge-e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		path = filepath.Join(dir, "converge")
+		out, err := exec.Command("go", "build", "-o", path, "github.com/converge-dev/converge/cmd/converge").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return path
+}
+
+// Process is a running converge with its stdout and stderr captured.
+type Process struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+// Start runs converge with args. It is stopped (interrupted, killed after 45 s) when t ends,
+// and its output is logged when t failed. It dies with the test process (Pdeathsig).
+func Start(t testing.TB, args ...string) *Process {
+	t.Helper()
+	p := &Process{cmd: exec.Command(Converge(t), args...), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		if err := p.Stop(); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("converge %d output:\n%s", p.cmd.Process.Pid, p.Log())
+		}
+	})
+	return p
+}
+
+// Write captures output.
+func (p *Process) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+// Log returns the output so far.
+func (p *Process) Log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// Kill ends the process with SIGKILL, like a crash, and waits for it.
+func (p *Process) Kill() error {
+	err := p.cmd.Process.Kill()
+	<-p.done
+	return err
+}
+
+// Stop interrupts the process and waits for a graceful exit; after 45 s it kills it and
+// reports that it ignored the interrupt. Stopping an ended process does nothing.
+func (p *Process) Stop() error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(45 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("converge %d ignored the interrupt; killed", p.cmd.Process.Pid)
+	}
+}
+
+// FreeAddr returns a loopback address that was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
