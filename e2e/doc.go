@@ -1,7 +1,14 @@
-// Package e2e holds black-box tests of the built converge binary. Its sub-packages hold the
-// local control plane (e2e/cluster) used by tests, `make run` and the benchmark, and the
-// tools module (e2e/tools) that builds etcd, kube-apiserver, kube-controller-manager,
-// kube-scheduler and kwok from the Go module proxy.
+// Package e2e holds black-box tests of the built converge binary and the import-direction
+// test. Its sub-packages hold what tests, `make run` and the benchmark share:
+//
+//   - e2e/cluster: the real local control plane (profiles api and full);
+//   - e2e/tools: the tools module and build.sh that build etcd, kube-apiserver,
+//     kube-controller-manager, kube-scheduler and kwok from the Go module proxy;
+//   - e2e/fault: the fault-injecting, request-counting transport;
+//   - e2e/gitserver: git smart HTTP on loopback (git http-backend);
+//   - e2e/binary: build and run the converge binary;
+//   - e2e/devcluster: `make cluster` and the `make run` demo;
+//   - e2e/deploy: the deploy/ base end to end; e2e/bench: `make bench`.
 //
 // Production code never imports e2e.
 package e2e
