@@ -97,7 +97,7 @@ func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 	fl.StringVar(&f.commit, "ref-commit", "", "exact commit SHA to fetch")
 	fl.StringVar(&f.sshKeyFile, "ssh-key-file", "", "SSH private key file")
 	fl.StringVar(&f.knownHostsFile, "known-hosts-file", defaultKnownHosts(), "known_hosts file the SSH host key must be in")
-	fl.StringVar(&f.cacheDir, "cache-dir", defaultCacheDir(), "directory for fetched repositories")
+	fl.StringVar(&f.cacheDir, "git-cache-dir", defaultCacheDir(), "directory for fetched repositories")
 	fl.DurationVar(&f.timeout, "fetch-timeout", 2*time.Minute, "git fetch timeout")
 	fl.BoolVar(&f.allowRemote, "allow-remote-bases", false, "let kustomizations load remote bases and resources")
 	cmd.MarkFlagsMutuallyExclusive("ref", "ref-branch")

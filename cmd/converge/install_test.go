@@ -177,7 +177,7 @@ func TestBaseDeploymentIsHardened(t *testing.T) {
 		t.Errorf("image %s, want the placeholder %s:latest", c.Image, baseImage)
 	}
 	for _, arg := range []string{"run", "--install-crd=false", "--leader-elect=true", "--leader-election-namespace=converge-system",
-		"--health-addr=:8081", "--metrics-addr=:8080", "--cache-dir=/tmp/converge-cache"} {
+		"--health-addr=:8081", "--metrics-addr=:8080", "--git-cache-dir=/tmp/converge-cache"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("daemon args %v lack %s", c.Args, arg)
 		}

@@ -76,7 +76,7 @@ authoring).`,
 	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook HMAC secret (GitHub) or token (GitLab); required with --webhook-addr")
 	f.StringVar(&o.watchNamespace, "watch-namespace", "", "reconcile only the Syncs of this namespace (default: all namespaces)")
 	f.IntVar(&o.concurrency, "concurrent", 4, "Syncs reconciled in parallel")
-	f.StringVar(&o.cacheDir, "cache-dir", filepath.Join(os.TempDir(), "converge-cache"), "where git repositories are cached")
+	f.StringVar(&o.cacheDir, "git-cache-dir", filepath.Join(os.TempDir(), "converge-cache"), "where git repositories are cached")
 	o.quick.addFlags(cmd)
 	return cmd
 }

@@ -207,7 +207,7 @@ func testDaemonAsServiceAccount(t *testing.T, f *fixture) {
 	health := binary.FreeAddr(t)
 	daemon := binary.Start(t, "run", "--kubeconfig", serviceAccountKubeconfig(t),
 		"--install-crd=false", "--leader-elect=true", "--leader-election-namespace=converge-system",
-		"--metrics-addr=0", "--health-addr="+health, "--cache-dir="+t.TempDir())
+		"--metrics-addr=0", "--health-addr="+health, "--git-cache-dir="+t.TempDir())
 
 	createSync(t, c, ns, "app", srv.RepoURL("app"))
 	createSync(t, c, ns, "forbidden", srv.RepoURL("forbidden"))
