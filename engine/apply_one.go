@@ -25,8 +25,11 @@ const (
 // applyOne applies one item: ownership check (I11), server-side dry-run, drift check, and
 // the apply itself when the object drifted. Object failures go into the outcome; the error
 // is non-nil only when a hook aborts the run.
-func (r *applyRun) applyOne(ctx context.Context, it *item) (outcome, error) {
-	out := outcome{change: Change{ID: it.key, Object: it.id}, track: true}
+//
+// out is a named result so that the memo records the outcome actually returned (send and
+// failed return new values).
+func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err error) {
+	out = outcome{change: Change{ID: it.key, Object: it.id}, track: true}
 	switch {
 	case it.pendingErr != nil:
 		return failed(out, it.pendingErr), nil

@@ -145,3 +145,23 @@ func TestWatchPruneOneRequestEach(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchRemembersWhatItApplied checks the memo records objects the run created or
+// configured, not only those it verified unchanged: once the watch cache has seen the writes,
+// the very next run of the same set sends nothing per object (a run used to forget what it
+// had just applied, so the run after every change took the full path once more).
+func TestWatchRemembersWhatItApplied(t *testing.T) {
+	h := newWatchHarness(t)
+	opts := testOpts()
+	for _, value := range []string{"created", "configured"} {
+		objs := manyCMs(h.ns, value, 10)
+		h.apply(opts, objs...)
+		time.Sleep(time.Second) // let the watch cache see the writes (not a timing assertion)
+		h.rt.Reset()
+		res := h.apply(opts, objs...)
+		if s := res.Summary(); s.Unchanged != 10 || h.rt.Count() > 1 {
+			t.Errorf("after objects were %s: summary %+v, requests %v; want 10 unchanged and only the inventory read",
+				value, s, h.rt.Counts())
+		}
+	}
+}
