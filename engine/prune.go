@@ -174,20 +174,24 @@ func (e *Engine) pruneStage(ctx context.Context, ref inventory.Ref, entries []in
 // "not found" is confirmed with the API server before the entry is dropped (I2).
 func (e *Engine) pruneOne(ctx context.Context, ref inventory.Ref, en inventory.Entry, dryRun bool) (Change, bool) {
 	if e.cache != nil {
-		c, drop, retry := e.pruneOneFrom(ctx, e.reader, ref, en, dryRun)
+		c, drop, retry := e.pruneOneFrom(ctx, true, ref, en, dryRun)
 		if !retry {
 			return c, drop
 		}
 	}
-	c, drop, _ := e.pruneOneFrom(ctx, e.client, ref, en, dryRun)
+	c, drop, _ := e.pruneOneFrom(ctx, false, ref, en, dryRun)
 	return c, drop
 }
 
-// pruneOneFrom is pruneOne reading through reader. retry asks for a second attempt from the
-// API server: the cached view was not found or was out of date.
-func (e *Engine) pruneOneFrom(ctx context.Context, reader client.Reader, ref inventory.Ref, en inventory.Entry,
+// pruneOneFrom is pruneOne reading from the watch cache (cached) or the API server. retry
+// asks for a second attempt from the API server: the cached view was not found, out of date,
+// or would drop the entry.
+func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Ref, en inventory.Entry,
 	dryRun bool) (c Change, drop, retry bool) {
-	cached := reader != client.Reader(e.client)
+	var reader client.Reader = e.client
+	if cached {
+		reader = e.cache
+	}
 	c = Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped}
 	log := logr.FromContextOrDiscard(ctx).WithValues("object", c.ID)
 	live, err := e.getByID(ctx, reader, en.Object)
