@@ -115,15 +115,15 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (status.Outcome, 
 	set := engine.Set{Inventory: inventoryRef(s), Objects: bundle.Objects}
 	res, err := eng.Apply(ctx, set, applyOptions(s))
 	r.metrics.applied(s, bundle.Revision, res, err)
+	sum := res.Summary() // zero for a nil result
 	if res != nil {
-		sum := res.Summary()
 		o.Summary = &status.Summary{Created: sum.Created, Configured: sum.Configured, Unchanged: sum.Unchanged,
 			Pruned: sum.Pruned, Skipped: sum.Skipped, Failed: sum.Failed, NotReady: sum.NotReady}
-		r.recordEvents(s, bundle.Revision, res)
+		r.recordEvents(s, bundle.Revision, sum)
 	}
 	if err != nil {
 		reason := reasonApplyFailed
-		if res != nil && res.Summary().NotReady > 0 && res.Summary().Failed == 0 {
+		if sum.NotReady > 0 && sum.Failed == 0 {
 			reason = reasonHealthCheck
 		}
 		return r.fail(s, o, reason, err, engine.IsTerminal(err)), true
@@ -213,8 +213,7 @@ func (r *reconciler) next(s *status.Sync, retry bool) time.Duration {
 	return min(d, interval)
 }
 
-func (r *reconciler) recordEvents(s *status.Sync, revision string, res *engine.Result) {
-	sum := res.Summary()
+func (r *reconciler) recordEvents(s *status.Sync, revision string, sum engine.Summary) {
 	if sum.Created+sum.Configured > 0 {
 		r.events.Eventf(s, corev1.EventTypeNormal, "Applied", "revision %s: %d created, %d configured", revision, sum.Created, sum.Configured)
 	}
