@@ -51,7 +51,7 @@ func TestBinaryQuickStartAndHandover(t *testing.T) {
 	}
 	rev1 := publish("1")
 
-	health := binary.FreeAddr(t)
+	health := cluster.FreeAddr()
 	args := func(healthAddr string) []string {
 		return []string{"run", "--kubeconfig", env.Kubeconfig, "-n", ns, "--watch-namespace", ns,
 			"--git-url", srv.RepoURL("app"), "--ref", "main", "--path", ".", "--name", "app", "--interval", "2s",
@@ -93,7 +93,7 @@ func TestBinaryQuickStartAndHandover(t *testing.T) {
 		t.Errorf("/healthz answered %d", resp.StatusCode)
 	}
 
-	b := binary.Start(t, args(binary.FreeAddr(t))...)
+	b := binary.Start(t, args(cluster.FreeAddr())...)
 	rev2 := publish("2")
 	waitReady(rev2)
 	if n := strings.Count(b.Log(), `"reconciled"`); n != 0 {

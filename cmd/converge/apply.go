@@ -96,11 +96,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	if err != nil {
 		return &exitError{code: exitCodeError, err: err}
 	}
-	cfg, err := kube.restConfig()
-	if err != nil {
-		return &exitError{code: exitCodeError, err: err}
-	}
-	eng, err := engine.New(cfg, engine.Options{})
+	_, eng, err := kube.clients(true)
 	if err != nil {
 		return &exitError{code: exitCodeError, err: err}
 	}

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -247,7 +246,7 @@ func TestDaemonWebhookTriggersReconcile(t *testing.T) {
 	if err := os.WriteFile(secretFile, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeLoopbackAddr(t)
+	addr := cluster.FreeAddr()
 	f.startDaemon(env.Config, func(o *runOptions) { o.webhookAddr, o.webhookSecretFile = addr, secretFile })
 	f.createSync(time.Hour)
 	f.waitSync("Ready at the first commit", readyAt(rev1))
@@ -295,15 +294,6 @@ func sign(secret, body []byte) string {
 	mac := hmac.New(sha256.New, secret)
 	mac.Write(body)
 	return hex.EncodeToString(mac.Sum(nil))
-}
-
-func freeLoopbackAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // TestDaemonLeaderElection runs two daemons: exactly one reconciles; stopping it hands over

@@ -84,15 +84,7 @@ func (f *installFlags) run(cmd *cobra.Command, kube *kubeFlags) error {
 	if err != nil {
 		return &exitError{code: exitCodeError, err: err}
 	}
-	cfg, err := kube.restConfig()
-	if err != nil {
-		return &exitError{code: exitCodeError, err: err}
-	}
-	eng, err := engine.New(cfg, engine.Options{})
-	if err != nil {
-		return &exitError{code: exitCodeError, err: err}
-	}
-	c, err := client.New(cfg, client.Options{Scheme: newScheme()})
+	c, eng, err := kube.clients(true)
 	if err != nil {
 		return &exitError{code: exitCodeError, err: err}
 	}

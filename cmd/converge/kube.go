@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/status"
 )
 
@@ -50,11 +51,23 @@ func (f *kubeFlags) namespace() string {
 
 // syncClient returns a controller-runtime client that knows Syncs.
 func (f *kubeFlags) syncClient() (client.Client, error) {
+	c, _, err := f.clients(false)
+	return c, err
+}
+
+// clients returns a client that knows Syncs and, with withEngine, a one-shot engine (no
+// watch cache: a CLI run is too short to profit from one) for the CLI verbs.
+func (f *kubeFlags) clients(withEngine bool) (client.Client, *engine.Engine, error) {
 	cfg, err := f.restConfig()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: newScheme()})
+	c, err := client.New(cfg, client.Options{Scheme: newScheme()})
+	if err != nil || !withEngine {
+		return c, nil, err
+	}
+	eng, err := engine.New(cfg, engine.Options{})
+	return c, eng, err
 }
 
 // newScheme knows the built-in kinds, CRDs and Sync.

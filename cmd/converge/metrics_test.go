@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/status"
@@ -393,7 +394,7 @@ func TestMetricsProvenByPrometheus(t *testing.T) {
 	f := newFixture(t)
 	cmC := strings.ReplaceAll(cmB, "name: b", "name: c")
 	rev1 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1), "b.yaml": cmB, "c.yaml": cmC})
-	addr := freeLoopbackAddr(t)
+	addr := cluster.FreeAddr()
 	f.startDaemon(env.Config, func(o *runOptions) { o.metricsAddr = addr })
 	prom := startPrometheus(t, bin, addr)
 	m := loadMonitoring(t)

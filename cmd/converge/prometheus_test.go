@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/converge-dev/converge/e2e/cluster"
 )
 
 // A real Prometheus for the metrics tests: started on loopback, queried over its HTTP API.
@@ -78,7 +80,7 @@ scrape_configs:
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeLoopbackAddr(t)
+	addr := cluster.FreeAddr()
 	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--log.level=warn")
 	p := &promServer{t: t, url: "http://" + addr, out: &lockedBuffer{}}

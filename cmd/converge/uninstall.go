@@ -76,15 +76,7 @@ func (f *uninstallFlags) run(cmd *cobra.Command, kube *kubeFlags) error {
 		return fail(fmt.Errorf("%w; stdin is not a terminal, so re-run with --yes once you have read the warning above", errNotConfirmed))
 	}
 	ctx := cmd.Context()
-	cfg, err := kube.restConfig()
-	if err != nil {
-		return fail(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: newScheme()})
-	if err != nil {
-		return fail(err)
-	}
-	eng, err := engine.New(cfg, engine.Options{})
+	c, eng, err := kube.clients(true)
 	if err != nil {
 		return fail(err)
 	}

@@ -5,7 +5,6 @@ package binary
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,15 +109,4 @@ func (p *Process) Stop() error {
 		<-p.done
 		return fmt.Errorf("converge %d ignored the interrupt; killed", p.cmd.Process.Pid)
 	}
-}
-
-// FreeAddr returns a loopback address that was free a moment ago.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

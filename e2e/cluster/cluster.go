@@ -304,6 +304,12 @@ func randomToken() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
+// FreeAddr returns a loopback address ("127.0.0.1:port") that was free a moment ago, for
+// servers that tests and the demo start next to the control plane.
+func FreeAddr() string {
+	return "127.0.0.1:" + strconv.Itoa(freePort())
+}
+
 // freePort returns a loopback TCP port that was free a moment ago, or 0.
 func freePort() int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -204,7 +204,7 @@ func testDaemonAsServiceAccount(t *testing.T, f *fixture) {
 	rev := publish(t, srv, "app", "cm.yaml", fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: hello, namespace: %s}\ndata: {k: v}\n", ns))
 	publish(t, srv, "forbidden", "pc.yaml", "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: converge-e2e-forbidden}\nvalue: 1000\n")
 
-	health := binary.FreeAddr(t)
+	health := cluster.FreeAddr()
 	daemon := binary.Start(t, "run", "--kubeconfig", serviceAccountKubeconfig(t),
 		"--install-crd=false", "--leader-elect=true", "--leader-election-namespace=converge-system",
 		"--metrics-addr=0", "--health-addr="+health, "--git-cache-dir="+t.TempDir())

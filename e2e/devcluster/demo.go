@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -53,7 +51,7 @@ func (d demo) start(c *cluster.Cluster) (stop func(), err error) {
 		_ = srv.Close()
 		return nil, err
 	}
-	metricsAddr, healthAddr := freeAddr(), freeAddr()
+	metricsAddr, healthAddr := cluster.FreeAddr(), cluster.FreeAddr()
 	logFile, err := os.Create(filepath.Join(c.Dir, "converge.log"))
 	if err != nil {
 		_ = srv.Close()
@@ -134,16 +132,6 @@ func report(dir string, timeout time.Duration) error {
 		return fmt.Errorf("the demo Sync is not Ready after %s; see the daemon log", timeout)
 	}
 	return nil
-}
-
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "127.0.0.1:0"
-	}
-	defer l.Close()
-	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
 // publish commits the examples folder to the demo repository served from dir/git.
