@@ -50,7 +50,32 @@ type ApplyOptions struct {
 	TargetNamespace string
 	// Concurrency bounds the applies and deletes in flight. Zero or less means 1.
 	Concurrency int
+	// FieldManager is the server-side apply field manager of this run. Empty means
+	// FieldManager (the package constant). Changing it between runs of one set hands the
+	// fields over: the new manager takes the fields the old one owned (kubectl's
+	// --field-manager behaves the same).
+	FieldManager string
+	// Progress, when set, is called as the run advances (one call per object applied or
+	// pruned and one per stage change). Calls are serialized.
+	Progress func(Progress)
 }
+
+// Progress is how far an Apply has come.
+type Progress struct {
+	Stage Stage
+	Done  int // objects done in this stage
+	Total int // objects in this stage
+}
+
+// Stage is a phase of an Apply, as reported by Progress.
+type Stage string
+
+// The stages of an Apply.
+const (
+	StageApply Stage = "apply"
+	StagePrune Stage = "prune"
+	StageWait  Stage = "wait"
+)
 
 // DefaultApplyOptions prunes, waits up to five minutes for readiness, applies 8 objects at
 // a time, and neither forces nor dry-runs.
@@ -92,7 +117,7 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 			return res, err
 		}
 	}
-	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, items: items}
+	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, items: items, progress: newProgress(opts.Progress)}
 	outs, abort := r.applyStages(ctx)
 	rec := r.collect(res, outs)
 	if abort != nil {
@@ -103,7 +128,8 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 			logr.FromContextOrDiscard(ctx).Info("prune skipped: the apply did not fully succeed",
 				"inventory", set.Inventory.ID)
 		} else {
-			pr := e.prune(ctx, set.Inventory, candidates.Entries(), opts.DryRun, opts.Concurrency, new(atomic.Int64))
+			pr := e.prune(ctx, pruneCall{ref: set.Inventory, dryRun: opts.DryRun, concurrency: opts.Concurrency,
+				deleted: new(atomic.Int64), progress: r.progress}, candidates.Entries())
 			res.Pruned = pr.changes
 			rec.errs = append(rec.errs, pr.errs...)
 			if pr.abort != nil {
@@ -121,7 +147,9 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 		}
 	}
 	if opts.Wait {
-		health, err := e.wait(ctx, readyCandidates(outs), opts.Timeout)
+		ids := readyCandidates(outs)
+		r.progress.stage(StageWait, len(ids))
+		health, err := e.wait(ctx, ids, opts.Timeout, r.progress)
 		res.Health = health
 		if err != nil {
 			rec.errs = append(rec.errs, err)
@@ -227,12 +255,13 @@ type outcome struct {
 
 // applyRun is the state of one Apply shared by its workers.
 type applyRun struct {
-	e       *Engine
-	ref     inventory.Ref
-	opts    ApplyOptions
-	old     *inventory.Inventory
-	items   []*item
-	applied atomic.Int64 // successful applies, for Hooks.AfterApply
+	e        *Engine
+	ref      inventory.Ref
+	opts     ApplyOptions
+	old      *inventory.Inventory
+	items    []*item
+	applied  atomic.Int64 // successful applies, for Hooks.AfterApply
+	progress *progress    // nil: no progress reports
 	// newNamespaces are the Namespaces of the set that do not exist yet (DryRun only): a
 	// dry-run of an object in them cannot succeed before they are created.
 	newNamespaces map[string]bool
@@ -242,6 +271,7 @@ type applyRun struct {
 // outcome per item (in item order) and a non-nil error only when a hook aborted the run.
 func (r *applyRun) applyStages(ctx context.Context) ([]outcome, error) {
 	outs := make([]outcome, len(r.items))
+	r.progress.stage(StageApply, len(r.items))
 	start := 0
 	for stage := 0; stage < numStages; stage++ {
 		end := start
@@ -270,6 +300,7 @@ func (r *applyRun) applyRange(ctx context.Context, outs []outcome, start, end in
 		g.Go(func() error {
 			var err error
 			outs[i], err = r.applyOne(gctx, r.items[i])
+			r.progress.step()
 			return err
 		})
 	}

@@ -44,7 +44,7 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err err
 	}
 	var hash [32]byte
 	if r.e.memo != nil && !r.opts.DryRun {
-		hash = hashObject(it.obj)
+		hash = hashObject(r.fieldManager(), it.obj)
 		if uid, ok := r.unchangedSinceLastRun(ctx, it, hash); ok {
 			out.change.Action, out.uid, out.ready = ActionUnchanged, uid, true
 			return out, nil
@@ -102,7 +102,7 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err err
 // send applies it for real and runs the AfterApply crash point.
 func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstructured, out outcome) (outcome, error) {
 	applied := it.obj.DeepCopy()
-	if err := r.e.serverSideApply(ctx, applied, false, r.forceConflicts(live)); err != nil {
+	if err := r.e.serverSideApply(ctx, applied, r.fieldManager(), false, r.forceConflicts(live)); err != nil {
 		return failed(out, err), nil
 	}
 	out.uid, out.ready, out.live = applied.GetUID(), true, applied
@@ -147,7 +147,7 @@ func (r *applyRun) dryRun(ctx context.Context, it *item, live *unstructured.Unst
 	*unstructured.Unstructured, *unstructured.Unstructured, error) {
 	dry := it.obj.DeepCopy()
 	force := r.forceConflicts(live)
-	err := r.e.serverSideApply(ctx, dry, true, force)
+	err := r.e.serverSideApply(ctx, dry, r.fieldManager(), true, force)
 	if err != nil && live != nil && isImmutable(err) {
 		if !r.forced(it, live) {
 			return nil, live, terminal(fmt.Errorf("immutable field changed; set annotation %s: %s on the object or ApplyOptions.Force to recreate it: %w",
@@ -161,7 +161,7 @@ func (r *applyRun) dryRun(ctx context.Context, it *item, live *unstructured.Unst
 		}
 		live = nil
 		dry = it.obj.DeepCopy()
-		err = r.e.serverSideApply(ctx, dry, true, false)
+		err = r.e.serverSideApply(ctx, dry, r.fieldManager(), true, false)
 	}
 	if err != nil {
 		if r.opts.DryRun && live == nil && apierrors.IsNotFound(err) && r.newNamespaces[it.id.Namespace] {
@@ -185,7 +185,7 @@ func (r *applyRun) forceConflicts(live *unstructured.Unstructured) bool {
 		return r.opts.ForceConflicts
 	}
 	for _, mf := range live.GetManagedFields() {
-		if mf.Operation == metav1.ManagedFieldsOperationApply && mf.Manager != FieldManager && mf.Subresource == "" {
+		if mf.Operation == metav1.ManagedFieldsOperationApply && mf.Manager != r.fieldManager() && mf.Subresource == "" {
 			return false
 		}
 	}
@@ -221,11 +221,19 @@ func (e *Engine) get(ctx context.Context, u *unstructured.Unstructured) (*unstru
 	return live, nil
 }
 
-// serverSideApply applies u with field manager FieldManager; u becomes the server's answer.
-// u never carries a resourceVersion (prepare strips it), so the apply is not an
+// fieldManager is the field manager of the run: ApplyOptions.FieldManager or FieldManager.
+func (r *applyRun) fieldManager() string {
+	if r.opts.FieldManager != "" {
+		return r.opts.FieldManager
+	}
+	return FieldManager
+}
+
+// serverSideApply applies u with field manager manager; u becomes the server's answer. u
+// never carries a resourceVersion (prepare strips it), so the apply is not an
 // optimistic-lock write.
-func (e *Engine) serverSideApply(ctx context.Context, u *unstructured.Unstructured, dryRun, force bool) error {
-	opts := []client.ApplyOption{client.FieldOwner(FieldManager)}
+func (e *Engine) serverSideApply(ctx context.Context, u *unstructured.Unstructured, manager string, dryRun, force bool) error {
+	opts := []client.ApplyOption{client.FieldOwner(manager)}
 	if force {
 		opts = append(opts, client.ForceOwnership)
 	}

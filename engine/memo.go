@@ -52,12 +52,16 @@ func (m *memo) forget(id object.ObjMetadata) {
 	delete(m.m, id)
 }
 
-// hashObject hashes the desired object as it would be sent (owner annotation included).
-// encoding/json sorts map keys, so equal objects hash equally.
-func hashObject(u *unstructured.Unstructured) [sha256.Size]byte {
+// hashObject hashes the desired object as manager would send it (owner annotation
+// included). encoding/json sorts map keys, so equal objects hash equally.
+func hashObject(manager string, u *unstructured.Unstructured) [sha256.Size]byte {
 	b, err := json.Marshal(u.Object)
 	if err != nil {
 		return [sha256.Size]byte{} // never matches a remembered hash of a real object
 	}
-	return sha256.Sum256(b)
+	h := sha256.New()
+	h.Write([]byte(manager))
+	h.Write([]byte{0})
+	h.Write(b)
+	return [sha256.Size]byte(h.Sum(nil))
 }

@@ -44,9 +44,9 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 	if err != nil {
 		return res, err
 	}
-	counter := new(atomic.Int64)
+	pc := pruneCall{ref: ref, concurrency: opts.Concurrency, deleted: new(atomic.Int64)}
 	for _, stage := range pruneStages(inv.Entries()) {
-		pr := e.pruneStage(ctx, ref, stage, false, opts.Concurrency, counter)
+		pr := e.pruneStage(ctx, pc, stage)
 		res.Pruned = append(res.Pruned, pr.changes...)
 		if pr.abort != nil {
 			return res, errors.Join(append(pr.errs, pr.abort)...)
@@ -84,13 +84,22 @@ type pruneResult struct {
 	abort   error                // a hook aborted the run
 }
 
+// pruneCall is the settings of one prune or Delete.
+type pruneCall struct {
+	ref         inventory.Ref
+	dryRun      bool
+	concurrency int
+	deleted     *atomic.Int64 // successful deletes so far, for Hooks.AfterPrune
+	progress    *progress     // nil: no progress reports
+}
+
 // prune deletes candidates in reverse dependency order, stopping after a stage with a
 // failed delete (a Namespace must not take down what we were denied to delete).
-func (e *Engine) prune(ctx context.Context, ref inventory.Ref, candidates []inventory.Entry, dryRun bool,
-	concurrency int, counter *atomic.Int64) pruneResult {
+func (e *Engine) prune(ctx context.Context, pc pruneCall, candidates []inventory.Entry) pruneResult {
 	var all pruneResult
+	pc.progress.stage(StagePrune, len(candidates))
 	for _, stage := range pruneStages(candidates) {
-		pr := e.pruneStage(ctx, ref, stage, dryRun, concurrency, counter)
+		pr := e.pruneStage(ctx, pc, stage)
 		all.changes = append(all.changes, pr.changes...)
 		all.dropped = append(all.dropped, pr.dropped...)
 		all.errs = append(all.errs, pr.errs...)
@@ -119,8 +128,7 @@ func pruneStages(entries []inventory.Entry) [][]inventory.Entry {
 }
 
 // pruneStage deletes entries in parallel with bounded concurrency.
-func (e *Engine) pruneStage(ctx context.Context, ref inventory.Ref, entries []inventory.Entry, dryRun bool,
-	concurrency int, counter *atomic.Int64) pruneResult {
+func (e *Engine) pruneStage(ctx context.Context, pc pruneCall, entries []inventory.Entry) pruneResult {
 	type one struct {
 		change Change
 		drop   bool
@@ -128,17 +136,18 @@ func (e *Engine) pruneStage(ctx context.Context, ref inventory.Ref, entries []in
 	outs := make([]one, len(entries))
 	var abort atomic.Pointer[error]
 	var g errgroup.Group // workers never fail: errors go into outs
-	g.SetLimit(max(concurrency, 1))
+	g.SetLimit(max(pc.concurrency, 1))
 	for i, en := range entries {
 		g.Go(func() error {
 			if abort.Load() != nil { // a crash point fired: no further deletes
 				outs[i].change = Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped, Message: "aborted"}
 				return nil
 			}
-			c, drop := e.pruneOne(ctx, ref, en, dryRun)
+			c, drop := e.pruneOne(ctx, pc.ref, en, pc.dryRun)
 			outs[i] = one{change: c, drop: drop}
-			if c.Action == ActionPruned && !dryRun && e.opts.Hooks.AfterPrune != nil {
-				j := int(counter.Add(1))
+			pc.progress.step()
+			if c.Action == ActionPruned && !pc.dryRun && e.opts.Hooks.AfterPrune != nil {
+				j := int(pc.deleted.Add(1))
 				if err := e.opts.Hooks.AfterPrune(j, c.ID); err != nil {
 					err = fmt.Errorf("aborted by hook after prune %d (%s): %w", j, c.ID, err)
 					abort.CompareAndSwap(nil, &err)

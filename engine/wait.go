@@ -23,7 +23,9 @@ const defaultTimeout = 5 * time.Minute
 // wait polls kstatus for ids until all are Current, one is Failed, or timeout passes. It
 // returns the last status of every object, in ids order, and an error naming each object
 // that is not Current with kstatus' message.
-func (e *Engine) wait(ctx context.Context, ids []object.ObjMetadata, timeout time.Duration) ([]ObjectHealth, error) {
+//
+// prog hears how many objects are Current as that changes.
+func (e *Engine) wait(ctx context.Context, ids []object.ObjMetadata, timeout time.Duration, prog *progress) ([]ObjectHealth, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -38,15 +40,24 @@ func (e *Engine) wait(ctx context.Context, ids []object.ObjMetadata, timeout tim
 	defer cancel()
 	latest := make(map[object.ObjMetadata]*event.ResourceStatus, len(ids))
 	var pollErr error
-	finished := false
+	finished, current := false, 0
 	for ev := range e.poller.Poll(wctx, set, polling.PollOptions{PollInterval: e.opts.PollInterval}) {
 		switch ev.Type {
 		case event.ErrorEvent:
 			pollErr = ev.Error
 			cancel()
 		case event.ResourceUpdateEvent:
-			latest[fromFlux(ev.Resource.Identifier)] = ev.Resource
-			if settled(latest, ids) {
+			id := fromFlux(ev.Resource.Identifier)
+			if prev := latest[id]; prev != nil && prev.Status == status.CurrentStatus {
+				current--
+			}
+			latest[id] = ev.Resource
+			if ev.Resource.Status == status.CurrentStatus {
+				current++
+				prog.set(current)
+			}
+			// Settled: every object is Current, or one Failed.
+			if current == len(ids) || ev.Resource.Status == status.FailedStatus {
 				finished = true
 				cancel()
 			}
@@ -77,24 +88,6 @@ func (e *Engine) wait(ctx context.Context, ids []object.ObjMetadata, timeout tim
 			timeout, len(errs), len(ids))}, errs...)
 	}
 	return health, errors.Join(errs...)
-}
-
-// settled reports whether every id is Current or one of them Failed.
-func settled(latest map[object.ObjMetadata]*event.ResourceStatus, ids []object.ObjMetadata) bool {
-	current := 0
-	for _, id := range ids {
-		rs := latest[id]
-		if rs == nil {
-			continue
-		}
-		switch rs.Status {
-		case status.FailedStatus:
-			return true
-		case status.CurrentStatus:
-			current++
-		}
-	}
-	return current == len(ids)
 }
 
 // waitEstablished waits until the named CRDs report Established and the kinds of pending
