@@ -3,12 +3,17 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
@@ -33,6 +38,7 @@ type applyFlags struct {
 	forceConfl  bool
 	allowEmpty  bool
 	pruneBudget int
+	fieldMgr    string
 	output      string
 }
 
@@ -51,6 +57,14 @@ unchanged and pruned.
 
 The inventory (--inventory NAMESPACE/NAME) records what the set owns; --prune needs it. Without
 it the inventory is NAMESPACE/converge-cli-<folder name> in the -n namespace.
+
+Fields are applied as the server-side apply field manager --field-manager ("converge", as the
+daemon). Another name keeps a CI job's ownership apart from the daemon's; changing it between
+runs of one set hands the fields over to the new name, as kubectl apply --field-manager does.
+
+On a terminal, stderr shows how far a long run has come ("applying 120/1000", "pruning 3/10",
+"waiting for readiness 40/100") on one line that is erased before the report. Nothing is drawn
+when stderr is not a terminal (CI logs, pipes) or with -o json|yaml.
 
 Exit codes: 0 nothing to change (dry-run) or applied cleanly; 1 changes found (dry-run only);
 2 an error (bad input, an object failed, the API server refused).`,
@@ -79,43 +93,54 @@ Exit codes: 0 nothing to change (dry-run) or applied cleanly; 1 changes found (d
 	fl.BoolVar(&f.forceConfl, "force-conflicts", false, "take fields owned by other server-side apply managers")
 	fl.BoolVar(&f.allowEmpty, "allow-empty", false, "let an empty set prune everything in the inventory")
 	fl.IntVar(&f.pruneBudget, "prune-budget", 0, "refuse to prune more than this many objects (0: no limit)")
+	fl.StringVar(&f.fieldMgr, "field-manager", engine.FieldManager, "server-side apply field manager that owns the applied fields")
 	fl.StringVarP(&f.output, "output", "o", "", "output format: json, yaml or markdown (default: lines for people)")
 	return cmd
 }
 
 func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) error {
+	fail := func(err error) error { return &exitError{code: exitCodeError, err: err} }
 	if err := f.validate(); err != nil {
-		return &exitError{code: exitCodeError, err: err}
+		return fail(err)
 	}
 	ns := kube.namespace()
 	ref, err := f.inventoryRef(ns, args)
 	if err != nil {
-		return &exitError{code: exitCodeError, err: err}
+		return fail(err)
 	}
 	bundle, err := f.src.load(cmd.Context(), args)
 	if err != nil {
-		return &exitError{code: exitCodeError, err: err}
+		return fail(err)
 	}
 	_, eng, err := kube.clients(true)
 	if err != nil {
-		return &exitError{code: exitCodeError, err: err}
+		return fail(err)
 	}
 	opts := engine.DefaultApplyOptions()
 	opts.DryRun, opts.Diff, opts.Prune, opts.Wait, opts.Timeout = f.dryRun, f.diff, f.prune, f.wait, f.timeout
 	opts.Force, opts.ForceConflicts, opts.AllowEmpty, opts.PruneBudget = f.force, f.forceConfl, f.allowEmpty, f.pruneBudget
-	opts.DefaultNamespace = ns
+	opts.DefaultNamespace, opts.FieldManager = ns, f.fieldMgr
+	line := newProgressLine(cmd.ErrOrStderr(), showProgress(cmd.ErrOrStderr(), f.output))
+	if line != nil {
+		opts.Progress = line.update
+	}
 	res, applyErr := eng.Apply(cmd.Context(), engine.Set{Inventory: ref, Objects: bundle.Objects}, opts)
+	line.clear()
 	rep := newReport(bundle.Revision, f.dryRun, res, applyErr)
 	if !f.diff {
 		rep.dropDiffs()
 	}
 	rep.color = f.output == "" && isTerminal(cmd.OutOrStdout())
-	if err := rep.write(cmd.OutOrStdout(), f.output); err != nil {
-		return &exitError{code: exitCodeError, err: err}
+	// A run that failed before it reached any object (no cluster, a refused prune) has no
+	// lines for people, only the error; machines and pull-request comments still get a report.
+	if applyErr == nil || !rep.empty() || f.output != "" {
+		if err := rep.write(cmd.OutOrStdout(), f.output); err != nil {
+			return fail(err)
+		}
 	}
 	switch {
 	case applyErr != nil:
-		return &exitError{code: exitCodeError, err: applyErr}
+		return fail(explain(applyErr, res))
 	case f.dryRun && rep.Summary.changes() > 0:
 		return &exitError{code: exitCodeChanges, err: errChangesFound}
 	}
@@ -163,4 +188,110 @@ func (f *applyFlags) inventoryRef(ns string, args []string) (inventory.Ref, erro
 		name = name[:50]
 	}
 	return inventory.Ref{Namespace: ns, Name: name, ID: ns + "_" + name}, nil
+}
+
+// explained is an error with the one-line message "converge apply" exits with; it unwraps
+// to the engine's error.
+type explained struct {
+	msg string
+	err error
+}
+
+func (e *explained) Error() string { return e.msg }
+func (e *explained) Unwrap() error { return e.err }
+
+// maxErrors bounds the errors explain spells out; the report has the rest.
+const maxErrors = 3
+
+// explain turns the engine's error into the one line "converge apply" exits with. The engine
+// joins one error per failed object; those res reports (the report lists them) are counted
+// after the first, not repeated. The first error the user can fix outside the manifests
+// (the connection, the credentials, a permission) leads, followed by what to do.
+func explain(err error, res *engine.Result) error {
+	leaves := leafErrors(err)
+	lead, hint := 0, ""
+	for i, l := range leaves {
+		if h := hintFor(l); h != "" {
+			lead, hint = i, h
+			break
+		}
+	}
+	var uerr *url.Error
+	if hint == hintUnreachable && errors.As(leaves[lead], &uerr) {
+		// Every object fails the same way: the request that could not be sent says it all.
+		return &explained{msg: fmt.Sprintf("cannot reach the cluster (%v); %s", uerr, hint), err: err}
+	}
+	listed := map[string]bool{}
+	if res != nil {
+		for _, c := range append(slices.Clip(res.Changes), res.Pruned...) {
+			if c.Err != nil {
+				listed[c.Err.Error()] = true
+			}
+		}
+	}
+	parts, more := []string{oneLine(leaves[lead])}, 0
+	for i, l := range leaves {
+		switch {
+		case i == lead:
+		case listed[l.Error()] || len(parts) == maxErrors:
+			more++
+		default:
+			parts = append(parts, oneLine(l))
+		}
+	}
+	if more > 0 {
+		parts[0] += fmt.Sprintf(" (and %d more; see the report)", more)
+	}
+	if hint != "" {
+		parts = append(parts, hint)
+	}
+	return &explained{msg: strings.Join(parts, "; "), err: err}
+}
+
+// oneLine is the message of err with its line breaks and runs of spaces folded into one space.
+func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
+
+// leafErrors flattens the errors.Join tree of err into its leaves, in order.
+func leafErrors(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var leaves []error
+	for _, e := range j.Unwrap() {
+		if e != nil {
+			leaves = append(leaves, leafErrors(e)...)
+		}
+	}
+	if len(leaves) == 0 {
+		return []error{err}
+	}
+	return leaves
+}
+
+// What to do about the failures a user can fix outside the manifests.
+const (
+	hintUnreachable = "check --kubeconfig, --context or KUBECONFIG and that the cluster is running"
+	hintCredentials = "the API server rejected the kubeconfig's credentials: log in again or choose another --context"
+	hintForbidden   = "the kubeconfig's user lacks this permission: ask for an RBAC grant, " +
+		"use a --context or --kubeconfig whose user has it, or leave such objects out of the set"
+)
+
+// hintFor says what to do about err, or "" when the manifests or the cluster state are to blame.
+func hintFor(err error) string {
+	var (
+		opErr  *net.OpError
+		dnsErr *net.DNSError
+		uerr   *url.Error
+	)
+	switch {
+	case apierrors.IsForbidden(err):
+		return hintForbidden
+	case apierrors.IsUnauthorized(err):
+		return hintCredentials
+	case errors.As(err, &opErr), errors.As(err, &dnsErr), utilnet.IsConnectionRefused(err),
+		errors.As(err, &uerr) && uerr.Timeout():
+		return hintUnreachable
+	}
+	return ""
 }

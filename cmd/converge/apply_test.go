@@ -3,19 +3,30 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/cluster"
+	"github.com/converge-dev/converge/engine"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -92,9 +103,56 @@ func resourceVersions(t *testing.T, ns string) map[string]string {
 	return rv
 }
 
-// TestApplyCLI walks "converge apply" through a fresh apply, a no-op, a change, a prune and
-// a failed object, in dry-run and real mode: golden output, exit codes, and a dry-run that
-// never changes the cluster (resourceVersions before and after).
+// applyStep is one "converge apply" run of a golden test: the set it applies, its extra
+// flags, and the exit code it must end with.
+type applyStep struct {
+	name  string
+	files map[string]string // the set; nil keeps the folder as it is
+	args  []string
+	code  int
+	// also are further output formats (json, yaml, markdown) to run the step in, each with
+	// its own golden file. Only for dry-runs: a dry-run leaves the cluster as it was.
+	also []string
+}
+
+// goldenExt is the extension of a golden file of output format o.
+var goldenExt = map[string]string{"json": ".json", "yaml": ".yaml", "markdown": ".md"}
+
+// runSteps runs steps in order against dir with base flags: exit codes, golden output
+// (testdata/apply-<name>.txt and apply-<name>.<format>), and, for every dry-run, the
+// same resourceVersions in ns before and after.
+func runSteps(t *testing.T, dir, ns string, base []string, steps []applyStep) {
+	t.Helper()
+	for _, st := range steps {
+		if st.files != nil {
+			writeSet(t, dir, ns, st.files)
+		}
+		before := resourceVersions(t, ns)
+		args := append(append([]string{"apply", dir}, base...), st.args...)
+		out, code := cli(t, args...)
+		if code != st.code {
+			t.Errorf("%s: exit code %d, want %d; output:\n%s", st.name, code, st.code, out)
+		}
+		golden(t, "apply-"+st.name+".txt", ns, out)
+		for _, format := range st.also {
+			out, code := cli(t, append(args, "-o", format)...)
+			if code != st.code {
+				t.Errorf("%s -o %s: exit code %d, want %d; output:\n%s", st.name, format, code, st.code, out)
+			}
+			golden(t, "apply-"+st.name+goldenExt[format], ns, out)
+		}
+		if slices.Contains(st.args, "--dry-run") {
+			if diff := cmp.Diff(before, resourceVersions(t, ns)); diff != "" {
+				t.Errorf("%s: a dry-run changed the cluster (-before +after):\n%s", st.name, diff)
+			}
+		}
+	}
+}
+
+// TestApplyCLI walks "converge apply" through a fresh apply, a no-op, a change with a prune,
+// a change, a prune and a failed object, each in dry-run and real mode: golden output for
+// people and machines (json, yaml, markdown), exit codes, and a dry-run that never changes
+// the cluster (resourceVersions before and after).
 func TestApplyCLI(t *testing.T) {
 	cluster.Require(t, env)
 	ns := env.Namespace(t)
@@ -102,40 +160,29 @@ func TestApplyCLI(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	inv := "--inventory=" + ns + "/app"
-	v1 := map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1), "b.yaml": cmB}
-	v2 := map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "2", 1)}
-	bad := map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "2", 1),
+	a := func(version string) string { return strings.Replace(cmA, "VERSION", version, 1) }
+	v1 := map[string]string{"a.yaml": a("1"), "b.yaml": cmB}
+	v2 := map[string]string{"a.yaml": a("2")}
+	v3 := map[string]string{"a.yaml": a("3")}
+	v3b := map[string]string{"a.yaml": a("3"), "b.yaml": cmB}
+	bad := map[string]string{"a.yaml": a("3"),
 		"svc.yaml": "apiVersion: v1\nkind: Service\nmetadata: {name: bad, namespace: NS}\nspec: {ports: [{port: 70000}]}\n"}
-	steps := []struct {
-		name  string
-		files map[string]string
-		args  []string
-		code  int
-	}{
-		{"fresh-dry-run", v1, []string{"--dry-run"}, 1},
-		{"fresh", v1, nil, 0},
-		{"noop-dry-run", v1, []string{"--dry-run"}, 0},
-		{"noop", v1, nil, 0},
-		{"change-and-prune-dry-run", v2, []string{"--dry-run", "--diff"}, 1},
-		{"change-and-prune-json", v2, []string{"-o", "json"}, 0},
-		{"failed-object", bad, nil, 2},
-	}
-	for _, st := range steps {
-		writeSet(t, dir, ns, st.files)
-		before := resourceVersions(t, ns)
-		args := append([]string{"apply", dir, "-n", ns, inv, "--prune"}, st.args...)
-		out, code := cli(t, args...)
-		if code != st.code {
-			t.Errorf("%s: exit code %d, want %d; output:\n%s", st.name, code, st.code, out)
-		}
-		golden(t, "apply-"+st.name+".txt", ns, out)
-		if strings.Contains(st.name, "dry-run") {
-			if diff := cmp.Diff(before, resourceVersions(t, ns)); diff != "" {
-				t.Errorf("%s: a dry-run changed the cluster (-before +after):\n%s", st.name, diff)
-			}
-		}
-	}
+	dryRun, json := []string{"--dry-run"}, []string{"json"}
+	runSteps(t, dir, ns, []string{"-n", ns, "--inventory=" + ns + "/app", "--prune"}, []applyStep{
+		{"fresh-dry-run", v1, dryRun, 1, json},
+		{"fresh", v1, nil, 0, nil},
+		{"noop-dry-run", v1, dryRun, 0, json},
+		{"noop", v1, nil, 0, nil},
+		{"change-and-prune-dry-run", v2, []string{"--dry-run", "--diff"}, 1, []string{"json", "yaml", "markdown"}},
+		{"change-and-prune-json", v2, []string{"-o", "json"}, 0, nil},
+		{"change-dry-run", v3, dryRun, 1, json},
+		{"change", v3, nil, 0, nil},
+		{"add", v3b, nil, 0, nil},
+		{"prune-dry-run", v3, dryRun, 1, json},
+		{"prune", v3, nil, 0, nil},
+		{"failed-object-dry-run", bad, dryRun, 2, []string{"json", "markdown"}},
+		{"failed-object", bad, nil, 2, nil},
+	})
 }
 
 const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
@@ -164,7 +211,8 @@ spec: {size: 1}
 
 // TestApplyCLICRDAndCustomResources applies a CRD and its custom resource in one set: the
 // dry-run reports both (the resource as created although its kind does not exist yet) and
-// changes nothing; the apply creates both; golden output and exit codes.
+// changes nothing; the apply creates both; then dry-run and apply find nothing to do;
+// golden output and exit codes.
 func TestApplyCLICRDAndCustomResources(t *testing.T) {
 	cluster.Require(t, env)
 	ns := env.Namespace(t)
@@ -181,20 +229,198 @@ func TestApplyCLICRDAndCustomResources(t *testing.T) {
 			_ = c.Delete(context.Background(), crd)
 		}
 	})
-	for _, st := range []struct {
+	runSteps(t, dir, ns, []string{"-n", ns, "--inventory=" + ns + "/widgets", "--prune"}, []applyStep{
+		{"crd-dry-run", nil, []string{"--dry-run"}, 1, []string{"json"}},
+		{"crd", nil, nil, 0, nil},
+		{"crd-noop-dry-run", nil, []string{"--dry-run"}, 0, nil},
+		{"crd-noop", nil, nil, 0, nil},
+	})
+}
+
+// TestApplyCLIFieldManager checks on the API server that the applied fields belong to the
+// server-side apply manager --field-manager names, and to "converge" without the flag.
+func TestApplyCLIFieldManager(t *testing.T) {
+	cluster.Require(t, env)
+	ns := env.Namespace(t)
+	c, err := client.New(env.Config, client.Options{Scheme: newScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
 		name string
 		args []string
-		code int
+		want string
 	}{
-		{"crd-dry-run", []string{"--dry-run"}, 1},
-		{"crd", nil, 0},
-		{"crd-noop", nil, 0},
+		{"default", nil, "converge"},
+		{"flag", []string{"--field-manager", "ci-bot"}, "ci-bot"},
 	} {
-		out, code := cli(t, append([]string{"apply", dir, "-n", ns, "--inventory=" + ns + "/widgets", "--prune"}, st.args...)...)
-		if code != st.code {
-			t.Errorf("%s: exit code %d, want %d; output:\n%s", st.name, code, st.code, out)
+		dir := filepath.Join(t.TempDir(), tc.name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
 		}
-		golden(t, "apply-"+st.name+".txt", ns, out)
+		writeSet(t, dir, ns, map[string]string{"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: " + tc.name + "}\ndata: {k: v}\n"})
+		if out, code := cli(t, append([]string{"apply", dir, "-n", ns}, tc.args...)...); code != 0 {
+			t.Fatalf("%s: exit code %d; output:\n%s", tc.name, code, out)
+		}
+		cm := &corev1.ConfigMap{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: tc.name}, cm); err != nil {
+			t.Fatal(err)
+		}
+		var managers []string
+		for _, m := range cm.ManagedFields {
+			managers = append(managers, m.Manager+" "+string(m.Operation))
+		}
+		if diff := cmp.Diff([]string{tc.want + " Apply"}, managers); diff != "" {
+			t.Errorf("%s: managedFields managers (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}
+
+// TestApplyCLIBadInput checks input a user must fix before anything can be applied: a PATH
+// that does not exist and a kubeconfig whose cluster cannot be reached each end with exit
+// code 2, nothing on stdout, and one line that names the problem and says what to do.
+func TestApplyCLIBadInput(t *testing.T) {
+	dir := t.TempDir()
+	writeSet(t, dir, "x", map[string]string{"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n"})
+	unreachable := filepath.Join(t.TempDir(), "kubeconfig")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["gone"] = &clientcmdapi.Cluster{Server: "https://" + cluster.FreeAddr()}
+	kc.AuthInfos["me"] = &clientcmdapi.AuthInfo{Token: "t"}
+	kc.Contexts["gone"] = &clientcmdapi.Context{Cluster: "gone", AuthInfo: "me"}
+	kc.CurrentContext = "gone"
+	if err := clientcmd.WriteToFile(*kc, unreachable); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"missing path", []string{"apply", filepath.Join(dir, "nope"), "--kubeconfig", unreachable},
+			[]string{"nope does not exist", "give a folder"}},
+		{"unreachable cluster", []string{"apply", dir, "--kubeconfig", unreachable},
+			[]string{"cannot reach the cluster", "check --kubeconfig, --context or KUBECONFIG"}},
+		{"unreachable cluster, dry-run", []string{"apply", dir, "--kubeconfig", unreachable, "--dry-run"},
+			[]string{"cannot reach the cluster", "check --kubeconfig, --context or KUBECONFIG"}},
+	} {
+		out, errOut, code := runOffline(tc.args...)
+		if code != exitCodeError || out != "" || strings.Contains(errOut, "\n") {
+			t.Errorf("%s: exit %d, stdout %q, error %q; want exit 2, no stdout, a one-line error", tc.name, code, out, errOut)
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("%s: the error %q does not say %q", tc.name, errOut, want)
+			}
+		}
+	}
+}
+
+// TestApplyCLIForbiddenKind applies, as a ServiceAccount that may write ConfigMaps but not
+// Services, a set with one of each: the ConfigMap is applied, the Service is reported
+// failed, and the run exits 2 with one line that names the missing permission and says
+// what to do — in dry-run and real mode.
+func TestApplyCLIForbiddenKind(t *testing.T) {
+	cluster.Require(t, env)
+	ns := env.Namespace(t)
+	kubeconfig := limitedKubeconfig(t, ns, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"},
+		Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}})
+	dir := filepath.Join(t.TempDir(), "app")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeSet(t, dir, ns, map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1),
+		"svc.yaml": "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: NS}\nspec: {ports: [{port: 80}]}\n"})
+	for _, mode := range [][]string{{"--dry-run"}, nil} {
+		args := append([]string{"--kubeconfig", kubeconfig, "apply", dir, "-n", ns}, mode...)
+		out, errOut, code := runOffline(args...)
+		if code != exitCodeError || strings.Contains(errOut, "\n") {
+			t.Errorf("%v: exit %d, error %q; want exit 2 and a one-line error", mode, code, errOut)
+		}
+		for _, want := range []string{`"services"`, "forbidden", "ask for an RBAC grant"} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("%v: the error %q does not say %q", mode, errOut, want)
+			}
+		}
+		if !strings.Contains(out, "Service/"+ns+"/web failed") || !strings.Contains(out, "ConfigMap/"+ns+"/a created") {
+			t.Errorf("%v: the report does not show the ConfigMap created and the Service failed:\n%s", mode, out)
+		}
+	}
+	if _, err := env.Clientset().CoreV1().ConfigMaps(ns).Get(context.Background(), "a", metav1.GetOptions{}); err != nil {
+		t.Errorf("the permitted ConfigMap was not applied: %v", err)
+	}
+}
+
+// limitedKubeconfig writes a kubeconfig for a TokenRequest token of a new ServiceAccount
+// in ns that may do only what rules allow in ns.
+func limitedKubeconfig(t *testing.T, ns string, rules ...rbacv1.PolicyRule) string {
+	t.Helper()
+	ctx := context.Background()
+	cs := env.Clientset()
+	meta := metav1.ObjectMeta{Name: "limited", Namespace: ns}
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: meta}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: meta, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.RoleBinding{ObjectMeta: meta,
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: meta.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: meta.Name, Namespace: ns}}}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	exp := int64(3600)
+	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, meta.Name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token request: %v", err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+	cfg.AuthInfos["limited"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "limited", Namespace: ns}
+	cfg.CurrentContext = "local"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestExplain checks the one line "converge apply" exits with: the first error, or the first
+// whose cause the user can fix followed by what to do; the errors of objects the report
+// lists as failed are counted, not repeated; other errors are spelled out, up to three.
+func TestExplain(t *testing.T) {
+	invalid := fmt.Errorf("ns_a__ConfigMap: apply: %w", apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "a", nil))
+	forbidden := fmt.Errorf("ns_web__Service: apply: %w",
+		apierrors.NewForbidden(schema.GroupResource{Resource: "services"}, "web", errors.New("no grant")))
+	multiLine := errors.New("record: first line\nsecond line")
+	failed := &engine.Result{Changes: []engine.Change{
+		{ID: "ns_a__ConfigMap", Action: engine.ActionFailed, Err: invalid},
+		{ID: "ns_web__Service", Action: engine.ActionFailed, Err: forbidden},
+	}}
+	for _, tc := range []struct {
+		name string
+		err  error
+		res  *engine.Result
+		want string
+	}{
+		{"one error", invalid, failed, invalid.Error()},
+		{"line breaks", multiLine, nil, "record: first line second line"},
+		{"listed objects are counted", errors.Join(invalid, invalid, multiLine), failed,
+			invalid.Error() + " (and 1 more; see the report); record: first line second line"},
+		{"unlisted errors are spelled out, up to three", errors.Join(invalid, multiLine, multiLine, multiLine, multiLine), nil,
+			invalid.Error() + " (and 2 more; see the report); record: first line second line; record: first line second line"},
+		{"forbidden leads", errors.Join(invalid, forbidden), failed,
+			forbidden.Error() + " (and 1 more; see the report); " + hintForbidden},
+	} {
+		got := explain(tc.err, tc.res)
+		if diff := cmp.Diff(tc.want, got.Error()); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+		}
+		if !errors.Is(got, tc.err) {
+			t.Errorf("%s: the explained error does not wrap the original", tc.name)
+		}
 	}
 }
 

@@ -184,6 +184,9 @@ func localSource(path, root string) (sources.Source, error) {
 		return sources.Source{}, err
 	}
 	info, err := os.Stat(abs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return sources.Source{}, fmt.Errorf("PATH %s does not exist: give a folder (or file) of YAML manifests or a kustomization, or --git-url", path)
+	}
 	if err != nil {
 		return sources.Source{}, err
 	}

@@ -72,6 +72,9 @@ func newReport(revision string, dryRun bool, res *engine.Result, err error) *rep
 	return r
 }
 
+// empty reports whether the report has no object at all: the run stopped before the first.
+func (r *report) empty() bool { return len(r.Objects) == 0 && len(r.Pruned) == 0 }
+
 // dropDiffs removes the diffs (the engine computes them for every dry-run).
 func (r *report) dropDiffs() {
 	for i := range r.Objects {
