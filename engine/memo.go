@@ -35,6 +35,14 @@ func (m *memo) hit(id object.ObjMetadata, hash [sha256.Size]byte, resourceVersio
 	return ok && e.hash == hash && e.resourceVersion == resourceVersion && resourceVersion != ""
 }
 
+// changed reports whether id was last applied from a different desired hash.
+func (m *memo) changed(id object.ObjMetadata, hash [sha256.Size]byte) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.m[id]
+	return ok && e.hash != hash
+}
+
 // remember records that live is what desired (hash) yields on the server.
 func (m *memo) remember(id object.ObjMetadata, hash [sha256.Size]byte, live *unstructured.Unstructured) {
 	if live == nil || live.GetResourceVersion() == "" {
