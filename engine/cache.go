@@ -146,4 +146,3 @@ func (w *watchCache) onDelete(obj any) {
 		}
 	}
 }
-
