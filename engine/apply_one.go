@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -42,14 +41,12 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err err
 		out.uid, out.track = r.old.UID(it.id), r.old.Has(it.id)
 		return out, nil
 	}
-	var hash [32]byte
-	if r.e.memo != nil && !r.opts.DryRun {
-		hash = hashObject(r.fieldManager(), it.obj)
-		if uid, ok := r.unchangedSinceLastRun(ctx, it, hash); ok {
-			out.change.Action, out.uid, out.ready = ActionUnchanged, uid, true
-			return out, nil
-		}
+	if r.e.memo != nil && !r.opts.DryRun && !r.opts.Diff {
+		hash := hashObject(r.fieldManager(), it.obj)
 		defer func() { r.remember(it, hash, out) }()
+		if o, ok, err := r.fromCache(ctx, it, hash, out); ok || err != nil {
+			return o, err
+		}
 	}
 	live, err := r.e.get(ctx, it.obj)
 	if err != nil {
@@ -105,6 +102,12 @@ func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstru
 	if err := r.e.serverSideApply(ctx, applied, r.fieldManager(), false, r.forceConflicts(live)); err != nil {
 		return failed(out, err), nil
 	}
+	return r.sent(it, applied, out)
+}
+
+// sent records that applied is the server's answer to the apply of it and runs the
+// AfterApply crash point.
+func (r *applyRun) sent(it *item, applied *unstructured.Unstructured, out outcome) (outcome, error) {
 	out.uid, out.ready, out.live = applied.GetUID(), true, applied
 	if h := r.e.opts.Hooks.AfterApply; h != nil {
 		k := int(r.applied.Add(1))
@@ -115,18 +118,62 @@ func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstru
 	return out, nil
 }
 
-// unchangedSinceLastRun reports, from the watch cache and the memo, whether it is exactly
-// what this engine applied or verified last time: same desired hash, and the live object
-// still at the resourceVersion seen then and still ours. Then nothing needs to be sent.
-func (r *applyRun) unchangedSinceLastRun(ctx context.Context, it *item, hash [32]byte) (types.UID, bool) {
-	live, err := r.e.cache.cachedLive(ctx, it.obj)
-	if err != nil || live == nil || live.GetAnnotations()[OwnerAnnotation] != r.ref.ID {
-		return "", false
+// fromCache is the watch-mode path of applyOne: it decides from the watch cache and the memo
+// what to send, and sends at most one request in the common cases. ok is false when the
+// cache cannot decide or a request failed: then the caller takes the full path (API server
+// read, ownership check, forced dry-run and apply), which also reports the failure.
+//
+//   - not in the cache and not in the inventory: a new object, applied at once;
+//   - ours, at the resourceVersion and desired hash the memo recorded: nothing to send;
+//   - ours, and the memo recorded another desired hash (a new commit): applied at once;
+//   - ours otherwise (a restart, a status update, an out-of-band edit): one dry-run, and an
+//     apply only when it shows drift.
+//
+// Requests here never force conflicts (unless the caller opted in): a conflict sends the
+// object down the full path, which decides whether the field was drift or another apply
+// manager's (I7, I11). Objects the cache shows as someone else's or unowned, or missing while
+// inventoried, also take the full path, so ownership is always decided on the API server's
+// word.
+func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out outcome) (outcome, bool, error) {
+	cached, err := r.e.cache.cachedLive(ctx, it.obj)
+	switch {
+	case err != nil:
+		return out, false, nil
+	case cached == nil:
+		if r.old.Has(it.id) {
+			return out, false, nil
+		}
+		out.change.Action = ActionCreated
+	case cached.GetAnnotations()[OwnerAnnotation] != r.ref.ID:
+		return out, false, nil
+	case r.e.memo.hit(it.id, hash, cached.GetResourceVersion()):
+		out.change.Action, out.uid, out.ready = ActionUnchanged, cached.GetUID(), true
+		out.live = cached
+		return out, true, nil
+	case r.e.memo.changed(it.id, hash):
+		out.change.Action = ActionConfigured
+	default:
+		dry := it.obj.DeepCopy()
+		if err := r.e.serverSideApply(ctx, dry, r.fieldManager(), true, r.opts.ForceConflicts); err != nil {
+			return out, false, nil
+		}
+		// The cache may lag: only a comparison at the very resourceVersion the dry-run
+		// started from proves there is nothing to correct.
+		if dry.GetResourceVersion() == cached.GetResourceVersion() && !drifted(cached, dry) {
+			out.change.Action, out.uid, out.ready, out.live = ActionUnchanged, dry.GetUID(), true, dry
+			return out, true, nil
+		}
+		out.change.Action = ActionConfigured
 	}
-	if !r.e.memo.hit(it.id, hash, live.GetResourceVersion()) {
-		return "", false
+	applied := it.obj.DeepCopy()
+	if err := r.e.serverSideApply(ctx, applied, r.fieldManager(), false, r.opts.ForceConflicts); err != nil {
+		return out, false, nil
 	}
-	return live.GetUID(), true
+	if cached != nil && applied.GetResourceVersion() == cached.GetResourceVersion() {
+		out.change.Action = ActionUnchanged // the server had nothing to change
+	}
+	out, err = r.sent(it, applied, out)
+	return out, true, err
 }
 
 // remember records the live object an apply or a verification produced, or forgets the

@@ -3,12 +3,16 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -19,13 +23,18 @@ import (
 const cacheReadTimeout = 30 * time.Second
 
 // watchCache is a watch cache of the kinds the engine manages, with managedFields stripped
-// so it stays small. It is started by Engine.Run.
+// so it stays small. It is started by Engine.Run. With a changed callback it also reports
+// out-of-band changes of managed objects (Options.Changed).
 type watchCache struct {
-	cache  cache.Cache
-	direct client.Reader
+	cache   cache.Cache
+	direct  client.Reader
+	memo    *memo
+	changed func(inventoryID string) // nil: nobody listens
+	watched sync.Map                 // schema.GroupVersionKind → struct{}: handler added
 }
 
-func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client) (*watchCache, error) {
+func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client, m *memo,
+	changed func(string)) (*watchCache, error) {
 	wc, err := cache.New(cfg, cache.Options{
 		HTTPClient:       httpClient,
 		Scheme:           c.Scheme(),
@@ -35,7 +44,7 @@ func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client) (
 	if err != nil {
 		return nil, fmt.Errorf("engine: watch cache: %w", err)
 	}
-	return &watchCache{cache: wc, direct: c}, nil
+	return &watchCache{cache: wc, direct: c, memo: m, changed: changed}, nil
 }
 
 // Get reads obj from the cache, falling back to the API server when the cache cannot
@@ -46,6 +55,7 @@ func (w *watchCache) Get(ctx context.Context, key client.ObjectKey, obj client.O
 	defer cancel()
 	err := w.cache.Get(cctx, key, obj, opts...)
 	if err == nil || apierrors.IsNotFound(err) {
+		w.watchChanges(ctx, obj)
 		return err
 	}
 	if ctx.Err() != nil {
@@ -73,4 +83,66 @@ func (w *watchCache) cachedLive(ctx context.Context, u *unstructured.Unstructure
 		return nil, nil
 	}
 	return live, err
+}
+
+// watchChanges adds the change handler to the (synced) informer of obj's kind, once per kind.
+func (w *watchCache) watchChanges(ctx context.Context, obj client.Object) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if w.changed == nil || !ok {
+		return
+	}
+	gvk := u.GroupVersionKind()
+	if _, done := w.watched.Load(gvk); done {
+		return
+	}
+	probe := &unstructured.Unstructured{}
+	probe.SetGroupVersionKind(gvk)
+	inf, err := w.cache.GetInformer(ctx, probe, cache.BlockUntilSynced(false))
+	if err != nil {
+		return // tried again on the next read
+	}
+	if _, loaded := w.watched.LoadOrStore(gvk, struct{}{}); loaded {
+		return
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: w.onUpdate,
+		DeleteFunc: w.onDelete,
+	}); err != nil {
+		w.watched.Delete(gvk)
+	}
+}
+
+// onUpdate reports an update of a managed object that changed more than its status and was
+// not written by this engine.
+func (w *watchCache) onUpdate(oldObj, newObj any) {
+	o, ok1 := oldObj.(*unstructured.Unstructured)
+	n, ok2 := newObj.(*unstructured.Unstructured)
+	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() {
+		return // not an object, or a resync
+	}
+	owner := n.GetAnnotations()[OwnerAnnotation]
+	if owner == "" {
+		owner = o.GetAnnotations()[OwnerAnnotation] // the annotation was removed: still a change of ours
+	}
+	if owner == "" {
+		return
+	}
+	statusOnly := n.GetGeneration() != 0 && n.GetGeneration() == o.GetGeneration() &&
+		maps.Equal(n.GetLabels(), o.GetLabels()) && maps.Equal(n.GetAnnotations(), o.GetAnnotations())
+	if statusOnly || w.memo.at(object.UnstructuredToObjMetadata(n), n.GetResourceVersion()) {
+		return
+	}
+	w.changed(owner)
+}
+
+// onDelete reports the deletion of a managed object.
+func (w *watchCache) onDelete(obj any) {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if owner := u.GetAnnotations()[OwnerAnnotation]; owner != "" {
+			w.changed(owner)
+		}
+	}
 }

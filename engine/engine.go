@@ -72,6 +72,16 @@ type Options struct {
 	// the API server. Meant for long-lived engines (the daemon); a one-shot CLI run gains
 	// nothing from it.
 	Watch bool
+	// Changed, with Watch, hears of out-of-band changes: it is called with the owner
+	// annotation's value (an inventory ID) when an object carrying OwnerAnnotation is
+	// deleted, or updated in its spec or metadata (a new generation, other labels or
+	// annotations; any update of a kind without generations) to a resourceVersion this
+	// engine did not write. Status-only updates are not reported. The engine's own writes
+	// may occasionally be reported too (the watch event can beat the apply's response), so
+	// a caller should reconcile, not alarm. It is called from the watch cache's goroutines
+	// and must not block. The kinds reported are those the engine has read through the
+	// cache, that is, every kind it applied since Run started.
+	Changed func(inventoryID string)
 }
 
 // Engine applies sets of objects to one cluster. It is safe for concurrent use by
@@ -111,10 +121,11 @@ func New(cfg *rest.Config, opts Options) (*Engine, error) {
 	}
 	e := &Engine{client: c, mapper: mapper, store: inventory.NewStore(c), opts: opts, reader: c}
 	if opts.Watch {
-		if e.cache, err = newWatchCache(cfg, httpClient, c); err != nil {
+		e.memo = newMemo()
+		if e.cache, err = newWatchCache(cfg, httpClient, c, e.memo, opts.Changed); err != nil {
 			return nil, err
 		}
-		e.reader, e.memo = e.cache, newMemo()
+		e.reader = e.cache
 	}
 	var pollOpts polling.Options
 	if e.cache != nil {

@@ -35,6 +35,22 @@ func (m *memo) hit(id object.ObjMetadata, hash [sha256.Size]byte, resourceVersio
 	return ok && e.hash == hash && e.resourceVersion == resourceVersion && resourceVersion != ""
 }
 
+// at reports whether the last write or verification of id left it at resourceVersion.
+func (m *memo) at(id object.ObjMetadata, resourceVersion string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.m[id]
+	return ok && e.resourceVersion == resourceVersion
+}
+
+// changed reports whether id was last applied from a different desired hash.
+func (m *memo) changed(id object.ObjMetadata, hash [sha256.Size]byte) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.m[id]
+	return ok && e.hash != hash
+}
+
 // remember records that live is what desired (hash) yields on the server.
 func (m *memo) remember(id object.ObjMetadata, hash [sha256.Size]byte, live *unstructured.Unstructured) {
 	if live == nil || live.GetResourceVersion() == "" {

@@ -13,13 +13,18 @@ import (
 	"github.com/converge-dev/converge/e2e/fault"
 )
 
-// newWatchHarness is newHarness with a running watch cache (Options.Watch).
-func newWatchHarness(t *testing.T) *harness {
+// newWatchHarness is newHarness with a running watch cache (Options.Watch). changed, if
+// given, becomes Options.Changed.
+func newWatchHarness(t *testing.T, changed ...func(string)) *harness {
 	t.Helper()
 	cluster.Require(t, env)
 	h := newHarness(t, Hooks{})
 	cfg, rt := fault.Config(env.Config)
-	eng, err := New(cfg, Options{Watch: true, PollInterval: 500 * time.Millisecond})
+	opts := Options{Watch: true, PollInterval: 500 * time.Millisecond}
+	if len(changed) > 0 {
+		opts.Changed = changed[0]
+	}
+	eng, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,4 +169,55 @@ func TestWatchRemembersWhatItApplied(t *testing.T) {
 				value, s, h.rt.Counts())
 		}
 	}
+}
+
+// TestWatchReportsOutOfBandChanges checks Options.Changed: an out-of-band edit and a deletion
+// of managed objects are reported with the owner's inventory ID, so the daemon can correct
+// them without waiting for the interval (PERFORMANCE.md drift row).
+func TestWatchReportsOutOfBandChanges(t *testing.T) {
+	reports := make(chan string, 100)
+	h := newWatchHarness(t, func(id string) {
+		select {
+		case reports <- id:
+		default:
+		}
+	})
+	opts := testOpts()
+	objs := manyCMs(h.ns, "1", 3)
+	h.apply(opts, objs...)
+	h.settle(opts, 1, objs)
+	expect := func(what string) {
+		t.Helper()
+		for {
+			select {
+			case id := <-reports:
+				if id == h.ref.ID {
+					return
+				}
+			case <-h.ctx.Done():
+				t.Fatalf("%s: never reported", what)
+			}
+		}
+	}
+	drain := func() {
+		for len(reports) > 0 {
+			<-reports
+		}
+	}
+
+	drain()
+	live := h.liveCM("cm-01")
+	if err := unstructured.SetNestedField(live.Object, "edited", "data", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.plain.Update(h.ctx, live, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	expect("an out-of-band edit")
+
+	drain()
+	if err := h.plain.Delete(h.ctx, h.liveCM("cm-02")); err != nil {
+		t.Fatal(err)
+	}
+	expect("an out-of-band delete")
 }

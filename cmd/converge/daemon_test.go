@@ -330,7 +330,7 @@ func TestDaemonLeaderElection(t *testing.T) {
 func (f *fixture) startStoppableDaemon(cfg *rest.Config, mutate ...func(*runOptions)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	o := runOptions{metricsAddr: "0", healthAddr: "0", installCRD: true, watchCache: true, watchNamespace: f.ns, concurrency: 2, cacheDir: f.t.TempDir()}
+	o := runOptions{metricsAddr: "0", healthAddr: "0", installCRD: true, watchCache: true, driftReconcile: true, watchNamespace: f.ns, concurrency: 2, cacheDir: f.t.TempDir()}
 	for _, m := range mutate {
 		m(&o)
 	}

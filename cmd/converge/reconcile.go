@@ -43,6 +43,7 @@ type reconciler struct {
 	live    client.Reader // uncached reads: secrets, conflict re-reads
 	loader  *sources.Loader
 	engines *engineSet
+	drift   *driftTrigger // nil: drift is corrected at the interval only
 	writer  *status.Writer
 	events  record.EventRecorder
 	retries *retryCounter
@@ -57,6 +58,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, s); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.metrics.forget(req.NamespacedName)
+			r.drift.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -113,6 +115,7 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (status.Outcome, 
 		return r.fail(s, o, reasonApplyFailed, err, false), true
 	}
 	set := engine.Set{Inventory: inventoryRef(s), Objects: bundle.Objects}
+	r.drift.track(set.Inventory.ID, client.ObjectKeyFromObject(s))
 	res, err := eng.Apply(ctx, set, applyOptions(s))
 	r.metrics.applied(s, bundle.Revision, res, err)
 	sum := res.Summary() // zero for a nil result

@@ -36,6 +36,7 @@ type runOptions struct {
 	leaderNamespace         string
 	installCRD              bool
 	watchCache              bool
+	driftReconcile          bool
 	watchNamespace          string
 	webhookAddr             string
 	webhookSecretFile       string
@@ -72,6 +73,7 @@ authoring).`,
 	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "converge-system", "namespace of the leader-election Lease")
 	f.BoolVar(&o.installCRD, "install-crd", true, "server-side apply the Sync CRD at start")
 	f.BoolVar(&o.watchCache, "watch-cache", true, "keep a watch cache of managed kinds so unchanged objects cost no request (needs list/watch RBAC on them)")
+	f.BoolVar(&o.driftReconcile, "reconcile-on-drift", true, "with --watch-cache, reconcile a Sync within seconds when one of its objects is edited or deleted out of band, not only at its interval")
 	f.StringVar(&o.webhookAddr, "webhook-addr", "", "address of the push webhook receiver, POST /hooks/<namespace>/<name> (off when empty)")
 	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook HMAC secret (GitHub) or token (GitLab); required with --webhook-addr")
 	f.StringVar(&o.watchNamespace, "watch-namespace", "", "reconcile only the Syncs of this namespace (default: all namespaces)")
@@ -159,18 +161,30 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
+	drift := newDriftTrigger()
+	var engOpts engine.Options
+	if o.watchCache && o.driftReconcile {
+		engOpts.Changed = drift.changed
+	} else {
+		drift = nil
+	}
 	r := &reconciler{
 		client:  mgr.GetClient(),
 		live:    mgr.GetAPIReader(),
 		loader:  sources.NewLoader(o.cacheDir),
-		engines: newEngineSet(ctx, cfg, engine.Options{}, o.watchCache),
+		engines: newEngineSet(ctx, cfg, engOpts, o.watchCache),
+		drift:   drift,
 		writer:  &status.Writer{Cached: mgr.GetClient(), Live: mgr.GetAPIReader(), Client: conflictCounting{mgr.GetClient(), metrics}},
 		events:  mgr.GetEventRecorderFor("converge"), //nolint:staticcheck // the events/v1 recorder needs a newer RBAC story
 		retries: &retryCounter{},
 		metrics: metrics,
 	}
-	err = ctrl.NewControllerManagedBy(mgr).
-		For(&status.Sync{}, builder.WithPredicates(syncChanged{})).
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&status.Sync{}, builder.WithPredicates(syncChanged{}))
+	if drift != nil {
+		b = b.WatchesRawSource(drift.source())
+	}
+	err = b.
 		// Names are validated per process; tests run several daemons in one process.
 		WithOptions(controller.Options{MaxConcurrentReconciles: o.concurrency, SkipNameValidation: &skipNameValidation}).
 		Complete(r)

@@ -59,7 +59,18 @@ type runner interface {
 func newRunner(ctx context.Context, name string, cfg *rest.Config) (runner, error) {
 	switch name {
 	case engineConverge, engineWatch:
-		e, err := engine.New(cfg, engine.Options{Watch: name == engineWatch})
+		opts := engine.Options{Watch: name == engineWatch}
+		var changes chan struct{}
+		if opts.Watch {
+			changes = make(chan struct{}, 1)
+			opts.Changed = func(string) {
+				select {
+				case changes <- struct{}{}:
+				default:
+				}
+			}
+		}
+		e, err := engine.New(cfg, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -68,6 +79,9 @@ func newRunner(ctx context.Context, name string, cfg *rest.Config) (runner, erro
 				log.Printf("%s: watch cache: %v", name, err)
 			}
 		}()
+		if opts.Watch {
+			return &watchRunner{convergeRunner{e: e}, changes}, nil
+		}
 		return &convergeRunner{e: e}, nil
 	case engineFlux, engineFloor:
 		hc, err := rest.HTTPClientFor(cfg)
@@ -95,6 +109,14 @@ func newRunner(ctx context.Context, name string, cfg *rest.Config) (runner, erro
 
 // convergeRunner drives engine.Apply with prune on, no readiness wait.
 type convergeRunner struct{ e *engine.Engine }
+
+// watchRunner is convergeRunner in watch mode, hearing of out-of-band changes.
+type watchRunner struct {
+	convergeRunner
+	ch chan struct{}
+}
+
+func (w *watchRunner) changes() <-chan struct{} { return w.ch }
 
 // options are the ApplyOptions of every converge run: prune, no readiness wait.
 func (r *convergeRunner) options() engine.ApplyOptions {

@@ -18,7 +18,11 @@ const (
 	opNoop   = "no-op reconcile"
 	opChange = "1% git change"
 	opDrift  = "1% drift"
-	opPrune  = "10% prune"
+	// opDriftWatch is converge-watch only: from the first out-of-band edit until every
+	// drifted object is corrected, reconciling when the watch cache reports a change (as
+	// the daemon's --reconcile-on-drift does), without waiting for an interval.
+	opDriftWatch = "1% drift, watch"
+	opPrune      = "10% prune"
 )
 
 // driftPause separates the out-of-band edits from the measured reconcile, so that a watch
@@ -26,7 +30,7 @@ const (
 const driftPause = time.Second
 
 // operations lists the engine operations in run order (render is engine-independent).
-var operations = []string{opCold, opNoop, opChange, opDrift, opPrune}
+var operations = []string{opCold, opNoop, opChange, opDrift, opDriftWatch, opPrune}
 
 // Sample is one measured run of one operation.
 type Sample struct {
@@ -161,8 +165,69 @@ func (b *bench) driftRuns(ctx context.Context, desired []*unstructured.Unstructu
 			log.Printf("%s: only %d of %d drifted objects were corrected", b.name, s.Corrected, s.Drifted)
 		}
 	}
+	if w, ok := b.eng.(watcher); ok {
+		return b.driftWatchRuns(ctx, w, desired, drifted)
+	}
 	return nil
 }
+
+// watcher is an engine that reports out-of-band changes (engine.Options.Changed).
+type watcher interface {
+	// changes delivers a value when a managed object changed out of band.
+	changes() <-chan struct{}
+}
+
+// driftReconcileLimit bounds the change-triggered reconciles of one drift-watch run.
+const driftReconcileLimit = 5
+
+// driftWatchRuns measures opDriftWatch: edit the drifted objects, then reconcile whenever
+// the engine reports a change (after the daemon's debounce) until all are corrected.
+func (b *bench) driftWatchRuns(ctx context.Context, w watcher, desired []*unstructured.Unstructured, drifted map[string]bool) error {
+	for r := 1; r <= b.runs; r++ {
+		for len(w.changes()) > 0 {
+			<-w.changes()
+		}
+		in := deepCopyAll(desired)
+		corrected := 0
+		fn := func(ctx context.Context) error {
+			if err := b.admin.drift(ctx, desired, drifted, 200+r); err != nil {
+				return err
+			}
+			for range driftReconcileLimit {
+				select {
+				case <-w.changes():
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				if err := pause(ctx, driftDebounce); err != nil {
+					return err
+				}
+				if err := b.eng.apply(ctx, in); err != nil {
+					return err
+				}
+				var err error
+				if corrected, err = b.admin.corrected(ctx, desired, drifted); err != nil || corrected == len(drifted) {
+					return err
+				}
+			}
+			return nil
+		}
+		s, err := b.measure(ctx, opDriftWatch, fn)
+		if err != nil {
+			return err
+		}
+		s.Drifted, s.Corrected = len(drifted), corrected
+		if s.Corrected != s.Drifted {
+			log.Printf("%s: only %d of %d drifted objects were corrected after %d change-triggered reconciles",
+				b.name, s.Corrected, s.Drifted, driftReconcileLimit)
+		}
+	}
+	return nil
+}
+
+// driftDebounce is the daemon's pause between a reported change and the reconcile
+// (cmd/converge's driftDebounce), gathering a burst of edits into one reconcile.
+const driftDebounce = 500 * time.Millisecond
 
 // pruneRuns drops 10% of desired and measures the reconcile that removes them; before
 // every run but the first the full set is applied again (not measured).
