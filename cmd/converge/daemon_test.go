@@ -66,6 +66,9 @@ func (f *fixture) publish(files map[string]string) string {
 			_ = os.Remove(p)
 			continue
 		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			f.t.Fatal(err)
+		}
 		if err := os.WriteFile(p, []byte(strings.ReplaceAll(content, "NS", f.ns)), 0o644); err != nil {
 			f.t.Fatal(err)
 		}
@@ -84,7 +87,7 @@ func (f *fixture) startDaemon(cfg *rest.Config, mutate ...func(*runOptions)) {
 	f.startStoppableDaemon(cfg, mutate...)
 }
 
-func (f *fixture) createSync(interval time.Duration) *status.Sync {
+func (f *fixture) createSync(interval time.Duration, mutate ...func(*status.Sync)) *status.Sync {
 	f.t.Helper()
 	// The daemon installs the CRD; wait until Syncs can be created.
 	s := &status.Sync{
@@ -97,6 +100,9 @@ func (f *fixture) createSync(interval time.Duration) *status.Sync {
 			Wait:     true,
 			Timeout:  &metav1.Duration{Duration: 30 * time.Second},
 		},
+	}
+	for _, m := range mutate {
+		m(s)
 	}
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		err := f.c.Create(ctx, s)

@@ -44,6 +44,7 @@ type reconciler struct {
 	loader  *sources.Loader
 	engines *engineSet
 	drift   *driftTrigger // nil: drift is corrected at the interval only
+	crash   crashPoints   // test-only
 	writer  *status.Writer
 	events  record.EventRecorder
 	retries *retryCounter
@@ -77,7 +78,13 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	start := time.Now()
-	outcome, failed := r.sync(ctx, s)
+	outcome, failed, crash := r.sync(ctx, s)
+	if crash == nil {
+		crash = r.crash.call(r.crash.BeforeStatusWrite, s)
+	}
+	if crash != nil {
+		return ctrl.Result{}, crash
+	}
 	// The status write is its own step: an apply failure never stops it, and its failure
 	// never undoes the apply.
 	err := r.writer.Write(ctx, req.NamespacedName, outcome)
@@ -91,28 +98,32 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // sync does the work of one reconcile and describes it as an Outcome. failed reports a
-// failure that deserves a retry with back-off.
-func (r *reconciler) sync(ctx context.Context, s *status.Sync) (status.Outcome, bool) {
-	o := status.Outcome{Generation: s.Generation, HandledRequest: s.Annotations[status.RequestedAtAnnotation]}
+// failure that deserves a retry with back-off; a non-nil crash means a test crash point
+// fired and nothing more may be written.
+func (r *reconciler) sync(ctx context.Context, s *status.Sync) (o status.Outcome, failed bool, crash error) {
+	o = status.Outcome{Generation: s.Generation, HandledRequest: s.Annotations[status.RequestedAtAnnotation]}
 	src, err := r.source(ctx, s)
 	if err != nil {
-		return r.fail(s, o, reasonFetchFailed, err, false), true
+		return r.fail(s, o, reasonFetchFailed, err, false), true, nil
 	}
 	loadStart := time.Now()
 	bundle, err := r.loader.Load(ctx, src, sources.DefaultLoadOptions())
 	if bundle == nil {
 		r.metrics.sourceLoaded(s, time.Since(loadStart), "", time.Time{})
-		return r.fail(s, o, reasonFetchFailed, err, false), true
+		return r.fail(s, o, reasonFetchFailed, err, false), true, nil
 	}
 	r.metrics.sourceLoaded(s, time.Since(loadStart), bundle.Revision, bundle.CommitTime)
 	o.AttemptedRevision = bundle.Revision
 	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty) {
 		// Bad input: nothing is applied or pruned; wait for a new revision (I8).
-		return r.fail(s, o, reasonBuildFailed, err, sources.IsTerminal(err)), true
+		return r.fail(s, o, reasonBuildFailed, err, sources.IsTerminal(err)), true, nil
+	}
+	if err := r.crash.call(r.crash.AfterRender, s); err != nil {
+		return o, true, err
 	}
 	eng, err := r.engines.forSync(s)
 	if err != nil {
-		return r.fail(s, o, reasonApplyFailed, err, false), true
+		return r.fail(s, o, reasonApplyFailed, err, false), true, nil
 	}
 	set := engine.Set{Inventory: inventoryRef(s), Objects: bundle.Objects}
 	r.drift.track(set.Inventory.ID, client.ObjectKeyFromObject(s))
@@ -129,14 +140,14 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (status.Outcome, 
 		if sum.NotReady > 0 && sum.Failed == 0 {
 			reason = reasonHealthCheck
 		}
-		return r.fail(s, o, reason, err, engine.IsTerminal(err)), true
+		return r.fail(s, o, reason, err, engine.IsTerminal(err)), true, nil
 	}
 	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
 	o.Message = "Applied revision " + bundle.Revision
 	o.AppliedRevision = bundle.Revision
 	o.Inventory = &status.InventoryStatus{Name: set.Inventory.Name, Entries: len(bundle.Objects)}
 	r.retries.reset(client.ObjectKeyFromObject(s))
-	return o, false
+	return o, false, nil
 }
 
 func (r *reconciler) fail(s *status.Sync, o status.Outcome, reason string, err error, terminal bool) status.Outcome {
@@ -240,6 +251,9 @@ func (r *reconciler) finalize(ctx context.Context, s *status.Sync) (ctrl.Result,
 			r.events.Event(s, corev1.EventTypeWarning, reasonDeleteFail, truncate(err.Error(), 1024))
 			return ctrl.Result{}, fmt.Errorf("delete inventory of %s/%s: %w", s.Namespace, s.Name, err)
 		}
+	}
+	if err := r.crash.call(r.crash.BeforeFinalizerRemoval, s); err != nil {
+		return ctrl.Result{}, err
 	}
 	err := r.patchFinalizers(ctx, s, func(s *status.Sync) { controllerutil.RemoveFinalizer(s, status.Finalizer) })
 	return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -43,6 +43,7 @@ type runOptions struct {
 	concurrency             int
 	cacheDir                string
 	quick                   quickStart
+	crash                   crashPoints // test-only crash points
 }
 
 func newRunCommand(kube *kubeFlags) *cobra.Command {
@@ -162,7 +163,7 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		return err
 	}
 	drift := newDriftTrigger()
-	var engOpts engine.Options
+	engOpts := engine.Options{Hooks: o.crash.Engine}
 	if o.watchCache && o.driftReconcile {
 		engOpts.Changed = drift.changed
 	} else {
@@ -174,6 +175,7 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		loader:  sources.NewLoader(o.cacheDir),
 		engines: newEngineSet(ctx, cfg, engOpts, o.watchCache),
 		drift:   drift,
+		crash:   o.crash,
 		writer:  &status.Writer{Cached: mgr.GetClient(), Live: mgr.GetAPIReader(), Client: conflictCounting{mgr.GetClient(), metrics}},
 		events:  mgr.GetEventRecorderFor("converge"), //nolint:staticcheck // the events/v1 recorder needs a newer RBAC story
 		retries: &retryCounter{},
