@@ -71,10 +71,14 @@ func (f *fixture) ownedInventoried(s *status.Sync) {
 // crashed reconcile (I6), then starts a new daemon on a cold cache, which converges (I4, I7).
 func TestDaemonCrashPoints(t *testing.T) {
 	points := map[string]func(o *runOptions, hook func() error){
-		"after render":            func(o *runOptions, h func() error) { o.crash.AfterRender = func(*status.Sync) error { return h() } },
-		"after the write-ahead":   func(o *runOptions, h func() error) { o.crash.Engine.AfterWriteAhead = h },
-		"after the first apply":   func(o *runOptions, h func() error) { o.crash.Engine.AfterApply = func(int, string) error { return h() } },
-		"before the status write": func(o *runOptions, h func() error) { o.crash.BeforeStatusWrite = func(*status.Sync) error { return h() } },
+		"after render":          func(o *runOptions, h func() error) { o.crash.AfterRender = func(*status.Sync) error { return h() } },
+		"after the write-ahead": func(o *runOptions, h func() error) { o.crash.Engine.AfterWriteAhead = h },
+		"after the first apply": func(o *runOptions, h func() error) {
+			o.crash.Engine.AfterApply = func(int, string) error { return h() }
+		},
+		"before the status write": func(o *runOptions, h func() error) {
+			o.crash.BeforeStatusWrite = func(*status.Sync) error { return h() }
+		},
 	}
 	for name, set := range points {
 		t.Run(strings.ReplaceAll(name, " ", "-"), func(t *testing.T) {
