@@ -2,7 +2,11 @@ package engine
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -69,15 +73,71 @@ func (m *memo) forget(id object.ObjMetadata) {
 }
 
 // hashObject hashes the desired object as manager would send it (owner annotation
-// included). encoding/json sorts map keys, so equal objects hash equally.
+// included). It encodes the object's JSON-shaped values canonically (map keys sorted, every
+// value tagged with its type and length), so equal objects hash equally, at a fraction of the
+// cost of JSON encoding.
 func hashObject(manager string, u *unstructured.Unstructured) [sha256.Size]byte {
-	b, err := json.Marshal(u.Object)
-	if err != nil {
-		return [sha256.Size]byte{} // never matches a remembered hash of a real object
+	e := canonical{b: make([]byte, 0, 1024)}
+	e.str(manager)
+	e.value(u.Object)
+	return sha256.Sum256(e.b)
+}
+
+// canonical is an unambiguous binary encoding of JSON-shaped values: a type tag, then
+// length-prefixed content.
+type canonical struct{ b []byte }
+
+func (e *canonical) tag(t byte, n uint64) {
+	e.b = binary.LittleEndian.AppendUint64(append(e.b, t), n)
+}
+
+func (e *canonical) str(s string) {
+	e.tag('s', uint64(len(s)))
+	e.b = append(e.b, s...)
+}
+
+func (e *canonical) value(v any) {
+	switch v := v.(type) {
+	case nil:
+		e.tag('n', 0)
+	case bool:
+		n := uint64(0)
+		if v {
+			n = 1
+		}
+		e.tag('b', n)
+	case string:
+		e.str(v)
+	case int64:
+		e.tag('i', uint64(v))
+	case int:
+		e.tag('i', uint64(v))
+	case int32:
+		e.tag('i', uint64(v))
+	case float64:
+		e.tag('f', math.Float64bits(v))
+	case []any:
+		e.tag('l', uint64(len(v)))
+		for _, x := range v {
+			e.value(x)
+		}
+	case map[string]any:
+		e.tag('m', uint64(len(v)))
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			e.str(k)
+			e.value(v[k])
+		}
+	default: // not produced by decoding JSON or YAML; fall back to its JSON form
+		j, err := json.Marshal(v)
+		if err != nil {
+			j = fmt.Appendf(nil, "%T %v", v, v)
+		}
+		e.tag('j', uint64(len(j)))
+		e.b = append(e.b, j...)
 	}
-	h := sha256.New()
-	h.Write([]byte(manager))
-	h.Write([]byte{0})
-	h.Write(b)
-	return [sha256.Size]byte(h.Sum(nil))
 }
