@@ -24,14 +24,19 @@ func TestHashObject(t *testing.T) {
 		t.Fatal("equal objects hash differently")
 	}
 	changes := map[string]func(u *unstructured.Unstructured){
-		"value":        func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["replicas"] = int64(3) },
-		"type":         func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["replicas"] = "2" },
-		"float":        func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["ratio"] = 0.25 },
-		"bool":         func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["paused"] = true },
-		"new key":      func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["x"] = nil },
-		"list order":   func(u *unstructured.Unstructured) { l := u.Object["spec"].(map[string]any)["list"].([]any); l[0], l[1] = l[1], l[0] },
-		"label":        func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"a": "1", "b": "3"}) },
-		"key to value": func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["list"] = []any{"x", int64(1), nil, "k", "v"} },
+		"value":   func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["replicas"] = int64(3) },
+		"type":    func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["replicas"] = "2" },
+		"float":   func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["ratio"] = 0.25 },
+		"bool":    func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["paused"] = true },
+		"new key": func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["x"] = nil },
+		"list order": func(u *unstructured.Unstructured) {
+			l := u.Object["spec"].(map[string]any)["list"].([]any)
+			l[0], l[1] = l[1], l[0]
+		},
+		"label": func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"a": "1", "b": "3"}) },
+		"key to value": func(u *unstructured.Unstructured) {
+			u.Object["spec"].(map[string]any)["list"] = []any{"x", int64(1), nil, "k", "v"}
+		},
 	}
 	for name, change := range changes {
 		u := base()
