@@ -4,7 +4,9 @@
 //   - e2e/cluster: the real local control plane (profiles api and full);
 //   - e2e/tools: the tools module and build.sh that build etcd, kube-apiserver,
 //     kube-controller-manager, kube-scheduler and kwok from the Go module proxy;
-//   - e2e/fault: the fault-injecting, request-counting transport;
+//   - e2e/fault: the fault-injecting, request-counting transport, the TLS fault proxy in
+//     front of kube-apiserver for the built binary, and stale-read views;
+//   - e2e/checker: the invariant checker (I1, I2, I5) that watches a namespace during a run;
 //   - e2e/gitserver: git smart HTTP on loopback (git http-backend);
 //   - e2e/binary: build and run the converge binary;
 //   - e2e/devcluster: `make cluster` and the `make run` demo;
