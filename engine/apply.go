@@ -265,6 +265,9 @@ type applyRun struct {
 	// newNamespaces are the Namespaces of the set that do not exist yet (DryRun only): a
 	// dry-run of an object in them cannot succeed before they are created.
 	newNamespaces map[string]bool
+	// absent are the items of the current stage the API server just listed as not
+	// existing (findAbsent): applied at once, without a GET or a dry-run.
+	absent map[object.ObjMetadata]bool
 }
 
 // applyStages applies the items stage by stage, in parallel within a stage. It returns one
@@ -283,6 +286,9 @@ func (r *applyRun) applyStages(ctx context.Context) ([]outcome, error) {
 		}
 		if stage == stageClasses && r.opts.DryRun {
 			r.newNamespaces = newNamespaces(outs[:start])
+		}
+		if !r.opts.DryRun && !r.opts.Diff {
+			r.absent = r.findAbsent(ctx, r.items[start:end])
 		}
 		if err := r.applyRange(ctx, outs, start, end); err != nil {
 			return outs[:end], err

@@ -48,6 +48,12 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err err
 			return o, err
 		}
 	}
+	if r.absent[it.id] {
+		// The API server just listed it as missing: apply at once (one request per new
+		// object instead of a GET and an apply).
+		out.change.Action = ActionCreated
+		return r.send(ctx, it, nil, out)
+	}
 	live, err := r.e.get(ctx, it.obj)
 	if err != nil {
 		return failed(out, err), nil
@@ -123,7 +129,8 @@ func (r *applyRun) sent(it *item, applied *unstructured.Unstructured, out outcom
 // cache cannot decide or a request failed: then the caller takes the full path (API server
 // read, ownership check, forced dry-run and apply), which also reports the failure.
 //
-//   - not in the cache and not in the inventory: a new object, applied at once;
+//   - not in the cache, and listed as missing by the API server (findAbsent): a new object,
+//     applied at once;
 //   - ours, at the resourceVersion and desired hash the memo recorded: nothing to send;
 //   - ours, and the memo recorded another desired hash (a new commit): applied at once;
 //   - ours otherwise (a restart, a status update, an out-of-band edit): one dry-run, and an
@@ -140,7 +147,7 @@ func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out o
 	case err != nil:
 		return out, false, nil
 	case cached == nil:
-		if r.old.Has(it.id) {
+		if !r.absent[it.id] { // the API server has not confirmed it (I11: no adoption on a stale cache)
 			return out, false, nil
 		}
 		out.change.Action = ActionCreated

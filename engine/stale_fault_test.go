@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -138,14 +137,12 @@ func TestStaleCachePruneDeletesOnlyWhatIsOurs(t *testing.T) {
 // "not found": the object keeps its owner, this set reports the overlap and does not
 // inventory or prune it (I11, I1).
 //
-// It fails today: fromCache applies an object the cache does not show and the old inventory
-// does not hold straight away, without forcing but with the shared field manager "converge",
-// which already owns the other set's owner annotation, so the apply silently rewrites it; the
-// next run that drops the object then deletes the other set's object. Skipped until fixed.
+// Found by this harness: fromCache used to apply an object that the cache did not show and
+// the old inventory did not hold straight away, with the shared field manager "converge",
+// which already owns the other set's owner annotation, so the apply silently rewrote it; the
+// next run that dropped the object then deleted the other set's object. Absence is now
+// confirmed by the API server (findAbsent) before such an apply.
 func TestStaleCacheNeverAdopts(t *testing.T) {
-	if os.Getenv("CONVERGE_KNOWN_BUGS") == "" {
-		t.Skip("known bug (I11, I1): adoption on a stale watch-cache \"not found\"; CONVERGE_KNOWN_BUGS=1 reproduces it")
-	}
 	h, stale := newStaleHarness(t)
 	opts := testOpts()
 	mine := cms(h.ns, "mine")

@@ -29,6 +29,9 @@ func TestWatchOneRequestPerObject(t *testing.T) {
 		t.Errorf("cold apply of 20 objects: %d PATCH and %d GET, want 20 and at most 3 (the inventory read and the reads of its two updates): %v",
 			p, g, h.rt.Counts())
 	}
+	if l := h.rt.CountResource("list", "configmaps", ""); l > 2 {
+		t.Errorf("cold apply: %d LISTs of configmaps, want at most 2 (the informer's and findAbsent's)", l)
+	}
 	h.ownedSubsetOfInventory()
 
 	h.settle(opts, 1, objs)
@@ -96,5 +99,36 @@ func TestWatchNeverAdoptsFromCache(t *testing.T) {
 	}
 	if _, ok := h.inventory()[cmID(h.ns, "foreign")]; ok {
 		t.Error("foreign object recorded in our inventory")
+	}
+}
+
+// TestColdApplyOneRequestPerObject checks the cold apply without the watch cache (the CLI):
+// new objects are confirmed missing by one LIST per kind and namespace, then applied with one
+// request each, no GET or dry-run per object; an object that exists but is not inventoried
+// still takes the per-object path, so a foreign one is not adopted (I11).
+func TestColdApplyOneRequestPerObject(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	opts := testOpts()
+	foreign := configMap(h.ns, "foreign", map[string]any{"v": "theirs"})
+	foreign.SetAnnotations(map[string]string{OwnerAnnotation: "someone-else"})
+	if err := h.plain.Create(h.ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	objs := manyCMs(h.ns, "1", 20)
+	h.rt.Reset()
+	res, err := h.eng.Apply(h.ctx, h.set(append(objs, configMap(h.ns, "foreign", map[string]any{"v": "ours"}))...), opts)
+	if err == nil || actions(res.Changes)[cmID(h.ns, "foreign")] != ActionFailed {
+		t.Errorf("the foreign object was not refused: %v", err)
+	}
+	if s := res.Summary(); s.Created != 20 {
+		t.Errorf("cold apply: %+v, want 20 created", s)
+	}
+	p, g, l := h.rt.Count("patch"), h.rt.CountResource("get", "configmaps", ""), h.rt.Count("list")
+	// 20 applies; the foreign object costs a GET (refused before any write), the inventory 3 reads.
+	if p != 20 || g > 4 || l != 1 {
+		t.Errorf("cold apply of 20 new objects: %d PATCH, %d GET, %d LIST; want 20, at most 4, 1: %v", p, g, l, h.rt.Counts())
+	}
+	if v, _, _ := unstructured.NestedString(h.liveCM("foreign").Object, "data", "v"); v != "theirs" {
+		t.Errorf("I11: the foreign object changed: data.v = %q", v)
 	}
 }
