@@ -2,7 +2,9 @@ package status
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -51,6 +53,32 @@ type Writer struct {
 	Backoff wait.Backoff
 	// Now is the clock for condition transition times; nil means time.Now.
 	Now func() time.Time
+
+	mu      sync.Mutex
+	written map[types.NamespacedName]string // resourceVersion after our last write, per Sync
+}
+
+// errStaleBase sends Write's retry loop to the API server without a request: the cached
+// base is older than our own last write.
+var errStaleBase = apierrors.NewConflict(GroupVersion.WithResource("syncs").GroupResource(), "", errors.New("cached base older than our last write"))
+
+// behindOurWrite reports whether base, read from the cache, may predate our last status
+// write of key: we wrote it, and base is not at the resourceVersion that write produced.
+func (w *Writer) behindOurWrite(key types.NamespacedName, base *Sync) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rv, ok := w.written[key]
+	return ok && rv != base.ResourceVersion
+}
+
+// recordWrite remembers the resourceVersion our write of key produced.
+func (w *Writer) recordWrite(key types.NamespacedName, rv string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.written == nil {
+		w.written = map[types.NamespacedName]string{}
+	}
+	w.written[key] = rv
 }
 
 // DefaultBackoff is the conflict back-off of a Writer: 6 attempts within about a second.
@@ -71,6 +99,7 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 	err := retry.RetryOnConflict(backoff, func() error {
 		base := &Sync{}
 		err := reader.Get(ctx, key, base)
+		cached := reader != w.Live
 		reader = w.Live // every retry reads from the API server
 		if err != nil {
 			return err
@@ -79,8 +108,18 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 		if !w.apply(&next.Status, o) {
 			return nil
 		}
+		if cached && w.behindOurWrite(key, base) {
+			// The cache has not caught up with our last write (after a watch outage it
+			// lags for seconds): what it shows is no base for a write. Read the API server
+			// instead of sending a PATCH bound to fail with 409 (I7: no churn once converged).
+			return errStaleBase
+		}
 		patch := client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
-		return w.Client.Status().Patch(ctx, next, patch)
+		if err := w.Client.Status().Patch(ctx, next, patch); err != nil {
+			return err
+		}
+		w.recordWrite(key, next.ResourceVersion)
+		return nil
 	})
 	if apierrors.IsNotFound(err) {
 		return nil

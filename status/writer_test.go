@@ -235,3 +235,27 @@ func (f frozenReader) Get(_ context.Context, _ client.ObjectKey, obj client.Obje
 func (f frozenReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
 	return nil
 }
+
+// TestWriteWaitsOutALaggingCache is the churn the fault harness saw after a watch outage: the
+// cache still shows the status from before our last write, so the same outcome looked like a
+// change and each reconcile sent a PATCH bound to fail with 409. The writer now knows the
+// cache is behind its own write, reads the API server instead, and writes nothing (I7).
+func TestWriteWaitsOutALaggingCache(t *testing.T) {
+	c, ft, key := setup(t)
+	lagging := get(t, c, key) // the cache, stuck before our first write
+	w := &Writer{Cached: frozenReader{lagging}, Live: c, Client: c}
+	rev := "main@sha1:2222222222222222222222222222222222222222"
+	if err := w.Write(context.Background(), key, ready(1, rev)); err != nil {
+		t.Fatal(err)
+	}
+	ft.Reset()
+	if err := w.Write(context.Background(), key, ready(1, rev)); err != nil {
+		t.Fatal(err)
+	}
+	if writes := ft.Writes(); len(writes) != 0 {
+		t.Errorf("the same outcome on a lagging cache sent writes: %v", writes)
+	}
+	if g := ft.CountResource("get", "syncs", ""); g != 1 {
+		t.Errorf("%d GETs of the Sync, want 1 (the API server instead of the lagging cache)", g)
+	}
+}
