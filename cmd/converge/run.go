@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,6 +35,9 @@ type runOptions struct {
 	metricsAddr, healthAddr string
 	leaderElect             bool
 	leaderNamespace         string
+	leaseDuration           time.Duration
+	renewDeadline           time.Duration
+	retryPeriod             time.Duration
 	installCRD              bool
 	watchCache              bool
 	driftReconcile          bool
@@ -72,6 +76,9 @@ authoring).`,
 	f.StringVar(&o.healthAddr, "health-addr", ":8081", "address of /healthz and /readyz")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader (Lease) so only one replica reconciles")
 	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "converge-system", "namespace of the leader-election Lease")
+	f.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long followers wait before taking over an unrenewed lease")
+	f.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops leading; a leader paused longer than this sends no more writes and exits")
+	f.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often leader-election clients retry")
 	f.BoolVar(&o.installCRD, "install-crd", true, "server-side apply the Sync CRD at start")
 	f.BoolVar(&o.watchCache, "watch-cache", true, "keep a watch cache of managed kinds so unchanged objects cost no request (needs list/watch RBAC on them)")
 	f.BoolVar(&o.driftReconcile, "reconcile-on-drift", true, "with --watch-cache, reconcile a Sync within seconds when one of its objects is edited or deleted out of band, not only at its interval")
@@ -101,6 +108,16 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(metrics.instrument)
+	o.defaultLeaderTimings()
+	if o.leaderElect {
+		// S03: a leader paused past its renew deadline sends no more writes and stops.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		fence := newPauseFence(o.renewDeadline, stopOnFence(ctx, cancel))
+		go fence.run(ctx)
+		cfg.Wrap(fence.wrap)
+	}
 	scheme := newScheme()
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
@@ -132,6 +149,9 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		LeaderElectionID:              "converge-leader",
 		LeaderElectionNamespace:       o.leaderNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 ptrDuration(o.leaseDuration),
+		RenewDeadline:                 ptrDuration(o.renewDeadline),
+		RetryPeriod:                   ptrDuration(o.retryPeriod),
 		GracefulShutdownTimeout:       ptrDuration(30 * time.Second),
 	})
 	if err != nil {
@@ -193,7 +213,26 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	return mgr.Start(ctx)
+	if err := mgr.Start(ctx); err != nil {
+		return err
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, errFenced) {
+		return cause
+	}
+	return nil
+}
+
+// defaultLeaderTimings fills unset leader-election timings with the flags' defaults
+// (controller-runtime's).
+func (o *runOptions) defaultLeaderTimings() {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&o.leaseDuration, 15 * time.Second}, {&o.renewDeadline, 10 * time.Second}, {&o.retryPeriod, 2 * time.Second}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
 }
 
 // syncChanged passes the Sync events that need a reconcile: a new generation (spec), a

@@ -85,6 +85,15 @@ func (p *Process) Log() string {
 	return p.out.String()
 }
 
+// Pause stops the process with SIGSTOP, as a frozen VM or a stalled node would.
+func (p *Process) Pause() error { return p.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process (SIGCONT).
+func (p *Process) Resume() error { return p.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
 // Kill ends the process with SIGKILL, like a crash, and waits for it.
 func (p *Process) Kill() error {
 	err := p.cmd.Process.Kill()

@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/e2e/binary"
+	"github.com/converge-dev/converge/e2e/checker"
+	"github.com/converge-dev/converge/e2e/cluster"
+	"github.com/converge-dev/converge/e2e/fault"
+)
+
+// pausedObjects is the size of the set: enough for a reconcile to be caught mid-apply.
+const pausedObjects = 60
+
+// TestBinaryPausedLeaderIsFenced is S03 with a paused old leader: leader A (through the fault
+// proxy, its applies slowed) is stopped with SIGSTOP in the middle of applying revision 2;
+// follower B takes over and makes the Sync Ready at revision 3; then A resumes with the rest
+// of its revision-2 reconcile planned, and its elector slowed to learn that it lost the
+// lease. A must send no write at all after the pause (no revision-2 object over B's revision
+// 3, no status going back: I5, I1, I2) and exit. The checker follows the whole run.
+func TestBinaryPausedLeaderIsFenced(t *testing.T) {
+	cluster.Require(t, env)
+	ctx := t.Context()
+	ns := env.Namespace(t)
+	proxy, err := fault.NewProxy(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	viaProxy := t.TempDir() + "/kubeconfig"
+	if err := proxy.WriteKubeconfig(viaProxy); err != nil {
+		t.Fatal(err)
+	}
+	repo := newRepo(t, ns)
+	c := directClient(t)
+	chk, err := checker.Start(ctx, env.Config, checker.ForSync(ns, "app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := func(v string) map[string]string {
+		m := map[string]string{}
+		for i := range pausedObjects {
+			m[fmt.Sprintf("cm-%02d", i)] = v
+		}
+		return m
+	}
+	args := func(kubeconfig string) []string {
+		return []string{"run", "--kubeconfig", kubeconfig, "-n", ns, "--watch-namespace", ns,
+			"--git-url", repo.srv.RepoURL("app"), "--ref", "main", "--path", ".", "--name", "app", "--interval", "1s",
+			"--leader-election-namespace", ns, "--leader-election-lease-duration", "4s",
+			"--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "500ms",
+			"--concurrent", "1", "--metrics-addr", "0", "--health-addr", cluster.FreeAddr(), "--git-cache-dir", t.TempDir()}
+	}
+
+	rev1 := repo.publish(version("1"))
+	a := binary.Start(t, args(viaProxy)...)
+	waitSyncReady(t, c, ns, rev1)
+	b := binary.Start(t, args(env.Kubeconfig)...)
+
+	// A applies revision 2 slowly; stop it half-way.
+	proxy.SetRules(fault.Rule{Verb: "patch", Resource: "configmaps", Latency: 150 * time.Millisecond})
+	repo.publish(version("2"))
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		n := countVersion(ctx, c, ns, "2")
+		return n >= 5 && n < pausedObjects-10, nil
+	})
+	if err != nil {
+		t.Fatalf("never caught leader A in the middle of revision 2: %v", err)
+	}
+	if err := a.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	paused := countVersion(ctx, c, ns, "2")
+
+	rev3 := repo.publish(version("3"))
+	waitSyncReady(t, c, ns, rev3) // B took over
+	checkLive(t, c, ns, version("3"))
+
+	// A resumes; its elector learns late that it lost the lease (slow lease reads).
+	proxy.SetRules(fault.Rule{Resource: "leases", Latency: 3 * time.Second})
+	proxy.Reset()
+	if err := a.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the paused leader did not exit after it resumed")
+	}
+	if w := proxy.WriteResults(); len(w) != 0 {
+		t.Errorf("the paused leader wrote after it resumed (%d revision-2 objects written before the pause): %v", paused, w)
+	}
+	if !strings.Contains(a.Log(), "fenced") {
+		t.Errorf("the paused leader's log does not say it was fenced:\n%s", tail(a.Log(), 2000))
+	}
+	waitSyncReady(t, c, ns, rev3)
+	checkLive(t, c, ns, version("3"))
+	if err := chk.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	report, err := chk.Stop(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range report.Violations {
+		t.Errorf("%s", v)
+	}
+	if n := strings.Count(b.Log(), `"reconciled"`); n == 0 {
+		t.Error("the follower never reconciled")
+	}
+}
+
+// countVersion counts the ConfigMaps of ns at data.version v.
+func countVersion(ctx context.Context, c client.Client, ns, v string) int {
+	var cms corev1.ConfigMapList
+	if err := c.List(ctx, &cms, client.InNamespace(ns)); err != nil {
+		return 0
+	}
+	n := 0
+	for _, cm := range cms.Items {
+		if cm.Data["version"] == v {
+			n++
+		}
+	}
+	return n
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
