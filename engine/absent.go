@@ -18,8 +18,9 @@ const listPageSize = 500
 // mistake (I11), which is as true as a GET just before the apply would make it, for one
 // request per kind and namespace instead of one per object. The answer comes from the API
 // server, never from the watch cache, so a stale cache cannot hide someone else's object.
-// Kinds that cannot be listed (RBAC, not served yet) are left out: their items take the
-// per-object path.
+// It runs per stage, after the CRDs of earlier stages are Established, so kinds those CRDs
+// define can be listed too. Kinds that cannot be listed (RBAC, not served) are left out:
+// their items take the per-object path.
 func (r *applyRun) findAbsent(ctx context.Context, items []*item) map[object.ObjMetadata]bool {
 	type group struct {
 		gvk schema.GroupVersionKind
@@ -27,7 +28,7 @@ func (r *applyRun) findAbsent(ctx context.Context, items []*item) map[object.Obj
 	}
 	wanted := map[group]map[string]object.ObjMetadata{}
 	for _, it := range items {
-		if it.pending || r.old.Has(it.id) {
+		if it.pendingErr != nil || r.old.Has(it.id) {
 			continue
 		}
 		g := group{it.obj.GroupVersionKind(), it.id.Namespace}

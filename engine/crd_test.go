@@ -77,9 +77,15 @@ func TestCRDWithCustomResources(t *testing.T) {
 		t.Fatal("the dry-run created something")
 	}
 
+	h.rt.Reset()
 	res = h.apply(opts, set(1)...)
 	if diff := cmp.Diff(Summary{Created: 5}, res.Summary()); diff != "" {
 		t.Errorf("apply (-want +got):\n%s", diff)
+	}
+	// The custom resources of the new CRD are listed as missing once it is Established, then
+	// applied with one request each (no GET per object).
+	if g := h.rt.CountResource("get", "widgets", ""); g != 0 {
+		t.Errorf("%d GETs of widgets during the apply, want 0: %v", g, h.rt.Counts())
 	}
 
 	before := h.resourceVersions(group, extraNS)
