@@ -166,3 +166,29 @@ func TestS02ConflictStormOnManagedObjects(t *testing.T) {
 		}
 	}
 }
+
+// TestS11StatusWriteForwardedThenDropped is S11 for the status write: the first status
+// PATCHes land on the API server but the daemon sees an error (the response is dropped). The
+// write is not aggregated with anything, so the apply stands; the daemon retries and the
+// status ends describing the applied revision and generation (I5, I6), with no status write
+// going back.
+func TestS11StatusWriteForwardedThenDropped(t *testing.T) {
+	f := newFixture(t)
+	rev := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	cfg, ft := fault.Config(env.Config)
+	ft.SetRules(fault.Rule{Verb: "patch", Resource: "syncs", Subresource: "status", Times: 3, DropResponse: true})
+	f.startDaemon(cfg)
+	f.createSync(time.Second)
+	s := f.waitSync("Ready although the first status writes lost their responses", readyAt(rev))
+	// Fewer than 3 is fine: once a dropped write has landed, the next reconcile finds the
+	// status already right and sends nothing.
+	if ft.Injected() == 0 {
+		t.Error("no status response was dropped: the scenario did not run")
+	}
+	if s.Status.ObservedGeneration != s.Generation {
+		t.Errorf("observedGeneration %d, generation %d", s.Status.ObservedGeneration, s.Generation)
+	}
+	if cm, err := f.configMap("a"); err != nil || cm.Data["version"] != "1" {
+		t.Errorf("configmap a = %v, %v", cm.Data, err)
+	}
+}
