@@ -7,6 +7,8 @@
 //     carried our owner annotation and was in the persisted inventory, with the recorded UID;
 //   - I2, no inventory loss: at every resourceVersion of the namespace's ConfigMaps, each one
 //     carrying our owner annotation is in the inventory;
+//   - I11, ownership respected: an object whose owner annotation names another inventory
+//     never changes to ours;
 //   - I5, status never regresses: the Sync's observedGeneration never decreases and its
 //     lastAppliedRevision never returns to a revision it left.
 //
@@ -224,8 +226,22 @@ func (c *Checker) apply(typ watch.EventType, cm *corev1.ConfigMap) {
 	if cm.Name != c.opts.InventoryName && cm.Labels[fenceLabel] == "" && (typ == watch.Deleted || cm.DeletionTimestamp != nil) {
 		c.checkGone(cm)
 	}
+	c.checkTakeover(typ, cm)
 	c.update(typ, cm)
 	c.checkOwnedInventoried(cm.ResourceVersion)
+}
+
+// checkTakeover is I11: an object another inventory owned must not become ours; the caller
+// holds c.mu and calls it before the state records cm.
+func (c *Checker) checkTakeover(typ watch.EventType, cm *corev1.ConfigMap) {
+	prev, ok := c.live[cm.Name]
+	if !ok || typ == watch.Deleted || prev.UID != cm.UID {
+		return
+	}
+	was, now := prev.Annotations[OwnerAnnotation], cm.Annotations[OwnerAnnotation]
+	if was != "" && was != c.opts.InventoryID && now == c.opts.InventoryID {
+		c.violate("I11", cm, fmt.Sprintf("owned by inventory %q, taken over by ours", was))
+	}
 }
 
 // update records one ConfigMap event in the state; the caller holds c.mu.

@@ -86,6 +86,11 @@ func TestCheckerReportsViolations(t *testing.T) {
 	create("recreated", opts.InventoryID)
 	create("stray", opts.InventoryID) // I2
 	create("foreign", opts.InventoryID+"-other")
+	taken := create("taken", opts.InventoryID+"-other")
+	taken.Annotations[OwnerAnnotation] = opts.InventoryID // I11, and I2: not inventoried
+	if _, err := cms.Update(ctx, taken, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	del("ours")
 	del("recreated") // I1: UID differs from the recorded one
 	del("foreign")   // I1: not ours
@@ -110,7 +115,7 @@ func TestCheckerReportsViolations(t *testing.T) {
 		got = append(got, v.Invariant+" "+name)
 	}
 	sort.Strings(got)
-	want := []string{"I1 foreign", "I1 recreated", "I2 stray", "I5 Sync/app", "I5 Sync/app"}
+	want := []string{"I1 foreign", "I1 recreated", "I11 taken", "I2 stray", "I2 taken", "I5 Sync/app", "I5 Sync/app"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("violations (-want +got):\n%s\nreport: %v", diff, report.Violations)
 	}
