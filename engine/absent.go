@@ -13,8 +13,8 @@ import (
 const listPageSize = 500
 
 // findAbsent asks the API server which of items do not exist, with one metadata-only LIST
-// per kind and namespace among the items the stored inventory does not hold (the others
-// exist or were ours). Such an item can be applied at once: nothing is there to adopt by
+// per kind and namespace holding at least two items the stored inventory does not hold (the
+// others exist or were ours; a lone item is read with its own GET, which costs the same). Such an item can be applied at once: nothing is there to adopt by
 // mistake (I11), which is as true as a GET just before the apply would make it, for one
 // request per kind and namespace instead of one per object. The answer comes from the API
 // server, never from the watch cache, so a stale cache cannot hide someone else's object.
@@ -39,6 +39,9 @@ func (r *applyRun) findAbsent(ctx context.Context, items []*item) map[object.Obj
 	}
 	absent := map[object.ObjMetadata]bool{}
 	for g, names := range wanted {
+		if len(names) < 2 {
+			continue // one GET is no dearer than one LIST
+		}
 		existing, err := r.e.listNames(ctx, g.gvk, g.ns)
 		if err != nil {
 			continue

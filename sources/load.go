@@ -48,8 +48,9 @@ type Loader struct {
 	cache   *renderCache
 }
 
-// renderCacheSize is how many renders a Loader remembers; one per Sync is typical.
-const renderCacheSize = 64
+// renderCacheSize is how many renders a Loader remembers: one per Sync is typical, so it
+// must exceed the Syncs of a daemon (at 64, 100 Syncs re-rendered on every reconcile).
+const renderCacheSize = 256
 
 // NewLoader returns a Loader that keeps git repositories and checkouts under cacheDir.
 func NewLoader(cacheDir string) *Loader {

@@ -236,7 +236,7 @@ func (o *runOptions) defaultLeaderTimings() {
 }
 
 // syncChanged passes the Sync events that need a reconcile: a new generation (spec), a
-// changed annotation (reconcile-now), deletion, finalizer changes. Status-only updates, such
+// changed annotation (reconcile-now), deletion. Status-only updates, such
 // as our own status writes, do not retrigger a reconcile.
 type syncChanged struct{ predicate.Funcs }
 
@@ -247,8 +247,7 @@ func (syncChanged) Update(e event.UpdateEvent) bool {
 	}
 	return o.GetGeneration() != n.GetGeneration() ||
 		o.GetAnnotations()[status.RequestedAtAnnotation] != n.GetAnnotations()[status.RequestedAtAnnotation] ||
-		!n.GetDeletionTimestamp().IsZero() ||
-		len(o.GetFinalizers()) != len(n.GetFinalizers())
+		!n.GetDeletionTimestamp().IsZero()
 }
 
 func (syncChanged) Create(event.CreateEvent) bool   { return true }
