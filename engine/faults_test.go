@@ -84,14 +84,20 @@ func TestRandomFaults(t *testing.T) {
 	stats := map[string]*sweepStats{}
 	for _, seed := range seeds {
 		sc := sweepScenarios[seed%uint64(len(sweepScenarios))]
-		t.Run(fmt.Sprintf("seed=%d/%s", seed, sc.name), func(t *testing.T) {
-			faults, took, violations := runSweep(t, seed, sc)
+		// Every other round of scenarios runs the daemon's engine: watch cache and memo on.
+		watch := (seed/uint64(len(sweepScenarios)))%2 == 1
+		name := sc.name
+		if watch {
+			name += "+watch"
+		}
+		t.Run(fmt.Sprintf("seed=%d/%s", seed, name), func(t *testing.T) {
+			faults, took, violations := runSweep(t, seed, sc, watch)
 			mu.Lock()
 			defer mu.Unlock()
-			st := stats[sc.name]
+			st := stats[name]
 			if st == nil {
 				st = &sweepStats{}
-				stats[sc.name] = st
+				stats[name] = st
 			}
 			st.seeds++
 			st.faults += faults
@@ -116,22 +122,26 @@ func TestRandomFaults(t *testing.T) {
 	fmt.Print(b.String())
 }
 
-// runSweep runs one seed: three reconciles of a changing set under faults (safety checked
+// runSweep runs one seed, with the watch-cache engine when watch is set: three reconciles of a changing set under faults (safety checked
 // after each), then faults off and reconciles until converged (liveness), then a quiescence
 // check. It returns the faults injected, the time to converge and the violations found.
-func runSweep(t *testing.T, seed uint64, sc sweepScenario) (int, time.Duration, int) {
+func runSweep(t *testing.T, seed uint64, sc sweepScenario, watch bool) (int, time.Duration, int) {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	crashAt := 0
 	if sc.crash {
 		crashAt = 1 + r.IntN(6)
 	}
 	var crashed atomic.Bool
-	h := newHarness(t, Hooks{AfterApply: func(k int, _ string) error {
+	hooks := Hooks{AfterApply: func(k int, _ string) error {
 		if crashAt > 0 && k == crashAt && crashed.CompareAndSwap(false, true) {
 			return errCrash
 		}
 		return nil
-	}})
+	}}
+	h := newHarness(t, hooks)
+	if watch {
+		h.useWatchEngine(hooks, nil)
+	}
 	h.rt.Seed(seed)
 	foreign := annotate(configMap(h.ns, "foreign", nil), OwnerAnnotation, "someone-else")
 	if err := h.plain.Create(h.ctx, foreign); err != nil {

@@ -19,26 +19,33 @@ func newWatchHarness(t *testing.T, changed ...func(string)) *harness {
 	t.Helper()
 	cluster.Require(t, env)
 	h := newHarness(t, Hooks{})
-	cfg, rt := fault.Config(env.Config)
-	opts := Options{Watch: true, PollInterval: 500 * time.Millisecond}
+	var onChange func(string)
 	if len(changed) > 0 {
-		opts.Changed = changed[0]
+		onChange = changed[0]
 	}
-	eng, err := New(cfg, opts)
+	h.useWatchEngine(Hooks{}, onChange)
+	return h
+}
+
+// useWatchEngine replaces h's engine with a watch-cache engine (hooks, Options.Changed =
+// changed) on a fresh fault transport, running until the test ends.
+func (h *harness) useWatchEngine(hooks Hooks, changed func(string)) {
+	h.t.Helper()
+	cfg, rt := fault.Config(env.Config)
+	eng, err := New(cfg, Options{Watch: true, Hooks: hooks, PollInterval: 500 * time.Millisecond, Changed: changed})
 	if err != nil {
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- eng.Run(ctx) }()
-	t.Cleanup(func() {
+	h.t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
+			h.t.Errorf("Run: %v", err)
 		}
 	})
 	h.eng, h.rt = eng, rt
-	return h
 }
 
 func manyCMs(ns, value string, n int) []*unstructured.Unstructured {
