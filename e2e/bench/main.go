@@ -4,6 +4,7 @@
 // itself (e2e/cluster). See PERFORMANCE.md (the targets) and docs/benchmarks.md.
 //
 //	go run ./e2e/bench -objects 1000 -runs 3
+//	go run ./e2e/bench -daemon -objects 1000   # one daemon: 1 Sync against 100 Syncs
 //
 // The engines run one after the other on the same namespaces and names, each in its own
 // child process (so that peak RSS is per engine), each cold apply after a cleanup that
@@ -50,6 +51,11 @@ type flags struct {
 	finalize   bool
 	settle     time.Duration
 	steady     time.Duration
+	// daemon mode (daemon.go): the built `converge run` with Syncs from a git server.
+	daemon     bool
+	tenants    int
+	concurrent int
+	interval   time.Duration
 }
 
 // parseFlags reads the command line.
@@ -68,20 +74,37 @@ func parseFlags() flags {
 	flag.BoolVar(&f.finalize, "finalize", false, "internal: finalize deleted Namespaces (no namespace controller)")
 	flag.DurationVar(&f.settle, "settle", 31*time.Second, "wait this long after deleting the Namespaces before a cold apply (the API server's 30 s live-lookup window)")
 	flag.DurationVar(&f.steady, "steady", 35*time.Second, "wait this long after the last cold apply before the other operations (a watch cache's relist back-off after the CRD was recreated)")
+	flag.BoolVar(&f.daemon, "daemon", false, "measure the daemon instead of the engines: one Sync of the workload, then -syncs Syncs sharing it (docs/benchmarks.md)")
+	flag.IntVar(&f.tenants, "syncs", 100, "with -daemon: the number of Syncs the workload is split into")
+	flag.IntVar(&f.concurrent, "concurrent", 4, "with -daemon: the daemon's --concurrent (Syncs reconciled in parallel)")
+	flag.DurationVar(&f.interval, "interval", 20*time.Second, "with -daemon: the Syncs' spec.interval, also the length of each quiet interval counted after Ready")
 	flag.Parse()
+	if f.daemon && !flagSet("json") {
+		f.jsonFile = filepath.Join(".run", "bench", "daemon.json")
+	}
 	return f
 }
 
-// main runs the parent (the benchmark) or, with -child, one engine.
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}
+
+// main runs the parent (the benchmark), with -child one engine, or with -daemon the daemon mode.
 func main() {
 	log.SetFlags(log.Ltime)
 	f := parseFlags()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
-	if f.child != "" {
+	switch {
+	case f.child != "":
 		err = runChild(ctx, f)
-	} else {
+	case f.daemon:
+		err = runDaemonBench(ctx, f)
+	default:
 		err = runParent(ctx, f)
 	}
 	if err != nil {

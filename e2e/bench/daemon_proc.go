@@ -1,0 +1,327 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/converge-dev/converge/e2e/cluster"
+)
+
+// buildConverge builds cmd/converge into dir and returns the binary's path.
+func buildConverge(ctx context.Context, dir string) (string, error) {
+	path := filepath.Join(dir, "converge")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", path, "github.com/converge-dev/converge/cmd/converge")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build converge: %w\n%s", err, out)
+	}
+	return path, nil
+}
+
+// daemonOptions are the settings of one `converge run`.
+type daemonOptions struct {
+	bin, kubeconfig string
+	concurrent      int
+	// logFile receives the daemon's stdout and stderr.
+	logFile string
+	// cacheDir is its --git-cache-dir, fresh per daemon.
+	cacheDir string
+}
+
+// daemon is a running `converge run`.
+type daemon struct {
+	cmd         *exec.Cmd
+	log         *os.File
+	logPath     string
+	metricsURL  string
+	readyzURL   string
+	done        chan struct{}
+	http        *http.Client
+	startedAt   time.Time
+	readyAfterS float64 // seconds from exec to /readyz answering 200
+}
+
+// startDaemon runs `converge run` with the watch cache (the default) and without leader
+// election: one daemon, and a Lease renewed every 2 s would add two requests per 2 s to
+// every steady-state count. It returns once /readyz answers, which is after the daemon has
+// installed the Sync CRD and it is Established.
+func startDaemon(ctx context.Context, o daemonOptions) (*daemon, error) {
+	logf, err := os.Create(o.logFile)
+	if err != nil {
+		return nil, err
+	}
+	metrics, health := cluster.FreeAddr(), cluster.FreeAddr()
+	d := &daemon{log: logf, logPath: o.logFile, metricsURL: "http://" + metrics + "/metrics", readyzURL: "http://" + health + "/readyz",
+		done: make(chan struct{}), http: &http.Client{Timeout: 10 * time.Second}}
+	d.cmd = exec.Command(o.bin, "run", "--kubeconfig", o.kubeconfig,
+		"--metrics-addr", metrics, "--health-addr", health, "--leader-elect=false",
+		"--concurrent", strconv.Itoa(o.concurrent), "--git-cache-dir", o.cacheDir)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the benchmark
+	d.startedAt = time.Now()
+	if err := d.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	go func() { _ = d.cmd.Wait(); close(d.done) }()
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-d.done:
+			return false, fmt.Errorf("converge run exited: %s", d.cmd.ProcessState)
+		default:
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.readyzURL, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := d.http.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		_ = d.stop()
+		return nil, fmt.Errorf("daemon not ready (log %s): %w", o.logFile, err)
+	}
+	d.readyAfterS = time.Since(d.startedAt).Seconds()
+	return d, nil
+}
+
+// pid is the daemon's process ID.
+func (d *daemon) pid() int { return d.cmd.Process.Pid }
+
+// stop interrupts the daemon and waits for a graceful exit, killing it after 45 s.
+func (d *daemon) stop() error {
+	defer d.log.Close()
+	select {
+	case <-d.done:
+		return nil
+	default:
+	}
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-d.done:
+		return nil
+	case <-time.After(45 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+		return fmt.Errorf("converge run %d ignored the interrupt; killed", d.pid())
+	}
+}
+
+// procMemory is a process's memory from /proc/<pid>/status.
+type procMemory struct {
+	// PeakRSSMB is VmHWM, the peak resident set since the process started.
+	PeakRSSMB float64 `json:"peakRssMB"`
+	// RSSMB is VmRSS, the resident set now.
+	RSSMB float64 `json:"rssMB"`
+}
+
+// readProcMemory reads VmHWM and VmRSS of pid.
+func readProcMemory(pid int) (procMemory, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return procMemory{}, err
+	}
+	defer f.Close()
+	var m procMemory
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		kb, err := strconv.ParseFloat(fields[1], 64)
+		if err != nil {
+			continue
+		}
+		switch fields[0] {
+		case "VmHWM:":
+			m.PeakRSSMB = kb / 1024
+		case "VmRSS:":
+			m.RSSMB = kb / 1024
+		}
+	}
+	return m, sc.Err()
+}
+
+// daemonMetrics are the parts of the daemon's /metrics the benchmark reads.
+type daemonMetrics struct {
+	// Requests are converge_api_requests_total by verb, mapped to the table's verbs: get
+	// (GET, which includes lists), watch, create (POST), update (PUT), patch, delete.
+	Requests Counts
+	// NotOK are the requests answered with a code other than 2xx, by code ("error": no
+	// response). A 404 is routine: the inventory GET of a new Sync, for one.
+	NotOK Counts
+	// Reconciles are converge_reconciles_total by Sync name, and Unsuccessful those with a
+	// result other than success.
+	Reconciles   map[string]int
+	Unsuccessful map[string]int
+	// ReconcileSeconds and LoadSeconds are the sums over every Sync of
+	// converge_reconcile_duration_seconds and converge_source_load_duration_seconds (fetch
+	// and render): where the daemon's workers spent their time.
+	ReconcileSeconds, LoadSeconds float64
+	// HeapInuseMB is go_memstats_heap_inuse_bytes (0 when not exported).
+	HeapInuseMB float64
+}
+
+// reconciles sums Reconciles.
+func (m daemonMetrics) reconciles() int {
+	n := 0
+	for _, v := range m.Reconciles {
+		n += v
+	}
+	return n
+}
+
+// scrape reads the daemon's /metrics.
+func (d *daemon) scrape(ctx context.Context) (daemonMetrics, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.metricsURL, nil)
+	if err != nil {
+		return daemonMetrics{}, err
+	}
+	resp, err := d.http.Do(req)
+	if err != nil {
+		return daemonMetrics{}, fmt.Errorf("daemon metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return daemonMetrics{}, fmt.Errorf("daemon metrics: %s: %s", resp.Status, b)
+	}
+	return parseDaemonMetrics(resp.Body)
+}
+
+// parseDaemonMetrics reads the series of daemonMetrics from the Prometheus text format.
+func parseDaemonMetrics(r io.Reader) (daemonMetrics, error) {
+	m := daemonMetrics{Requests: Counts{}, NotOK: Counts{}, Reconciles: map[string]int{}, Unsuccessful: map[string]int{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "go_memstats_heap_inuse_bytes" {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				m.HeapInuseMB = v / (1 << 20)
+			}
+			continue
+		}
+		switch name {
+		case "converge_api_requests_total":
+			labels, v, ok := parseSample("{" + rest)
+			if !ok {
+				continue
+			}
+			m.Requests[daemonVerb(labels["verb"])] += int(v)
+			if code := labels["code"]; !strings.HasPrefix(code, "2") {
+				m.NotOK[code] += int(v)
+			}
+		case "converge_reconcile_duration_seconds_sum", "converge_source_load_duration_seconds_sum":
+			_, v, ok := parseSample("{" + rest)
+			if !ok {
+				continue
+			}
+			if name == "converge_reconcile_duration_seconds_sum" {
+				m.ReconcileSeconds += v
+			} else {
+				m.LoadSeconds += v
+			}
+		case "converge_reconciles_total":
+			labels, v, ok := parseSample("{" + rest)
+			if !ok {
+				continue
+			}
+			m.Reconciles[labels["name"]] += int(v)
+			if labels["result"] != "success" {
+				m.Unsuccessful[labels["name"]] += int(v)
+			}
+		}
+	}
+	return m, sc.Err()
+}
+
+// daemonVerb maps the daemon's verb label (the lower-case HTTP method, or watch) to the
+// verbs of the table.
+func daemonVerb(v string) string {
+	switch v {
+	case "post":
+		return "create"
+	case "put":
+		return "update"
+	default:
+		return v
+	}
+}
+
+// writes counts the requests of c that may write: create, update, patch, delete. The
+// daemon's metric does not tell a server-side dry-run from an apply.
+func writes(c Counts) int {
+	return c["create"] + c["update"] + c["patch"] + c["delete"] + c["deletecollection"]
+}
+
+// logErrors returns how many klog error lines (E<mmdd> ...) the log at path holds and up
+// to five distinct ones, their headers cut.
+func logErrors(path string) (int, []string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer f.Close()
+	n, seen := 0, map[string]bool{}
+	var first []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if len(line) < 5 || line[0] != 'E' || !isDigits(line[1:5]) {
+			continue
+		}
+		n++
+		msg := line
+		if _, after, ok := strings.Cut(line, "] "); ok {
+			msg = after
+		}
+		msg = truncateString(msg, 300)
+		if !seen[msg] && len(first) < 5 {
+			seen[msg] = true
+			first = append(first, msg)
+		}
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, bufio.ErrTooLong) {
+		return n, first, err
+	}
+	return n, first, nil
+}
+
+// isDigits reports whether s is all ASCII digits.
+func isDigits(s string) bool {
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// truncateString cuts s to n bytes, marking the cut.
+func truncateString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/converge-dev/converge/status"
+)
+
+// syncNamespace holds every Sync of the daemon mode and their inventories. It is not part
+// of the workload, so deleting the workload never deletes a Sync's home.
+const syncNamespace = "bench-daemon"
+
+// syncSpec is one Sync to create: its name and git path.
+type syncSpec struct{ name, path string }
+
+// newSyncClient returns a client that knows Syncs and can watch them.
+func newSyncClient(cfg *rest.Config) (client.WithWatch, error) {
+	scheme := runtime.NewScheme()
+	if err := status.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+}
+
+// newSync returns the Sync of s on repoURL's main branch: prune on, no readiness wait (the
+// API profile runs no controllers, so a Deployment would never become available), objects
+// deleted with the Sync.
+func newSync(s syncSpec, repoURL string, interval time.Duration) *status.Sync {
+	return &status.Sync{
+		ObjectMeta: metav1.ObjectMeta{Namespace: syncNamespace, Name: s.name},
+		Spec: status.SyncSpec{
+			Source:         status.Source{Git: &status.GitSource{URL: repoURL, Ref: status.GitRef{Branch: "main"}}},
+			Path:           s.path,
+			Interval:       metav1.Duration{Duration: interval},
+			Prune:          true,
+			Wait:           false,
+			DeletionPolicy: status.DeletionPolicyDelete,
+		},
+	}
+}
+
+// syncReady reports whether s is Ready at revision for its current generation.
+func syncReady(s *status.Sync, revision string) bool {
+	return s.Status.ObservedGeneration == s.Generation && s.Status.LastAppliedRevision == revision &&
+		meta.IsStatusConditionTrue(s.Status.Conditions, status.ConditionReady)
+}
+
+// syncWatch follows the Syncs of syncNamespace and records when each wanted one is first
+// seen Ready at a revision, and the first failure each reported before that.
+type syncWatch struct {
+	c        client.WithWatch
+	revision string
+	start    time.Time
+	want     map[string]bool
+	ready    map[string]time.Duration
+	failed   map[string]string // name → "reason: message" of its first Ready=False
+	last     map[string]*status.Sync
+	w        watch.Interface
+}
+
+// openSyncWatch lists and starts watching the Syncs; names are the ones to wait for.
+// Times are measured from start.
+func openSyncWatch(ctx context.Context, c client.WithWatch, names []string, revision string, start time.Time) (*syncWatch, error) {
+	sw := &syncWatch{c: c, revision: revision, start: start, want: map[string]bool{},
+		ready: map[string]time.Duration{}, failed: map[string]string{}, last: map[string]*status.Sync{}}
+	for _, n := range names {
+		sw.want[n] = true
+	}
+	return sw, sw.open(ctx)
+}
+
+// open lists the Syncs, observes each, and watches from the list's resourceVersion.
+func (sw *syncWatch) open(ctx context.Context) error {
+	list := &status.SyncList{}
+	if err := sw.c.List(ctx, list, client.InNamespace(syncNamespace)); err != nil {
+		return fmt.Errorf("list Syncs: %w", err)
+	}
+	for i := range list.Items {
+		sw.observe(&list.Items[i])
+	}
+	w, err := sw.c.Watch(ctx, &status.SyncList{}, client.InNamespace(syncNamespace),
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+	if err != nil {
+		return fmt.Errorf("watch Syncs: %w", err)
+	}
+	sw.w = w
+	return nil
+}
+
+// observe records what s says.
+func (sw *syncWatch) observe(s *status.Sync) {
+	if !sw.want[s.Name] {
+		return
+	}
+	sw.last[s.Name] = s
+	if _, done := sw.ready[s.Name]; done {
+		return
+	}
+	if syncReady(s, sw.revision) {
+		sw.ready[s.Name] = time.Since(sw.start)
+		return
+	}
+	if c := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady); c != nil &&
+		c.Status == metav1.ConditionFalse && sw.failed[s.Name] == "" && s.Status.ObservedGeneration == s.Generation {
+		sw.failed[s.Name] = c.Reason + ": " + truncateString(c.Message, 300)
+	}
+}
+
+// wait consumes events until every wanted Sync was Ready, re-opening the watch when the API
+// server ends it. It returns an error naming the Syncs not Ready after timeout.
+func (sw *syncWatch) wait(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	defer func() { sw.w.Stop() }()
+	for len(sw.ready) < len(sw.want) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d Syncs not Ready at %s after %s: %s", len(sw.want)-len(sw.ready), len(sw.want),
+				sw.revision, timeout, sw.pending())
+		case ev, ok := <-sw.w.ResultChan():
+			if !ok || ev.Type == watch.Error {
+				sw.w.Stop()
+				if err := sw.open(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			if s, ok := ev.Object.(*status.Sync); ok && ev.Type != watch.Deleted {
+				sw.observe(s)
+			}
+		}
+	}
+	return nil
+}
+
+// pending describes up to five Syncs that are not Ready yet, with their Ready condition.
+func (sw *syncWatch) pending() string {
+	var names []string
+	for n := range sw.want {
+		if _, ok := sw.ready[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names[:min(5, len(names))] {
+		desc := "never seen"
+		if s := sw.last[n]; s != nil {
+			desc = fmt.Sprintf("generation %d observed %d, applied %q", s.Generation, s.Status.ObservedGeneration, s.Status.LastAppliedRevision)
+			if c := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady); c != nil {
+				desc += fmt.Sprintf(", Ready=%s %s: %s", c.Status, c.Reason, truncateString(c.Message, 300))
+			}
+		}
+		parts = append(parts, n+" ("+desc+")")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// readySeconds returns the ready times in seconds, sorted.
+func (sw *syncWatch) readySeconds() []float64 {
+	out := make([]float64, 0, len(sw.ready))
+	for _, d := range sw.ready {
+		out = append(out, d.Seconds())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// createParallelism is how many Syncs are created at once: creating 100 one after the other
+// takes over a second here, which would be counted against the daemon.
+const createParallelism = 8
+
+// createSyncs creates the Syncs, createParallelism at a time.
+func createSyncs(ctx context.Context, c client.Client, specs []syncSpec, repoURL string, interval time.Duration) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(createParallelism)
+	for _, s := range specs {
+		g.Go(func() error {
+			if err := c.Create(ctx, newSync(s, repoURL, interval)); err != nil {
+				return fmt.Errorf("create Sync %s: %w", s.name, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// deleteSyncs deletes the Syncs and waits until the daemon has applied their deletion
+// policy (deleted every object of their inventories) and dropped their finalizers.
+func deleteSyncs(ctx context.Context, c client.Client, specs []syncSpec, timeout time.Duration) error {
+	for _, s := range specs {
+		err := c.Delete(ctx, &status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: syncNamespace, Name: s.name}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete Sync %s: %w", s.name, err)
+		}
+	}
+	want := map[string]bool{}
+	for _, s := range specs {
+		want[s.name] = true
+	}
+	left := 0
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		list := &status.SyncList{}
+		if err := c.List(ctx, list, client.InNamespace(syncNamespace)); err != nil {
+			return false, nil
+		}
+		left = 0
+		for _, s := range list.Items {
+			if want[s.Name] {
+				left++
+			}
+		}
+		return left == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%d Syncs still there after %s: %w", left, timeout, err)
+	}
+	return nil
+}
+
+// ensureBaseSync creates the base Sync unless it exists.
+func ensureBaseSync(ctx context.Context, c client.Client, repoURL string, interval time.Duration) error {
+	err := c.Create(ctx, newSync(syncSpec{name: baseSyncName, path: baseFolder}, repoURL, interval))
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// baseSyncName is the Sync that owns the CRD.
+const baseSyncName = "bench-base"
+
+// sweepTenants makes sure the tenant namespaces are gone once their Syncs are: it reports
+// (and deletes) workload objects the daemon left in them, then finalizes the Terminating
+// Namespaces (the API profile runs no namespace controller) and waits until they are gone.
+func (a *admin) sweepTenants(ctx context.Context, namespaces []string, timeout time.Duration) (leftover int, err error) {
+	var errs []error
+	for _, ns := range namespaces {
+		for _, gvk := range leafGVKs {
+			list := &unstructured.UnstructuredList{}
+			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+			if err := a.c.List(ctx, list, client.InNamespace(ns)); err != nil {
+				if !meta.IsNoMatchError(err) {
+					errs = append(errs, fmt.Errorf("sweep %s in %s: %w", gvk.Kind, ns, err))
+				}
+				continue
+			}
+			if len(list.Items) == 0 {
+				continue
+			}
+			leftover += len(list.Items)
+			if err := a.deleteAll(ctx, ns, gvk); err != nil {
+				errs = append(errs, fmt.Errorf("sweep %s in %s: %w", gvk.Kind, ns, err))
+			}
+		}
+		err := a.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("sweep namespace %s: %w", ns, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return leftover, err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		for _, ns := range namespaces {
+			gone, err := a.namespaceGone(ctx, ns)
+			if err != nil || !gone {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return leftover, fmt.Errorf("tenant namespaces not gone: %w", err)
+	}
+	return leftover, nil
+}
+
+// namespaceGone reports whether Namespace name is deleted, finalizing it when it is
+// Terminating and a.finalize is set.
+func (a *admin) namespaceGone(ctx context.Context, name string) (bool, error) {
+	ns, err := a.cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if a.finalize && ns.DeletionTimestamp != nil && len(ns.Spec.Finalizers) > 0 {
+		ns.Spec.Finalizers = nil
+		_, err := a.cs.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return false, err
+		}
+	}
+	return false, nil
+}
