@@ -248,8 +248,8 @@ type outcome struct {
 	uid    types.UID // UID after the apply (or observed); empty when unknown
 	track  bool      // keep in the inventory
 	ready  bool      // wait for its readiness
-	// live is the object as the server returned it after the apply or verification (for
-	// the memo); nil when unknown.
+	// live is the object as the server returned it after the apply or verification, for the
+	// memo; nil when unknown, and dropped once applyOne returns.
 	live *unstructured.Unstructured
 }
 
@@ -306,6 +306,7 @@ func (r *applyRun) applyRange(ctx context.Context, outs []outcome, start, end in
 		g.Go(func() error {
 			var err error
 			outs[i], err = r.applyOne(gctx, r.items[i])
+			outs[i].live = nil // recorded in the memo; holding 10,000 server answers costs ≈ 100 MB
 			r.progress.step()
 			return err
 		})
