@@ -1,24 +1,16 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/binary"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/gitserver"
-	"github.com/converge-dev/converge/status"
 )
 
 var env *cluster.Cluster
@@ -60,28 +52,8 @@ func TestBinaryQuickStartAndHandover(t *testing.T) {
 	}
 	a := binary.Start(t, args(health)...)
 
-	scheme := runtime.NewScheme()
-	if err := status.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitReady := func(rev string) {
-		t.Helper()
-		s := &status.Sync{}
-		err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, s); err != nil {
-				return false, nil
-			}
-			return s.Status.ObservedGeneration == s.Generation && s.Status.LastAppliedRevision == rev &&
-				meta.IsStatusConditionTrue(s.Status.Conditions, status.ConditionReady), nil
-		})
-		if err != nil {
-			t.Fatalf("Sync never Ready at %s: generation %d, status %+v", rev, s.Generation, s.Status)
-		}
-	}
+	c := directClient(t)
+	waitReady := func(rev string) { t.Helper(); waitSyncReady(t, c, ns, rev) }
 	waitReady(rev1)
 
 	resp, err := http.Get("http://" + health + "/healthz")

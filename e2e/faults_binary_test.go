@@ -69,15 +69,7 @@ func TestBinaryConvergesThroughAPIFaults(t *testing.T) {
 	cluster.Require(t, env)
 	ctx := t.Context()
 	ns := env.Namespace(t)
-	proxy, err := fault.NewProxy(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := proxy.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	proxy, kubeconfig := startProxy(t)
 	repo := newRepo(t, ns)
 	c := directClient(t)
 	for name, owner := range map[string]string{"lookalike-other-sync": ns + "_other", "lookalike-unowned": ""} {
@@ -146,6 +138,22 @@ type repo struct {
 	ns  string
 	srv *gitserver.Server
 	dir string
+}
+
+// startProxy starts the fault proxy in front of the test API server for the rest of the test
+// and writes a kubeconfig that goes through it.
+func startProxy(t *testing.T) (*fault.Proxy, string) {
+	t.Helper()
+	proxy, err := fault.NewProxy(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := proxy.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return proxy, kubeconfig
 }
 
 func newRepo(t *testing.T, ns string) *repo {

@@ -30,15 +30,7 @@ func TestBinaryPausedLeaderIsFenced(t *testing.T) {
 	cluster.Require(t, env)
 	ctx := t.Context()
 	ns := env.Namespace(t)
-	proxy, err := fault.NewProxy(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	viaProxy := t.TempDir() + "/kubeconfig"
-	if err := proxy.WriteKubeconfig(viaProxy); err != nil {
-		t.Fatal(err)
-	}
+	proxy, viaProxy := startProxy(t)
 	repo := newRepo(t, ns)
 	c := directClient(t)
 	chk, err := checker.Start(ctx, env.Config, checker.ForSync(ns, "app"))

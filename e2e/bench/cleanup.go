@@ -142,21 +142,9 @@ func (a *admin) gone(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	for i := range numNamespaces {
-		ns, err := a.cs.CoreV1().Namespaces().Get(ctx, namespaceName(i), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
+		if gone, err := a.namespaceGone(ctx, namespaceName(i)); err != nil || !gone {
 			return false, err
 		}
-		if a.finalize && ns.DeletionTimestamp != nil && len(ns.Spec.Finalizers) > 0 {
-			ns.Spec.Finalizers = nil
-			_, err := a.cs.CoreV1().Namespaces().Finalize(ctx, ns, metav1.UpdateOptions{})
-			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				return false, err
-			}
-		}
-		return false, nil
 	}
 	return true, nil
 }

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -150,23 +147,7 @@ func medianDaemonRow(scenario string, objects, syncs int, samples []DaemonSample
 
 // emit writes the report to w as a table or JSON, and as JSON to jsonFile unless empty.
 func (r *DaemonReport) emit(w io.Writer, format, jsonFile string) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if jsonFile != "" {
-		if err := os.MkdirAll(filepath.Dir(jsonFile), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(jsonFile, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
-	}
-	if format == "json" {
-		_, err := fmt.Fprintf(w, "%s\n", b)
-		return err
-	}
-	return r.table(w)
+	return emitReport(w, format, jsonFile, r, r.table)
 }
 
 // table prints the header, one line per scenario, the ratio, and what went wrong.

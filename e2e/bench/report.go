@@ -117,7 +117,13 @@ func medianRow(op, name string, samples []Sample) Row {
 
 // emit writes the report to w as a table or JSON, and as JSON to jsonFile unless empty.
 func (r *Report) emit(w io.Writer, format, jsonFile string) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+	return emitReport(w, format, jsonFile, r, r.table)
+}
+
+// emitReport writes report v to w as JSON (format "json") or with table, and as JSON to
+// jsonFile unless empty.
+func emitReport(w io.Writer, format, jsonFile string, v any, table func(io.Writer) error) error {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -133,7 +139,7 @@ func (r *Report) emit(w io.Writer, format, jsonFile string) error {
 		_, err := fmt.Fprintf(w, "%s\n", b)
 		return err
 	}
-	return r.table(w)
+	return table(w)
 }
 
 // table prints the header and one line per row.
