@@ -27,6 +27,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -94,6 +95,7 @@ type Checker struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	fences int
+	syncs  dynamic.ResourceInterface // nil without Options.Sync
 
 	mu          sync.Mutex
 	live        map[string]*corev1.ConfigMap // by name
@@ -102,6 +104,7 @@ type Checker struct {
 	gone        map[types.UID]bool           // objects already checked for I1
 	seen        map[string]bool              // fence names seen
 	observedGen int64
+	syncRV      string   // resourceVersion of the last Sync event checked
 	revisions   []string // lastAppliedRevision history, without repeats
 	report      Report
 	err         error
@@ -142,6 +145,7 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (*Checker, error
 	wg.Go(func() { c.follow(ctx, cmWatch, c.applyEvent) })
 	if opts.Sync != "" {
 		syncs := dyn.Resource(status.GroupVersion.WithResource("syncs")).Namespace(opts.Namespace)
+		c.syncs = syncs
 		first, err := syncs.List(ctx, metav1.ListOptions{}) // nil while the CRD is not served
 		if err != nil {
 			first = nil
@@ -313,6 +317,7 @@ func (c *Checker) applySync(u *unstructured.Unstructured) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.report.Events++
+	c.syncRV = u.GetResourceVersion()
 	id := "Sync/" + u.GetName()
 	if gen < c.observedGen {
 		c.violateAt("I5", id, u.GetResourceVersion(), fmt.Sprintf("observedGeneration went back from %d to %d", c.observedGen, gen))
@@ -342,7 +347,8 @@ func idOf(cm *corev1.ConfigMap) string {
 	return object.ObjMetadata{Namespace: cm.Namespace, Name: cm.Name, GroupKind: schema.GroupKind{Kind: "ConfigMap"}}.String()
 }
 
-// Fence creates a marker ConfigMap and waits until the checker's watch delivers it, so every
+// Fence creates a marker ConfigMap and waits until the checker's watch delivers it (and,
+// with a Sync, until the Sync's watch has delivered the Sync as it is now), so every
 // change made before the call has been checked.
 func (c *Checker) Fence(ctx context.Context) error {
 	c.fences++
@@ -351,13 +357,29 @@ func (c *Checker) Fence(ctx context.Context) error {
 	if _, err := c.kube.CoreV1().ConfigMaps(c.opts.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("checker: fence: %w", err)
 	}
-	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.err != nil {
 			return false, c.err
 		}
 		return c.seen[name], nil
+	})
+	if err != nil || c.syncs == nil {
+		return err
+	}
+	// The Sync has its own watch: wait until it has delivered the Sync as it is now.
+	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		u, err := c.syncs.Get(ctx, c.opts.Sync, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, nil
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.syncRV == u.GetResourceVersion() || c.err != nil, c.err
 	})
 }
 
