@@ -270,6 +270,9 @@ type applyRun struct {
 	absent map[object.ObjMetadata]bool
 }
 
+// absentChunk is how many items share one findAbsent answer.
+const absentChunk = 500
+
 // applyStages applies the items stage by stage, in parallel within a stage. It returns one
 // outcome per item (in item order) and a non-nil error only when a hook aborted the run.
 func (r *applyRun) applyStages(ctx context.Context) ([]outcome, error) {
@@ -287,11 +290,18 @@ func (r *applyRun) applyStages(ctx context.Context) ([]outcome, error) {
 		if stage == stageClasses && r.opts.DryRun {
 			r.newNamespaces = newNamespaces(outs[:start])
 		}
-		if !r.opts.DryRun && !r.opts.Diff {
-			r.absent = r.findAbsent(ctx, r.items[start:end])
-		}
-		if err := r.applyRange(ctx, outs, start, end); err != nil {
-			return outs[:end], err
+		// New objects are confirmed missing chunk by chunk, so the LIST's answer is never
+		// older than one chunk's applies (the race with another set creating the same object
+		// stays as short as a GET's would be, give or take a chunk).
+		for cs := start; cs < end; cs += absentChunk {
+			ce := min(cs+absentChunk, end)
+			r.absent = nil
+			if !r.opts.DryRun && !r.opts.Diff {
+				r.absent = r.findAbsent(ctx, r.items[cs:ce])
+			}
+			if err := r.applyRange(ctx, outs, cs, ce); err != nil {
+				return outs[:ce], err
+			}
 		}
 		start = end
 	}

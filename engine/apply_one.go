@@ -41,14 +41,17 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err err
 		out.uid, out.track = r.old.UID(it.id), r.old.Has(it.id)
 		return out, nil
 	}
-	if r.e.memo != nil && !r.opts.DryRun && !r.opts.Diff {
+	viaCache := r.e.memo != nil && !r.opts.DryRun && !r.opts.Diff
+	if viaCache {
 		hash := hashObject(r.fieldManager(), it.obj)
 		defer func() { r.remember(it, hash, out) }()
 		if o, ok, err := r.fromCache(ctx, it, hash, out); ok || err != nil {
 			return o, err
 		}
 	}
-	if r.absent[it.id] {
+	// fromCache already used the LIST's answer; when it declined, the cache showed the
+	// object (created since the LIST, maybe by another set) or its apply failed: read it.
+	if r.absent[it.id] && !viaCache {
 		// The API server just listed it as missing: apply at once (one request per new
 		// object instead of a GET and an apply).
 		out.change.Action = ActionCreated

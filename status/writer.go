@@ -104,15 +104,16 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 		if err != nil {
 			return err
 		}
+		if cached && w.behindOurWrite(key, base) {
+			// The cache has not caught up with our last write (after a watch outage it
+			// lags for seconds): what it shows is no base to decide on, neither for a write
+			// (a PATCH bound to fail with 409, I7) nor for "nothing to write" (the outcome
+			// may equal the stale status but not ours, I4). Read the API server instead.
+			return errStaleBase
+		}
 		next := base.DeepCopy()
 		if !w.apply(&next.Status, o) {
 			return nil
-		}
-		if cached && w.behindOurWrite(key, base) {
-			// The cache has not caught up with our last write (after a watch outage it
-			// lags for seconds): what it shows is no base for a write. Read the API server
-			// instead of sending a PATCH bound to fail with 409 (I7: no churn once converged).
-			return errStaleBase
 		}
 		patch := client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
 		if err := w.Client.Status().Patch(ctx, next, patch); err != nil {

@@ -259,3 +259,25 @@ func TestWriteWaitsOutALaggingCache(t *testing.T) {
 		t.Errorf("%d GETs of the Sync, want 1 (the API server instead of the lagging cache)", g)
 	}
 }
+
+// TestWriteNeverSkipsOnALaggingCache is the other half: an outcome that equals the stale
+// cached status but not the status we wrote since must still be written (I4, I6). The cache
+// shows Ready=True; we write Ready=False; the next outcome, Ready=True again, must land.
+func TestWriteNeverSkipsOnALaggingCache(t *testing.T) {
+	c, _, key := setup(t)
+	rev := "main@sha1:3333333333333333333333333333333333333333"
+	if err := (&Writer{Live: c, Client: c}).Write(context.Background(), key, ready(1, rev)); err != nil {
+		t.Fatal(err)
+	}
+	w := &Writer{Cached: frozenReader{get(t, c, key)}, Live: c, Client: c}
+	failed := Outcome{Generation: 1, Ready: metav1.ConditionFalse, Reason: "ApplyFailed", Message: "boom", AttemptedRevision: rev}
+	if err := w.Write(context.Background(), key, failed); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(context.Background(), key, ready(1, rev)); err != nil {
+		t.Fatal(err)
+	}
+	if s := get(t, c, key); !meta.IsStatusConditionTrue(s.Status.Conditions, ConditionReady) {
+		t.Errorf("Ready is not True after the last outcome: %+v", s.Status.Conditions)
+	}
+}

@@ -50,22 +50,28 @@ func (f *pauseFence) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := f.check(); err == nil {
-				f.mu.Lock()
-				f.last = f.now()
-				f.mu.Unlock()
-			}
+			_ = f.tick()
 		}
 	}
 }
 
 // check reports errFenced once the process was seen paused for longer than maxGap.
-func (f *pauseFence) check() error {
+func (f *pauseFence) check() error { return f.observe(false) }
+
+// tick is check, recording that the process runs now (one clock sample, one critical
+// section: a pause cannot slip between the check and the record).
+func (f *pauseFence) tick() error { return f.observe(true) }
+
+func (f *pauseFence) observe(record bool) error {
 	f.mu.Lock()
-	gap := f.now().Sub(f.last)
+	now := f.now()
+	gap := now.Sub(f.last)
 	first := !f.broken && gap > f.maxGap
 	if first {
 		f.broken = true
+	}
+	if record && !f.broken {
+		f.last = now
 	}
 	broken := f.broken
 	f.mu.Unlock()

@@ -65,6 +65,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if !s.DeletionTimestamp.IsZero() {
 		r.metrics.forget(req.NamespacedName)
+		r.drift.forget(req.NamespacedName)
 		return r.finalize(ctx, s)
 	}
 	if !controllerutil.ContainsFinalizer(s, status.Finalizer) {
