@@ -28,10 +28,13 @@ type driftTrigger struct {
 	queue  workqueue.TypedRateLimitingInterface[reconcile.Request] // nil until the controller starts
 	owners map[string]types.NamespacedName                         // inventory ID → Sync
 	next   map[types.NamespacedName]time.Time                      // when the last drift reconcile was scheduled
+	free   map[types.NamespacedName]time.Time                      // no drift reconcile before this (see reconciled)
+	now    func() time.Time
 }
 
 func newDriftTrigger() *driftTrigger {
-	return &driftTrigger{owners: map[string]types.NamespacedName{}, next: map[types.NamespacedName]time.Time{}}
+	return &driftTrigger{owners: map[string]types.NamespacedName{}, next: map[types.NamespacedName]time.Time{},
+		free: map[types.NamespacedName]time.Time{}, now: time.Now}
 }
 
 // source is the controller source that hands the trigger the controller's queue.
@@ -67,6 +70,20 @@ func (d *driftTrigger) forget(key types.NamespacedName) {
 		}
 	}
 	delete(d.next, key)
+	delete(d.free, key)
+}
+
+// reconciled records that a reconcile of key just ended after took: the next drift-triggered
+// reconcile waits at least as long again (and at least driftMinGap), so a Sync whose objects
+// something keeps changing spends at most about half its time reconciling for drift, however
+// slow its reconciles are (I10: no hot loop).
+func (d *driftTrigger) reconciled(key types.NamespacedName, took time.Duration) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.free[key] = d.now().Add(max(took, driftMinGap))
 }
 
 // changed schedules a reconcile of the Sync owning inventory id, unless one is already
@@ -78,7 +95,7 @@ func (d *driftTrigger) changed(id string) {
 	if !ok || d.queue == nil {
 		return
 	}
-	now := time.Now()
+	now := d.now()
 	last := d.next[key]
 	if last.After(now) {
 		return // already scheduled
@@ -86,6 +103,9 @@ func (d *driftTrigger) changed(id string) {
 	at := now.Add(driftDebounce)
 	if gap := last.Add(driftMinGap); at.Before(gap) {
 		at = gap
+	}
+	if free := d.free[key]; at.Before(free) {
+		at = free
 	}
 	d.next[key] = at
 	d.queue.AddAfter(reconcile.Request{NamespacedName: key}, at.Sub(now))

@@ -90,6 +90,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// never undoes the apply.
 	err := r.writer.Write(ctx, req.NamespacedName, outcome)
 	r.metrics.reconciled(s, outcome, start, err)
+	r.drift.reconciled(req.NamespacedName, time.Since(start))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
