@@ -14,9 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/binary"
@@ -191,20 +189,7 @@ func (r *repo) publish(versions map[string]string) string {
 }
 
 // directClient is an uncached client straight to the API server, never through the proxy.
-func directClient(t *testing.T) client.Client {
-	t.Helper()
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, status.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
+func directClient(t *testing.T) client.Client { return env.Client(t, status.AddToScheme) }
 
 // waitSyncReady waits up to 90 s for the Sync "app" to be Ready at rev for its generation.
 func waitSyncReady(t *testing.T, c client.Client, ns, rev string) {

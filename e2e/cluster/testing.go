@@ -11,6 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Main starts one control plane for a test package, runs the tests, stops the control plane
@@ -91,4 +94,21 @@ func sanitize(s string) string {
 		}
 	}
 	return strings.TrimRight(string(b), "-")
+}
+
+// Client returns an uncached controller-runtime client straight to the API server, with the
+// built-in kinds and whatever adds registers (status.AddToScheme, apiextensionsv1.AddToScheme…).
+func (c *Cluster) Client(t testing.TB, adds ...func(*runtime.Scheme) error) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range append([]func(*runtime.Scheme) error{clientgoscheme.AddToScheme}, adds...) {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl, err := client.New(c.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }
