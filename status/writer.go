@@ -71,6 +71,13 @@ func (w *Writer) behindOurWrite(key types.NamespacedName, base *Sync) bool {
 	return ok && rv != base.ResourceVersion
 }
 
+// forgetWrite drops what recordWrite remembered for key.
+func (w *Writer) forgetWrite(key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.written, key)
+}
+
 // recordWrite remembers the resourceVersion our write of key produced.
 func (w *Writer) recordWrite(key types.NamespacedName, rv string) {
 	w.mu.Lock()
@@ -123,6 +130,7 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 		return nil
 	})
 	if apierrors.IsNotFound(err) {
+		w.forgetWrite(key) // the Sync is gone: nothing to remember for it
 		return nil
 	}
 	if err != nil {

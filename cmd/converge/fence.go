@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // fenceTick is how often the fence notes that the process is running.
@@ -103,11 +103,11 @@ func (t fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.next.RoundTrip(req)
 }
 
-// stopOnFence returns a stop function for newPauseFence that logs why and cancels the
-// daemon's context.
-func stopOnFence(ctx context.Context, cancel context.CancelCauseFunc) func(error) {
+// stopOnFence returns a stop function for newPauseFence that logs why (the daemon's
+// logger; the context carries none) and cancels the daemon's context.
+func stopOnFence(cancel context.CancelCauseFunc) func(error) {
 	return func(err error) {
-		logr.FromContextOrDiscard(ctx).Error(err, "stopping")
+		ctrl.Log.WithName("fence").Error(err, "stopping")
 		cancel(err)
 	}
 }

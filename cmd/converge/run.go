@@ -114,7 +114,7 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
-		fence := newPauseFence(o.renewDeadline, stopOnFence(ctx, cancel))
+		fence := newPauseFence(o.renewDeadline, stopOnFence(cancel))
 		go fence.run(ctx)
 		cfg.Wrap(fence.wrap)
 	}
