@@ -48,6 +48,8 @@ type flags struct {
 	kubeconfig string
 	workload   string
 	result     string
+	serverPids string
+	coldOnly   bool
 	finalize   bool
 	settle     time.Duration
 	steady     time.Duration
@@ -71,6 +73,8 @@ func parseFlags() flags {
 	flag.StringVar(&f.kubeconfig, "kubeconfig", "", "internal: kubeconfig of the running cluster")
 	flag.StringVar(&f.workload, "workload", "", "internal: folder of the generated workload")
 	flag.StringVar(&f.result, "result", "", "internal: file for the child's samples")
+	flag.BoolVar(&f.coldOnly, "cold-only", false, "measure the cold apply only (for profiling it; see CONVERGE_BENCH_CPUPROFILE in docs/benchmarks.md)")
+	flag.StringVar(&f.serverPids, "server-pids", "", "internal: comma-separated PIDs of the control plane, for its CPU time")
 	flag.BoolVar(&f.finalize, "finalize", false, "internal: finalize deleted Namespaces (no namespace controller)")
 	flag.DurationVar(&f.settle, "settle", 31*time.Second, "wait this long after deleting the Namespaces before a cold apply (the API server's 30 s live-lookup window)")
 	flag.DurationVar(&f.steady, "steady", 35*time.Second, "wait this long after the last cold apply before the other operations (a watch cache's relist back-off after the CRD was recreated)")
@@ -152,7 +156,7 @@ func runParent(ctx context.Context, f flags) error {
 	}
 	results := map[string]map[string][]Sample{"-": {opRender: renders}}
 	for _, name := range strings.Split(f.engines, ",") {
-		s, err := spawn(ctx, f, name, c.Kubeconfig, dir, !f.full)
+		s, err := spawn(ctx, f, name, c.Kubeconfig, dir, !f.full, c.Pids())
 		if err != nil {
 			return err
 		}
@@ -183,7 +187,7 @@ func measureRender(ctx context.Context, dir string, want, runs int) ([]Sample, e
 }
 
 // spawn runs one engine in a child process of this binary and returns its samples.
-func spawn(ctx context.Context, f flags, name, kubeconfig, dir string, finalize bool) (map[string][]Sample, error) {
+func spawn(ctx context.Context, f flags, name, kubeconfig, dir string, finalize bool, serverPids []int) (map[string][]Sample, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -195,7 +199,8 @@ func spawn(ctx context.Context, f flags, name, kubeconfig, dir string, finalize 
 	res.Close()
 	defer os.Remove(res.Name())
 	cmd := exec.CommandContext(ctx, exe, "-child", name, "-kubeconfig", kubeconfig, "-workload", dir,
-		"-runs", strconv.Itoa(f.runs), "-result", res.Name(), "-finalize="+strconv.FormatBool(finalize), "-settle", f.settle.String(), "-steady", f.steady.String())
+		"-runs", strconv.Itoa(f.runs), "-result", res.Name(), "-finalize="+strconv.FormatBool(finalize), "-settle", f.settle.String(), "-steady", f.steady.String(),
+		"-server-pids", joinInts(serverPids), "-cold-only="+strconv.FormatBool(f.coldOnly))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("engine %s: %w", name, err)
@@ -223,7 +228,11 @@ func runChild(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
-	b, err := newBench(ctx, f.child, cfg, objs, f.runs, f.finalize, f.settle, f.steady)
+	pids, err := splitInts(f.serverPids)
+	if err != nil {
+		return fmt.Errorf("-server-pids: %w", err)
+	}
+	b, err := newBench(ctx, f, cfg, objs, pids)
 	if err != nil {
 		return err
 	}
@@ -235,4 +244,28 @@ func runChild(ctx context.Context, f flags) error {
 		return err
 	}
 	return os.WriteFile(f.result, out, 0o644)
+}
+
+// joinInts and splitInts carry a list of PIDs on a command line.
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func splitInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f == "" {
+			continue
+		}
+		x, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"runtime"
 	"sort"
 	"strconv"
@@ -248,4 +249,45 @@ func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
 	return s[(len(s)-1)/2]
+}
+
+// cpuTime is CPU time spent during a run, in seconds: by the engine's process and by the
+// control plane (etcd and kube-apiserver), which share the machine's cores.
+type cpuTime struct {
+	EngineSeconds float64 `json:"engineSeconds"`
+	ServerSeconds float64 `json:"serverSeconds"`
+}
+
+// clockTicks is the unit of /proc/<pid>/stat times (USER_HZ, 100 on Linux).
+const clockTicks = 100
+
+// readCPU returns the CPU time used so far by this process and by the processes pids.
+func readCPU(pids []int) cpuTime {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	t := cpuTime{EngineSeconds: tvSeconds(ru.Utime) + tvSeconds(ru.Stime)}
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the command name (which may hold spaces): state is the 3rd field,
+		// utime and stime the 14th and 15th.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseFloat(f[11], 64)
+		k, _ := strconv.ParseFloat(f[12], 64)
+		t.ServerSeconds += (u + k) / clockTicks
+	}
+	return t
+}
+
+func tvSeconds(tv syscall.Timeval) float64 { return float64(tv.Sec) + float64(tv.Usec)/1e6 }
+
+// since returns the CPU time spent between before and t.
+func (t cpuTime) since(before cpuTime) cpuTime {
+	return cpuTime{EngineSeconds: t.EngineSeconds - before.EngineSeconds, ServerSeconds: t.ServerSeconds - before.ServerSeconds}
 }

@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -41,6 +45,8 @@ type Sample struct {
 	// requests only, leases left out).
 	Server Counts `json:"server"`
 	Memory memory `json:"memory"`
+	// CPU is the CPU time the engine's process and the control plane spent in the run.
+	CPU cpuTime `json:"cpu"`
 	// Corrected counts drifted objects the reconcile put back (1% drift only).
 	Corrected int `json:"corrected,omitempty"`
 	Drifted   int `json:"drifted,omitempty"`
@@ -56,19 +62,24 @@ type bench struct {
 	host    string
 	runs    int
 	steady  time.Duration
-	objs    []*unstructured.Unstructured
-	samples map[string][]Sample
+	// coldOnly stops after the cold applies.
+	coldOnly bool
+	objs     []*unstructured.Unstructured
+	samples  map[string][]Sample
+	// serverPids are the control plane's processes, whose CPU time each Sample reports.
+	serverPids []int
 }
 
 // newBench prepares engine name on a counted copy of adminCfg.
-func newBench(ctx context.Context, name string, adminCfg *rest.Config, objs []*unstructured.Unstructured,
-	runs int, finalize bool, settle, steady time.Duration) (*bench, error) {
+func newBench(ctx context.Context, f flags, adminCfg *rest.Config, objs []*unstructured.Unstructured,
+	serverPids []int) (*bench, error) {
+	name := f.child
 	cfg, count := countedConfig(adminCfg)
 	eng, err := newRunner(ctx, name, cfg)
 	if err != nil {
 		return nil, err
 	}
-	a, err := newAdmin(adminCfg, finalize, settle)
+	a, err := newAdmin(adminCfg, f.finalize, f.settle)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +91,7 @@ func newBench(ctx context.Context, name string, adminCfg *rest.Config, objs []*u
 		return nil, err
 	}
 	return &bench{name: name, eng: eng, count: count, admin: a, metrics: hc, host: adminCfg.Host,
-		runs: runs, steady: steady, objs: objs, samples: map[string][]Sample{}}, nil
+		runs: f.runs, steady: f.steady, coldOnly: f.coldOnly, objs: objs, samples: map[string][]Sample{}, serverPids: serverPids}, nil
 }
 
 // measure runs fn once and records a Sample of op.
@@ -89,21 +100,29 @@ func (b *bench) measure(ctx context.Context, op string, fn func(context.Context)
 	if err != nil {
 		return nil, err
 	}
+	stopProfile, err := startProfile(b.name, op, len(b.samples[op]))
+	if err != nil {
+		return nil, err
+	}
 	b.count.reset()
+	cpu := readCPU(b.serverPids)
 	start := time.Now()
 	err = fn(ctx)
 	wall := time.Since(start)
+	stopProfile()
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", b.name, op, err)
 	}
-	s := Sample{WallSeconds: wall.Seconds(), Client: b.count.snapshot(), Memory: readMemory()}
+	s := Sample{WallSeconds: wall.Seconds(), Client: b.count.snapshot(), Memory: readMemory(),
+		CPU: readCPU(b.serverPids).since(cpu)}
 	after, err := scrapeRequests(ctx, b.metrics, b.host)
 	if err != nil {
 		return nil, err
 	}
 	s.Server = sub(after, before)
 	b.samples[op] = append(b.samples[op], s)
-	log.Printf("%-10s %-16s %6.2fs  %s", b.name, op, s.WallSeconds, s.Client)
+	log.Printf("%-10s %-16s %6.2fs  cpu %.1fs + server %.1fs  %s", b.name, op, s.WallSeconds,
+		s.CPU.EngineSeconds, s.CPU.ServerSeconds, s.Client)
 	return &b.samples[op][len(b.samples[op])-1], nil
 }
 
@@ -116,6 +135,9 @@ func (b *bench) run(ctx context.Context) error {
 		if _, err := b.measure(ctx, opCold, b.applyFn(b.objs)); err != nil {
 			return err
 		}
+	}
+	if b.coldOnly {
+		return nil
 	}
 	// The cleanups deleted and recreated the CRD: a watch cache's Widget informer is now
 	// in its relist back-off (up to 30 s) and serves stale objects, which only costs
@@ -265,4 +287,27 @@ func pause(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// profileEnv names a folder; when set, every measured run writes a CPU profile there, named
+// <engine>-<operation>-<run>.pprof.
+const profileEnv = "CONVERGE_BENCH_CPUPROFILE"
+
+// startProfile starts the CPU profile of one run when profileEnv is set; the returned func
+// stops it.
+func startProfile(engine, op string, run int) (func(), error) {
+	dir := os.Getenv(profileEnv)
+	if dir == "" {
+		return func() {}, nil
+	}
+	name := strings.ReplaceAll(fmt.Sprintf("%s-%s-%d.pprof", engine, op, run+1), " ", "_")
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

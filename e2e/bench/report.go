@@ -45,6 +45,7 @@ type Row struct {
 	Client      Counts    `json:"client"`
 	Server      Counts    `json:"server"`
 	Memory      memory    `json:"memory"`
+	CPU         cpuTime   `json:"cpu"`
 	Corrected   int       `json:"corrected,omitempty"`
 	Drifted     int       `json:"drifted,omitempty"`
 	// VsBaseline and VsFloor are converge's wall time over the flux-style engine's and the
@@ -112,7 +113,7 @@ func medianRow(op, name string, samples []Sample) Row {
 	sort.SliceStable(idx, func(a, b int) bool { return walls[idx[a]] < walls[idx[b]] })
 	m := samples[idx[(len(idx)-1)/2]]
 	return Row{Operation: op, Engine: name, WallSeconds: median(walls), RunSeconds: walls,
-		Client: m.Client, Server: m.Server, Memory: m.Memory, Corrected: m.Corrected, Drifted: m.Drifted}
+		Client: m.Client, Server: m.Server, Memory: m.Memory, CPU: m.CPU, Corrected: m.Corrected, Drifted: m.Drifted}
 }
 
 // emit writes the report to w as a table or JSON, and as JSON to jsonFile unless empty.
@@ -149,10 +150,11 @@ func (r *Report) table(w io.Writer) error {
 	fmt.Fprintf(w, "load average: %s at start, %s at end; converge concurrency %d, flux-style --concurrent-ssa %d\n\n",
 		r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd, r.Concurrency, r.FluxConcurrency)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "operation\tengine\twall s\trequests (client, by verb)\ttotal\tapiserver_request_total Δ\tRSS MB\theap MB\t× baseline\t× floor\tnote")
+	fmt.Fprintln(tw, "operation\tengine\twall s\trequests (client, by verb)\ttotal\tapiserver_request_total Δ\tCPU s (engine + server)\tRSS MB\theap MB\t× baseline\t× floor\tnote")
 	for _, row := range r.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%d\t%s\t%.0f\t%.0f\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%d\t%s\t%.1f + %.1f\t%.0f\t%.0f\t%s\t%s\t%s\n",
 			row.Operation, row.Engine, row.WallSeconds, row.Client, row.Client.Total(), row.Server,
+			row.CPU.EngineSeconds, row.CPU.ServerSeconds,
 			row.Memory.PeakRSSMB, row.Memory.HeapInuseMB, ratio(row.VsBaseline), ratio(row.VsFloor), note(row))
 	}
 	return tw.Flush()

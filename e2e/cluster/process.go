@@ -77,3 +77,17 @@ func (p *process) logTail(n int64) string {
 	}
 	return string(data)
 }
+
+// Pids returns the process IDs of the running control-plane components (etcd,
+// kube-apiserver, and the rest of the profile), for measuring their CPU time.
+func (c *Cluster) Pids() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var pids []int
+	for _, p := range c.procs {
+		if !p.exited() {
+			pids = append(pids, p.cmd.Process.Pid)
+		}
+	}
+	return pids
+}
