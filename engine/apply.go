@@ -147,9 +147,9 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 		}
 	}
 	if opts.Wait {
-		ids := readyCandidates(outs)
+		ids, byMeta := r.readyCandidates(outs)
 		r.progress.stage(StageWait, len(ids))
-		health, err := e.wait(ctx, ids, opts.Timeout, r.progress)
+		health, err := e.wait(ctx, ids, byMeta, opts.Timeout, r.progress)
 		res.Health = health
 		if err != nil {
 			rec.errs = append(rec.errs, err)
@@ -248,9 +248,9 @@ type outcome struct {
 	uid    types.UID // UID after the apply (or observed); empty when unknown
 	track  bool      // keep in the inventory
 	ready  bool      // wait for its readiness
-	// live is the object as the server returned it after the apply or verification, for the
-	// memo; nil when unknown, and dropped once applyOne returns.
-	live *unstructured.Unstructured
+	// rv is the live object's resourceVersion after the apply or verification, for the
+	// memo; empty when unknown.
+	rv string
 }
 
 // applyRun is the state of one Apply shared by its workers.
@@ -265,13 +265,20 @@ type applyRun struct {
 	// newNamespaces are the Namespaces of the set that do not exist yet (DryRun only): a
 	// dry-run of an object in them cannot succeed before they are created.
 	newNamespaces map[string]bool
-	// absent are the items of the current stage the API server just listed as not
-	// existing (findAbsent): applied at once, without a GET or a dry-run.
-	absent map[object.ObjMetadata]bool
+	// surveyed is what the API server just listed about the items of the current chunk
+	// (survey): their live objects, or nil for those that do not exist.
+	surveyed map[object.ObjMetadata]*unstructured.Unstructured
 }
 
-// absentChunk is how many items share one findAbsent answer.
-const absentChunk = 500
+// viaCache reports whether the run decides from the watch cache and the memo first
+// (fromCache): in watch mode, when it really applies.
+func (r *applyRun) viaCache() bool {
+	return r.e.memo != nil && !r.opts.DryRun && !r.opts.Diff
+}
+
+// surveyChunk is how many items share one survey: its answer is never older than one
+// chunk's applies.
+const surveyChunk = 500
 
 // applyStages applies the items stage by stage, in parallel within a stage. It returns one
 // outcome per item (in item order) and a non-nil error only when a hook aborted the run.
@@ -290,15 +297,12 @@ func (r *applyRun) applyStages(ctx context.Context) ([]outcome, error) {
 		if stage == stageClasses && r.opts.DryRun {
 			r.newNamespaces = newNamespaces(outs[:start])
 		}
-		// New objects are confirmed missing chunk by chunk, so the LIST's answer is never
-		// older than one chunk's applies (the race with another set creating the same object
-		// stays as short as a GET's would be, give or take a chunk).
-		for cs := start; cs < end; cs += absentChunk {
-			ce := min(cs+absentChunk, end)
-			r.absent = nil
-			if !r.opts.DryRun && !r.opts.Diff {
-				r.absent = r.findAbsent(ctx, r.items[cs:ce])
-			}
+		// Objects are surveyed chunk by chunk, so the LIST's answer is never older than one
+		// chunk's applies (the race with another set creating the same object stays as short
+		// as a GET's would be, give or take a chunk).
+		for cs := start; cs < end; cs += surveyChunk {
+			ce := min(cs+surveyChunk, end)
+			r.surveyed = r.survey(ctx, r.items[cs:ce])
 			if err := r.applyRange(ctx, outs, cs, ce); err != nil {
 				return outs[:ce], err
 			}
@@ -316,7 +320,6 @@ func (r *applyRun) applyRange(ctx context.Context, outs []outcome, start, end in
 		g.Go(func() error {
 			var err error
 			outs[i], err = r.applyOne(gctx, r.items[i])
-			outs[i].live = nil // recorded in the memo; holding 10,000 server answers costs ≈ 100 MB
 			r.progress.step()
 			return err
 		})
@@ -362,14 +365,20 @@ func newNamespaces(done []outcome) map[string]bool {
 	return out
 }
 
-// readyCandidates returns the IDs of objects whose readiness Wait checks: applied,
-// configured or unchanged ones that this run manages.
-func readyCandidates(outs []outcome) []object.ObjMetadata {
+// readyCandidates returns the IDs of objects whose readiness Wait checks (applied,
+// configured or unchanged ones that this run manages), and those of them whose readiness
+// their metadata shows (readyOnExistence).
+func (r *applyRun) readyCandidates(outs []outcome) ([]object.ObjMetadata, map[object.ObjMetadata]bool) {
 	var ids []object.ObjMetadata
-	for _, o := range outs {
-		if o.ready {
-			ids = append(ids, o.change.Object)
+	byMeta := map[object.ObjMetadata]bool{}
+	for i, o := range outs {
+		if !o.ready {
+			continue
+		}
+		ids = append(ids, o.change.Object)
+		if readyOnExistence(r.items[i].obj) {
+			byMeta[o.change.Object] = true
 		}
 	}
-	return ids
+	return ids, byMeta
 }

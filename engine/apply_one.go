@@ -2,15 +2,19 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/fluxcd/pkg/ssa/normalize"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -41,31 +45,42 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err err
 		out.uid, out.track = r.old.UID(it.id), r.old.Has(it.id)
 		return out, nil
 	}
-	viaCache := r.e.memo != nil && !r.opts.DryRun && !r.opts.Diff
+	viaCache := r.viaCache()
+	var cached *metav1.PartialObjectMetadata
 	if viaCache {
 		hash := hashObject(r.fieldManager(), it.obj)
 		defer func() { r.remember(it, hash, out) }()
-		if o, ok, err := r.fromCache(ctx, it, hash, out); ok || err != nil {
+		o, c, ok, err := r.fromCache(ctx, it, hash, out)
+		if ok || err != nil {
 			return o, err
 		}
+		cached = c
 	}
-	// fromCache already used the LIST's answer; when it declined, the cache showed the
-	// object (created since the LIST, maybe by another set) or its apply failed: read it.
-	if r.absent[it.id] && !viaCache {
-		// The API server just listed it as missing: apply at once (one request per new
-		// object instead of a GET and an apply).
-		out.change.Action = ActionCreated
-		return r.send(ctx, it, nil, out)
+	live, listed := r.listed(it.id, viaCache, cached)
+	for {
+		if !listed {
+			if live, err = r.e.get(ctx, it.obj); err != nil {
+				return failed(out, err), nil
+			}
+		}
+		o, stale, err := r.applyLive(ctx, it, live, listed, out)
+		if !stale {
+			return o, err
+		}
+		listed = false // changed since it was listed: read it again
 	}
-	live, err := r.e.get(ctx, it.obj)
-	if err != nil {
-		return failed(out, err), nil
-	}
+}
+
+// applyLive is the full path of applyOne, given the live object (nil: it does not exist),
+// read with a GET or listed by the survey. stale reports that a listed object changed since
+// the LIST (the dry-run started from a newer resourceVersion): the caller reads it again.
+func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.Unstructured, listed bool,
+	out outcome) (_ outcome, stale bool, _ error) {
 	if live != nil {
 		if owner := live.GetAnnotations()[OwnerAnnotation]; owner != "" && owner != r.ref.ID {
 			// I11: never adopt an object another inventory owns.
 			out.track = r.old.Has(it.id)
-			return failed(out, terminal(fmt.Errorf("%w %q; not adopted", ErrNotOwned, owner))), nil
+			return failed(out, terminal(fmt.Errorf("%w %q; not adopted", ErrNotOwned, owner))), false, nil
 		}
 		out.uid = live.GetUID()
 	}
@@ -73,22 +88,26 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err err
 		// The API server just said the object does not exist: a dry-run could only answer
 		// "created", so apply at once (one request instead of two per new object).
 		out.change.Action = ActionCreated
-		return r.send(ctx, it, nil, out)
+		o, err := r.send(ctx, it, nil, out)
+		return o, false, err
 	}
 	dry, live, err := r.dryRun(ctx, it, live)
 	if err != nil {
-		return failed(out, err), nil
+		return failed(out, err), false, nil
 	}
 	if dry == nil { // a dry-run shortcut: created in a namespace the set creates, or a recreate
 		out.change.Action, out.change.Message = ActionCreated, msgNamespacePending
 		if live != nil {
 			out.change.Action, out.change.Message = ActionConfigured, msgWouldRecreate
 		}
-		return out, nil
+		return out, false, nil
+	}
+	if listed && live != nil && dry.GetResourceVersion() != live.GetResourceVersion() {
+		return out, true, nil
 	}
 	if live != nil && !drifted(live, dry) {
-		out.change.Action, out.ready, out.live = ActionUnchanged, true, live
-		return out, nil
+		out.change.Action, out.ready, out.rv = ActionUnchanged, true, live.GetResourceVersion()
+		return out, false, nil
 	}
 	out.change.Action = ActionCreated
 	if live != nil {
@@ -96,19 +115,20 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err err
 	}
 	if r.opts.DryRun || r.opts.Diff {
 		if out.change.Diff, err = unifiedDiff(it.key, live, dry); err != nil {
-			return failed(out, err), nil
+			return failed(out, err), false, nil
 		}
 	}
 	if r.opts.DryRun {
-		return out, nil
+		return out, false, nil
 	}
-	return r.send(ctx, it, live, out)
+	o, err := r.send(ctx, it, live, out)
+	return o, false, err
 }
 
 // send applies it for real and runs the AfterApply crash point.
 func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstructured, out outcome) (outcome, error) {
-	applied := it.obj.DeepCopy()
-	if err := r.e.serverSideApply(ctx, applied, r.fieldManager(), false, r.forceConflicts(live)); err != nil {
+	applied, err := r.e.apply(ctx, it.obj, r.fieldManager(), r.forceConflicts(live))
+	if err != nil {
 		return failed(out, err), nil
 	}
 	return r.sent(it, applied, out)
@@ -116,8 +136,8 @@ func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstru
 
 // sent records that applied is the server's answer to the apply of it and runs the
 // AfterApply crash point.
-func (r *applyRun) sent(it *item, applied *unstructured.Unstructured, out outcome) (outcome, error) {
-	out.uid, out.ready, out.live = applied.GetUID(), true, applied
+func (r *applyRun) sent(it *item, applied metav1.Object, out outcome) (outcome, error) {
+	out.uid, out.ready, out.rv = applied.GetUID(), true, applied.GetResourceVersion()
 	if h := r.e.opts.Hooks.AfterApply; h != nil {
 		k := int(r.applied.Add(1))
 		if err := h(k, it.key); err != nil {
@@ -127,73 +147,65 @@ func (r *applyRun) sent(it *item, applied *unstructured.Unstructured, out outcom
 	return out, nil
 }
 
-// fromCache is the watch-mode path of applyOne: it decides from the watch cache and the memo
-// what to send, and sends at most one request in the common cases. ok is false when the
-// cache cannot decide or a request failed: then the caller takes the full path (API server
-// read, ownership check, forced dry-run and apply), which also reports the failure.
+// fromCache is the watch-mode path of applyOne: it decides from the watch cache (metadata
+// only) and the memo what to send, and sends at most one request. ok is false when the cache
+// cannot decide or the request failed: then the caller takes the full path (API server read,
+// ownership check, dry-run, and an apply only when the dry-run shows a change), which also
+// reports the failure.
 //
 //   - not in the cache, and listed as missing by the API server (findAbsent): a new object,
 //     applied at once;
 //   - ours, at the resourceVersion and desired hash the memo recorded: nothing to send;
 //   - ours, and the memo recorded another desired hash (a new commit): applied at once;
-//   - ours otherwise (a restart, a status update, an out-of-band edit): one dry-run, and an
-//     apply only when it shows drift.
+//   - ours otherwise (a restart, a status update, an out-of-band edit): the full path, since
+//     only the full live object can show whether an apply would change anything (after a
+//     restart the survey has listed it, so the full path costs one dry-run).
 //
-// Requests here never force conflicts (unless the caller opted in): a conflict sends the
+// The apply here never forces conflicts (unless the caller opted in): a conflict sends the
 // object down the full path, which decides whether the field was drift or another apply
 // manager's (I7, I11). Objects the cache shows as someone else's or unowned, or missing while
 // inventoried, also take the full path, so ownership is always decided on the API server's
 // word.
-func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out outcome) (outcome, bool, error) {
+func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out outcome) (
+	_ outcome, cached *metav1.PartialObjectMetadata, ok bool, _ error) {
 	cached, err := r.e.cache.cachedLive(ctx, it.obj)
 	switch {
 	case err != nil:
-		return out, false, nil
+		return out, nil, false, nil
 	case cached == nil:
-		if !r.absent[it.id] { // the API server has not confirmed it (I11: no adoption on a stale cache)
-			return out, false, nil
+		if !r.missing(it.id) { // the API server has not confirmed it (I11: no adoption on a stale cache)
+			return out, nil, false, nil
 		}
 		out.change.Action = ActionCreated
 	case cached.GetAnnotations()[OwnerAnnotation] != r.ref.ID:
-		return out, false, nil
+		return out, cached, false, nil
 	case r.e.memo.hit(it.id, hash, cached.GetResourceVersion()):
-		out.change.Action, out.uid, out.ready = ActionUnchanged, cached.GetUID(), true
-		out.live = cached
-		return out, true, nil
+		out.change.Action, out.uid, out.ready, out.rv = ActionUnchanged, cached.GetUID(), true, cached.GetResourceVersion()
+		return out, cached, true, nil
 	case r.e.memo.changed(it.id, hash):
 		out.change.Action = ActionConfigured
 	default:
-		dry := it.obj.DeepCopy()
-		if err := r.e.serverSideApply(ctx, dry, r.fieldManager(), true, r.opts.ForceConflicts); err != nil {
-			return out, false, nil
-		}
-		// The cache may lag: only a comparison at the very resourceVersion the dry-run
-		// started from proves there is nothing to correct.
-		if dry.GetResourceVersion() == cached.GetResourceVersion() && !drifted(cached, dry) {
-			out.change.Action, out.uid, out.ready, out.live = ActionUnchanged, dry.GetUID(), true, dry
-			return out, true, nil
-		}
-		out.change.Action = ActionConfigured
+		return out, cached, false, nil
 	}
-	applied := it.obj.DeepCopy()
-	if err := r.e.serverSideApply(ctx, applied, r.fieldManager(), false, r.opts.ForceConflicts); err != nil {
-		return out, false, nil
+	applied, err := r.e.apply(ctx, it.obj, r.fieldManager(), r.opts.ForceConflicts)
+	if err != nil {
+		return out, cached, false, nil
 	}
 	if cached != nil && applied.GetResourceVersion() == cached.GetResourceVersion() {
 		out.change.Action = ActionUnchanged // the server had nothing to change
 	}
 	out, err = r.sent(it, applied, out)
-	return out, true, err
+	return out, cached, true, err
 }
 
 // remember records the live object an apply or a verification produced, or forgets the
 // object when the run did not establish it.
 func (r *applyRun) remember(it *item, hash [32]byte, out outcome) {
-	if out.live == nil || out.change.Action == ActionFailed {
+	if out.rv == "" || out.change.Action == ActionFailed {
 		r.e.memo.forget(it.id)
 		return
 	}
-	r.e.memo.remember(it.id, hash, out.live)
+	r.e.memo.remember(it.id, hash, out.rv)
 }
 
 // dryRun server-side dry-runs it. On an immutable-field rejection it recreates the object
@@ -286,9 +298,31 @@ func (r *applyRun) fieldManager() string {
 	return FieldManager
 }
 
-// serverSideApply applies u with field manager manager; u becomes the server's answer. u
-// never carries a resourceVersion (prepare strips it), so the apply is not an
-// optimistic-lock write.
+// apply server-side applies u for real with field manager manager, taking conflicting
+// fields when force, and returns the server's answer as metadata only: the engine keeps only
+// the resourceVersion and UID of an apply, and a metadata answer (protobuf) costs the API
+// server and the engine a fraction of the full object's JSON. u is not modified; it never
+// carries a resourceVersion (prepare strips it), so the apply is not an optimistic-lock
+// write.
+func (e *Engine) apply(ctx context.Context, u *unstructured.Unstructured, manager string, force bool) (*metav1.PartialObjectMetadata, error) {
+	gvk := u.GroupVersionKind()
+	m, err := e.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(u.Object)
+	if err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	var ri metadata.ResourceInterface = e.meta.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ri = e.meta.Resource(m.Resource).Namespace(u.GetNamespace())
+	}
+	return ri.Patch(ctx, u.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: manager, Force: &force})
+}
+
+// serverSideApply applies u with field manager manager; u becomes the server's full answer
+// (used for dry-runs, whose answer is compared with the live object).
 func (e *Engine) serverSideApply(ctx context.Context, u *unstructured.Unstructured, manager string, dryRun, force bool) error {
 	opts := []client.ApplyOption{client.FieldOwner(manager)}
 	if force {

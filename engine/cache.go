@@ -9,7 +9,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/cli-utils/pkg/object"
@@ -23,7 +25,8 @@ import (
 const cacheReadTimeout = 30 * time.Second
 
 // watchCache is a watch cache of the kinds the engine manages, with managedFields stripped
-// so it stays small. It is started by Engine.Run. With a changed callback it also reports
+// so it stays small: metadata only for the apply and prune paths, full objects only for the
+// readiness of kinds whose status matters. It is started by Engine.Run. With a changed callback it also reports
 // out-of-band changes of managed objects (Options.Changed).
 type watchCache struct {
 	cache   cache.Cache
@@ -74,9 +77,11 @@ func (w *watchCache) List(ctx context.Context, list client.ObjectList, opts ...c
 	return w.direct.List(ctx, list, opts...)
 }
 
-// cachedLive reads the live object of u from the watch cache; nil when it does not exist.
-func (w *watchCache) cachedLive(ctx context.Context, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	live := &unstructured.Unstructured{}
+// cachedLive reads the metadata of u's live object from the watch cache; nil when it does
+// not exist. The watch cache holds managed objects as metadata only (protobuf on the wire):
+// what the fast path decides on (resourceVersion, UID, the owner annotation) is there.
+func (w *watchCache) cachedLive(ctx context.Context, u *unstructured.Unstructured) (*metav1.PartialObjectMetadata, error) {
+	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(u.GroupVersionKind())
 	err := w.Get(ctx, client.ObjectKeyFromObject(u), live)
 	if apierrors.IsNotFound(err) {
@@ -85,17 +90,17 @@ func (w *watchCache) cachedLive(ctx context.Context, u *unstructured.Unstructure
 	return live, err
 }
 
-// watchChanges adds the change handler to the (synced) informer of obj's kind, once per kind.
+// watchChanges adds the change handler to the (synced) metadata informer of obj's kind, once
+// per kind.
 func (w *watchCache) watchChanges(ctx context.Context, obj client.Object) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if w.changed == nil || !ok {
+	if _, ok := obj.(*metav1.PartialObjectMetadata); w.changed == nil || !ok {
 		return
 	}
-	gvk := u.GroupVersionKind()
+	gvk := obj.GetObjectKind().GroupVersionKind()
 	if _, done := w.watched.Load(gvk); done {
 		return
 	}
-	probe := &unstructured.Unstructured{}
+	probe := &metav1.PartialObjectMetadata{}
 	probe.SetGroupVersionKind(gvk)
 	inf, err := w.cache.GetInformer(ctx, probe, cache.BlockUntilSynced(false))
 	if err != nil {
@@ -104,19 +109,20 @@ func (w *watchCache) watchChanges(ctx context.Context, obj client.Object) {
 	if _, loaded := w.watched.LoadOrStore(gvk, struct{}{}); loaded {
 		return
 	}
+	gk := gvk.GroupKind()
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		UpdateFunc: w.onUpdate,
+		UpdateFunc: func(o, n any) { w.onUpdate(gk, o, n) },
 		DeleteFunc: w.onDelete,
 	}); err != nil {
 		w.watched.Delete(gvk)
 	}
 }
 
-// onUpdate reports an update of a managed object that changed more than its status and was
-// not written by this engine.
-func (w *watchCache) onUpdate(oldObj, newObj any) {
-	o, ok1 := oldObj.(*unstructured.Unstructured)
-	n, ok2 := newObj.(*unstructured.Unstructured)
+// onUpdate reports an update of a managed object of kind gk that changed more than its
+// status and was not written by this engine.
+func (w *watchCache) onUpdate(gk schema.GroupKind, oldObj, newObj any) {
+	o, ok1 := oldObj.(metav1.Object)
+	n, ok2 := newObj.(metav1.Object)
 	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() {
 		return // not an object, or a resync
 	}
@@ -129,7 +135,8 @@ func (w *watchCache) onUpdate(oldObj, newObj any) {
 	}
 	statusOnly := n.GetGeneration() != 0 && n.GetGeneration() == o.GetGeneration() &&
 		maps.Equal(n.GetLabels(), o.GetLabels()) && maps.Equal(n.GetAnnotations(), o.GetAnnotations())
-	if statusOnly || w.memo.at(object.UnstructuredToObjMetadata(n), n.GetResourceVersion()) {
+	id := object.ObjMetadata{GroupKind: gk, Namespace: n.GetNamespace(), Name: n.GetName()}
+	if statusOnly || w.memo.at(id, n.GetResourceVersion()) {
 		return
 	}
 	w.changed(owner)
@@ -140,8 +147,8 @@ func (w *watchCache) onDelete(obj any) {
 	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		if owner := u.GetAnnotations()[OwnerAnnotation]; owner != "" {
+	if m, ok := obj.(metav1.Object); ok {
+		if owner := m.GetAnnotations()[OwnerAnnotation]; owner != "" {
 			w.changed(owner)
 		}
 	}

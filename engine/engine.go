@@ -7,10 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
-	"github.com/fluxcd/cli-utils/pkg/kstatus/polling/clusterreader"
-	pollengine "github.com/fluxcd/cli-utils/pkg/kstatus/polling/engine"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -89,9 +87,11 @@ type Options struct {
 // optimistic concurrency.
 type Engine struct {
 	client client.Client
+	// meta sends the real applies: the server answers with the object's metadata only
+	// (protobuf), which is all the engine keeps of an apply's answer.
+	meta   metadata.Interface
 	mapper meta.RESTMapper
 	store  *inventory.Store
-	poller *polling.StatusPoller
 	opts   Options
 	// reader serves reads that may be a moment stale: the watch cache when Watch is set,
 	// else the API server.
@@ -102,7 +102,7 @@ type Engine struct {
 
 // New builds an Engine for cfg: an uncached controller-runtime client whose RESTMapper
 // re-discovers on "no matches for kind" (so CRDs applied by the engine become usable),
-// the inventory store and a kstatus poller.
+// the metadata client of the applies, and the inventory store.
 func New(cfg *rest.Config, opts Options) (*Engine, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 2 * time.Second
@@ -119,7 +119,11 @@ func New(cfg *rest.Config, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: client: %w", err)
 	}
-	e := &Engine{client: c, mapper: mapper, store: inventory.NewStore(c), opts: opts, reader: c}
+	mc, err := metadata.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("engine: metadata client: %w", err)
+	}
+	e := &Engine{client: c, meta: mc, mapper: mapper, store: inventory.NewStore(c), opts: opts, reader: c}
 	if opts.Watch {
 		e.memo = newMemo()
 		if e.cache, err = newWatchCache(cfg, httpClient, c, e.memo, opts.Changed); err != nil {
@@ -127,13 +131,6 @@ func New(cfg *rest.Config, opts Options) (*Engine, error) {
 		}
 		e.reader = e.cache
 	}
-	var pollOpts polling.Options
-	if e.cache != nil {
-		// Read each object from the watch cache; kstatus' default caching reader lists with
-		// field selectors the cache cannot serve, so every poll would reach the API server.
-		pollOpts.ClusterReaderFactory = pollengine.ClusterReaderFactoryFunc(clusterreader.NewDirectClusterReader)
-	}
-	e.poller = polling.NewStatusPoller(e.reader, mapper, pollOpts)
 	return e, nil
 }
 

@@ -39,6 +39,14 @@ func (m *memo) hit(id object.ObjMetadata, hash [sha256.Size]byte, resourceVersio
 	return ok && e.hash == hash && e.resourceVersion == resourceVersion && resourceVersion != ""
 }
 
+// has reports whether the memo knows anything of id.
+func (m *memo) has(id object.ObjMetadata) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.m[id]
+	return ok
+}
+
 // at reports whether the last write or verification of id left it at resourceVersion.
 func (m *memo) at(id object.ObjMetadata, resourceVersion string) bool {
 	m.mu.Lock()
@@ -55,15 +63,16 @@ func (m *memo) changed(id object.ObjMetadata, hash [sha256.Size]byte) bool {
 	return ok && e.hash != hash
 }
 
-// remember records that live is what desired (hash) yields on the server.
-func (m *memo) remember(id object.ObjMetadata, hash [sha256.Size]byte, live *unstructured.Unstructured) {
-	if live == nil || live.GetResourceVersion() == "" {
+// remember records that the live object was at resourceVersion right after desired (hash)
+// was applied or verified.
+func (m *memo) remember(id object.ObjMetadata, hash [sha256.Size]byte, resourceVersion string) {
+	if resourceVersion == "" {
 		m.forget(id)
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.m[id] = memoEntry{hash: hash, resourceVersion: live.GetResourceVersion()}
+	m.m[id] = memoEntry{hash: hash, resourceVersion: resourceVersion}
 }
 
 func (m *memo) forget(id object.ObjMetadata) {

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -291,9 +290,9 @@ func (e *Engine) afterDeleteConflict(ctx context.Context, ref inventory.Ref, en 
 	return c, false, false
 }
 
-// getByID reads the object id names, at the version the server prefers; nil when it does
-// not exist or its kind is not served any more.
-func (e *Engine) getByID(ctx context.Context, reader client.Reader, id object.ObjMetadata) (*unstructured.Unstructured, error) {
+// getByID reads the metadata of the object id names (all a prune decides on); nil when it
+// does not exist or its kind is not served any more.
+func (e *Engine) getByID(ctx context.Context, reader client.Reader, id object.ObjMetadata) (*metav1.PartialObjectMetadata, error) {
 	m, err := e.mapper.RESTMapping(id.GroupKind)
 	if meta.IsNoMatchError(err) {
 		return nil, nil
@@ -301,7 +300,7 @@ func (e *Engine) getByID(ctx context.Context, reader client.Reader, id object.Ob
 	if err != nil {
 		return nil, err
 	}
-	live := &unstructured.Unstructured{}
+	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(m.GroupVersionKind)
 	err = reader.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, live)
 	if apierrors.IsNotFound(err) {

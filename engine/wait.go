@@ -24,8 +24,10 @@ const defaultTimeout = 5 * time.Minute
 // returns the last status of every object, in ids order, and an error naming each object
 // that is not Current with kstatus' message.
 //
-// prog hears how many objects are Current as that changes.
-func (e *Engine) wait(ctx context.Context, ids []object.ObjMetadata, timeout time.Duration, prog *progress) ([]ObjectHealth, error) {
+// prog hears how many objects are Current as that changes. Objects in byMeta are read as
+// metadata only (readyOnExistence).
+func (e *Engine) wait(ctx context.Context, ids []object.ObjMetadata, byMeta map[object.ObjMetadata]bool,
+	timeout time.Duration, prog *progress) ([]ObjectHealth, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -41,7 +43,7 @@ func (e *Engine) wait(ctx context.Context, ids []object.ObjMetadata, timeout tim
 	latest := make(map[object.ObjMetadata]*event.ResourceStatus, len(ids))
 	var pollErr error
 	finished, current := false, 0
-	for ev := range e.poller.Poll(wctx, set, polling.PollOptions{PollInterval: e.opts.PollInterval}) {
+	for ev := range e.newPoller(byMeta).Poll(wctx, set, polling.PollOptions{PollInterval: e.opts.PollInterval}) {
 		switch ev.Type {
 		case event.ErrorEvent:
 			pollErr = ev.Error

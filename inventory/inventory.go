@@ -1,7 +1,8 @@
 package inventory
 
 import (
-	"sort"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
@@ -85,11 +86,19 @@ func (inv *Inventory) Entries() []Entry {
 	if inv == nil {
 		return nil
 	}
-	out := make([]Entry, 0, len(inv.entries))
-	for id, uid := range inv.entries {
-		out = append(out, Entry{Object: id, UID: uid})
+	type keyed struct {
+		key string // Object.String(), computed once per entry
+		e   Entry
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Object.String() < out[j].Object.String() })
+	ks := make([]keyed, 0, len(inv.entries))
+	for id, uid := range inv.entries {
+		ks = append(ks, keyed{id.String(), Entry{Object: id, UID: uid}})
+	}
+	slices.SortFunc(ks, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	out := make([]Entry, len(ks))
+	for i, k := range ks {
+		out[i] = k.e
+	}
 	return out
 }
 

@@ -147,8 +147,8 @@ func decode(ref Ref, cm *corev1.ConfigMap) (*Inventory, error) {
 // encode renders inv as ConfigMap data: key ns_name_group_kind, value the UID (or "").
 func encode(inv *Inventory) map[string]string {
 	data := make(map[string]string, inv.Len())
-	for _, e := range inv.Entries() {
-		data[e.Object.String()] = string(e.UID)
+	for id, uid := range inv.entries {
+		data[id.String()] = string(uid)
 	}
 	return data
 }

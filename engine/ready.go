@@ -1,0 +1,79 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
+	"github.com/fluxcd/cli-utils/pkg/kstatus/polling/clusterreader"
+	pollengine "github.com/fluxcd/cli-utils/pkg/kstatus/polling/engine"
+	"github.com/fluxcd/cli-utils/pkg/kstatus/polling/statusreaders"
+	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// newPoller returns a kstatus poller reading through e.reader (the watch cache in watch
+// mode). Objects in byMeta are read as metadata only: their readiness does not depend on
+// their spec or status (readyOnExistence), so no full copy of them is fetched or cached.
+//
+// Status is computed by kstatus' generic reader for every kind, from the object alone: the
+// default readers of Deployments, ReplicaSets and StatefulSets also list the ReplicaSets and
+// Pods they generate, which would make the watch cache hold every Pod of the cluster, for
+// detail the engine does not report.
+func (e *Engine) newPoller(byMeta map[object.ObjMetadata]bool) *polling.StatusPoller {
+	r := readinessReader{Reader: e.reader, byMeta: byMeta}
+	return polling.NewStatusPoller(r, e.mapper, polling.Options{
+		CustomStatusReaders:  []pollengine.StatusReader{statusreaders.NewGenericStatusReader(e.mapper, status.Compute)},
+		ClusterReaderFactory: pollengine.ClusterReaderFactoryFunc(clusterreader.NewDirectClusterReader),
+	})
+}
+
+// readinessReader is the poller's reader: objects in byMeta are read as metadata only and
+// handed to kstatus without spec or status.
+type readinessReader struct {
+	client.Reader
+	byMeta map[object.ObjMetadata]bool
+}
+
+func (r readinessReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return r.Reader.Get(ctx, key, obj, opts...)
+	}
+	gvk := u.GroupVersionKind()
+	if !r.byMeta[object.ObjMetadata{GroupKind: gvk.GroupKind(), Namespace: key.Namespace, Name: key.Name}] {
+		return r.Reader.Get(ctx, key, obj, opts...)
+	}
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(gvk)
+	if err := r.Reader.Get(ctx, key, m, opts...); err != nil {
+		return err
+	}
+	meta, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&m.ObjectMeta)
+	if err != nil {
+		return fmt.Errorf("%s: metadata: %w", key, err)
+	}
+	u.Object = map[string]any{"apiVersion": gvk.GroupVersion().String(), "kind": gvk.Kind, "metadata": meta}
+	return nil
+}
+
+// readyOnExistence reports whether kstatus computes the readiness of desired from its
+// metadata alone (it exists, it is not being deleted): kinds without a status, and Services
+// that do not wait for a load balancer.
+func readyOnExistence(desired *unstructured.Unstructured) bool {
+	gk := desired.GroupVersionKind().GroupKind()
+	switch {
+	case gk.Group == "" && (gk.Kind == "ConfigMap" || gk.Kind == "Secret" || gk.Kind == "ServiceAccount"):
+		return true
+	case gk.Group == "rbac.authorization.k8s.io":
+		return gk.Kind == "Role" || gk.Kind == "RoleBinding" || gk.Kind == "ClusterRole" || gk.Kind == "ClusterRoleBinding"
+	case gk.Group == "" && gk.Kind == "Service":
+		t, _, _ := unstructured.NestedString(desired.Object, "spec", "type")
+		return t != "LoadBalancer"
+	}
+	return false
+}

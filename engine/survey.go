@@ -1,0 +1,167 @@
+package engine
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// listPageSize bounds one page of the survey's LISTs.
+const listPageSize = 500
+
+// survey asks the API server, with one LIST per kind and namespace, what the run would
+// otherwise read object by object with a GET, for the items of one chunk:
+//
+//   - items the stored inventory does not hold (new objects, in the common case): whether
+//     they exist, from a metadata-only LIST. Such an item, listed as missing, can be applied
+//     at once: nothing is there to adopt by mistake (I11), which is as true as a GET just
+//     before the apply would make it;
+//   - items it holds whose live object the run must read (without the watch path, all of
+//     them; with it, those the memo knows nothing of, as after a restart): their live
+//     objects, from a full LIST.
+//
+// It returns, per surveyed item, its live object, or nil when it does not exist; items a
+// metadata LIST found existing are left out (the run reads them itself). A kind and namespace
+// with fewer than two such items is left out too: one GET is no dearer than one LIST. The
+// answers come from the API server, never from the watch cache, so a stale cache cannot hide
+// someone else's object. It runs per stage, after the CRDs of earlier stages are Established,
+// so kinds those CRDs define can be listed too. Kinds that cannot be listed (RBAC, not
+// served) are left out: their items take the per-object path.
+func (r *applyRun) survey(ctx context.Context, items []*item) map[object.ObjMetadata]*unstructured.Unstructured {
+	type group struct {
+		gvk schema.GroupVersionKind
+		ns  string
+	}
+	type wanted struct {
+		ids  map[string]object.ObjMetadata // by name
+		full int                           // inventoried items whose live object is wanted
+		new  int                           // items the inventory does not hold
+	}
+	groups := map[group]*wanted{}
+	for _, it := range items {
+		if it.pendingErr != nil {
+			continue
+		}
+		g := group{it.obj.GroupVersionKind(), it.id.Namespace}
+		w := groups[g]
+		if w == nil {
+			w = &wanted{ids: map[string]object.ObjMetadata{}}
+			groups[g] = w
+		}
+		switch {
+		case !r.old.Has(it.id):
+			w.ids[it.id.Name] = it.id
+			w.new++
+		case !(r.viaCache() && r.e.memo.has(it.id)):
+			w.ids[it.id.Name] = it.id
+			w.full++
+		}
+	}
+	listed := map[object.ObjMetadata]*unstructured.Unstructured{}
+	for g, w := range groups {
+		switch {
+		case w.full >= 2:
+			lives, err := r.e.listLive(ctx, g.gvk, g.ns, w.ids)
+			if err != nil {
+				continue
+			}
+			for name, id := range w.ids {
+				listed[id] = lives[name] // nil when missing
+			}
+		case w.full+w.new >= 2:
+			existing, err := r.e.listNames(ctx, g.gvk, g.ns)
+			if err != nil {
+				continue
+			}
+			for name, id := range w.ids {
+				if !existing[name] {
+					listed[id] = nil
+				}
+			}
+		}
+	}
+	return listed
+}
+
+// listed returns the survey's answer for id when the full path may use it instead of a GET.
+// After the watch path declined the object, only a live object listed at the very
+// resourceVersion the cache shows is used: a "missing" answer may be older than what made the
+// watch path decline (the cache has seen the object since, or its direct apply failed), and
+// acting on it could adopt another set's object (I11).
+func (r *applyRun) listed(id object.ObjMetadata, viaCache bool, cached *metav1.PartialObjectMetadata) (*unstructured.Unstructured, bool) {
+	live, ok := r.surveyed[id]
+	if !ok {
+		return nil, false
+	}
+	if viaCache && (live == nil || cached == nil || cached.GetResourceVersion() != live.GetResourceVersion()) {
+		return nil, false
+	}
+	return live, true
+}
+
+// missing reports whether the survey listed id as not existing.
+func (r *applyRun) missing(id object.ObjMetadata) bool {
+	live, ok := r.surveyed[id]
+	return ok && live == nil
+}
+
+// listNames returns the names of the objects of gvk in namespace ns ("" for cluster-scoped
+// kinds), read page by page from the API server as metadata only.
+func (e *Engine) listNames(ctx context.Context, gvk schema.GroupVersionKind, ns string) (map[string]bool, error) {
+	names := map[string]bool{}
+	err := e.listPages(ctx, gvk, ns, func() client.ObjectList {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		return list
+	}, func(l client.ObjectList) {
+		for _, o := range l.(*metav1.PartialObjectMetadataList).Items {
+			names[o.Name] = true
+		}
+	})
+	return names, err
+}
+
+// listLive returns the live objects of gvk in namespace ns whose names are in want, read
+// page by page from the API server.
+func (e *Engine) listLive(ctx context.Context, gvk schema.GroupVersionKind, ns string,
+	want map[string]object.ObjMetadata) (map[string]*unstructured.Unstructured, error) {
+	lives := map[string]*unstructured.Unstructured{}
+	err := e.listPages(ctx, gvk, ns, func() client.ObjectList {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		return list
+	}, func(l client.ObjectList) {
+		items := l.(*unstructured.UnstructuredList).Items
+		for i := range items {
+			if _, ok := want[items[i].GetName()]; ok {
+				u := items[i] // not a pointer into the page, which can then be freed
+				lives[u.GetName()] = &u
+			}
+		}
+	})
+	return lives, err
+}
+
+// listPages lists gvk in ns page by page (listPageSize), handing each page to each.
+func (e *Engine) listPages(ctx context.Context, gvk schema.GroupVersionKind, ns string,
+	newList func() client.ObjectList, each func(client.ObjectList)) error {
+	opts := []client.ListOption{client.Limit(listPageSize)}
+	if ns != "" {
+		opts = append(opts, client.InNamespace(ns))
+	}
+	cont := ""
+	for {
+		list := newList()
+		if err := e.client.List(ctx, list, append(opts, client.Continue(cont))...); err != nil {
+			return err
+		}
+		each(list)
+		if cont = list.GetContinue(); cont == "" {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// TestNoopOneRequestPerObject checks the re-apply of an unchanged set without the watch
+// cache (the CLI): the live objects come from one LIST per kind and namespace, so each object
+// costs one dry-run and no GET, and nothing is written (I7).
+func TestNoopOneRequestPerObject(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	opts := testOpts()
+	objs := manyCMs(h.ns, "1", 20)
+	h.apply(opts, objs...)
+	h.rt.Reset()
+	res := h.apply(opts, objs...)
+	if s := res.Summary(); s.Unchanged != 20 {
+		t.Errorf("re-apply: %+v, want 20 unchanged", s)
+	}
+	if w := h.rt.Writes(); len(w) != 0 {
+		t.Errorf("re-apply of an unchanged set wrote: %v", w)
+	}
+	p, g, l := h.rt.Count("patch"), h.rt.CountResource("get", "configmaps", ""), h.rt.Count("list")
+	if p != 20 || g > 1 || l != 1 {
+		t.Errorf("re-apply of 20 unchanged objects: %d PATCH (dry-runs), %d GET, %d LIST; want 20, at most 1 (the inventory), 1: %v",
+			p, g, l, h.rt.Counts())
+	}
+}
+
+// TestStaleListingIsReadAgain checks that a live object the survey listed is trusted only
+// at the resourceVersion the dry-run started from: an object edited out of band after the
+// LIST is read again, so its drift is found and corrected (I7), not hidden by the older copy.
+func TestStaleListingIsReadAgain(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	opts := testOpts()
+	objs := manyCMs(h.ns, "1", 2)
+	h.apply(opts, objs...)
+
+	listed := h.liveCM("cm-00") // what a LIST would have answered, before the edit below
+	edited := listed.DeepCopy()
+	if err := unstructured.SetNestedField(edited.Object, "drift", "data", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.plain.Update(h.ctx, edited, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+
+	items, err := h.eng.prepare(h.set(objs...), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := h.eng.store.Get(h.ctx, h.ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := object.ObjMetadata{Namespace: h.ns, Name: "cm-00", GroupKind: schema.GroupKind{Kind: "ConfigMap"}}
+	r := &applyRun{e: h.eng, ref: h.ref, opts: opts, old: old, items: items,
+		surveyed: map[object.ObjMetadata]*unstructured.Unstructured{id: listed}}
+	var it *item
+	for _, i := range items {
+		if i.id == id {
+			it = i
+		}
+	}
+	out, err := r.applyOne(h.ctx, it)
+	if err != nil || out.change.Err != nil {
+		t.Fatalf("applyOne: %v %v", err, out.change.Err)
+	}
+	if out.change.Action != ActionConfigured {
+		t.Errorf("edited object applied from a stale listing: %s, want configured", out.change.Action)
+	}
+	if v, _, _ := unstructured.NestedString(h.liveCM("cm-00").Object, "data", "v"); v == "drift" {
+		t.Error("the out-of-band edit was not corrected")
+	}
+}
