@@ -83,7 +83,7 @@ func TestCRDWithCustomResources(t *testing.T) {
 		t.Errorf("apply (-want +got):\n%s", diff)
 	}
 	// The custom resources of the new CRD resolve once it is Established; each is alone in
-	// its namespace, so each is read with one GET (findAbsent lists groups of two or more)
+	// its namespace, so each is read with one GET (the survey lists groups of two or more)
 	// and applied once.
 	if g, p := h.rt.CountResource("get", "widgets", ""), h.rt.CountResource("patch", "widgets", ""); g != 2 || p != 2 {
 		t.Errorf("%d GETs and %d PATCHes of widgets during the apply, want 2 and 2: %v", g, p, h.rt.Counts())
@@ -106,6 +106,16 @@ func TestCRDWithCustomResources(t *testing.T) {
 	}
 	if diff := cmp.Diff(before, h.resourceVersions(group, extraNS)); diff != "" {
 		t.Errorf("the dry-run changed resourceVersions (-before +after):\n%s", diff)
+	}
+
+	// The custom resources and then the CRD leave the set: both are pruned (kinds the
+	// engine's client scheme does not know).
+	res, err := h.eng.Apply(h.ctx, h.set(configMap(extraNS, "cm", nil), obj("v1", "Namespace", "", extraNS, nil)), opts)
+	if err != nil {
+		t.Fatalf("prune of the CRD and its custom resources: %v", err)
+	}
+	if s := res.Summary(); s.Pruned != 3 || s.Failed != 0 {
+		t.Errorf("prune: %+v, want 3 pruned", s)
 	}
 }
 

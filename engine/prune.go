@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -243,7 +244,13 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Re
 		rv := live.GetResourceVersion()
 		pre.ResourceVersion = &rv
 	}
-	err = e.client.Delete(ctx, live, pre, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	// Deleted through an unstructured shell: the client decodes a delete's answer with its
+	// scheme for other types, which knows neither CRDs nor custom resources.
+	target := &unstructured.Unstructured{}
+	target.SetGroupVersionKind(live.GroupVersionKind())
+	target.SetNamespace(live.GetNamespace())
+	target.SetName(live.GetName())
+	err = e.client.Delete(ctx, target, pre, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	switch {
 	case cached && (apierrors.IsConflict(err) || apierrors.IsNotFound(err)):
 		return c, false, true
