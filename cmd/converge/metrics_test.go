@@ -511,3 +511,32 @@ func (m monitoring) panel(t *testing.T, title, namespace string) string {
 func substitute(expr, namespace string) string {
 	return strings.NewReplacer("$__rate_interval", "1m", "$job", "converge", "$namespace", regexp.QuoteMeta(namespace), "$sync", "app").Replace(expr)
 }
+
+// TestPprofOnlyWhenAsked checks that Go's profiles are served on the metrics address with
+// --pprof and not without.
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	reg, _, err := newMetricsRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, on := range []bool{false, true} {
+		srv := httptest.NewServer(newMetricsServer("", reg, on).handler)
+		resp, err := http.Get(srv.URL + "/debug/pprof/heap")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.StatusCode == http.StatusOK; got != on {
+			t.Errorf("--pprof=%t: GET /debug/pprof/heap: %s", on, resp.Status)
+		}
+		metrics, err := http.Get(srv.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		metrics.Body.Close()
+		if metrics.StatusCode != http.StatusOK {
+			t.Errorf("--pprof=%t: GET /metrics: %s", on, metrics.Status)
+		}
+		srv.Close()
+	}
+}

@@ -33,6 +33,7 @@ import (
 // runOptions are the flags of `converge run`.
 type runOptions struct {
 	metricsAddr, healthAddr string
+	pprof                   bool
 	leaderElect             bool
 	leaderNamespace         string
 	leaseDuration           time.Duration
@@ -73,6 +74,7 @@ authoring).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.metricsAddr, "metrics-addr", ":8080", "address of /metrics (\"0\" disables)")
+	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles (/debug/pprof/) on the metrics address")
 	f.StringVar(&o.healthAddr, "health-addr", ":8081", "address of /healthz and /readyz")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader (Lease) so only one replica reconciles")
 	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "converge-system", "namespace of the leader-election Lease")
@@ -158,7 +160,7 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		return fmt.Errorf("manager: %w", err)
 	}
 	if o.metricsAddr != "0" && o.metricsAddr != "" {
-		if err := mgr.Add(newMetricsServer(o.metricsAddr, reg)); err != nil {
+		if err := mgr.Add(newMetricsServer(o.metricsAddr, reg, o.pprof)); err != nil {
 			return err
 		}
 	}
