@@ -195,6 +195,9 @@ func (b *daemonBench) measure(ctx context.Context, sc daemonScenario, run int, s
 	if err := b.quiet(ctx, d, sc, ready, readyAt, &s); err != nil {
 		return s, err
 	}
+	if err := d.saveHeapProfile(ctx, fmt.Sprintf("daemon-%d-%d-syncs.heap.pprof", run+1, len(sc.specs))); err != nil {
+		return s, err
+	}
 	log.Printf("%-10s run %d: intervals after Ready: %d reconciles, %d requests (%s); then %d reconciles, %d requests (%s); peak RSS %.0f MB",
 		sc.name, run+1, s.FirstInterval.Reconciles, s.FirstInterval.Requests.Total(), s.FirstInterval.Requests,
 		s.SecondInterval.Reconciles, s.SecondInterval.Requests.Total(), s.SecondInterval.Requests, s.Memory.PeakRSSMB)

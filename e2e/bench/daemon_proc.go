@@ -66,7 +66,7 @@ func startDaemon(ctx context.Context, o daemonOptions) (*daemon, error) {
 	d := &daemon{log: logf, logPath: o.logFile, metricsURL: "http://" + metrics + "/metrics", readyzURL: "http://" + health + "/readyz",
 		done: make(chan struct{}), http: &http.Client{Timeout: 10 * time.Second}}
 	d.cmd = exec.Command(o.bin, "run", "--kubeconfig", o.kubeconfig,
-		"--metrics-addr", metrics, "--health-addr", health, "--leader-elect=false",
+		"--metrics-addr", metrics, "--health-addr", health, "--leader-elect=false", "--pprof",
 		"--concurrent", strconv.Itoa(o.concurrent), "--git-cache-dir", o.cacheDir)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the benchmark
@@ -99,6 +99,39 @@ func startDaemon(ctx context.Context, o daemonOptions) (*daemon, error) {
 	}
 	d.readyAfterS = time.Since(d.startedAt).Seconds()
 	return d, nil
+}
+
+// heapProfileEnv names a folder; when set, the daemon's heap profile is saved there after
+// every scenario's quiet intervals, as daemon-<run>-<syncs>-syncs.heap.pprof.
+const heapProfileEnv = "CONVERGE_BENCH_HEAPPROFILE"
+
+// saveHeapProfile saves the daemon's heap profile (GET /debug/pprof/heap) as name in the
+// folder heapProfileEnv names; nothing when it is not set.
+func (d *daemon) saveHeapProfile(ctx context.Context, name string) error {
+	dir := os.Getenv(heapProfileEnv)
+	if dir == "" {
+		return nil
+	}
+	url := strings.TrimSuffix(d.metricsURL, "/metrics") + "/debug/pprof/heap"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := d.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
 }
 
 // pid is the daemon's process ID.

@@ -73,10 +73,10 @@ func parseFlags() flags {
 	flag.StringVar(&f.kubeconfig, "kubeconfig", "", "internal: kubeconfig of the running cluster")
 	flag.StringVar(&f.workload, "workload", "", "internal: folder of the generated workload")
 	flag.StringVar(&f.result, "result", "", "internal: file for the child's samples")
-	flag.BoolVar(&f.coldOnly, "cold-only", false, "measure the cold apply only (for profiling it; see CONVERGE_BENCH_CPUPROFILE in docs/benchmarks.md)")
+	flag.BoolVar(&f.coldOnly, "cold-only", false, "measure the cold apply only")
 	flag.StringVar(&f.serverPids, "server-pids", "", "internal: comma-separated PIDs of the control plane, for its CPU time")
 	flag.BoolVar(&f.finalize, "finalize", false, "internal: finalize deleted Namespaces (no namespace controller)")
-	flag.DurationVar(&f.settle, "settle", 31*time.Second, "wait this long after deleting the Namespaces before a cold apply (the API server's 30 s live-lookup window)")
+	flag.DurationVar(&f.settle, "settle", 31*time.Second, "with -daemon: wait this long after deleting the Namespaces before a cold start (the API server's 30 s live-lookup window)")
 	flag.DurationVar(&f.steady, "steady", 35*time.Second, "wait this long after the last cold apply before the other operations (a watch cache's relist back-off after the CRD was recreated)")
 	flag.BoolVar(&f.daemon, "daemon", false, "measure the daemon instead of the engines: one Sync of the workload, then -syncs Syncs sharing it (docs/benchmarks.md)")
 	flag.IntVar(&f.tenants, "syncs", 100, "with -daemon: the number of Syncs the workload is split into")
@@ -118,8 +118,8 @@ func main() {
 	}
 }
 
-// runParent starts the control plane, generates and renders the workload, runs every
-// engine in a child process, and reports.
+// runParent generates and renders the workload, runs every engine in a child process on a
+// control plane of its own, and reports.
 func runParent(ctx context.Context, f flags) error {
 	if f.runs < 1 || f.objects < numNamespaces+2 {
 		return fmt.Errorf("need -runs ≥ 1 and -objects ≥ %d", numNamespaces+2)
@@ -131,17 +131,6 @@ func runParent(ctx context.Context, f flags) error {
 	rep := &Report{Objects: f.objects, Runs: f.runs, Profile: string(profile),
 		Concurrency: concurrency, FluxConcurrency: fluxConcurrency, SettleSeconds: f.settle.Seconds(), SteadySeconds: f.steady.Seconds(),
 		Machine: machine()}
-	log.Printf("starting the %s control plane; load average %s", profile, rep.Machine.LoadAvgStart)
-	c, err := cluster.Start(ctx, cluster.Options{Profile: profile})
-	if err != nil {
-		return err
-	}
-	defer c.Stop()
-	if dc, err := discovery.NewDiscoveryClientForConfig(c.Config); err == nil {
-		if v, err := dc.ServerVersion(); err == nil {
-			rep.Machine.APIServer = v.GitVersion
-		}
-	}
 	dir, err := os.MkdirTemp("", "converge-bench-")
 	if err != nil {
 		return err
@@ -155,16 +144,59 @@ func runParent(ctx context.Context, f flags) error {
 		return err
 	}
 	results := map[string]map[string][]Sample{"-": {opRender: renders}}
-	for _, name := range strings.Split(f.engines, ",") {
-		s, err := spawn(ctx, f, name, c.Kubeconfig, dir, !f.full, c.Pids())
-		if err != nil {
-			return err
+	names := strings.Split(f.engines, ",")
+	for _, name := range names {
+		results[name] = map[string][]Sample{}
+	}
+	// Cold applies: each on a fresh control plane, the engines taking turns, so that a
+	// machine that gets busier or slower during the benchmark weighs on every engine alike.
+	for r := range f.runs {
+		for _, name := range names {
+			cf := f
+			cf.runs, cf.coldOnly = 1, true
+			log.Printf("cold apply %d/%d: %s", r+1, f.runs, name)
+			s, err := measureEngine(ctx, cf, name, profile, dir, rep)
+			if err != nil {
+				return err
+			}
+			results[name][opCold] = append(results[name][opCold], s[opCold]...)
 		}
-		results[name] = s
+	}
+	if !f.coldOnly {
+		for _, name := range names {
+			cf := f
+			cf.coldOnly = false
+			s, err := measureEngine(ctx, cf, name, profile, dir, rep)
+			if err != nil {
+				return err
+			}
+			for op, samples := range s {
+				results[name][op] = append(results[name][op], samples...)
+			}
+		}
 	}
 	rep.Machine.LoadAvgEnd = loadAvg()
 	rep.build(results)
 	return rep.emit(os.Stdout, f.output, f.jsonFile)
+}
+
+// measureEngine starts a fresh control plane of profile and measures engine name on it in
+// a child process. Each engine gets its own control plane, so that none inherits another's
+// history (an API server and etcd that already served tens of thousands of writes and
+// deletes spend more CPU per request: measured up to 30% more by the third engine).
+func measureEngine(ctx context.Context, f flags, name string, profile cluster.Profile, dir string, rep *Report) (map[string][]Sample, error) {
+	log.Printf("%s: starting the %s control plane; load average %s", name, profile, loadAvg())
+	c, err := cluster.Start(ctx, cluster.Options{Profile: profile})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Stop()
+	if dc, err := discovery.NewDiscoveryClientForConfig(c.Config); err == nil {
+		if v, err := dc.ServerVersion(); err == nil {
+			rep.Machine.APIServer = v.GitVersion
+		}
+	}
+	return spawn(ctx, f, name, c.Kubeconfig, dir, !f.full, c.Pids())
 }
 
 // measureRender times sources.Render of the generated folder runs times.
