@@ -38,7 +38,9 @@ const (
 	ForceEnabled    = "enabled"
 )
 
-// Set is a desired set of objects and where its inventory lives.
+// Set is a desired set of objects and where its inventory lives. Apply does not modify
+// the objects, but shares their contents while it runs: they must not be modified until it
+// returns.
 type Set struct {
 	Inventory inventory.Ref
 	Objects   []*unstructured.Unstructured

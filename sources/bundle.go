@@ -14,7 +14,8 @@ type Bundle struct {
 	// Revision names the source content: "main@sha1:<hex>" for git, "sha256:<hex>" of the
 	// files for a local folder.
 	Revision string
-	// Objects are the validated objects, in a deterministic order.
+	// Objects are the validated objects, in a deterministic order. They are shared with the
+	// Loader's render cache and with other Loads of the same content: read-only.
 	Objects []*unstructured.Unstructured
 	// CommitTime is the committer time of a git revision; zero for a local folder.
 	CommitTime time.Time

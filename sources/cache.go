@@ -17,8 +17,9 @@ import (
 )
 
 // renderCache remembers the last renders by (source digest, path, options). It keeps
-// successes and terminal errors: the same content renders the same way. It hands out deep
-// copies, so callers may mutate what they get.
+// successes and terminal errors: the same content renders the same way. The objects it holds
+// are the ones it hands out, not copies (at 10,000 objects a copy per reconcile is tens of
+// megabytes): callers must not modify them (Bundle.Objects).
 type renderCache struct {
 	mu      sync.Mutex
 	max     int
@@ -48,13 +49,13 @@ func (c *renderCache) get(key string) ([]*unstructured.Unstructured, error, bool
 		return nil, nil, false
 	}
 	c.touch(key)
-	return deepCopy(e.objs), e.err, true
+	return e.objs, e.err, true
 }
 
 func (c *renderCache) put(key string, objs []*unstructured.Unstructured, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.entries[key] = cacheEntry{objs: deepCopy(objs), err: err}
+	c.entries[key] = cacheEntry{objs: objs, err: err}
 	c.touch(key)
 	for len(c.order) > c.max {
 		delete(c.entries, c.order[len(c.order)-1])
@@ -68,17 +69,6 @@ func (c *renderCache) touch(key string) {
 		c.order = slices.Delete(c.order, i, i+1)
 	}
 	c.order = slices.Insert(c.order, 0, key)
-}
-
-func deepCopy(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
-	if objs == nil {
-		return nil
-	}
-	out := make([]*unstructured.Unstructured, len(objs))
-	for i, o := range objs {
-		out[i] = o.DeepCopy()
-	}
-	return out
 }
 
 // digestDir hashes the names, kinds and contents of the files under root, hidden folders
