@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"sync"
 	"time"
 
 	"github.com/fluxcd/pkg/ssa/normalize"
@@ -12,9 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -314,11 +318,43 @@ func (e *Engine) apply(ctx context.Context, u *unstructured.Unstructured, manage
 	if err != nil {
 		return nil, fmt.Errorf("encode: %w", err)
 	}
-	var ri metadata.ResourceInterface = e.meta.Resource(m.Resource)
+	mc, err := e.meta.forResource(m.Resource)
+	if err != nil {
+		return nil, err
+	}
+	var ri metadata.ResourceInterface = mc.Resource(m.Resource)
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		ri = e.meta.Resource(m.Resource).Namespace(u.GetNamespace())
+		ri = mc.Resource(m.Resource).Namespace(u.GetNamespace())
 	}
 	return ri.Patch(ctx, u.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: manager, Force: &force})
+}
+
+// metadataClients are the metadata clients of the applies, one per resource: each has its
+// own client-side rate limiter (the config's QPS and Burst), as controller-runtime gives each
+// kind its own client. One shared client would hold every kind to a single kind's budget.
+type metadataClients struct {
+	cfg        *rest.Config
+	httpClient *http.Client
+	mu         sync.Mutex
+	clients    map[schema.GroupVersionResource]metadata.Interface
+}
+
+// forResource returns the metadata client of gvr, made on first use.
+func (m *metadataClients) forResource(gvr schema.GroupVersionResource) (metadata.Interface, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.clients[gvr]; ok {
+		return c, nil
+	}
+	c, err := metadata.NewForConfigAndClient(m.cfg, m.httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("metadata client for %s: %w", gvr, err)
+	}
+	if m.clients == nil {
+		m.clients = map[schema.GroupVersionResource]metadata.Interface{}
+	}
+	m.clients[gvr] = c
+	return c, nil
 }
 
 // serverSideApply applies u with field manager manager; u becomes the server's full answer

@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -91,7 +90,7 @@ type Engine struct {
 	client client.Client
 	// meta sends the real applies: the server answers with the object's metadata only
 	// (protobuf), which is all the engine keeps of an apply's answer.
-	meta   metadata.Interface
+	meta   *metadataClients
 	mapper meta.RESTMapper
 	store  *inventory.Store
 	opts   Options
@@ -121,11 +120,7 @@ func New(cfg *rest.Config, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: client: %w", err)
 	}
-	mc, err := metadata.NewForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		return nil, fmt.Errorf("engine: metadata client: %w", err)
-	}
-	e := &Engine{client: c, meta: mc, mapper: mapper, store: inventory.NewStore(c), opts: opts, reader: c}
+	e := &Engine{client: c, meta: &metadataClients{cfg: cfg, httpClient: httpClient}, mapper: mapper, store: inventory.NewStore(c), opts: opts, reader: c}
 	if opts.Watch {
 		e.memo = newMemo()
 		if e.cache, err = newWatchCache(cfg, httpClient, c, e.memo, opts.Changed); err != nil {
