@@ -106,7 +106,10 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 		}
 		return out, false, nil
 	}
-	if listed && live != nil && dry.GetResourceVersion() != live.GetResourceVersion() {
+	// A listed answer is trusted only at the very version the dry-run started from: an
+	// object listed as missing must still be missing (a dry-run create has no
+	// resourceVersion), and a listed object must not have changed since.
+	if listed && dry.GetResourceVersion() != resourceVersion(live) {
 		return out, true, nil
 	}
 	if live != nil && !drifted(live, dry) {
@@ -157,8 +160,8 @@ func (r *applyRun) sent(it *item, applied metav1.Object, out outcome) (outcome, 
 // ownership check, dry-run, and an apply only when the dry-run shows a change), which also
 // reports the failure.
 //
-//   - not in the cache, and listed as missing by the API server (findAbsent): a new object,
-//     applied at once;
+//   - listed as missing by the API server (survey): a new object, applied at once without
+//     reading the cache;
 //   - ours, at the resourceVersion and desired hash the memo recorded: nothing to send;
 //   - ours, and the memo recorded another desired hash (a new commit): applied at once;
 //   - ours otherwise (a restart, a status update, an out-of-band edit): the full path, since
@@ -172,15 +175,19 @@ func (r *applyRun) sent(it *item, applied metav1.Object, out outcome) (outcome, 
 // word.
 func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out outcome) (
 	_ outcome, cached *metav1.PartialObjectMetadata, ok bool, _ error) {
+	if r.missing(it.id) {
+		// The API server just listed it as missing: applied at once, as without the cache
+		// (its informer is started after the run, so a cold apply does not stream back a watch
+		// event for every object it creates).
+		out.change.Action = ActionCreated
+		return r.fromCacheApply(ctx, it, nil, out)
+	}
 	cached, err := r.e.cache.cachedLive(ctx, it.obj)
 	switch {
 	case err != nil:
 		return out, nil, false, nil
-	case cached == nil:
-		if !r.missing(it.id) { // the API server has not confirmed it (I11: no adoption on a stale cache)
-			return out, nil, false, nil
-		}
-		out.change.Action = ActionCreated
+	case cached == nil: // the API server has not confirmed it (I11: no adoption on a stale cache)
+		return out, nil, false, nil
 	case cached.GetAnnotations()[OwnerAnnotation] != r.ref.ID:
 		return out, cached, false, nil
 	case r.e.memo.hit(it.id, hash, cached.GetResourceVersion()):
@@ -191,6 +198,12 @@ func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out o
 	default:
 		return out, cached, false, nil
 	}
+	return r.fromCacheApply(ctx, it, cached, out)
+}
+
+// fromCacheApply is fromCache's apply of it, over cached (nil: a new object).
+func (r *applyRun) fromCacheApply(ctx context.Context, it *item, cached *metav1.PartialObjectMetadata, out outcome) (
+	outcome, *metav1.PartialObjectMetadata, bool, error) {
 	applied, err := r.e.apply(ctx, it.obj, r.fieldManager(), r.opts.ForceConflicts)
 	if err != nil {
 		return out, cached, false, nil
@@ -269,6 +282,14 @@ func (r *applyRun) forceConflicts(live *unstructured.Unstructured) bool {
 func (r *applyRun) forced(it *item, live *unstructured.Unstructured) bool {
 	return r.opts.Force || it.obj.GetAnnotations()[ForceAnnotation] == ForceEnabled ||
 		live.GetAnnotations()[ForceAnnotation] == ForceEnabled
+}
+
+// resourceVersion is u's resourceVersion, "" for no object.
+func resourceVersion(u *unstructured.Unstructured) string {
+	if u == nil {
+		return ""
+	}
+	return u.GetResourceVersion()
 }
 
 // failed marks out failed with err, prefixed with the object ID.

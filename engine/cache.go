@@ -90,13 +90,17 @@ func (w *watchCache) cachedLive(ctx context.Context, u *unstructured.Unstructure
 	return live, err
 }
 
-// watchChanges adds the change handler to the (synced) metadata informer of obj's kind, once
-// per kind.
+// watchChanges starts the metadata informer of obj's kind, with the change handler
+// (watchKind), when obj is read as metadata.
 func (w *watchCache) watchChanges(ctx context.Context, obj client.Object) {
-	if _, ok := obj.(*metav1.PartialObjectMetadata); w.changed == nil || !ok {
-		return
+	if _, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		w.watchKind(ctx, obj.GetObjectKind().GroupVersionKind())
 	}
-	gvk := obj.GetObjectKind().GroupVersionKind()
+}
+
+// watchKind starts the metadata informer of gvk if it is not running, without waiting for
+// it to sync, and adds the change handler to it when someone listens; once per kind.
+func (w *watchCache) watchKind(ctx context.Context, gvk schema.GroupVersionKind) {
 	if _, done := w.watched.Load(gvk); done {
 		return
 	}
@@ -106,15 +110,32 @@ func (w *watchCache) watchChanges(ctx context.Context, obj client.Object) {
 	if err != nil {
 		return // tried again on the next read
 	}
-	if _, loaded := w.watched.LoadOrStore(gvk, struct{}{}); loaded {
+	if _, loaded := w.watched.LoadOrStore(gvk, struct{}{}); loaded || w.changed == nil {
 		return
 	}
 	gk := gvk.GroupKind()
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { w.onAdd(gk, o) },
 		UpdateFunc: func(o, n any) { w.onUpdate(gk, o, n) },
 		DeleteFunc: w.onDelete,
 	}); err != nil {
 		w.watched.Delete(gvk)
+	}
+}
+
+// onAdd reports a managed object the informer lists (or sees created) at another
+// resourceVersion than the one this engine last recorded for it: it changed between the
+// engine's write and the informer's start (informers of new kinds start after the run that
+// applied them). Objects the engine has no record of are not reported.
+func (w *watchCache) onAdd(gk schema.GroupKind, obj any) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	owner := m.GetAnnotations()[OwnerAnnotation]
+	id := object.ObjMetadata{GroupKind: gk, Namespace: m.GetNamespace(), Name: m.GetName()}
+	if owner != "" && w.memo.has(id) && !w.memo.at(id, m.GetResourceVersion()) {
+		w.changed(owner)
 	}
 }
 

@@ -5,7 +5,7 @@
 //
 // One Apply:
 //
-//  1. validate: deep-copy the input; every kind resolves (or is defined by a CRD of the
+//  1. validate: copy the input's metadata (the rest is shared, read-only); every kind resolves (or is defined by a CRD of the
 //     set); namespaced objects get DefaultNamespace or fail; cluster-scoped ones lose their
 //     namespace; server-owned metadata (resourceVersion, uid, managedFields, ...) is
 //     stripped; the owner annotation config.k8s.io/owning-inventory=<ID> is set; no
@@ -14,9 +14,13 @@
 //     AllowEmpty is false (nothing is written).
 //  3. write ahead: stored inventory ∪ desired (I2). A failed write stops the run.
 //  4. apply by stage (CRDs, Namespaces, ClusterRoles; then *Class kinds; then the rest),
-//     in parallel within a stage, after waiting for the CRDs to be Established. Per object:
-//     GET, ownership check, server-side dry-run, and an apply only when the dry-run result
-//     differs from the live object (so a converged set issues no writes, I7).
+//     in parallel within a stage, after waiting for the CRDs to be Established. Per chunk of
+//     500 objects, one LIST per kind and namespace answers what per-object GETs would
+//     (survey). Per object: the live object (listed, or a GET), ownership check, server-side
+//     dry-run, and an apply only when the dry-run result differs from the live object (so a
+//     converged set issues no writes, I7); an object listed as missing is applied at once.
+//     In watch mode the watch cache and the memo decide first (fromCache): an unchanged
+//     object costs no request.
 //  5. prune (old − new) only when every apply succeeded, in reverse order, each delete with a
 //     UID precondition; objects not carrying our annotation, annotated
 //     converge.dev/prune: disabled, or recreated by someone else are left alone and dropped

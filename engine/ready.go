@@ -16,18 +16,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// newPoller returns a kstatus poller reading through e.reader (the watch cache in watch
-// mode). Objects in byMeta are read as metadata only: their readiness does not depend on
-// their spec or status (readyOnExistence), so no full copy of them is fetched or cached.
+// newPoller returns a kstatus poller. In watch mode it reads each object from the watch
+// cache, and objects in byMeta as metadata only: their readiness does not depend on their
+// spec or status (readyOnExistence), so no full copy of them is cached.
 //
 // Status is computed by kstatus' generic reader for every kind, from the object alone: the
 // default readers of Deployments, ReplicaSets and StatefulSets also list the ReplicaSets and
 // Pods they generate, which would make the watch cache hold every Pod of the cluster, for
 // detail the engine does not report.
 func (e *Engine) newPoller(byMeta map[object.ObjMetadata]bool) *polling.StatusPoller {
+	generic := []pollengine.StatusReader{statusreaders.NewGenericStatusReader(e.mapper, status.Compute)}
+	if e.cache == nil {
+		// From the API server: kstatus' caching reader, one LIST per kind and namespace per
+		// poll instead of a GET per object.
+		return polling.NewStatusPoller(e.client, e.mapper, polling.Options{CustomStatusReaders: generic})
+	}
 	r := readinessReader{Reader: e.reader, byMeta: byMeta}
 	return polling.NewStatusPoller(r, e.mapper, polling.Options{
-		CustomStatusReaders:  []pollengine.StatusReader{statusreaders.NewGenericStatusReader(e.mapper, status.Compute)},
+		CustomStatusReaders:  generic,
 		ClusterReaderFactory: pollengine.ClusterReaderFactoryFunc(clusterreader.NewDirectClusterReader),
 	})
 }

@@ -141,7 +141,7 @@ func TestStaleCachePruneDeletesOnlyWhatIsOurs(t *testing.T) {
 // the old inventory did not hold straight away, with the shared field manager "converge",
 // which already owns the other set's owner annotation, so the apply silently rewrote it; the
 // next run that dropped the object then deleted the other set's object. Absence is now
-// confirmed by the API server (findAbsent) before such an apply.
+// confirmed by the API server (the survey) before such an apply.
 func TestStaleCacheNeverAdopts(t *testing.T) {
 	h, stale := newStaleHarness(t)
 	opts := testOpts()

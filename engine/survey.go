@@ -22,11 +22,13 @@ const listPageSize = 500
 //     before the apply would make it;
 //   - items it holds whose live object the run must read (without the watch path, all of
 //     them; with it, those the memo knows nothing of, as after a restart): their live
-//     objects, from a full LIST.
+//     objects, from a full LIST, when there are two or more and they are at least a quarter
+//     of what the metadata LIST found.
 //
-// It returns, per surveyed item, its live object, or nil when it does not exist; items a
-// metadata LIST found existing are left out (the run reads them itself). A kind and namespace
-// with fewer than two such items is left out too: one GET is no dearer than one LIST. The
+// It returns, per surveyed item, its live object, or nil when it does not exist; items found
+// existing but not listed in full are left out (the run reads them itself). A kind and
+// namespace with fewer than two such items is left out too: one GET is no dearer than one
+// LIST. CRDs are never listed. The
 // answers come from the API server, never from the watch cache, so a stale cache cannot hide
 // someone else's object. It runs per stage, after the CRDs of earlier stages are Established,
 // so kinds those CRDs define can be listed too. Kinds that cannot be listed (RBAC, not
@@ -43,7 +45,9 @@ func (r *applyRun) survey(ctx context.Context, items []*item) map[object.ObjMeta
 	}
 	groups := map[group]*wanted{}
 	for _, it := range items {
-		if it.pendingErr != nil {
+		if it.pendingErr != nil || it.pending && r.opts.DryRun || it.id.GroupKind == crdGK {
+			// Not listable (a kind not served yet), or not worth listing: a cluster's CRDs
+			// can be large, and a set holds few of them.
 			continue
 		}
 		g := group{it.obj.GroupVersionKind(), it.id.Namespace}
@@ -63,23 +67,36 @@ func (r *applyRun) survey(ctx context.Context, items []*item) map[object.ObjMeta
 	}
 	listed := map[object.ObjMetadata]*unstructured.Unstructured{}
 	for g, w := range groups {
-		switch {
-		case w.full >= 2:
-			lives, err := r.e.listLive(ctx, g.gvk, g.ns, w.ids)
-			if err != nil {
-				continue
+		if w.full+w.new < 2 {
+			continue // one GET is no dearer than one LIST
+		}
+		existing, err := r.e.listNames(ctx, g.gvk, g.ns)
+		if err != nil {
+			continue
+		}
+		present := 0
+		for name, id := range w.ids {
+			if existing[name] {
+				present++
+			} else {
+				listed[id] = nil
 			}
-			for name, id := range w.ids {
-				listed[id] = lives[name] // nil when missing
-			}
-		case w.full+w.new >= 2:
-			existing, err := r.e.listNames(ctx, g.gvk, g.ns)
-			if err != nil {
-				continue
-			}
-			for name, id := range w.ids {
-				if !existing[name] {
-					listed[id] = nil
+		}
+		// The live objects are listed in full only when the wanted ones are a good share of
+		// the kind in the namespace (at least a quarter): a LIST returns every object of it,
+		// and a namespace may hold many, or large, objects of others (Helm's release
+		// Secrets, for one). Otherwise the run reads them one by one.
+		if w.full < 2 || 4*present < len(existing) {
+			continue
+		}
+		lives, err := r.e.listLive(ctx, g.gvk, g.ns, w.ids)
+		if err != nil {
+			continue
+		}
+		for name, id := range w.ids {
+			if existing[name] {
+				if l := lives[name]; l != nil {
+					listed[id] = l
 				}
 			}
 		}

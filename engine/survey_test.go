@@ -1,17 +1,21 @@
 package engine
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/inventory"
 )
 
 // TestNoopOneRequestPerObject checks the re-apply of an unchanged set without the watch
-// cache (the CLI): the live objects come from one LIST per kind and namespace, so each object
-// costs one dry-run and no GET, and nothing is written (I7).
+// cache (the CLI): the live objects come from two LISTs per kind and namespace (names, then
+// the objects), so each object costs one dry-run and no GET, and nothing is written (I7).
 func TestNoopOneRequestPerObject(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	opts := testOpts()
@@ -26,8 +30,8 @@ func TestNoopOneRequestPerObject(t *testing.T) {
 		t.Errorf("re-apply of an unchanged set wrote: %v", w)
 	}
 	p, g, l := h.rt.Count("patch"), h.rt.CountResource("get", "configmaps", ""), h.rt.Count("list")
-	if p != 20 || g > 1 || l != 1 {
-		t.Errorf("re-apply of 20 unchanged objects: %d PATCH (dry-runs), %d GET, %d LIST; want 20, at most 1 (the inventory), 1: %v",
+	if p != 20 || g > 1 || l != 2 {
+		t.Errorf("re-apply of 20 unchanged objects: %d PATCH (dry-runs), %d GET, %d LIST; want 20, at most 1 (the inventory), 2: %v",
 			p, g, l, h.rt.Counts())
 	}
 }
@@ -76,5 +80,63 @@ func TestStaleListingIsReadAgain(t *testing.T) {
 	}
 	if v, _, _ := unstructured.NestedString(h.liveCM("cm-00").Object, "data", "v"); v == "drift" {
 		t.Error("the out-of-band edit was not corrected")
+	}
+}
+
+// TestListedMissingIsCheckedAgain checks that an object the survey listed as missing, but
+// that another inventory created since, is read again before anything is applied, so it is
+// refused, not adopted (I11). A dry-run create has no resourceVersion; an existing object's
+// has one.
+func TestListedMissingIsCheckedAgain(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	opts := testOpts()
+	opts.Diff = true           // dry-run before the apply, with the listed (missing) answer
+	opts.ForceConflicts = true // so no field conflict stops the apply: only the owner check can
+	foreign := configMap(h.ns, "taken", map[string]any{"v": "theirs"})
+	foreign.SetAnnotations(map[string]string{OwnerAnnotation: "someone-else"})
+	if err := h.plain.Create(h.ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	ours := configMap(h.ns, "taken", map[string]any{"v": "ours"})
+	items, err := h.eng.prepare(h.set(ours), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := object.ObjMetadata{Namespace: h.ns, Name: "taken", GroupKind: schema.GroupKind{Kind: "ConfigMap"}}
+	r := &applyRun{e: h.eng, ref: h.ref, opts: opts, old: &inventory.Inventory{}, items: items,
+		surveyed: map[object.ObjMetadata]*unstructured.Unstructured{id: nil}}
+	out, err := r.applyOne(h.ctx, items[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(out.change.Err, ErrNotOwned) {
+		t.Errorf("an object listed as missing, then created by another inventory: %s %v, want %v", out.change.Action, out.change.Err, ErrNotOwned)
+	}
+	if v, _, _ := unstructured.NestedString(h.liveCM("taken").Object, "data", "v"); v != "theirs" {
+		t.Errorf("I11: the other inventory's object changed: data.v = %q", v)
+	}
+}
+
+// TestSurveyListsInFullOnlyAGoodShare checks that the live objects are not listed in full
+// when the set's objects are a small part of their kind in the namespace (the others may be
+// many, or large): the run reads its own objects one by one instead.
+func TestSurveyListsInFullOnlyAGoodShare(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	opts := testOpts()
+	for i := range 10 {
+		other := configMap(h.ns, fmt.Sprintf("other-%02d", i), map[string]any{"v": "x"})
+		if err := h.plain.Create(h.ctx, other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs := manyCMs(h.ns, "1", 2)
+	h.apply(opts, objs...)
+	h.rt.Reset()
+	if s := h.apply(opts, objs...).Summary(); s.Unchanged != 2 {
+		t.Errorf("re-apply: %+v, want 2 unchanged", s)
+	}
+	if l, g := h.rt.Count("list"), h.rt.CountResource("get", "configmaps", ""); l != 1 || g != 3 {
+		t.Errorf("re-apply of 2 objects among 12 of their kind: %d LIST and %d GET, want 1 (names only) and 3 (the inventory and each object): %v",
+			l, g, h.rt.Counts())
 	}
 }
