@@ -10,7 +10,6 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
 
@@ -119,18 +118,13 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 		}
 	}
 	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, items: items, progress: newProgress(opts.Progress)}
-	outs, abort := r.applyStages(ctx)
 	if e.cache != nil && !opts.DryRun {
-		// New objects were applied without reading the cache: start the informers of their
-		// kinds now, so the next run (and the drift reports) find them.
-		kinds := map[schema.GroupVersionKind]bool{}
-		for _, it := range items {
-			if it.pendingErr == nil && !kinds[it.obj.GroupVersionKind()] {
-				kinds[it.obj.GroupVersionKind()] = true
-				e.cache.watchKind(ctx, it.obj.GroupVersionKind())
-			}
-		}
+		// New objects are applied without reading the cache: the informers of their kinds
+		// start when the run ends, off its critical path, so the next run (and the drift
+		// reports) find them.
+		defer e.cache.watchKinds(ctx, items)
 	}
+	outs, abort := r.applyStages(ctx)
 	rec := r.collect(res, outs)
 	if abort != nil {
 		return res, errors.Join(append(rec.errs, abort)...)

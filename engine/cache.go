@@ -98,6 +98,17 @@ func (w *watchCache) watchChanges(ctx context.Context, obj client.Object) {
 	}
 }
 
+// watchKinds starts the metadata informers of the kinds of items (watchKind).
+func (w *watchCache) watchKinds(ctx context.Context, items []*item) {
+	kinds := map[schema.GroupVersionKind]bool{}
+	for _, it := range items {
+		if gvk := it.obj.GroupVersionKind(); it.pendingErr == nil && !kinds[gvk] {
+			kinds[gvk] = true
+			w.watchKind(ctx, gvk)
+		}
+	}
+}
+
 // watchKind starts the metadata informer of gvk if it is not running, without waiting for
 // it to sync, and adds the change handler to it when someone listens; once per kind.
 func (w *watchCache) watchKind(ctx context.Context, gvk schema.GroupVersionKind) {

@@ -148,10 +148,12 @@ func runParent(ctx context.Context, f flags) error {
 	for _, name := range names {
 		results[name] = map[string][]Sample{}
 	}
-	// Cold applies: each on a fresh control plane, the engines taking turns, so that a
-	// machine that gets busier or slower during the benchmark weighs on every engine alike.
+	// Cold applies: each on a fresh control plane, the engines taking turns (and each round
+	// starting with the next engine), so that a machine that gets busier or slower during the
+	// benchmark weighs on every engine alike.
 	for r := range f.runs {
-		for _, name := range names {
+		for i := range names {
+			name := names[(r+i)%len(names)]
 			cf := f
 			cf.runs, cf.coldOnly = 1, true
 			log.Printf("cold apply %d/%d: %s", r+1, f.runs, name)
