@@ -2,6 +2,10 @@ package engine
 
 import (
 	"context"
+	"maps"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -65,40 +69,57 @@ func (r *applyRun) survey(ctx context.Context, items []*item) map[object.ObjMeta
 			w.full++
 		}
 	}
+	var mu sync.Mutex // guards listed
 	listed := map[object.ObjMetadata]*unstructured.Unstructured{}
+	var eg errgroup.Group // the groups' LISTs in parallel: each stage and chunk waits for them
+	eg.SetLimit(max(r.opts.Concurrency, 1))
 	for g, w := range groups {
 		if w.full+w.new < 2 {
 			continue // one GET is no dearer than one LIST
 		}
-		existing, err := r.e.listNames(ctx, g.gvk, g.ns)
-		if err != nil {
-			continue
+		eg.Go(func() error {
+			found := r.surveyGroup(ctx, g.gvk, g.ns, w.ids, w.full)
+			mu.Lock()
+			defer mu.Unlock()
+			maps.Copy(listed, found)
+			return nil
+		})
+	}
+	_ = eg.Wait() // a group that cannot be listed is left out
+	return listed
+}
+
+// surveyGroup lists the objects of gvk in namespace ns for the items ids (by name), full of
+// which are inventoried items whose live object is wanted; see survey.
+func (r *applyRun) surveyGroup(ctx context.Context, gvk schema.GroupVersionKind, ns string,
+	ids map[string]object.ObjMetadata, full int) map[object.ObjMetadata]*unstructured.Unstructured {
+	listed := map[object.ObjMetadata]*unstructured.Unstructured{}
+	existing, err := r.e.listNames(ctx, gvk, ns)
+	if err != nil {
+		return listed
+	}
+	present := 0
+	for name, id := range ids {
+		if existing[name] {
+			present++
+		} else {
+			listed[id] = nil
 		}
-		present := 0
-		for name, id := range w.ids {
-			if existing[name] {
-				present++
-			} else {
-				listed[id] = nil
-			}
-		}
-		// The live objects are listed in full only when the wanted ones are a good share of
-		// the kind in the namespace (at least a quarter): a LIST returns every object of it,
-		// and a namespace may hold many, or large, objects of others (Helm's release
-		// Secrets, for one). Otherwise the run reads them one by one.
-		if w.full < 2 || 4*present < len(existing) {
-			continue
-		}
-		lives, err := r.e.listLive(ctx, g.gvk, g.ns, w.ids)
-		if err != nil {
-			continue
-		}
-		for name, id := range w.ids {
-			if existing[name] {
-				if l := lives[name]; l != nil {
-					listed[id] = l
-				}
-			}
+	}
+	// The live objects are listed in full only when the wanted ones are a good share of the
+	// kind in the namespace (at least a quarter): a LIST returns every object of it, and a
+	// namespace may hold many, or large, objects of others (Helm's release Secrets, for one).
+	// Otherwise the run reads them one by one.
+	if full < 2 || 4*present < len(existing) {
+		return listed
+	}
+	lives, err := r.e.listLive(ctx, gvk, ns, ids)
+	if err != nil {
+		return listed
+	}
+	for name, id := range ids {
+		if l := lives[name]; l != nil && existing[name] {
+			listed[id] = l
 		}
 	}
 	return listed

@@ -12,7 +12,6 @@ import (
 	fluxobject "github.com/fluxcd/cli-utils/pkg/object"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -99,7 +98,7 @@ func (e *Engine) waitEstablished(ctx context.Context, crds []string, pending []*
 		timeout = defaultTimeout
 	}
 	var last error
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	check := func(ctx context.Context) (bool, error) {
 		for _, name := range crds {
 			crd := &unstructured.Unstructured{}
 			crd.SetGroupVersionKind(crdGK.WithVersion("v1"))
@@ -123,11 +122,25 @@ func (e *Engine) waitEstablished(ctx context.Context, crds []string, pending []*
 			}
 		}
 		return true, nil
-	})
-	if err != nil && last != nil {
-		return fmt.Errorf("wait for CRDs: %v: %w", last, err) // the NoMatch in last is transient here
 	}
-	return err
+	// A new CRD is usually Established within a few hundred milliseconds, and every object of
+	// the next stage waits for it: poll soon at first (20 ms, doubling), then every 250 ms.
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for delay := 20 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
+		ok, err := check(wctx)
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-wctx.Done():
+			if last != nil {
+				return fmt.Errorf("wait for CRDs: %v: %w", last, wctx.Err()) // the NoMatch in last is transient here
+			}
+			return wctx.Err()
+		case <-time.After(delay):
+		}
+	}
 }
 
 // established reports the Established=True condition of a CRD.
