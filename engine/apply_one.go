@@ -2,24 +2,13 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"sync"
-	"time"
 
 	"github.com/fluxcd/pkg/ssa/normalize"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Messages of dry-run shortcuts.
@@ -301,119 +290,12 @@ func failed(out outcome, err error) outcome {
 	return out
 }
 
-// get reads the live object of u from the API server; nil when it does not exist.
-func (e *Engine) get(ctx context.Context, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	live := &unstructured.Unstructured{}
-	live.SetGroupVersionKind(u.GroupVersionKind())
-	err := e.client.Get(ctx, client.ObjectKeyFromObject(u), live)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return live, nil
-}
-
 // fieldManager is the field manager of the run: ApplyOptions.FieldManager or FieldManager.
 func (r *applyRun) fieldManager() string {
 	if r.opts.FieldManager != "" {
 		return r.opts.FieldManager
 	}
 	return FieldManager
-}
-
-// apply server-side applies u for real with field manager manager, taking conflicting
-// fields when force, and returns the server's answer as metadata only: the engine keeps only
-// the resourceVersion and UID of an apply, and a metadata answer (protobuf) costs the API
-// server and the engine a fraction of the full object's JSON. u is not modified; it never
-// carries a resourceVersion (prepare strips it), so the apply is not an optimistic-lock
-// write.
-func (e *Engine) apply(ctx context.Context, u *unstructured.Unstructured, manager string, force bool) (*metav1.PartialObjectMetadata, error) {
-	gvk := u.GroupVersionKind()
-	m, err := e.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return nil, err
-	}
-	body, err := json.Marshal(u.Object)
-	if err != nil {
-		return nil, fmt.Errorf("encode: %w", err)
-	}
-	mc, err := e.meta.forResource(m.Resource)
-	if err != nil {
-		return nil, err
-	}
-	var ri metadata.ResourceInterface = mc.Resource(m.Resource)
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		ri = mc.Resource(m.Resource).Namespace(u.GetNamespace())
-	}
-	return ri.Patch(ctx, u.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: manager, Force: &force})
-}
-
-// metadataClients are the metadata clients of the applies, one per resource: each has its
-// own client-side rate limiter (the config's QPS and Burst), as controller-runtime gives each
-// kind its own client. One shared client would hold every kind to a single kind's budget.
-type metadataClients struct {
-	cfg        *rest.Config
-	httpClient *http.Client
-	mu         sync.Mutex
-	clients    map[schema.GroupVersionResource]metadata.Interface
-}
-
-// forResource returns the metadata client of gvr, made on first use.
-func (m *metadataClients) forResource(gvr schema.GroupVersionResource) (metadata.Interface, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if c, ok := m.clients[gvr]; ok {
-		return c, nil
-	}
-	c, err := metadata.NewForConfigAndClient(m.cfg, m.httpClient)
-	if err != nil {
-		return nil, fmt.Errorf("metadata client for %s: %w", gvr, err)
-	}
-	if m.clients == nil {
-		m.clients = map[schema.GroupVersionResource]metadata.Interface{}
-	}
-	m.clients[gvr] = c
-	return c, nil
-}
-
-// serverSideApply applies u with field manager manager; u becomes the server's full answer
-// (used for dry-runs, whose answer is compared with the live object).
-func (e *Engine) serverSideApply(ctx context.Context, u *unstructured.Unstructured, manager string, dryRun, force bool) error {
-	opts := []client.ApplyOption{client.FieldOwner(manager)}
-	if force {
-		opts = append(opts, client.ForceOwnership)
-	}
-	if dryRun {
-		opts = append(opts, client.DryRunAll)
-	}
-	return e.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...)
-}
-
-// recreate deletes live with a UID precondition and waits until it is gone, so it can be
-// created again with the changed immutable fields.
-func (e *Engine) recreate(ctx context.Context, live *unstructured.Unstructured, timeout time.Duration) error {
-	uid := live.GetUID()
-	err := e.client.Delete(ctx, live, client.Preconditions{UID: &uid},
-		client.PropagationPolicy(metav1.DeletePropagationBackground))
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("recreate: delete: %w", err)
-	}
-	if timeout <= 0 {
-		timeout = time.Minute
-	}
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		cur, err := e.get(ctx, live)
-		if err != nil {
-			return false, err
-		}
-		return cur == nil || cur.GetUID() != uid, nil
-	})
-	if err != nil {
-		return fmt.Errorf("recreate: wait for deletion: %w", err)
-	}
-	return nil
 }
 
 // drifted reports whether the server's dry-run result differs from the live object in

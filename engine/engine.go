@@ -94,9 +94,6 @@ type Engine struct {
 	mapper meta.RESTMapper
 	store  *inventory.Store
 	opts   Options
-	// reader serves reads that may be a moment stale: the watch cache when Watch is set,
-	// else the API server.
-	reader client.Reader
 	cache  *watchCache // nil without Watch
 	memo   *memo       // nil without Watch
 }
@@ -120,13 +117,12 @@ func New(cfg *rest.Config, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: client: %w", err)
 	}
-	e := &Engine{client: c, meta: &metadataClients{cfg: cfg, httpClient: httpClient}, mapper: mapper, store: inventory.NewStore(c), opts: opts, reader: c}
+	e := &Engine{client: c, meta: &metadataClients{cfg: cfg, httpClient: httpClient}, mapper: mapper, store: inventory.NewStore(c), opts: opts}
 	if opts.Watch {
 		e.memo = newMemo()
 		if e.cache, err = newWatchCache(cfg, httpClient, c, e.memo, opts.Changed); err != nil {
 			return nil, err
 		}
-		e.reader = e.cache
 	}
 	return e, nil
 }

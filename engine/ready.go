@@ -31,7 +31,7 @@ func (e *Engine) newPoller(byMeta map[object.ObjMetadata]bool) *polling.StatusPo
 		// poll instead of a GET per object.
 		return polling.NewStatusPoller(e.client, e.mapper, polling.Options{CustomStatusReaders: generic})
 	}
-	r := readinessReader{Reader: e.reader, byMeta: byMeta}
+	r := readinessReader{Reader: e.cache, byMeta: byMeta}
 	return polling.NewStatusPoller(r, e.mapper, polling.Options{
 		CustomStatusReaders:  generic,
 		ClusterReaderFactory: pollengine.ClusterReaderFactoryFunc(clusterreader.NewDirectClusterReader),
