@@ -171,6 +171,12 @@ func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out o
 		out.change.Action = ActionCreated
 		return r.fromCacheApply(ctx, it, nil, out)
 	}
+	if !r.old.Has(it.id) && !r.e.memo.has(it.id) {
+		// New, and not listed (alone of its kind in its namespace): the full path reads it
+		// with a GET, which the cache could not spare, and reading the cache would start (and
+		// wait for) its kind's informer in the middle of the run.
+		return out, nil, false, nil
+	}
 	cached, err := r.e.cache.cachedLive(ctx, it.obj)
 	switch {
 	case err != nil:
