@@ -49,7 +49,7 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err err
 		}
 		cached = c
 	}
-	live, listed := r.listed(it.id, viaCache, cached)
+	live, listed := r.surveyedLive(it.id, viaCache, cached)
 	for {
 		if !listed {
 			if live, err = r.e.get(ctx, it.obj); err != nil {

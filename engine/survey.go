@@ -54,18 +54,20 @@ func (r *applyRun) survey(ctx context.Context, items []*item) map[object.ObjMeta
 			// can be large, and a set holds few of them.
 			continue
 		}
+		isNew := !r.old.Has(it.id)
+		if !isNew && r.viaCache() && r.e.memo.has(it.id) {
+			continue // the watch path decides it from the cache and the memo
+		}
 		g := group{it.obj.GroupVersionKind(), it.id.Namespace}
 		w := groups[g]
 		if w == nil {
 			w = &wanted{ids: map[string]object.ObjMetadata{}}
 			groups[g] = w
 		}
-		switch {
-		case !r.old.Has(it.id):
-			w.ids[it.id.Name] = it.id
+		w.ids[it.id.Name] = it.id
+		if isNew {
 			w.new++
-		case !(r.viaCache() && r.e.memo.has(it.id)):
-			w.ids[it.id.Name] = it.id
+		} else {
 			w.full++
 		}
 	}
@@ -125,12 +127,12 @@ func (r *applyRun) surveyGroup(ctx context.Context, gvk schema.GroupVersionKind,
 	return listed
 }
 
-// listed returns the survey's answer for id when the full path may use it instead of a GET.
+// surveyedLive returns the survey's answer for id when the full path may use it instead of a GET.
 // After the watch path declined the object, only a live object listed at the very
 // resourceVersion the cache shows is used: a "missing" answer may be older than what made the
 // watch path decline (the cache has seen the object since, or its direct apply failed), and
 // acting on it could adopt another set's object (I11).
-func (r *applyRun) listed(id object.ObjMetadata, viaCache bool, cached *metav1.PartialObjectMetadata) (*unstructured.Unstructured, bool) {
+func (r *applyRun) surveyedLive(id object.ObjMetadata, viaCache bool, cached *metav1.PartialObjectMetadata) (*unstructured.Unstructured, bool) {
 	live, ok := r.surveyed[id]
 	if !ok {
 		return nil, false
