@@ -19,6 +19,11 @@ import (
 
 // Outcome is what one reconcile of one generation found. It holds plain values only.
 type Outcome struct {
+	// UID is the metadata.uid of the Sync the reconcile read. A Sync is its UID, not its
+	// name (I14): when the Sync under the key has another UID (deleted and re-created while
+	// the reconcile ran), Write drops the outcome and returns ErrReplaced. Empty skips the
+	// check.
+	UID types.UID
 	// Generation is the metadata.generation the reconcile read. It becomes
 	// status.observedGeneration; a Sync whose status already describes a newer generation
 	// is left alone.
@@ -38,6 +43,11 @@ type Outcome struct {
 	Inventory      *InventoryStatus
 	Summary        *Summary
 }
+
+// ErrReplaced is returned (wrapped) by Write when it dropped an outcome because the Sync it
+// was computed for is gone and another Sync (another UID) now has its name: the outcome says
+// nothing about that one, which gets its own reconcile. Nothing was written.
+var ErrReplaced = errors.New("the Sync was deleted and re-created under the same name: outcome dropped")
 
 // Writer writes Sync status in its own optimistic-lock step: one write per outcome, with the
 // resourceVersion of the object it was computed from; on a conflict it re-reads from the API
@@ -92,8 +102,11 @@ func (w *Writer) recordWrite(key types.NamespacedName, rv string) {
 var DefaultBackoff = wait.Backoff{Steps: 6, Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2}
 
 // Write records o on the Sync key. It writes nothing when the status already says the same,
-// and it does not overwrite a status that describes a newer generation (I5). It returns the
-// last conflict or API error when the bounded retries run out; a missing Sync is not an error.
+// and it does not overwrite a status that describes a newer generation (I5). It writes only
+// onto the Sync whose UID is o.UID: another Sync of the same name gets nothing and Write
+// returns ErrReplaced; the resourceVersion precondition of the patch covers a re-create
+// between the read and the write. It returns the last conflict or API error when the
+// bounded retries run out; a missing Sync is not an error.
 func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome) error {
 	reader := w.Cached
 	if reader == nil {
@@ -103,6 +116,7 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 	if backoff.Steps == 0 {
 		backoff = DefaultBackoff
 	}
+	replaced := false
 	err := retry.RetryOnConflict(backoff, func() error {
 		base := &Sync{}
 		err := reader.Get(ctx, key, base)
@@ -118,8 +132,15 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 			// may equal the stale status but not ours, I4). Read the API server instead.
 			return errStaleBase
 		}
+		if o.UID != "" && base.UID != o.UID {
+			if cached {
+				return errStaleBase // the cache may show another incarnation than the server
+			}
+			replaced = true
+			return nil
+		}
 		next := base.DeepCopy()
-		if !w.apply(&next.Status, o) {
+		if !w.apply(next, o) {
 			return nil
 		}
 		patch := client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
@@ -133,15 +154,20 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 		w.forgetWrite(key) // the Sync is gone: nothing to remember for it
 		return nil
 	}
+	if err == nil && replaced {
+		w.forgetWrite(key) // what we remembered was about the Sync that is gone
+		err = ErrReplaced
+	}
 	if err != nil {
 		return fmt.Errorf("%s: write status: %w", key, err)
 	}
 	return nil
 }
 
-// apply merges o into s and reports whether s changed. Conditions other than Ready,
-// Reconciling and Stalled (another writer's) are kept.
-func (w *Writer) apply(s *SyncStatus, o Outcome) bool {
+// apply merges o into the status of sync and reports whether it changed. Conditions other
+// than Ready, Reconciling and Stalled (another writer's) are kept.
+func (w *Writer) apply(sync *Sync, o Outcome) bool {
+	s := &sync.Status
 	if s.ObservedGeneration > o.Generation {
 		return false // a newer reconcile already wrote: never regress (I5)
 	}

@@ -2,12 +2,14 @@ package status
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -279,5 +281,73 @@ func TestWriteNeverSkipsOnALaggingCache(t *testing.T) {
 	}
 	if s := get(t, c, key); !meta.IsStatusConditionTrue(s.Status.Conditions, ConditionReady) {
 		t.Errorf("Ready is not True after the last outcome: %+v", s.Status.Conditions)
+	}
+}
+
+// recreate deletes the Sync key and creates another one under the same name with another
+// spec, as a user does who strips the finalizer of a Sync whose deletion "hangs".
+func recreate(t *testing.T, c client.Client, key types.NamespacedName) *Sync {
+	t.Helper()
+	ctx := context.Background()
+	old := get(t, c, key)
+	if err := c.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(c.Get(ctx, key, &Sync{})), nil
+	})
+	if err != nil {
+		t.Fatalf("the Sync was never deleted: %v", err)
+	}
+	s := &Sync{
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace},
+		Spec:       SyncSpec{Source: Source{Git: &GitSource{URL: "https://git.example/other.git"}}, Interval: metav1.Duration{Duration: time.Minute}},
+	}
+	if err := c.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if s.UID == old.UID {
+		t.Fatalf("the re-created Sync has the old UID %s", s.UID)
+	}
+	return s
+}
+
+// TestWriteDropsTheOutcomeOfAReplacedSync is I14: an outcome computed for a Sync that was
+// deleted and re-created under the same name is never written onto the new one, whether
+// the writer reads the new Sync at once or a cache still shows the old one (the patch's
+// resourceVersion precondition then fails and the re-read finds another UID). The new Sync's
+// own outcome is written although the cache shows the old one.
+func TestWriteDropsTheOutcomeOfAReplacedSync(t *testing.T) {
+	c, ft, key := setup(t)
+	old := get(t, c, key)
+	oldOutcome := Outcome{UID: old.UID, Generation: old.Generation, Ready: metav1.ConditionFalse, Reason: "HealthCheckFailed",
+		Message: "Deployment web/api not ready", AttemptedRevision: "main@sha1:6666666666666666666666666666666666666666"}
+	cur := recreate(t, c, key)
+	for name, w := range map[string]*Writer{
+		"live read":         {Live: c, Client: c},
+		"stale cached read": {Cached: frozenReader{old}, Live: c, Client: c},
+	} {
+		ft.Reset()
+		err := w.Write(context.Background(), key, oldOutcome)
+		if !errors.Is(err, ErrReplaced) {
+			t.Errorf("%s: Write of the old Sync's outcome = %v, want ErrReplaced", name, err)
+		}
+		if s := get(t, c, key); s.Status.ObservedGeneration != 0 || len(s.Status.Conditions) != 0 {
+			t.Errorf("%s: the old Sync's outcome landed on the new one: %+v", name, s.Status)
+		}
+		if ft.CountResource("patch", "syncs", "status") > 1 {
+			t.Errorf("%s: writes %v, want at most the one rejected by its resourceVersion", name, ft.Writes())
+		}
+	}
+
+	rev := "main@sha1:7777777777777777777777777777777777777777"
+	mine := ready(cur.Generation, rev)
+	mine.UID = cur.UID
+	w := &Writer{Cached: frozenReader{old}, Live: c, Client: c}
+	if err := w.Write(context.Background(), key, mine); err != nil {
+		t.Fatalf("Write of the new Sync's outcome: %v", err)
+	}
+	if s := get(t, c, key); s.Status.ObservedGeneration != cur.Generation || s.Status.LastAppliedRevision != rev {
+		t.Errorf("the new Sync's outcome was not written: %+v", s.Status)
 	}
 }

@@ -89,6 +89,12 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// The status write is its own step: an apply failure never stops it, and its failure
 	// never undoes the apply.
 	err := r.writer.Write(ctx, req.NamespacedName, outcome)
+	if errors.Is(err, status.ErrReplaced) {
+		// The Sync this reconcile read was deleted and another took its name (I14): the
+		// outcome is not about it. Reconcile the new one from its own read.
+		log.Info("outcome dropped: the Sync was re-created", "uid", s.UID)
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	}
 	r.metrics.reconciled(s, outcome, start, err)
 	r.drift.reconciled(req.NamespacedName, time.Since(start))
 	if err != nil {
@@ -103,7 +109,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // failure that deserves a retry with back-off; a non-nil crash means a test crash point
 // fired and nothing more may be written.
 func (r *reconciler) sync(ctx context.Context, s *status.Sync) (o status.Outcome, failed bool, crash error) {
-	o = status.Outcome{Generation: s.Generation, HandledRequest: s.Annotations[status.RequestedAtAnnotation]}
+	o = status.Outcome{UID: s.UID, Generation: s.Generation, HandledRequest: s.Annotations[status.RequestedAtAnnotation]}
 	src, err := r.source(ctx, s)
 	if err != nil {
 		return r.fail(s, o, reasonFetchFailed, err, false), true, nil

@@ -237,9 +237,9 @@ func (o *runOptions) defaultLeaderTimings() {
 	}
 }
 
-// syncChanged passes the Sync events that need a reconcile: a new generation (spec), a
-// changed annotation (reconcile-now), deletion. Status-only updates, such
-// as our own status writes, do not retrigger a reconcile.
+// syncChanged passes the Sync events that need a reconcile: another Sync under the same name
+// (UID), a new generation (spec), a changed annotation (reconcile-now), deletion. Status-only
+// updates, such as our own status writes, do not retrigger a reconcile.
 type syncChanged struct{ predicate.Funcs }
 
 func (syncChanged) Update(e event.UpdateEvent) bool {
@@ -247,7 +247,8 @@ func (syncChanged) Update(e event.UpdateEvent) bool {
 	if o == nil || n == nil {
 		return true
 	}
-	return o.GetGeneration() != n.GetGeneration() ||
+	return o.GetUID() != n.GetUID() || // a relist can fold a delete and a re-create into one update
+		o.GetGeneration() != n.GetGeneration() ||
 		o.GetAnnotations()[status.RequestedAtAnnotation] != n.GetAnnotations()[status.RequestedAtAnnotation] ||
 		!n.GetDeletionTimestamp().IsZero()
 }

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/status"
+)
+
+// neverReady is a Deployment that never becomes Available: the API profile runs no
+// controller-manager, so a readiness wait on it lasts until its timeout.
+const neverReady = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: NS}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: c, image: example.invalid/web:1}]}
+`
+
+// TestDaemonDropsTheOutcomeOfAReplacedSync is I14: a reconcile whose readiness wait (on a
+// Deployment that never becomes ready) is still running when the user deletes its Sync,
+// strips the finalizer and creates another Sync of the same name with another spec. The old
+// reconcile's outcome (HealthCheckFailed) must never show on the new Sync, which reaches
+// observedGeneration == generation with conditions about itself.
+func TestDaemonDropsTheOutcomeOfAReplacedSync(t *testing.T) {
+	f := newFixture(t)
+	rev := f.publish(map[string]string{"old/web.yaml": neverReady, "new/b.yaml": cmB})
+	ctx := context.Background()
+	held, release := make(chan *status.Sync, 1), make(chan struct{})
+	var once sync.Once
+	releaseOnce := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(releaseOnce) // never leave the daemon blocked when the test fails early
+	var calls atomic.Int32
+	f.startDaemon(env.Config, func(o *runOptions) {
+		// The first reconcile stays in its wait (held here, after the wait ended, for as
+		// long as the test needs) while the Sync is replaced.
+		o.crash.BeforeStatusWrite = func(s *status.Sync) error {
+			if calls.Add(1) == 1 {
+				held <- s
+				<-release
+			}
+			return nil
+		}
+	})
+	f.createSync(time.Hour, func(s *status.Sync) {
+		s.Spec.Path, s.Spec.Timeout = "old", &metav1.Duration{Duration: 2 * time.Second}
+	})
+	var old *status.Sync
+	select {
+	case old = <-held:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the first reconcile never reached its status write")
+	}
+
+	// Delete, strip the finalizer, re-create with another spec.
+	cur := &status.Sync{}
+	if err := f.c.Get(ctx, client.ObjectKeyFromObject(old), cur); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Delete(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := f.c.Get(ctx, client.ObjectKeyFromObject(old), cur); err != nil {
+			return apierrors.IsNotFound(err), nil
+		}
+		cur.Finalizers = nil
+		return false, client.IgnoreNotFound(ignoreConflict(f.c.Update(ctx, cur)))
+	})
+	if err != nil {
+		t.Fatalf("the old Sync never went away: %v", err)
+	}
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: newScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(ctx, &status.SyncList{}, client.InNamespace(f.ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	replacement := f.createSync(time.Hour, func(s *status.Sync) { s.Spec.Path = "new" })
+	if replacement.UID == old.UID {
+		t.Fatalf("the re-created Sync has the old UID %s", old.UID)
+	}
+	releaseOnce()
+
+	// Every state the new Sync goes through, up to Ready at its own generation.
+	timeout := time.After(90 * time.Second)
+	for {
+		var ev watch.Event
+		open := true
+		select {
+		case ev, open = <-w.ResultChan():
+		case <-timeout:
+			t.Fatal("the new Sync never became Ready at its generation")
+		}
+		if !open {
+			t.Fatal("the watch of the Syncs ended")
+		}
+		s, ok := ev.Object.(*status.Sync)
+		if !ok || s.UID != replacement.UID {
+			continue
+		}
+		readyCond := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady)
+		if readyCond != nil && readyCond.Reason == reasonHealthCheck {
+			t.Fatalf("I14: the old Sync's outcome was written onto the new one: %s %q", readyCond.Reason, readyCond.Message)
+		}
+		if readyAt(rev)(s) {
+			break
+		}
+	}
+	if _, err := f.configMap("b"); err != nil {
+		t.Errorf("the new Sync's configmap b: %v", err)
+	}
+}
+
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
