@@ -102,11 +102,12 @@ func (w *Writer) recordWrite(key types.NamespacedName, rv string) {
 var DefaultBackoff = wait.Backoff{Steps: 6, Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.2}
 
 // Write records o on the Sync key. It writes nothing when the status already says the same,
-// and it does not overwrite a status that describes a newer generation (I5). It writes only
-// onto the Sync whose UID is o.UID: another Sync of the same name gets nothing and Write
-// returns ErrReplaced; the resourceVersion precondition of the patch covers a re-create
-// between the read and the write. It returns the last conflict or API error when the
-// bounded retries run out; a missing Sync is not an error.
+// and it does not overwrite a status that describes a newer generation (I5); an
+// observedGeneration above metadata.generation is impossible and is overwritten, never taken
+// for newer (I14). It writes only onto the Sync whose UID is o.UID: another Sync of the same
+// name gets nothing and Write returns ErrReplaced; the resourceVersion precondition of the
+// patch covers a re-create between the read and the write. It returns the last conflict or
+// API error when the bounded retries run out; a missing Sync is not an error.
 func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome) error {
 	reader := w.Cached
 	if reader == nil {
@@ -168,9 +169,12 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 // than Ready, Reconciling and Stalled (another writer's) are kept.
 func (w *Writer) apply(sync *Sync, o Outcome) bool {
 	s := &sync.Status
-	if s.ObservedGeneration > o.Generation {
+	if s.ObservedGeneration > o.Generation && s.ObservedGeneration <= sync.Generation {
 		return false // a newer reconcile already wrote: never regress (I5)
 	}
+	// An observedGeneration above metadata.generation describes no generation that ever
+	// existed (a hand-written or buggy status write): trusting it as "newer" would freeze the
+	// Sync for good, so it is overwritten (I14).
 	before := s.DeepCopyStatus()
 	now := metav1.NewTime(w.now())
 	s.ObservedGeneration = o.Generation

@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -197,6 +198,7 @@ func TestWriteGivesUpAfterBoundedConflicts(t *testing.T) {
 // written for a newer one (I5), and a failure keeps lastAppliedRevision (I5, I6).
 func TestWriteNeverRegresses(t *testing.T) {
 	c, _, key := setup(t)
+	bumpGeneration(t, c, key, 3) // observedGeneration 3 must be a generation that existed
 	w := &Writer{Live: c, Client: c}
 	newRev := "main@sha1:3333333333333333333333333333333333333333"
 	if err := w.Write(context.Background(), key, ready(3, newRev)); err != nil {
@@ -284,6 +286,17 @@ func TestWriteNeverSkipsOnALaggingCache(t *testing.T) {
 	}
 }
 
+// bumpGeneration changes the Sync's spec until metadata.generation is gen.
+func bumpGeneration(t *testing.T, c client.Client, key types.NamespacedName, gen int64) {
+	t.Helper()
+	for s := get(t, c, key); s.Generation < gen; s = get(t, c, key) {
+		s.Spec.Path = fmt.Sprintf("apps-%d", s.Generation+1)
+		if err := c.Update(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // recreate deletes the Sync key and creates another one under the same name with another
 // spec, as a user does who strips the finalizer of a Sync whose deletion "hangs".
 func recreate(t *testing.T, c client.Client, key types.NamespacedName) *Sync {
@@ -349,5 +362,28 @@ func TestWriteDropsTheOutcomeOfAReplacedSync(t *testing.T) {
 	}
 	if s := get(t, c, key); s.Status.ObservedGeneration != cur.Generation || s.Status.LastAppliedRevision != rev {
 		t.Errorf("the new Sync's outcome was not written: %+v", s.Status)
+	}
+}
+
+// TestWriteRepairsAnImpossibleObservedGeneration is I14: a status whose observedGeneration is
+// above metadata.generation (written by hand through the status subresource) describes no
+// generation that ever existed; the next outcome overwrites it instead of deferring to it.
+func TestWriteRepairsAnImpossibleObservedGeneration(t *testing.T) {
+	c, _, key := setup(t)
+	s := get(t, c, key)
+	s.Status.ObservedGeneration = 999
+	s.Status.LastHandledRequest = "bogus"
+	if err := c.Status().Update(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	o := ready(s.Generation, "main@sha1:8888888888888888888888888888888888888888")
+	o.HandledRequest = "2026-11-23T13:00:00Z"
+	if err := (&Writer{Live: c, Client: c}).Write(context.Background(), key, o); err != nil {
+		t.Fatal(err)
+	}
+	got := get(t, c, key)
+	if got.Status.ObservedGeneration != got.Generation || got.Status.LastHandledRequest != o.HandledRequest {
+		t.Errorf("observedGeneration %d (generation %d), lastHandledRequest %q; want the outcome written",
+			got.Status.ObservedGeneration, got.Generation, got.Status.LastHandledRequest)
 	}
 }
