@@ -131,7 +131,11 @@ type InventoryStatus struct {
 	Entries int    `json:"entries"`
 }
 
-// Summary counts the actions of the last reconcile.
+// Summary counts the actions of the last apply that changed something (created, configured,
+// pruned or failed an object), or of the first apply of the last attempted revision: a
+// reconcile that changed nothing leaves it as it was, so it never reads "pruned: 0" a moment
+// after a prune, and a daemon restart does not rewrite "created" as "unchanged". NotReady is
+// the exception: it counts the objects not ready at the latest reconcile.
 type Summary struct {
 	Created    int `json:"created"`
 	Configured int `json:"configured"`

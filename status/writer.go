@@ -41,7 +41,9 @@ type Outcome struct {
 	// HandledRequest is the converge.dev/requestedAt value this reconcile handled.
 	HandledRequest string
 	Inventory      *InventoryStatus
-	Summary        *Summary
+	// Summary counts the actions of this reconcile's apply. Write records it only when it
+	// says something new (see SyncStatus.Summary): a no-op keeps the recorded one.
+	Summary *Summary
 }
 
 // ErrReplaced is returned (wrapped) by Write when it dropped an outcome because the Sync it
@@ -201,10 +203,33 @@ func (w *Writer) apply(sync *Sync, o Outcome) bool {
 	if o.Inventory != nil {
 		s.Inventory = o.Inventory
 	}
-	if o.Summary != nil {
-		s.Summary = o.Summary
-	}
+	s.Summary = summaryOf(before, o)
 	return !equality.Semantic.DeepEqual(before, *s)
+}
+
+// summaryOf is the summary to record after o, given the status before it: o's summary when
+// its apply changed something (created, configured, pruned or failed an object), when it is
+// the first apply of its revision (o.AttemptedRevision differs from the last attempted one),
+// or when the recorded summary is missing or reports failures. Otherwise o was a no-op and
+// the recorded summary, which describes the last apply that changed something, stays; only
+// its NotReady count, a state rather than an action, follows o. So a no-op reconcile, a
+// daemon restart included, writes nothing (I7).
+func summaryOf(before SyncStatus, o Outcome) *Summary {
+	prev := before.Summary
+	switch {
+	case o.Summary == nil:
+		return prev
+	case prev == nil, o.Summary.changed(), prev.Failed > 0, o.AttemptedRevision != before.LastAttemptedRevision:
+		return o.Summary
+	}
+	keep := *prev
+	keep.NotReady = o.Summary.NotReady
+	return &keep
+}
+
+// changed reports whether the apply s counts changed an object or failed to.
+func (s *Summary) changed() bool {
+	return s.Created+s.Configured+s.Pruned+s.Failed > 0
 }
 
 func (w *Writer) now() time.Time {

@@ -387,3 +387,45 @@ func TestWriteRepairsAnImpossibleObservedGeneration(t *testing.T) {
 			got.Status.ObservedGeneration, got.Generation, got.Status.LastHandledRequest)
 	}
 }
+
+// TestWriteKeepsTheSummaryOfTheLastChange is I7 and "status tells the truth": a no-op after
+// an apply that pruned keeps "pruned" and writes nothing; the first apply of a new revision
+// replaces the summary even when it changed nothing; a NotReady count follows the latest
+// reconcile.
+func TestWriteKeepsTheSummaryOfTheLastChange(t *testing.T) {
+	c, ft, key := setup(t)
+	w := &Writer{Live: c, Client: c}
+	rev1, rev2 := "main@sha1:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "main@sha1:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	at := func(rev string, sum Summary) Outcome {
+		o := ready(1, rev)
+		o.Summary = &sum
+		return o
+	}
+	steps := []struct {
+		name   string
+		o      Outcome
+		writes int
+		want   Summary
+	}{
+		{"a prune", at(rev1, Summary{Unchanged: 2, Pruned: 100}), 1, Summary{Unchanged: 2, Pruned: 100}},
+		{"a no-op", at(rev1, Summary{Unchanged: 2}), 0, Summary{Unchanged: 2, Pruned: 100}},
+		{"a no-op with objects not ready", at(rev1, Summary{Unchanged: 2, NotReady: 1}), 1, Summary{Unchanged: 2, Pruned: 100, NotReady: 1}},
+		{"a change", at(rev1, Summary{Configured: 1, Unchanged: 1}), 1, Summary{Configured: 1, Unchanged: 1}},
+		{"a new revision that changes nothing", at(rev2, Summary{Unchanged: 2}), 1, Summary{Unchanged: 2}},
+		{"a failure", at(rev2, Summary{Unchanged: 1, Failed: 1}), 1, Summary{Unchanged: 1, Failed: 1}},
+		{"a no-op after the failure", at(rev2, Summary{Unchanged: 2}), 1, Summary{Unchanged: 2}},
+	}
+	for _, st := range steps {
+		ft.Reset()
+		if err := w.Write(context.Background(), key, st.o); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if n := ft.Mutating(); n != st.writes {
+			t.Errorf("%s: %d writes, want %d", st.name, n, st.writes)
+		}
+		s := get(t, c, key)
+		if diff := cmp.Diff(&st.want, s.Status.Summary); diff != "" {
+			t.Errorf("%s: summary (-want +got):\n%s", st.name, diff)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -182,4 +183,57 @@ func TestDaemonRepairsAnImpossibleObservedGeneration(t *testing.T) {
 	if got.Generation < 2 {
 		t.Errorf("generation %d after a spec change", got.Generation)
 	}
+}
+
+// TestDaemonSummaryTellsTheLastChange is I7 and "status tells the truth": a fresh daemon on
+// a converged Sync (a restart) writes nothing and keeps "created: 2"; after a prune, the
+// following no-op reconciles write nothing and keep "pruned: 1".
+func TestDaemonSummaryTellsTheLastChange(t *testing.T) {
+	f := newFixture(t)
+	rev1 := f.publish(map[string]string{"a.yaml": cmA, "b.yaml": cmB})
+	var reconciles atomic.Int64
+	count := func(o *runOptions) {
+		o.crash.AfterRender = func(*status.Sync) error { reconciles.Add(1); return nil }
+	}
+	stop := f.startStoppableDaemon(env.Config, count)
+	s := f.createSync(time.Second) // a no-op reconcile about every second once converged
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+	stop()
+
+	// quiet waits for one whole reconcile that started after now, then checks that the
+	// Sync was not written and that its summary is want.
+	ctx, key := context.Background(), client.ObjectKeyFromObject(s)
+	quiet := func(what string, want status.Summary) {
+		t.Helper()
+		before := &status.Sync{}
+		if err := f.c.Get(ctx, key, before); err != nil {
+			t.Fatal(err)
+		}
+		n := reconciles.Load()
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return reconciles.Load() >= n+2, nil // reconcile n+1 ended before n+2 began
+		})
+		if err != nil {
+			t.Fatalf("%s: no reconcile ran", what)
+		}
+		after := &status.Sync{}
+		if err := f.c.Get(ctx, key, after); err != nil {
+			t.Fatal(err)
+		}
+		if after.ResourceVersion != before.ResourceVersion {
+			t.Errorf("I7: %s wrote the converged Sync (resourceVersion %s → %s)", what, before.ResourceVersion, after.ResourceVersion)
+		}
+		if diff := cmp.Diff(&want, after.Status.Summary); diff != "" {
+			t.Errorf("%s: summary (-want +got):\n%s", what, diff)
+		}
+	}
+	f.startDaemon(env.Config, count) // a restart: cold caches, a fresh Writer
+	quiet("a restart", status.Summary{Created: 2})
+
+	rev2 := f.publish(map[string]string{"b.yaml": ""})
+	got := f.waitSync("Ready after the prune", readyAt(rev2))
+	if diff := cmp.Diff(&status.Summary{Unchanged: 1, Pruned: 1}, got.Status.Summary); diff != "" {
+		t.Errorf("the prune's summary (-want +got):\n%s", diff)
+	}
+	quiet("a no-op after the prune", status.Summary{Unchanged: 1, Pruned: 1})
 }
