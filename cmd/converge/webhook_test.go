@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -306,5 +307,29 @@ func TestDeliveriesWindowAndBounds(t *testing.T) {
 	now = now.Add(time.Hour)
 	if !d.claim(a, []string{"1"}) {
 		t.Errorf("a delivery older than the window was refused")
+	}
+}
+
+// TestWebhookPatchNamesTheUID checks the trigger carries the UID of the Sync whose secret was
+// checked: a Sync recreated under the same name in between is not triggered (I14).
+func TestWebhookPatchNamesTheUID(t *testing.T) {
+	h := newHookFixture(t, defaultWebhookOptions())
+	h.sync("a", "secret-a")
+	hook := &webhook{client: h.c}
+	err := hook.request(context.Background(), client.ObjectKey{Namespace: h.ns, Name: "a"}, types.UID("0b7e5a52-0000-0000-0000-000000000000"))
+	if err == nil {
+		t.Errorf("a trigger for another UID was accepted")
+	}
+	if got := h.requestedAt("a"); got != "" {
+		t.Errorf("a trigger for another UID set requestedAt %q", got)
+	}
+}
+
+// TestWebhookSecretFileRemoved checks the removed global secret stops the daemon with a
+// message that says what replaces it, rather than leaving every hook silently refused.
+func TestWebhookSecretFileRemoved(t *testing.T) {
+	err := serve(context.Background(), nil, "", runOptions{webhookAddr: ":0", webhookSecretFile: "/etc/converge/webhook"})
+	if err == nil || !strings.Contains(err.Error(), "spec.webhook.secretRef") {
+		t.Errorf("serve with --webhook-secret-file: %v, want an error naming spec.webhook.secretRef", err)
 	}
 }
