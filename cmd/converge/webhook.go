@@ -136,15 +136,13 @@ func (w *webhook) handle(rw http.ResponseWriter, req *http.Request) {
 }
 
 // secretOf reads the Sync and the token of the Secret it names. It returns a nil secret and
-// the reason (for the log only) when there is none; API errors are logged here, never shown
-// to the caller.
+// the reason (for the log only, never shown to the caller) when there is none; an error
+// reading an existing Sync's Secret (RBAC) is logged as an error, for the operator.
 func (w *webhook) secretOf(ctx context.Context, key client.ObjectKey) (types.UID, []byte, string) {
 	s := &status.Sync{}
 	if err := w.syncs.Get(ctx, key, s); err != nil {
-		if !apierrors.IsNotFound(err) {
-			w.log.Error(err, "webhook: cannot read the Sync", "sync", key)
-		}
-		return "", nil, "no such Sync"
+		// Not an error log: any caller can name a namespace outside the cache.
+		return "", nil, "cannot read the Sync: " + err.Error()
 	}
 	if s.Spec.Webhook == nil || s.Spec.Webhook.SecretRef.Name == "" {
 		return "", nil, "the Sync has no spec.webhook.secretRef"
