@@ -58,6 +58,10 @@ func (s *SyncSpec) DeepCopyInto(out *SyncSpec) {
 	}
 	out.RetryInterval = copyDuration(s.RetryInterval)
 	out.Timeout = copyDuration(s.Timeout)
+	if s.Webhook != nil {
+		w := *s.Webhook
+		out.Webhook = &w
+	}
 }
 
 // DeepCopyInto copies s into out.

@@ -81,6 +81,18 @@ type SyncSpec struct {
 	AllowEmpty bool `json:"allowEmpty,omitempty"`
 	// Force recreates objects whose immutable fields changed.
 	Force bool `json:"force,omitempty"`
+	// Webhook lets a push notification on /hooks/<namespace>/<name> ask for a reconcile now.
+	// Without it the webhook never triggers this Sync.
+	Webhook *Webhook `json:"webhook,omitempty"`
+}
+
+// Webhook names the Secret that signs this Sync's push notifications, as a Flux Receiver
+// does: its key "token" is the HMAC secret of GitHub's X-Hub-Signature-256 and the value of
+// GitLab's X-Gitlab-Token. Each Sync has its own, so one tenant's secret never triggers
+// another tenant's Sync.
+type Webhook struct {
+	// SecretRef names a Secret in the Sync's namespace with the key "token".
+	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
 // Source says where the manifests come from.

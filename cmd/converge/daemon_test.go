@@ -244,17 +244,21 @@ func TestDaemonStatusSurvivesConflicts(t *testing.T) {
 
 // TestDaemonWebhookTriggersReconcile checks a signed push webhook makes a new commit land at
 // once although the interval is an hour, the request is mirrored to lastHandledRequest, and an
-// unsigned or wrongly signed request is refused.
+// unsigned or wrongly signed request is refused. The secret is the Sync's own
+// (spec.webhook.secretRef); webhook_test.go covers the tenant cases.
 func TestDaemonWebhookTriggersReconcile(t *testing.T) {
 	f := newFixture(t)
 	rev1 := f.publish(map[string]string{"b.yaml": cmB})
-	secretFile := filepath.Join(t.TempDir(), "secret")
-	if err := os.WriteFile(secretFile, []byte("s3cret\n"), 0o600); err != nil {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-webhook", Namespace: f.ns},
+		StringData: map[string]string{webhookTokenKey: "s3cret\n"}}
+	if err := f.c.Create(context.Background(), secret); err != nil {
 		t.Fatal(err)
 	}
 	addr := cluster.FreeAddr()
-	f.startDaemon(env.Config, func(o *runOptions) { o.webhookAddr, o.webhookSecretFile = addr, secretFile })
-	f.createSync(time.Hour)
+	f.startDaemon(env.Config, func(o *runOptions) { o.webhookAddr = addr })
+	f.createSync(time.Hour, func(s *status.Sync) {
+		s.Spec.Webhook = &status.Webhook{SecretRef: status.LocalObjectReference{Name: secret.Name}}
+	})
 	f.waitSync("Ready at the first commit", readyAt(rev1))
 
 	rev2 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})

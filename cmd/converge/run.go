@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,7 +43,8 @@ type runOptions struct {
 	driftReconcile          bool
 	watchNamespace          string
 	webhookAddr             string
-	webhookSecretFile       string
+	webhookSecretFile       string // removed: refused with a pointer to spec.webhook
+	webhook                 webhookOptions
 	concurrency             int
 	cacheDir                string
 	quick                   quickStart
@@ -84,8 +84,9 @@ authoring).`,
 	f.BoolVar(&o.installCRD, "install-crd", true, "server-side apply the Sync CRD at start")
 	f.BoolVar(&o.watchCache, "watch-cache", true, "keep a watch cache of managed kinds so unchanged objects cost no request (needs list/watch RBAC on them)")
 	f.BoolVar(&o.driftReconcile, "reconcile-on-drift", true, "with --watch-cache, reconcile a Sync within seconds when one of its objects is edited or deleted out of band, not only at its interval")
-	f.StringVar(&o.webhookAddr, "webhook-addr", "", "address of the push webhook receiver, POST /hooks/<namespace>/<name> (off when empty)")
-	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the webhook HMAC secret (GitHub) or token (GitLab); required with --webhook-addr")
+	f.StringVar(&o.webhookAddr, "webhook-addr", "", "address of the push webhook receiver, POST /hooks/<namespace>/<name>, each Sync signed by the Secret its spec.webhook.secretRef names (off when empty)")
+	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "removed: each Sync names its own webhook Secret in spec.webhook.secretRef")
+	_ = f.MarkHidden("webhook-secret-file")
 	f.StringVar(&o.watchNamespace, "watch-namespace", "", "reconcile only the Syncs of this namespace (default: all namespaces)")
 	f.IntVar(&o.concurrency, "concurrent", 4, "Syncs reconciled in parallel")
 	f.StringVar(&o.cacheDir, "git-cache-dir", filepath.Join(os.TempDir(), "converge-cache"), "where git repositories are cached")
@@ -103,6 +104,11 @@ func runDaemon(ctx context.Context, kube *kubeFlags, o runOptions) error {
 
 // serve installs the CRD, applies the quick-start Sync and runs the manager until ctx ends.
 func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions) error {
+	if o.webhookSecretFile != "" {
+		// One secret for every Sync let any tenant who knew it trigger any Sync (I13).
+		return errors.New("--webhook-secret-file was removed: one secret signed for every Sync; " +
+			"give each Sync its own in spec.webhook.secretRef (a Secret with the key \"token\" in the Sync's namespace)")
+	}
 	ctrl.SetLogger(klog.NewKlogr())
 	reg, metrics, err := newMetricsRegistry()
 	if err != nil {
@@ -165,15 +171,11 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		}
 	}
 	if o.webhookAddr != "" {
-		secret, err := os.ReadFile(o.webhookSecretFile)
-		if err != nil {
-			return fmt.Errorf("--webhook-secret-file: %w", err)
+		if o.webhook == (webhookOptions{}) {
+			o.webhook = defaultWebhookOptions()
 		}
-		secret = bytes.TrimSpace(secret)
-		if len(secret) == 0 {
-			return fmt.Errorf("--webhook-secret-file %s is empty: a webhook needs a secret", o.webhookSecretFile)
-		}
-		hook := &webhook{addr: o.webhookAddr, secret: secret, client: mgr.GetClient(), log: mgr.GetLogger().WithName("webhook")}
+		hook := &webhook{addr: o.webhookAddr, syncs: mgr.GetClient(), secrets: mgr.GetAPIReader(), client: mgr.GetClient(),
+			log: mgr.GetLogger().WithName("webhook"), opts: o.webhook}
 		if err := mgr.Add(hook.runnable()); err != nil {
 			return err
 		}

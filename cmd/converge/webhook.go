@@ -1,83 +1,218 @@
 package main
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/status"
 )
 
-// webhook receives git push notifications on POST /hooks/<namespace>/<name> and asks for an
-// immediate reconcile of that Sync by setting its converge.dev/requestedAt annotation.
-// GitHub requests are checked with X-Hub-Signature-256 (HMAC-SHA256 of the body), GitLab
-// requests with X-Gitlab-Token; a request that carries neither is refused.
-type webhook struct {
-	addr   string
-	secret []byte
-	client client.Client
-	log    logr.Logger
+// webhookTokenKey is the key of the Secret named by spec.webhook.secretRef, as in a Flux
+// Receiver's Secret.
+const webhookTokenKey = "token"
+
+// webhookOptions bound what one caller of the webhook may cost the daemon.
+type webhookOptions struct {
+	// MaxBodyBytes is the largest body read; a larger one gets 413.
+	MaxBodyBytes int64
+	// APITimeout bounds the reads of the Sync and its Secret and the patch of one request.
+	APITimeout time.Duration
+	// ReplayWindow is how long a handled delivery is remembered and its repeats ignored.
+	ReplayWindow time.Duration
+	// DeliveriesPerSync and Syncs bound that memory (least recently used first out).
+	DeliveriesPerSync, Syncs int
+	// Server bounds slow clients.
+	Server serverLimits
 }
 
-// runnable serves the hooks on every replica: the annotation reaches the leader.
+// defaultWebhookOptions fit GitHub and GitLab push events (GitHub caps payloads at 25 MB but a
+// push of a few commits is a few KB; the body is only hashed, never parsed).
+func defaultWebhookOptions() webhookOptions {
+	return webhookOptions{
+		MaxBodyBytes:      1 << 20,
+		APITimeout:        10 * time.Second,
+		ReplayWindow:      24 * time.Hour,
+		DeliveriesPerSync: 256,
+		Syncs:             4096,
+		Server: serverLimits{
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       15 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       60 * time.Second,
+			MaxHeaderBytes:    32 << 10,
+		},
+	}
+}
+
+// webhook receives git push notifications on POST /hooks/<namespace>/<name> and asks for an
+// immediate reconcile of that Sync by setting its converge.dev/requestedAt annotation.
+//
+// Each Sync is signed by its own Secret (spec.webhook.secretRef, key "token"): GitHub requests
+// are checked with X-Hub-Signature-256 (HMAC-SHA256 of the body), GitLab requests with
+// X-Gitlab-Token. A Sync without spec.webhook is never triggered. A missing Sync, a Sync
+// without a secret and a wrong signature get the same answer, so a caller learns nothing about
+// which Syncs exist.
+type webhook struct {
+	addr string
+	// syncs reads Syncs (the manager's cache: it watches them anyway).
+	syncs client.Reader
+	// secrets reads the one Secret a Sync names, from the API server: the daemon may get
+	// Secrets but is not meant to list or watch them.
+	secrets client.Reader
+	// client patches the requestedAt annotation.
+	client client.Writer
+	log    logr.Logger
+	opts   webhookOptions
+	seen   *deliveries // set by runnable
+}
+
+// runnable serves the hooks on every replica: the annotation reaches the leader. Each
+// replica remembers the deliveries it handled; a load balancer that sends a repeat to
+// another replica triggers one more reconcile, no more.
 func (w *webhook) runnable() httpRunnable {
+	w.seen = newDeliveries(w.opts.ReplayWindow, w.opts.DeliveriesPerSync, w.opts.Syncs)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hooks/{namespace}/{name}", w.handle)
-	return httpRunnable{addr: w.addr, handler: mux}
+	return httpRunnable{addr: w.addr, handler: mux, limits: w.opts.Server}
+}
+
+// refuse is the one answer to every request that is not authentic, whatever the reason.
+func refuse(rw http.ResponseWriter) {
+	http.Error(rw, "unauthorized", http.StatusUnauthorized)
 }
 
 func (w *webhook) handle(rw http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	body, err := io.ReadAll(http.MaxBytesReader(rw, req.Body, w.opts.MaxBodyBytes))
 	if err != nil {
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+			http.Error(rw, "body larger than "+strconv.FormatInt(tooBig.Limit, 10)+" bytes", http.StatusRequestEntityTooLarge)
+			return
+		}
 		http.Error(rw, "cannot read body", http.StatusBadRequest)
 		return
 	}
-	if !w.authentic(req, body) {
-		http.Error(rw, "signature or token missing or wrong", http.StatusUnauthorized)
-		return
-	}
+	ctx, cancel := context.WithTimeout(req.Context(), w.opts.APITimeout)
+	defer cancel()
 	key := client.ObjectKey{Namespace: req.PathValue("namespace"), Name: req.PathValue("name")}
-	s := &status.Sync{}
-	if err := w.client.Get(req.Context(), key, s); err != nil {
-		code := http.StatusInternalServerError
-		if apierrors.IsNotFound(err) {
-			code = http.StatusNotFound
+	log := w.log.WithValues("sync", key)
+	uid, secret, why := w.secretOf(ctx, key)
+	ok, deliveryKeys := authentic(req, body, secret)
+	if !ok || secret == nil {
+		if why == "" {
+			why = "signature or token missing or wrong"
 		}
-		http.Error(rw, "sync "+key.String()+": "+err.Error(), code)
+		log.V(1).Info("webhook request refused", "reason", why)
+		refuse(rw)
 		return
 	}
-	base := s.DeepCopy()
-	if s.Annotations == nil {
-		s.Annotations = map[string]string{}
-	}
-	s.Annotations[status.RequestedAtAnnotation] = time.Now().UTC().Format(time.RFC3339Nano)
-	if err := w.client.Patch(req.Context(), s, client.MergeFrom(base)); err != nil {
-		http.Error(rw, "sync "+key.String()+": "+err.Error(), http.StatusInternalServerError)
+	if !w.seen.claim(uid, deliveryKeys) {
+		log.V(1).Info("webhook delivery already handled", "delivery", deliveryKeys)
+		_, _ = io.WriteString(rw, "delivery already handled\n")
 		return
 	}
-	w.log.Info("reconcile requested by webhook", "sync", key)
+	if err := w.request(ctx, key, uid); err != nil {
+		w.seen.release(uid, deliveryKeys) // a redelivery of the same event must work
+		log.Error(err, "cannot request a reconcile")
+		http.Error(rw, "cannot request a reconcile, retry later", http.StatusServiceUnavailable)
+		return
+	}
+	log.Info("reconcile requested by webhook")
 	rw.WriteHeader(http.StatusAccepted)
 }
 
-// authentic checks a GitHub HMAC signature or a GitLab token in constant time.
-func (w *webhook) authentic(req *http.Request, body []byte) bool {
+// secretOf reads the Sync and the token of the Secret it names. It returns a nil secret and
+// the reason (for the log only, never shown to the caller) when there is none; an error
+// reading an existing Sync's Secret (RBAC) is logged as an error, for the operator.
+func (w *webhook) secretOf(ctx context.Context, key client.ObjectKey) (types.UID, []byte, string) {
+	s := &status.Sync{}
+	if err := w.syncs.Get(ctx, key, s); err != nil {
+		// Not an error log: any caller can name a namespace outside the cache.
+		return "", nil, "cannot read the Sync: " + err.Error()
+	}
+	if s.Spec.Webhook == nil || s.Spec.Webhook.SecretRef.Name == "" {
+		return "", nil, "the Sync has no spec.webhook.secretRef"
+	}
+	ref := client.ObjectKey{Namespace: key.Namespace, Name: s.Spec.Webhook.SecretRef.Name}
+	sec := &corev1.Secret{}
+	if err := w.secrets.Get(ctx, ref, sec); err != nil {
+		if !apierrors.IsNotFound(err) {
+			w.log.Error(err, "webhook: cannot read the Sync's Secret", "sync", key, "secret", ref.Name)
+		}
+		return "", nil, "cannot read Secret " + ref.Name
+	}
+	token := []byte(strings.TrimSpace(string(sec.Data[webhookTokenKey])))
+	if len(token) == 0 {
+		return "", nil, "Secret " + ref.Name + " has no key " + webhookTokenKey
+	}
+	return s.UID, token, ""
+}
+
+// request sets the requestedAt annotation of the Sync whose secret signed the request, and
+// only of that one: the patch carries its UID, so a Sync recreated under the same name in
+// between (with another secret) is refused by the API server.
+func (w *webhook) request(ctx context.Context, key client.ObjectKey, uid types.UID) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid":         uid,
+		"annotations": map[string]string{status.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
+	}})
+	if err != nil {
+		return err
+	}
+	s := &status.Sync{}
+	s.Namespace, s.Name = key.Namespace, key.Name
+	return w.client.Patch(ctx, s, client.RawPatch(types.MergePatchType, patch))
+}
+
+// dummyKey stands in for a missing secret so that a request for a Sync without one costs the
+// same hashing as a request with a wrong signature.
+var dummyKey = []byte("converge: no webhook secret for this path")
+
+// authentic checks a GitHub HMAC signature or a GitLab token against secret in constant time
+// (a nil secret never matches). It also returns the keys under which this delivery is
+// remembered against replays: GitHub's X-GitHub-Delivery and the signature itself (the
+// delivery ID is not signed, the body is: a replay under a new ID is still the same
+// signature); GitLab's Idempotency-Key or X-Gitlab-Event-UUID (its token signs nothing, so
+// these only stop repeats, not forgeries).
+func authentic(req *http.Request, body, secret []byte) (bool, []string) {
+	key := secret
+	if key == nil {
+		key = dummyKey
+	}
 	if sig, ok := strings.CutPrefix(req.Header.Get("X-Hub-Signature-256"), "sha256="); ok {
-		mac := hmac.New(sha256.New, w.secret)
+		mac := hmac.New(sha256.New, key)
 		mac.Write(body)
 		want := hex.EncodeToString(mac.Sum(nil))
-		return hmac.Equal([]byte(sig), []byte(want))
+		keys := []string{"sha256=" + want}
+		if id := req.Header.Get("X-GitHub-Delivery"); id != "" {
+			keys = append(keys, "github:"+id)
+		}
+		return secret != nil && hmac.Equal([]byte(sig), []byte(want)), keys
 	}
 	if tok := req.Header.Get("X-Gitlab-Token"); tok != "" {
-		return subtle.ConstantTimeCompare([]byte(tok), w.secret) == 1
+		// Compare digests: their length is fixed, so the time does not depend on the token's.
+		got, want := sha256.Sum256([]byte(tok)), sha256.Sum256(key)
+		var keys []string
+		if id := req.Header.Get("Idempotency-Key"); id != "" {
+			keys = append(keys, "gitlab:"+id)
+		} else if id := req.Header.Get("X-Gitlab-Event-UUID"); id != "" {
+			keys = append(keys, "gitlab:"+id)
+		}
+		return secret != nil && hmac.Equal(got[:], want[:]), keys
 	}
-	return false
+	return false, nil
 }
