@@ -64,7 +64,7 @@ type Repository struct {
 // Checkout is one fetched commit, exported as plain files.
 type Checkout struct {
 	// Dir holds the commit's files. It is shared and must be treated as read-only; it stays
-	// until several newer commits of the same URL have been fetched.
+	// until several newer commits of the same URL and credentials have been fetched.
 	Dir string
 	// Revision is "<branch or tag>@sha1:<hex>", or "sha1:<hex>" for a bare commit.
 	Revision string
@@ -78,8 +78,8 @@ type Checkout struct {
 type FetchOptions struct {
 	// Timeout bounds the whole fetch, ref lookup included. Zero means no limit beyond ctx.
 	Timeout time.Duration
-	// KeepCheckouts is how many exported commits of one URL are kept on disk; older ones
-	// are removed after a fetch exports a new one. At least 1.
+	// KeepCheckouts is how many exported commits of one URL and credentials are kept on
+	// disk; older ones are removed after a fetch exports a new one. At least 1.
 	KeepCheckouts int
 	// AllowLocal lets the URL be a file:// URL or a local path. The daemon leaves it off
 	// unless its operator turns it on: a Sync naming a path could read any repository on
