@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/converge-dev/converge/sources/git"
 )
 
 // Bundle is what a source renders to at one revision.
@@ -85,7 +87,7 @@ func IsTerminal(err error) bool {
 	if _, ok := err.(*InputError); ok {
 		return true
 	}
-	if errors.Is(err, ErrEmptyRender) {
+	if errors.Is(err, ErrEmptyRender) || git.IsTerminal(err) {
 		return true
 	}
 	switch x := err.(type) {

@@ -89,6 +89,8 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 		}
 		root, revision, digest = abs, "sha256:"+d, "sha256:"+d
 	}
+	// The render cache is read only after the fetch succeeded with the caller's own
+	// credentials: a commit the caller could not fetch never reaches it.
 	key := cacheKey(digest, src.Path, opts.Render)
 	objs, err, ok := l.cache.get(key)
 	if !ok {

@@ -87,7 +87,12 @@ func TestLoadGit(t *testing.T) {
 
 	l := NewLoader(t.TempDir())
 	src := Source{Git: git.Repository{URL: repo, Ref: git.Ref{Branch: "main"}}, Path: "deploy"}
-	b, err := l.Load(t.Context(), src, DefaultLoadOptions())
+	if _, err := l.Load(t.Context(), src, DefaultLoadOptions()); !errors.Is(err, git.ErrLocalURL) || !IsTerminal(err) {
+		t.Fatalf("Load of a local path with the default options: %v, want a terminal ErrLocalURL", err)
+	}
+	opts := DefaultLoadOptions()
+	opts.Fetch.AllowLocal = true
+	b, err := l.Load(t.Context(), src, opts)
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -106,7 +111,7 @@ func TestLoadGit(t *testing.T) {
 	if err := os.WriteFile(checkouts[0], []byte("broken: ["), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	again, err := l.Load(t.Context(), src, DefaultLoadOptions())
+	again, err := l.Load(t.Context(), src, opts)
 	if err != nil {
 		t.Fatalf("second Load rendered again instead of using the cache: %v", err)
 	}
@@ -124,7 +129,7 @@ func TestLoadGit(t *testing.T) {
 	gitCmd("commit", "-q", "-am", "break")
 	bad := gitCmd("rev-parse", "HEAD")
 	badTime := commitTime(t, gitCmd("log", "-1", "--format=%ct"))
-	b, err = l.Load(t.Context(), src, DefaultLoadOptions())
+	b, err = l.Load(t.Context(), src, opts)
 	if !IsTerminal(err) || !strings.Contains(err.Error(), "deploy/cm.yaml:1: ConfigMap: missing apiVersion, missing metadata.name") {
 		t.Fatalf("Load of a bad revision: %v", err)
 	}

@@ -114,6 +114,7 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 	}
 	opts := sources.DefaultLoadOptions()
 	opts.Fetch.Timeout = f.timeout
+	opts.Fetch.AllowLocal = true // the CLI's user owns the disk it reads
 	opts.Render.AllowRemoteBases = f.allowRemote
 	return sources.NewLoader(f.cacheDir).Load(ctx, src, opts)
 }

@@ -42,6 +42,7 @@ type reconciler struct {
 	client  client.Client // cached reads, metadata writes
 	live    client.Reader // uncached reads: secrets, conflict re-reads
 	loader  *sources.Loader
+	local   bool // Syncs may name local git repositories (--allow-local-git)
 	engines *engineSet
 	drift   *driftTrigger // nil: drift is corrected at the interval only
 	crash   crashPoints   // test-only
@@ -115,10 +116,13 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (o status.Outcome
 		return r.fail(s, o, reasonFetchFailed, err, false), true, nil
 	}
 	loadStart := time.Now()
-	bundle, err := r.loader.Load(ctx, src, sources.DefaultLoadOptions())
+	opts := sources.DefaultLoadOptions()
+	opts.Fetch.AllowLocal = r.local
+	bundle, err := r.loader.Load(ctx, src, opts)
 	if bundle == nil {
 		r.metrics.sourceLoaded(s, time.Since(loadStart), "", time.Time{})
-		return r.fail(s, o, reasonFetchFailed, err, false), true, nil
+		// A refused URL or an oversized commit is terminal: nothing is applied or pruned.
+		return r.fail(s, o, reasonFetchFailed, err, sources.IsTerminal(err)), true, nil
 	}
 	r.metrics.sourceLoaded(s, time.Since(loadStart), bundle.Revision, bundle.CommitTime)
 	o.AttemptedRevision = bundle.Revision

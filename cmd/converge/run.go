@@ -47,6 +47,7 @@ type runOptions struct {
 	webhook                 webhookOptions
 	concurrency             int
 	cacheDir                string
+	allowLocalGit           bool
 	quick                   quickStart
 	crash                   crashPoints // test-only crash points
 }
@@ -90,6 +91,7 @@ authoring).`,
 	f.StringVar(&o.watchNamespace, "watch-namespace", "", "reconcile only the Syncs of this namespace (default: all namespaces)")
 	f.IntVar(&o.concurrency, "concurrent", 4, "Syncs reconciled in parallel")
 	f.StringVar(&o.cacheDir, "git-cache-dir", filepath.Join(os.TempDir(), "converge-cache"), "where git repositories are cached")
+	f.BoolVar(&o.allowLocalGit, "allow-local-git", false, "let Syncs name file:// URLs and local paths (any repository on the daemon's disk; never the git cache)")
 	o.quick.addFlags(cmd)
 	return cmd
 }
@@ -197,6 +199,7 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		client:  mgr.GetClient(),
 		live:    mgr.GetAPIReader(),
 		loader:  sources.NewLoader(o.cacheDir),
+		local:   o.allowLocalGit,
 		engines: newEngineSet(ctx, cfg, engOpts, o.watchCache),
 		drift:   drift,
 		crash:   o.crash,

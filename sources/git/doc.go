@@ -3,11 +3,14 @@
 // "sha1:<40 hex>").
 //
 // It speaks HTTPS (anonymous, basic auth, bearer token), SSH (private key, host key checked
-// against known_hosts, never skipped) and local paths or file:// URLs, through go-git. A
-// Fetcher keeps one bare repository per URL under its cache directory, so a poll that finds
-// no new commit costs one ref advertisement and no pack transfer; branch and tag fetches are
-// shallow. Each fetched commit is exported once into its own directory, which callers treat
-// as read-only.
+// against known_hosts, never skipped) and, when FetchOptions.AllowLocal is set (the CLI, not
+// the daemon by default), local paths or file:// URLs, through go-git. A Fetcher keeps one
+// bare repository per URL and credentials under its cache directory, so a poll that finds
+// no new commit costs one ref advertisement and no pack transfer, and what one credential
+// fetched is never served to another; branch and tag fetches are shallow. Each fetched
+// commit is exported once into its own directory, which callers treat as read-only. The
+// export trusts nothing in the commit: it writes through an os.Root, never under a symlink
+// of the same commit, and within the file count and size limits of FetchOptions.
 //
 // It must not import kube clients, kustomize or the rest of Converge: it only knows git.
 package git

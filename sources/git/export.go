@@ -7,9 +7,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	gogit "github.com/go-git/go-git/v5"
@@ -19,7 +21,7 @@ import (
 )
 
 // checkout exports the target commit (once) and returns it, removing old exports.
-func (c *cache) checkout(ctx context.Context, t target, keep int) (*Checkout, error) {
+func (c *cache) checkout(ctx context.Context, t target, opts FetchOptions) (*Checkout, error) {
 	commit, err := c.commitObject(t.hash)
 	if err != nil {
 		return nil, err
@@ -27,7 +29,7 @@ func (c *cache) checkout(ctx context.Context, t target, keep int) (*Checkout, er
 	root := filepath.Join(c.dir, "checkouts")
 	dir := filepath.Join(root, t.hash.String())
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := export(ctx, commit, root, dir); err != nil {
+		if err := export(ctx, commit, root, dir, opts); err != nil {
 			return nil, fmt.Errorf("export commit %s: %w", t.hash, err)
 		}
 	} else if err != nil {
@@ -37,7 +39,7 @@ func (c *cache) checkout(ctx context.Context, t target, keep int) (*Checkout, er
 	if err := os.Chtimes(dir, now, now); err != nil {
 		return nil, err
 	}
-	if err := prune(root, keep); err != nil {
+	if err := prune(root, max(opts.KeepCheckouts, 1)); err != nil {
 		return nil, fmt.Errorf("remove old checkouts: %w", err)
 	}
 	return &Checkout{
@@ -62,8 +64,10 @@ func (c *cache) commitObject(h plumbing.Hash) (*object.Commit, error) {
 }
 
 // export writes the commit's files into a temporary directory and renames it to dir, so
-// a checkout directory is either complete or absent.
-func export(ctx context.Context, commit *object.Commit, root, dir string) error {
+// a checkout directory is either complete or absent. The commit comes from the remote and
+// is not trusted: every write goes through an os.Root of the temporary directory, and the
+// export limits of opts are checked before a file is written.
+func export(ctx context.Context, commit *object.Commit, root, dir string, opts FetchOptions) error {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}
@@ -71,8 +75,13 @@ func export(ctx context.Context, commit *object.Commit, root, dir string) error 
 	if err != nil {
 		return err
 	}
+	// RemoveAll removes symlinks, never what they point to.
 	defer func() { _ = os.RemoveAll(tmp) }()
 	tree, err := commit.Tree()
+	if err != nil {
+		return err
+	}
+	w, err := newWriter(tmp, opts)
 	if err != nil {
 		return err
 	}
@@ -80,31 +89,69 @@ func export(ctx context.Context, commit *object.Commit, root, dir string) error 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		return writeFile(tmp, f)
+		return w.write(f)
 	})
-	if err != nil {
+	if err := errors.Join(err, w.root.Close()); err != nil {
 		return err
 	}
 	return os.Rename(tmp, dir)
 }
 
-// writeFile writes one blob. Tree entry names come from the remote and are not trusted:
-// a name that is not a local path (absolute, "..") is refused.
-func writeFile(root string, f *object.File) error {
-	if !filepath.IsLocal(f.Name) || slices.Contains(strings.Split(f.Name, "/"), ".git") {
-		return fmt.Errorf("refusing tree entry %q", f.Name)
+// writer writes the files of one commit under its root, counting them against the limits.
+// Submodules (gitlinks) are not files: go-git's file iterator skips them, and they are
+// left out of the checkout.
+type writer struct {
+	root  *os.Root
+	opts  FetchOptions
+	files int
+	bytes int64
+	// links holds the symlinks written so far. A well-formed tree never has an entry under
+	// one of its own symlinks; a crafted tree (the same name twice, once as a symlink and
+	// once as a folder) would have its later files written through the link.
+	links map[string]bool
+}
+
+func newWriter(dir string, opts FetchOptions) (*writer, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
 	}
-	path := filepath.Join(root, filepath.FromSlash(f.Name))
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	return &writer{root: root, opts: opts, links: map[string]bool{}}, nil
+}
+
+// write writes one blob. Tree entry names come from the remote and are not trusted: a
+// name that is not a local path (absolute, ".."), one under a .git folder, and one under a
+// symlink of the same commit are refused. os.Root refuses any other way out.
+func (w *writer) write(f *object.File) error {
+	if !filepath.IsLocal(f.Name) || slices.Contains(strings.Split(f.Name, "/"), ".git") {
+		return fmt.Errorf("%q: %w: not a path inside the repository", f.Name, ErrUnsafeTree)
+	}
+	for dir := path.Dir(f.Name); dir != "."; dir = path.Dir(dir) {
+		if w.links[dir] {
+			return fmt.Errorf("%q: %w: its folder %q is a symlink of the same commit", f.Name, ErrUnsafeTree, dir)
+		}
+	}
+	if err := w.count(f); err != nil {
 		return err
 	}
+	name := filepath.FromSlash(f.Name)
+	if dir := filepath.Dir(name); dir != "." {
+		if err := w.root.MkdirAll(dir, 0o755); err != nil {
+			return entryErr(f.Name, err)
+		}
+	}
 	if f.Mode == filemode.Symlink {
-		// Symlinks are written as they are; the renderer refuses those that escape.
+		// Symlinks are written as they are; the renderer refuses those that resolve
+		// outside the checkout, and no later entry of this commit is written through one.
 		target, err := f.Contents()
 		if err != nil {
 			return err
 		}
-		return os.Symlink(target, path)
+		w.links[f.Name] = true
+		if err := w.root.Symlink(target, name); err != nil {
+			return entryErr(f.Name, err)
+		}
+		return nil
 	}
 	perm := os.FileMode(0o644)
 	if f.Mode == filemode.Executable {
@@ -115,15 +162,42 @@ func writeFile(root string, f *object.File) error {
 		return err
 	}
 	defer func() { _ = r.Close() }()
-	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, perm)
+	// O_EXCL: a name written twice (a crafted tree) is an error, never an overwrite or a
+	// write through a symlink of that name.
+	out, err := w.root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, perm)
 	if err != nil {
-		return err
+		return entryErr(f.Name, err)
 	}
-	if _, err := io.Copy(out, r); err != nil {
+	if _, err := io.Copy(out, io.LimitReader(r, f.Size)); err != nil {
 		_ = out.Close()
 		return err
 	}
 	return out.Close()
+}
+
+// entryErr wraps a failure to write the entry name. A name that exists already, or a
+// folder that is a file, can only come from a crafted tree holding a name twice.
+func entryErr(name string, err error) error {
+	if errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ENOTDIR) {
+		return fmt.Errorf("%q: %w: the tree holds this name twice: %w", name, ErrUnsafeTree, err)
+	}
+	return fmt.Errorf("%q: %w", name, err)
+}
+
+// count checks the file against the export limits before it is written.
+func (w *writer) count(f *object.File) error {
+	w.files++
+	w.bytes += f.Size
+	o := w.opts
+	switch {
+	case o.MaxFiles > 0 && w.files > o.MaxFiles:
+		return fmt.Errorf("%w: more than %d files (at %q)", ErrTooLarge, o.MaxFiles, f.Name)
+	case o.MaxFileSize > 0 && f.Size > o.MaxFileSize:
+		return fmt.Errorf("%q: %w: %d bytes, over the limit of %d per file", f.Name, ErrTooLarge, f.Size, o.MaxFileSize)
+	case o.MaxTotalSize > 0 && w.bytes > o.MaxTotalSize:
+		return fmt.Errorf("%w: more than %d bytes of files (at %q)", ErrTooLarge, o.MaxTotalSize, f.Name)
+	}
+	return nil
 }
 
 // prune keeps the keep most recently used checkouts under root and removes the rest.

@@ -2,8 +2,6 @@ package git
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -17,14 +15,18 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 )
 
-// Fetcher fetches repositories into a cache directory. It is safe for concurrent use;
-// fetches of the same URL are serialized, fetches of different URLs run in parallel.
+// Fetcher fetches repositories into a cache directory, one cache per URL and credentials
+// (see cacheKey). It is safe for concurrent use; fetches into the same cache are
+// serialized, others run in parallel.
 type Fetcher struct {
 	cacheDir string
 
 	mu    sync.Mutex
 	locks map[string]chan struct{}
 	stats Stats
+
+	keyMu sync.Mutex
+	key   []byte // names cache directories; read from cacheDir on first use
 }
 
 // NewFetcher returns a Fetcher that keeps its repositories and checkouts under cacheDir.
@@ -42,8 +44,9 @@ func (f *Fetcher) Stats() Stats {
 var commitPattern = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
 // Fetch resolves repo.Ref on the remote and returns a checkout of that commit. When the
-// commit was fetched before, only the ref advertisement is read (and nothing at all for an
-// exact commit that is already cached).
+// commit was fetched before with the same credentials, only the ref advertisement is read:
+// for an exact commit too, so that credentials that can no longer read the remote are
+// refused even when the commit is cached.
 func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions) (*Checkout, error) {
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -53,7 +56,13 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	if repo.Ref.Commit != "" && !commitPattern.MatchString(repo.Ref.Commit) {
 		return nil, fmt.Errorf("commit %q: want 40 lowercase hex characters", repo.Ref.Commit)
 	}
-	key := urlKey(repo.URL)
+	if err := checkURL(repo.URL, f.cacheDir, opts.AllowLocal); err != nil {
+		return nil, err
+	}
+	key, err := f.cacheKey(repo)
+	if err != nil {
+		return nil, err
+	}
 	unlock, err := f.lock(ctx, key)
 	if err != nil {
 		return nil, err
@@ -74,14 +83,14 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
-	co, err := c.checkout(ctx, t, max(opts.KeepCheckouts, 1))
+	co, err := c.checkout(ctx, t, opts)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
 	return co, nil
 }
 
-// lock takes the per-URL lock, giving up when ctx ends.
+// lock takes the lock of one cache, giving up when ctx ends.
 func (f *Fetcher) lock(ctx context.Context, key string) (func(), error) {
 	f.mu.Lock()
 	ch, ok := f.locks[key]
@@ -94,7 +103,7 @@ func (f *Fetcher) lock(ctx context.Context, key string) (func(), error) {
 	case ch <- struct{}{}:
 		return func() { <-ch }, nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("wait for another fetch of the same url: %w", context.Cause(ctx))
+		return nil, fmt.Errorf("wait for another fetch of the same url and credentials: %w", context.Cause(ctx))
 	}
 }
 
@@ -105,13 +114,9 @@ func (f *Fetcher) count(lookup, transfer int) {
 	f.stats.Transfers += transfer
 }
 
-func urlKey(u string) string {
-	sum := sha256.Sum256([]byte(u))
-	return hex.EncodeToString(sum[:12])
-}
-
-// cache is the on-disk state of one URL: a shallow bare repository for branches and tags,
-// a full one for commits the server will not serve by SHA, and exported checkouts.
+// cache is the on-disk state of one URL and credentials: a shallow bare repository for
+// branches and tags, a full one for commits the server will not serve by SHA, and exported
+// checkouts.
 type cache struct {
 	dir     string
 	url     string
@@ -170,7 +175,8 @@ func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
 		return target{}, err
 	}
 	if have(r, t.hash) || have(full, t.hash) {
-		return t, nil
+		// These credentials fetched the commit once; they must still read the remote.
+		return t, c.reach(ctx, r)
 	}
 	dst := plumbing.ReferenceName("refs/converge/commits/" + ref.Commit)
 	err = r.FetchContext(ctx, &gogit.FetchOptions{
@@ -199,7 +205,22 @@ func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
 	return t, nil
 }
 
-// open opens or creates one of the URL's bare repositories. A repository that cannot be
+// reach reads the remote's ref advertisement with the cache's credentials, to check that
+// they still read the repository.
+func (c *cache) reach(ctx context.Context, r *gogit.Repository) error {
+	remote, err := r.Remote(gogit.DefaultRemoteName)
+	if err != nil {
+		return err
+	}
+	_, err = remote.ListContext(ctx, &gogit.ListOptions{Auth: c.auth})
+	c.fetcher.count(1, 0)
+	if err != nil {
+		return fmt.Errorf("list refs: %w", classify(err))
+	}
+	return nil
+}
+
+// open opens or creates one of the cache's bare repositories. A repository that cannot be
 // opened is assumed corrupt (an interrupted first fetch) and is recreated.
 func (c *cache) open(name string) (*gogit.Repository, error) {
 	path := filepath.Join(c.dir, name)

@@ -54,8 +54,8 @@ type Auth struct {
 
 // Repository names a remote repository and what to fetch from it.
 type Repository struct {
-	// URL is an https://, http://, ssh://, scp-like (git@host:org/repo) or file:// URL, or
-	// a local path.
+	// URL is an https://, http://, ssh://, scp-like (git@host:org/repo) or, with
+	// FetchOptions.AllowLocal, a file:// URL or a local path.
 	URL  string
 	Ref  Ref
 	Auth Auth
@@ -64,7 +64,7 @@ type Repository struct {
 // Checkout is one fetched commit, exported as plain files.
 type Checkout struct {
 	// Dir holds the commit's files. It is shared and must be treated as read-only; it stays
-	// until several newer commits of the same URL have been fetched.
+	// until several newer commits of the same URL and credentials have been fetched.
 	Dir string
 	// Revision is "<branch or tag>@sha1:<hex>", or "sha1:<hex>" for a bare commit.
 	Revision string
@@ -78,14 +78,38 @@ type Checkout struct {
 type FetchOptions struct {
 	// Timeout bounds the whole fetch, ref lookup included. Zero means no limit beyond ctx.
 	Timeout time.Duration
-	// KeepCheckouts is how many exported commits of one URL are kept on disk; older ones
-	// are removed after a fetch exports a new one. At least 1.
+	// KeepCheckouts is how many exported commits of one URL and credentials are kept on
+	// disk; older ones are removed after a fetch exports a new one. At least 1.
 	KeepCheckouts int
+	// AllowLocal lets the URL be a file:// URL or a local path. The daemon leaves it off
+	// unless its operator turns it on: a Sync naming a path could read any repository on
+	// the daemon's disk. The CLI and tests turn it on. A URL into the Fetcher's own cache
+	// is refused even then, since the cache holds what other credentials fetched.
+	AllowLocal bool
+	// MaxFiles bounds the files (symlinks included) a commit may hold; a larger commit is
+	// refused before it is written out. Zero means no limit.
+	MaxFiles int
+	// MaxFileSize bounds the size in bytes of one file of a commit. Zero means no limit.
+	MaxFileSize int64
+	// MaxTotalSize bounds the sum of the sizes of a commit's files. Zero means no limit.
+	MaxTotalSize int64
 }
 
-// DefaultFetchOptions returns a two-minute timeout and three kept checkouts.
+// Default export limits: far above a repository of manifests, low enough that a hostile or
+// mistaken repository cannot fill the daemon's disk with its checkouts.
+const (
+	DefaultMaxFiles     = 20_000
+	DefaultMaxFileSize  = 8 << 20   // 8 MiB
+	DefaultMaxTotalSize = 256 << 20 // 256 MiB
+)
+
+// DefaultFetchOptions returns a two-minute timeout, three kept checkouts, the default
+// export limits, and local repositories refused.
 func DefaultFetchOptions() FetchOptions {
-	return FetchOptions{Timeout: 2 * time.Minute, KeepCheckouts: 3}
+	return FetchOptions{
+		Timeout: 2 * time.Minute, KeepCheckouts: 3,
+		MaxFiles: DefaultMaxFiles, MaxFileSize: DefaultMaxFileSize, MaxTotalSize: DefaultMaxTotalSize,
+	}
 }
 
 // Stats counts what a Fetcher did, for tests and metrics.
@@ -104,4 +128,19 @@ var (
 	ErrUnknownHostKey = errors.New("ssh host key not accepted by known_hosts")
 	// ErrAuth reports rejected or missing credentials.
 	ErrAuth = errors.New("authentication failed")
+	// ErrLocalURL reports a file:// URL or local path where local repositories are not
+	// allowed (FetchOptions.AllowLocal), or a URL into the fetcher's own cache.
+	ErrLocalURL = errors.New("local repository not allowed")
+	// ErrTooLarge reports a commit over an export limit of FetchOptions.
+	ErrTooLarge = errors.New("repository too large")
+	// ErrUnsafeTree reports a tree entry that would be written outside its own path: under
+	// a symlink of the same commit, outside the checkout, or into a .git folder.
+	ErrUnsafeTree = errors.New("unsafe tree entry")
 )
+
+// IsTerminal reports whether a Fetch error stays until the Sync's spec or the repository
+// changes (a refused URL, a commit over a limit or with unsafe entries), as opposed to a
+// network or server failure worth retrying.
+func IsTerminal(err error) bool {
+	return errors.Is(err, ErrLocalURL) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrUnsafeTree)
+}

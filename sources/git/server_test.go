@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"golang.org/x/crypto/ssh"
@@ -126,6 +127,8 @@ func (l *requestLog) take() []string {
 // httpCreds, when set, makes the test HTTP server require basic auth or a bearer token.
 type httpCreds struct {
 	user, password, token string
+	// revoked, once set, makes the server refuse every request, as a rotated password does.
+	revoked atomic.Bool
 }
 
 // serveHTTP serves root with the real git http-backend over loopback and returns the URL
@@ -155,6 +158,9 @@ func serveHTTP(t *testing.T, root string, creds *httpCreds) (string, *requestLog
 }
 
 func authorized(r *http.Request, c *httpCreds) bool {
+	if c.revoked.Load() {
+		return false
+	}
 	if c.token != "" && r.Header.Get("Authorization") == "Bearer "+c.token {
 		return true
 	}

@@ -1,0 +1,80 @@
+package sources
+
+import (
+	"errors"
+	"net/http"
+	"net/http/cgi"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/converge-dev/converge/e2e/gitserver"
+	"github.com/converge-dev/converge/sources/git"
+)
+
+// serveAuth serves the repositories of root with git http-backend behind basic auth
+// (user "alice", password "s3cret") and returns the base URL.
+func serveAuth(t *testing.T, root string) string {
+	t.Helper()
+	execPath, err := exec.Command("git", "--exec-path").Output()
+	if err != nil {
+		t.Fatalf("git --exec-path: %v", err)
+	}
+	backend := &cgi.Handler{
+		Path: filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend"),
+		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1"},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if user, password, ok := r.BasicAuth(); !ok || user != "alice" || password != "s3cret" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		backend.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestLoadPrivateCommitNeedsCredentials: a Sync without the credentials cannot get the
+// render of a private commit another Sync's credentials fetched, not even by naming the
+// commit: the fetch comes before the render cache and fails. Before, the fetcher served the
+// cached commit with no request and the Loader handed out the cached render.
+func TestLoadPrivateCommitNeedsCredentials(t *testing.T) {
+	pub, err := gitserver.Start(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	head, err := pub.Publish("private", "main", writeTree(t, map[string]string{"app/cm.yaml": cm("secret-app", "apps")}), "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveAuth(t, pub.Root) + "/private.git"
+	l := NewLoader(t.TempDir())
+	alice := git.Auth{Username: "alice", Password: "s3cret"}
+
+	b, err := l.Load(t.Context(), Source{Git: git.Repository{URL: url, Ref: git.Ref{Branch: "main"}, Auth: alice}, Path: "app"}, DefaultLoadOptions())
+	if err != nil || len(b.Objects) != 1 {
+		t.Fatalf("Load with credentials = %v, %v; want one object", b, err)
+	}
+	for name, auth := range map[string]git.Auth{
+		"no credentials": {},
+		"wrong password": {Username: "alice", Password: "guess"},
+	} {
+		for _, ref := range []git.Ref{{Branch: "main"}, {Commit: head}} {
+			t.Run(name+" "+ref.String(), func(t *testing.T) {
+				src := Source{Git: git.Repository{URL: url, Ref: ref, Auth: auth}, Path: "app"}
+				b, err := l.Load(t.Context(), src, DefaultLoadOptions())
+				if b != nil || err == nil {
+					t.Fatalf("Load = %+v, %v; want no bundle and an error", b, err)
+				}
+				if !errors.Is(err, git.ErrAuth) {
+					t.Errorf("Load error %v, want %v", err, git.ErrAuth)
+				}
+			})
+		}
+	}
+}
