@@ -153,9 +153,9 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 		}
 	}
 	if opts.Wait {
-		ids, byMeta := r.readyCandidates(outs)
-		r.progress.stage(StageWait, len(ids))
-		health, err := e.wait(ctx, ids, byMeta, opts.Timeout, r.progress)
+		w := r.readyCandidates(outs)
+		r.progress.stage(StageWait, len(w.ids))
+		health, err := e.wait(ctx, w, opts.Timeout, r.progress)
 		res.Health = health
 		if err != nil {
 			rec.errs = append(rec.errs, err)
@@ -257,6 +257,9 @@ type outcome struct {
 	// rv is the live object's resourceVersion after the apply or verification, for the
 	// memo; empty when unknown.
 	rv string
+	// generation is the live object's metadata.generation after the apply or verification:
+	// readiness is judged on it or a newer one (atGeneration). Zero when unknown.
+	generation int64
 }
 
 // applyRun is the state of one Apply shared by its workers.
@@ -371,20 +374,22 @@ func newNamespaces(done []outcome) map[string]bool {
 	return out
 }
 
-// readyCandidates returns the IDs of objects whose readiness Wait checks (applied,
-// configured or unchanged ones that this run manages), and those of them whose readiness
-// their metadata shows (readyOnExistence).
-func (r *applyRun) readyCandidates(outs []outcome) ([]object.ObjMetadata, map[object.ObjMetadata]bool) {
-	var ids []object.ObjMetadata
-	byMeta := map[object.ObjMetadata]bool{}
+// readyCandidates returns the objects whose readiness Wait checks (applied, configured or
+// unchanged ones that this run manages), those of them whose readiness their metadata shows
+// (readyOnExistence), and the generation each was applied (or verified) at.
+func (r *applyRun) readyCandidates(outs []outcome) waitSet {
+	w := waitSet{byMeta: map[object.ObjMetadata]bool{}, applied: map[object.ObjMetadata]int64{}}
 	for i, o := range outs {
 		if !o.ready {
 			continue
 		}
-		ids = append(ids, o.change.Object)
+		w.ids = append(w.ids, o.change.Object)
 		if readyOnExistence(r.items[i].obj) {
-			byMeta[o.change.Object] = true
+			w.byMeta[o.change.Object] = true
+		}
+		if o.generation > 0 {
+			w.applied[o.change.Object] = o.generation
 		}
 	}
-	return ids, byMeta
+	return w
 }

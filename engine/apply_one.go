@@ -102,7 +102,7 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 		return out, true, nil
 	}
 	if live != nil && !drifted(live, dry) {
-		out.change.Action, out.ready, out.rv = ActionUnchanged, true, live.GetResourceVersion()
+		out.change.Action, out.ready, out.rv, out.generation = ActionUnchanged, true, live.GetResourceVersion(), live.GetGeneration()
 		return out, false, nil
 	}
 	out.change.Action = ActionCreated
@@ -133,7 +133,7 @@ func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstru
 // sent records that applied is the server's answer to the apply of it and runs the
 // AfterApply crash point.
 func (r *applyRun) sent(it *item, applied metav1.Object, out outcome) (outcome, error) {
-	out.uid, out.ready, out.rv = applied.GetUID(), true, applied.GetResourceVersion()
+	out.uid, out.ready, out.rv, out.generation = applied.GetUID(), true, applied.GetResourceVersion(), applied.GetGeneration()
 	if h := r.e.opts.Hooks.AfterApply; h != nil {
 		k := int(r.applied.Add(1))
 		if err := h(k, it.key); err != nil {
@@ -187,6 +187,7 @@ func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out o
 		return out, cached, false, nil
 	case r.e.memo.hit(it.id, hash, cached.GetResourceVersion()):
 		out.change.Action, out.uid, out.ready, out.rv = ActionUnchanged, cached.GetUID(), true, cached.GetResourceVersion()
+		out.generation = cached.GetGeneration()
 		return out, cached, true, nil
 	case r.e.memo.changed(it.id, hash):
 		out.change.Action = ActionConfigured
