@@ -207,8 +207,9 @@ func (r *applyRun) collect(res *Result, outs []outcome) *record {
 		}
 		if o.track {
 			rec.tracked.Add(inventory.Entry{Object: o.change.Object, UID: o.uid})
-		} else if !r.old.Has(o.change.Object) {
-			// Inventoried ahead, but another inventory owns it: not ours to track.
+		} else {
+			// Inventoried ahead (or before), but the API server shows another owner: not
+			// ours to track, nor to prune.
 			rec.untrack = append(rec.untrack, o.change.Object)
 		}
 	}
