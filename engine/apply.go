@@ -32,8 +32,14 @@ type ApplyOptions struct {
 	// this. Zero means unlimited.
 	PruneBudget int
 	// Force recreates objects whose immutable fields changed. Per object, the annotation
-	// converge.dev/force: enabled does the same.
+	// converge.dev/force: enabled does the same. Only objects this inventory owns are deleted
+	// for it: our owner annotation, and the UID the inventory recorded.
 	Force bool
+	// Adopt takes over objects that carry no owner annotation but that another tool manages
+	// (another field manager, or kubectl's last-applied-configuration: Helm, kubectl apply).
+	// Without it such an object fails with ErrNotAdopted and is left alone. Objects only
+	// Converge's field manager wrote are adopted either way.
+	Adopt bool
 	// ForceConflicts takes ownership of fields another field manager owns. Without it such
 	// conflicts fail the object.
 	ForceConflicts bool
@@ -208,8 +214,8 @@ func (r *applyRun) collect(res *Result, outs []outcome) *record {
 		if o.track {
 			rec.tracked.Add(inventory.Entry{Object: o.change.Object, UID: o.uid})
 		} else {
-			// Inventoried ahead (or before), but the API server shows another owner: not
-			// ours to track, nor to prune.
+			// Inventoried ahead (or before), but the API server shows another owner or a
+			// manager we may not adopt from: not ours to track, nor to prune.
 			rec.untrack = append(rec.untrack, o.change.Object)
 		}
 	}

@@ -77,11 +77,9 @@ const maxAttempts = 3
 func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.Unstructured, listed bool,
 	out outcome) (_ outcome, stale bool, _ error) {
 	if live != nil {
-		if owner := live.GetAnnotations()[OwnerAnnotation]; owner != "" && owner != r.ref.ID {
-			// I11: never adopt an object another inventory owns. Another's, on the API
-			// server's word: not ours to track or prune.
-			out.track = false
-			return failed(out, terminal(fmt.Errorf("%w %q; not adopted", ErrNotOwned, owner))), false, nil
+		if err := r.mayTakeOver(it, live); err != nil {
+			out.track = false // another's, on the API server's word: not ours to track or prune
+			return failed(out, err), false, nil
 		}
 		out.uid = live.GetUID()
 	}
@@ -125,6 +123,23 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 		return out, false, nil
 	}
 	return r.send(ctx, it, live, out)
+}
+
+// mayTakeOver returns why the run may not apply it over live, read from the API server: live
+// belongs to another inventory (ErrNotOwned), or carries no owner annotation while another
+// tool manages it and the run may not adopt (ErrNotAdopted). See adopt.go.
+func (r *applyRun) mayTakeOver(it *item, live *unstructured.Unstructured) error {
+	owner := live.GetAnnotations()[OwnerAnnotation]
+	switch {
+	case owner != "" && owner != r.ref.ID: // I11: never adopt an object another inventory owns
+		return terminal(fmt.Errorf("%w %q; not adopted", ErrNotOwned, owner))
+	case owner == "" && !r.opts.Adopt:
+		if m := foreignManager(live, r.fieldManager()); m != "" {
+			return terminal(fmt.Errorf("%w: %s has no %s annotation and %s manages it; allow adoption (Sync spec.adopt, converge apply --adopt) to take it over",
+				ErrNotAdopted, describe(it.id), OwnerAnnotation, m))
+		}
+	}
+	return nil
 }
 
 // send applies it for real over live (nil: a create), on the condition that the object is
@@ -258,6 +273,9 @@ func (r *applyRun) dryRun(ctx context.Context, it *item, live *unstructured.Unst
 		if !r.forced(it, live) {
 			return nil, live, terminal(fmt.Errorf("immutable field changed; set annotation %s: %s on the object or ApplyOptions.Force to recreate it: %w",
 				ForceAnnotation, ForceEnabled, err))
+		}
+		if why := r.notOursToRecreate(it.id, live); why != "" { // I1: force deletes only what is ours
+			return nil, live, terminal(fmt.Errorf("immutable field changed; not recreated: %s: %w", why, err))
 		}
 		if r.opts.DryRun {
 			return nil, live, nil

@@ -3,10 +3,12 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/inventory"
 )
@@ -106,4 +108,134 @@ func TestConcurrentCreateHasOneOwner(t *testing.T) {
 	if failedRounds > 0 {
 		t.Errorf("%d of %d rounds broke single ownership", failedRounds, rounds)
 	}
+}
+
+// immutableCM is a ConfigMap whose data cannot change (immutable: true).
+func immutableCM(ns, name, v string) *unstructured.Unstructured {
+	u := configMap(ns, name, map[string]any{"k": v})
+	u.Object["immutable"] = true
+	return u
+}
+
+// TestForceRecreatesOnlyOurs checks I1 and I11 for ApplyOptions.Force: an immutable-field
+// change recreates only an object our inventory owns (our owner annotation, the UID we
+// recorded). An object without the annotation that another tool manages (Helm, kubectl's
+// client-side apply) is not adopted at all without ApplyOptions.Adopt, with a message naming
+// it and the manager, and even with Adopt a forced recreate never deletes it; an object
+// recreated by someone else under our annotation (another UID) is not deleted either.
+//
+// It failed before: every unannotated object was adopted silently, and Force deleted the Helm
+// object and the look-alike.
+func TestForceRecreatesOnlyOurs(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	opts := testOpts()
+	opts.Force = true
+	// Helm's object: created with an update (not an apply) by manager "helm".
+	helm := immutableCM(h.ns, "helm", "1")
+	if err := h.plain.Create(h.ctx, helm, client.FieldOwner("helm")); err != nil {
+		t.Fatal(err)
+	}
+	// Ours, then recreated by someone else with our annotation: another UID.
+	h.apply(opts, immutableCM(h.ns, "swapped", "1"))
+	if err := h.plain.Delete(h.ctx, h.liveCM("swapped")); err != nil {
+		t.Fatal(err)
+	}
+	lookalike := annotate(immutableCM(h.ns, "swapped", "1"), OwnerAnnotation, h.ref.ID)
+	if err := h.plain.Create(h.ctx, lookalike, client.FieldOwner("restore-tool")); err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]*unstructured.Unstructured{"helm": h.liveCM("helm"), "swapped": h.liveCM("swapped")}
+
+	res, err := h.eng.Apply(h.ctx, h.set(immutableCM(h.ns, "helm", "2"), immutableCM(h.ns, "swapped", "2")), opts)
+	if err == nil || !errors.Is(err, ErrNotAdopted) || !strings.Contains(err.Error(), "ConfigMap "+h.ns+"/helm") ||
+		!strings.Contains(err.Error(), `"helm"`) {
+		t.Errorf("Apply error = %v, want the Helm object refused (%v), naming ConfigMap %s/helm and its manager", err, ErrNotAdopted, h.ns)
+	}
+	if err == nil || !strings.Contains(err.Error(), cmID(h.ns, "swapped")) || !strings.Contains(err.Error(), "not recreated") {
+		t.Errorf("Apply error = %v, want swapped refused (not recreated)", err)
+	}
+	if diff := actions(res.Changes); diff[cmID(h.ns, "helm")] != ActionFailed || diff[cmID(h.ns, "swapped")] != ActionFailed {
+		t.Errorf("actions = %v, want both failed", diff)
+	}
+	if _, ok := h.inventory()[cmID(h.ns, "helm")]; ok {
+		t.Error("the refused Helm object is listed in our inventory")
+	}
+
+	// With Adopt, the Helm object is adopted, but Force still does not delete it: it is not
+	// ours until an apply has put our annotation on it.
+	opts.Adopt = true
+	_, err = h.eng.Apply(h.ctx, h.set(immutableCM(h.ns, "helm", "2")), opts)
+	if err == nil || !strings.Contains(err.Error(), "not recreated") {
+		t.Errorf("adopt and force an immutable change of the Helm object: error %v, want not recreated", err)
+	}
+	for name, b := range before {
+		live := h.liveCM(name)
+		if live == nil || live.GetUID() != b.GetUID() {
+			t.Errorf("I1: force deleted %s, which is not ours", name)
+			continue
+		}
+		if v, _, _ := unstructured.NestedString(live.Object, "data", "k"); v != "1" {
+			t.Errorf("%s changed: data.k = %q", name, v)
+		}
+	}
+	// Our own object is still recreated.
+	h.apply(opts, immutableCM(h.ns, "mine", "1"))
+	uid := h.liveCM("mine").GetUID()
+	h.apply(opts, immutableCM(h.ns, "mine", "2"))
+	if live := h.liveCM("mine"); live.GetUID() == uid {
+		t.Error("Force did not recreate our own object")
+	}
+}
+
+// TestAdoptNeedsOptIn checks the adoption rule of an object without an owner annotation: one
+// another tool manages (here kubectl's client-side apply: its manager and its
+// last-applied-configuration annotation) is refused, named with its manager, left unchanged
+// and not inventoried, until ApplyOptions.Adopt; one only our own field manager ever wrote (an
+// install from before the annotation) is adopted silently, as before (I11).
+//
+// It failed before: both were adopted without a word.
+func TestAdoptNeedsOptIn(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	opts := testOpts()
+	kubectl := annotate(configMap(h.ns, "kubectl", map[string]any{"k": "theirs"}),
+		"kubectl.kubernetes.io/last-applied-configuration", `{"apiVersion":"v1","kind":"ConfigMap"}`)
+	if err := h.plain.Create(h.ctx, kubectl, client.FieldOwner("kubectl-client-side-apply")); err != nil {
+		t.Fatal(err)
+	}
+	legacy := configMap(h.ns, "legacy", map[string]any{"k": "old"})
+	if err := h.plain.Patch(h.ctx, legacy, client.Apply, client.FieldOwner(FieldManager)); err != nil { //nolint:staticcheck // SSA as an old install did
+		t.Fatal(err)
+	}
+	desired := func() []*unstructured.Unstructured {
+		return []*unstructured.Unstructured{configMap(h.ns, "kubectl", map[string]any{"k": "ours"}),
+			configMap(h.ns, "legacy", map[string]any{"k": "ours"})}
+	}
+	res, err := h.eng.Apply(h.ctx, h.set(desired()...), opts)
+	if err == nil || !errors.Is(err, ErrNotAdopted) || !IsTerminal(err) ||
+		!strings.Contains(err.Error(), "ConfigMap "+h.ns+"/kubectl") || !strings.Contains(err.Error(), "kubectl-client-side-apply") {
+		t.Errorf("Apply error = %v, want a terminal %v naming ConfigMap %s/kubectl and its manager", err, ErrNotAdopted, h.ns)
+	}
+	want := map[string]Action{cmID(h.ns, "kubectl"): ActionFailed, cmID(h.ns, "legacy"): ActionConfigured}
+	if got := actions(res.Changes); got[cmID(h.ns, "kubectl")] != want[cmID(h.ns, "kubectl")] ||
+		got[cmID(h.ns, "legacy")] != want[cmID(h.ns, "legacy")] {
+		t.Errorf("actions = %v, want %v", got, want)
+	}
+	if v, _, _ := unstructured.NestedString(h.liveCM("kubectl").Object, "data", "k"); v != "theirs" {
+		t.Errorf("the refused object changed: data.k = %q", v)
+	}
+	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "legacy"))
+	if got := h.liveCM("legacy").GetAnnotations()[OwnerAnnotation]; got != h.ref.ID {
+		t.Errorf("legacy owner annotation = %q, want ours", got)
+	}
+
+	opts.Adopt = true
+	res = h.apply(opts, desired()...)
+	if got := actions(res.Changes)[cmID(h.ns, "kubectl")]; got != ActionConfigured {
+		t.Errorf("with Adopt: %s, want %s", got, ActionConfigured)
+	}
+	live := h.liveCM("kubectl")
+	if v, _, _ := unstructured.NestedString(live.Object, "data", "k"); v != "ours" || live.GetAnnotations()[OwnerAnnotation] != h.ref.ID {
+		t.Errorf("with Adopt: data.k = %q, owner %q", v, live.GetAnnotations()[OwnerAnnotation])
+	}
+	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "legacy"), cmID(h.ns, "kubectl"))
 }
