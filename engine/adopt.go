@@ -59,9 +59,11 @@ func systemManager(name string) bool {
 func (r *applyRun) notOursToRecreate(id object.ObjMetadata, live *unstructured.Unstructured) string {
 	owner := live.GetAnnotations()[OwnerAnnotation]
 	switch {
+	case owner == "":
+		return fmt.Sprintf("%s carries no %s annotation yet (it is not ours until an apply without the immutable change adopts it; or delete it yourself)",
+			describe(id), OwnerAnnotation)
 	case owner != r.ref.ID:
-		return fmt.Sprintf("%s does not carry this inventory's %s annotation yet (it is %q): apply it once without the immutable change, or delete it yourself",
-			describe(id), OwnerAnnotation, owner)
+		return fmt.Sprintf("%s belongs to inventory %q", describe(id), owner)
 	case !r.old.Has(id):
 		return fmt.Sprintf("%s is not in this inventory", describe(id))
 	case r.old.UID(id) != "" && r.old.UID(id) != live.GetUID():
