@@ -12,7 +12,9 @@ import (
 //
 //   - An object whose owner annotation names another inventory is never taken over
 //     (ErrNotOwned).
-//   - An object without an owner annotation is adopted only when nobody else deploys it:
+//   - An object without an owner annotation that the stored inventory recorded (same UID) is
+//     ours: someone removed the annotation, and the apply puts it back.
+//   - Any other object without an owner annotation is adopted only when nobody else deploys it:
 //     its managedFields name no manager but Converge's (and Kubernetes' own components) and it
 //     has no kubectl last-applied-configuration. Objects another tool manages (Helm, kubectl
 //     apply, another GitOps engine) fail with ErrNotAdopted, naming the manager, unless

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/cli-utils/pkg/object"
 )
 
 // Messages of dry-run shortcuts.
@@ -133,13 +134,20 @@ func (r *applyRun) mayTakeOver(it *item, live *unstructured.Unstructured) error 
 	switch {
 	case owner != "" && owner != r.ref.ID: // I11: never adopt an object another inventory owns
 		return terminal(fmt.Errorf("%w %q; not adopted", ErrNotOwned, owner))
-	case owner == "" && !r.opts.Adopt:
+	case owner == "" && !r.opts.Adopt && !r.recorded(it.id, live):
 		if m := foreignManager(live, r.fieldManager()); m != "" {
 			return terminal(fmt.Errorf("%w: %s has no %s annotation and %s manages it; allow adoption (Sync spec.adopt, converge apply --adopt) to take it over",
 				ErrNotAdopted, describe(it.id), OwnerAnnotation, m))
 		}
 	}
 	return nil
+}
+
+// recorded reports whether live is the very object the stored inventory recorded (its UID):
+// ours already, even if someone removed our owner annotation since (the apply puts it back).
+func (r *applyRun) recorded(id object.ObjMetadata, live *unstructured.Unstructured) bool {
+	uid := r.old.UID(id)
+	return uid != "" && uid == live.GetUID()
 }
 
 // send applies it for real over live (nil: a create), on the condition that the object is

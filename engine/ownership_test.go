@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -228,7 +229,10 @@ func TestForceRecreatesOnlyOurs(t *testing.T) {
 // another tool manages (here kubectl's client-side apply: its manager and its
 // last-applied-configuration annotation) is refused, named with its manager, left unchanged
 // and not inventoried, until ApplyOptions.Adopt; one only our own field manager ever wrote (an
-// install from before the annotation) is adopted silently, as before (I11).
+// install from before the annotation) is adopted silently, as before; and one our inventory
+// recorded, whose annotation someone removed (another manager, which set a label), is ours
+// and gets it back
+// (I11, I2).
 //
 // It failed before: both were adopted without a word.
 func TestAdoptNeedsOptIn(t *testing.T) {
@@ -243,26 +247,35 @@ func TestAdoptNeedsOptIn(t *testing.T) {
 	if err := h.plain.Patch(h.ctx, legacy, client.Apply, client.FieldOwner(FieldManager)); err != nil { //nolint:staticcheck // SSA as an old install did
 		t.Fatal(err)
 	}
+	h.apply(opts, configMap(h.ns, "stripped", map[string]any{"k": "ours"}))
+	stripped := h.liveCM("stripped")
+	stripped.SetAnnotations(nil)
+	stripped.SetLabels(map[string]string{"edited-by": "someone"}) // so that manager owns a field
+	if err := h.plain.Update(h.ctx, stripped, client.FieldOwner("kubectl-annotate")); err != nil {
+		t.Fatal(err)
+	}
 	desired := func() []*unstructured.Unstructured {
 		return []*unstructured.Unstructured{configMap(h.ns, "kubectl", map[string]any{"k": "ours"}),
-			configMap(h.ns, "legacy", map[string]any{"k": "ours"})}
+			configMap(h.ns, "legacy", map[string]any{"k": "ours"}), configMap(h.ns, "stripped", map[string]any{"k": "ours"})}
 	}
 	res, err := h.eng.Apply(h.ctx, h.set(desired()...), opts)
 	if err == nil || !errors.Is(err, ErrNotAdopted) || !IsTerminal(err) ||
 		!strings.Contains(err.Error(), "ConfigMap "+h.ns+"/kubectl") || !strings.Contains(err.Error(), "kubectl-client-side-apply") {
 		t.Errorf("Apply error = %v, want a terminal %v naming ConfigMap %s/kubectl and its manager", err, ErrNotAdopted, h.ns)
 	}
-	want := map[string]Action{cmID(h.ns, "kubectl"): ActionFailed, cmID(h.ns, "legacy"): ActionConfigured}
-	if got := actions(res.Changes); got[cmID(h.ns, "kubectl")] != want[cmID(h.ns, "kubectl")] ||
-		got[cmID(h.ns, "legacy")] != want[cmID(h.ns, "legacy")] {
-		t.Errorf("actions = %v, want %v", got, want)
+	want := map[string]Action{cmID(h.ns, "kubectl"): ActionFailed, cmID(h.ns, "legacy"): ActionConfigured,
+		cmID(h.ns, "stripped"): ActionConfigured}
+	if diff := cmp.Diff(want, actions(res.Changes)); diff != "" {
+		t.Errorf("actions (-want +got):\n%s", diff)
 	}
 	if v, _, _ := unstructured.NestedString(h.liveCM("kubectl").Object, "data", "k"); v != "theirs" {
 		t.Errorf("the refused object changed: data.k = %q", v)
 	}
-	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "legacy"))
-	if got := h.liveCM("legacy").GetAnnotations()[OwnerAnnotation]; got != h.ref.ID {
-		t.Errorf("legacy owner annotation = %q, want ours", got)
+	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "legacy"), cmID(h.ns, "stripped"))
+	for _, name := range []string{"legacy", "stripped"} {
+		if got := h.liveCM(name).GetAnnotations()[OwnerAnnotation]; got != h.ref.ID {
+			t.Errorf("%s owner annotation = %q, want ours", name, got)
+		}
 	}
 
 	opts.Adopt = true
@@ -274,5 +287,5 @@ func TestAdoptNeedsOptIn(t *testing.T) {
 	if v, _, _ := unstructured.NestedString(live.Object, "data", "k"); v != "ours" || live.GetAnnotations()[OwnerAnnotation] != h.ref.ID {
 		t.Errorf("with Adopt: data.k = %q, owner %q", v, live.GetAnnotations()[OwnerAnnotation])
 	}
-	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "legacy"), cmID(h.ns, "kubectl"))
+	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "legacy"), cmID(h.ns, "stripped"), cmID(h.ns, "kubectl"))
 }
