@@ -32,8 +32,14 @@ type ApplyOptions struct {
 	// this. Zero means unlimited.
 	PruneBudget int
 	// Force recreates objects whose immutable fields changed. Per object, the annotation
-	// converge.dev/force: enabled does the same.
+	// converge.dev/force: enabled does the same. Only objects this inventory owns are deleted
+	// for it: our owner annotation, and the UID the inventory recorded.
 	Force bool
+	// Adopt takes over objects that carry no owner annotation but that another tool manages
+	// (another field manager, or kubectl's last-applied-configuration: Helm, kubectl apply).
+	// Without it such an object fails with ErrNotAdopted and is left alone. Objects only
+	// Converge's field manager wrote are adopted either way.
+	Adopt bool
 	// ForceConflicts takes ownership of fields another field manager owns. Without it such
 	// conflicts fail the object.
 	ForceConflicts bool
@@ -153,9 +159,9 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 		}
 	}
 	if opts.Wait {
-		ids, byMeta := r.readyCandidates(outs)
-		r.progress.stage(StageWait, len(ids))
-		health, err := e.wait(ctx, ids, byMeta, opts.Timeout, r.progress)
+		w := r.readyCandidates(outs)
+		r.progress.stage(StageWait, len(w.ids))
+		health, err := e.wait(ctx, w, opts.Timeout, r.progress)
 		res.Health = health
 		if err != nil {
 			rec.errs = append(rec.errs, err)
@@ -207,8 +213,9 @@ func (r *applyRun) collect(res *Result, outs []outcome) *record {
 		}
 		if o.track {
 			rec.tracked.Add(inventory.Entry{Object: o.change.Object, UID: o.uid})
-		} else if !r.old.Has(o.change.Object) {
-			// Inventoried ahead, but another inventory owns it: not ours to track.
+		} else {
+			// Inventoried ahead (or before), but the API server shows another owner or a
+			// manager we may not adopt from: not ours to track, nor to prune.
 			rec.untrack = append(rec.untrack, o.change.Object)
 		}
 	}
@@ -257,6 +264,9 @@ type outcome struct {
 	// rv is the live object's resourceVersion after the apply or verification, for the
 	// memo; empty when unknown.
 	rv string
+	// generation is the live object's metadata.generation after the apply or verification:
+	// readiness is judged on it or a newer one (atGeneration). Zero when unknown.
+	generation int64
 }
 
 // applyRun is the state of one Apply shared by its workers.
@@ -371,20 +381,22 @@ func newNamespaces(done []outcome) map[string]bool {
 	return out
 }
 
-// readyCandidates returns the IDs of objects whose readiness Wait checks (applied,
-// configured or unchanged ones that this run manages), and those of them whose readiness
-// their metadata shows (readyOnExistence).
-func (r *applyRun) readyCandidates(outs []outcome) ([]object.ObjMetadata, map[object.ObjMetadata]bool) {
-	var ids []object.ObjMetadata
-	byMeta := map[object.ObjMetadata]bool{}
+// readyCandidates returns the objects whose readiness Wait checks (applied, configured or
+// unchanged ones that this run manages), those of them whose readiness their metadata shows
+// (readyOnExistence), and the generation each was applied (or verified) at.
+func (r *applyRun) readyCandidates(outs []outcome) waitSet {
+	w := waitSet{byMeta: map[object.ObjMetadata]bool{}, applied: map[object.ObjMetadata]int64{}}
 	for i, o := range outs {
 		if !o.ready {
 			continue
 		}
-		ids = append(ids, o.change.Object)
+		w.ids = append(w.ids, o.change.Object)
 		if readyOnExistence(r.items[i].obj) {
-			byMeta[o.change.Object] = true
+			w.byMeta[o.change.Object] = true
+		}
+		if o.generation > 0 {
+			w.applied[o.change.Object] = o.generation
 		}
 	}
-	return ids, byMeta
+	return w
 }

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/cli-utils/pkg/object"
 )
 
 // Messages of dry-run shortcuts.
@@ -50,30 +51,36 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err err
 		cached = c
 	}
 	live, listed := r.surveyedLive(it.id, viaCache, cached)
-	for {
+	for attempt := 1; ; attempt++ {
 		if !listed {
 			if live, err = r.e.get(ctx, it.obj); err != nil {
 				return failed(out, err), nil
 			}
 		}
 		o, stale, err := r.applyLive(ctx, it, live, listed, out)
-		if !stale {
+		if !stale || attempt == maxAttempts {
 			return o, err
 		}
-		listed = false // changed since it was listed: read it again
+		listed = false // changed since it was read: read it again
 	}
 }
 
+// maxAttempts bounds how often applyOne reads an object again because it changed (was
+// created, replaced or updated) between the read and the write; the last attempt's failure
+// is reported (a transient conflict: the next run tries again).
+const maxAttempts = 3
+
 // applyLive is the full path of applyOne, given the live object (nil: it does not exist),
-// read with a GET or listed by the survey. stale reports that a listed object changed since
-// the LIST (the dry-run started from a newer resourceVersion): the caller reads it again.
+// read with a GET or listed by the survey. stale reports that the object changed since it
+// was read (a listed object since the LIST, as the dry-run started from a newer
+// resourceVersion; any object, as a write's precondition failed): the caller reads it again.
+// When stale, the outcome is the failure to report if no attempt is left.
 func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.Unstructured, listed bool,
 	out outcome) (_ outcome, stale bool, _ error) {
 	if live != nil {
-		if owner := live.GetAnnotations()[OwnerAnnotation]; owner != "" && owner != r.ref.ID {
-			// I11: never adopt an object another inventory owns.
-			out.track = r.old.Has(it.id)
-			return failed(out, terminal(fmt.Errorf("%w %q; not adopted", ErrNotOwned, owner))), false, nil
+		if err := r.mayTakeOver(it, live); err != nil {
+			out.track = false // another's, on the API server's word: not ours to track or prune
+			return failed(out, err), false, nil
 		}
 		out.uid = live.GetUID()
 	}
@@ -81,12 +88,11 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 		// The API server just said the object does not exist: a dry-run could only answer
 		// "created", so apply at once (one request instead of two per new object).
 		out.change.Action = ActionCreated
-		o, err := r.send(ctx, it, nil, out)
-		return o, false, err
+		return r.send(ctx, it, nil, out)
 	}
 	dry, live, err := r.dryRun(ctx, it, live)
 	if err != nil {
-		return failed(out, err), false, nil
+		return failed(out, err), isPreconditionFailed(err), nil
 	}
 	if dry == nil { // a dry-run shortcut: created in a namespace the set creates, or a recreate
 		out.change.Action, out.change.Message = ActionCreated, msgNamespacePending
@@ -102,7 +108,7 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 		return out, true, nil
 	}
 	if live != nil && !drifted(live, dry) {
-		out.change.Action, out.ready, out.rv = ActionUnchanged, true, live.GetResourceVersion()
+		out.change.Action, out.ready, out.rv, out.generation = ActionUnchanged, true, live.GetResourceVersion(), live.GetGeneration()
 		return out, false, nil
 	}
 	out.change.Action = ActionCreated
@@ -117,23 +123,56 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 	if r.opts.DryRun {
 		return out, false, nil
 	}
-	o, err := r.send(ctx, it, live, out)
-	return o, false, err
+	return r.send(ctx, it, live, out)
 }
 
-// send applies it for real and runs the AfterApply crash point.
-func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstructured, out outcome) (outcome, error) {
-	applied, err := r.e.apply(ctx, it.obj, r.fieldManager(), r.forceConflicts(live))
-	if err != nil {
-		return failed(out, err), nil
+// mayTakeOver returns why the run may not apply it over live, read from the API server: live
+// belongs to another inventory (ErrNotOwned), or carries no owner annotation while another
+// tool manages it and the run may not adopt (ErrNotAdopted). See adopt.go.
+func (r *applyRun) mayTakeOver(it *item, live *unstructured.Unstructured) error {
+	owner := live.GetAnnotations()[OwnerAnnotation]
+	switch {
+	case owner != "" && owner != r.ref.ID: // I11: never adopt an object another inventory owns
+		return terminal(fmt.Errorf("%w %q; not adopted", ErrNotOwned, owner))
+	case owner == "" && !r.opts.Adopt && !r.recorded(it.id, live):
+		if m := foreignManager(live, r.fieldManager()); m != "" {
+			return terminal(fmt.Errorf("%w: %s has no %s annotation and %s manages it; allow adoption (Sync spec.adopt, converge apply --adopt) to take it over",
+				ErrNotAdopted, describe(it.id), OwnerAnnotation, m))
+		}
 	}
-	return r.sent(it, applied, out)
+	return nil
+}
+
+// recorded reports whether live is the very object the stored inventory recorded (its UID):
+// ours already, even if someone removed our owner annotation since (the apply puts it back).
+func (r *applyRun) recorded(id object.ObjMetadata, live *unstructured.Unstructured) bool {
+	uid := r.old.UID(id)
+	return uid != "" && uid == live.GetUID()
+}
+
+// send applies it for real over live (nil: a create), on the condition that the object is
+// still the one read (precondition), and runs the AfterApply crash point. stale reports
+// that it was not: created, deleted or replaced since the read.
+func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstructured, out outcome) (_ outcome, stale bool, _ error) {
+	pre := precondition{absent: true}
+	if live != nil {
+		pre = precondition{uid: live.GetUID()}
+	}
+	applied, err := r.e.apply(ctx, it.obj, r.fieldManager(), r.forceConflicts(live), pre)
+	if err != nil {
+		// A create that meets an existing object conflicts, on its field managers or its
+		// precondition: either way the object must be read (and its owner checked) again.
+		changed := isPreconditionFailed(err) || pre.absent && apierrors.IsConflict(err)
+		return failed(out, err), changed, nil
+	}
+	o, err := r.sent(it, applied, out)
+	return o, false, err
 }
 
 // sent records that applied is the server's answer to the apply of it and runs the
 // AfterApply crash point.
 func (r *applyRun) sent(it *item, applied metav1.Object, out outcome) (outcome, error) {
-	out.uid, out.ready, out.rv = applied.GetUID(), true, applied.GetResourceVersion()
+	out.uid, out.ready, out.rv, out.generation = applied.GetUID(), true, applied.GetResourceVersion(), applied.GetGeneration()
 	if h := r.e.opts.Hooks.AfterApply; h != nil {
 		k := int(r.applied.Add(1))
 		if err := h(k, it.key); err != nil {
@@ -187,6 +226,7 @@ func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out o
 		return out, cached, false, nil
 	case r.e.memo.hit(it.id, hash, cached.GetResourceVersion()):
 		out.change.Action, out.uid, out.ready, out.rv = ActionUnchanged, cached.GetUID(), true, cached.GetResourceVersion()
+		out.generation = cached.GetGeneration()
 		return out, cached, true, nil
 	case r.e.memo.changed(it.id, hash):
 		out.change.Action = ActionConfigured
@@ -197,9 +237,17 @@ func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out o
 }
 
 // fromCacheApply is fromCache's apply of it, over cached (nil: a new object).
+// Its apply lands only on the object the cache showed (its UID), or creates one that the
+// survey listed as missing (precondition): a cache that missed a delete and a recreate by
+// another set, or an object created since the survey, fails the apply, and the full path
+// reads the object and checks its owner on the API server's word (I11).
 func (r *applyRun) fromCacheApply(ctx context.Context, it *item, cached *metav1.PartialObjectMetadata, out outcome) (
 	outcome, *metav1.PartialObjectMetadata, bool, error) {
-	applied, err := r.e.apply(ctx, it.obj, r.fieldManager(), r.opts.ForceConflicts)
+	pre := precondition{absent: true}
+	if cached != nil {
+		pre = precondition{uid: cached.GetUID()}
+	}
+	applied, err := r.e.apply(ctx, it.obj, r.fieldManager(), r.opts.ForceConflicts, pre)
 	if err != nil {
 		return out, cached, false, nil
 	}
@@ -233,6 +281,9 @@ func (r *applyRun) dryRun(ctx context.Context, it *item, live *unstructured.Unst
 		if !r.forced(it, live) {
 			return nil, live, terminal(fmt.Errorf("immutable field changed; set annotation %s: %s on the object or ApplyOptions.Force to recreate it: %w",
 				ForceAnnotation, ForceEnabled, err))
+		}
+		if why := r.notOursToRecreate(it.id, live); why != "" { // I1: force deletes only what is ours
+			return nil, live, terminal(fmt.Errorf("immutable field changed; not recreated: %s: %w", why, err))
 		}
 		if r.opts.DryRun {
 			return nil, live, nil

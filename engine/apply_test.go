@@ -187,6 +187,7 @@ func TestFieldConflicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := testOpts()
+	opts.Adopt = true // the object is another manager's: taking it over at all needs the opt-in (TestAdoptNeedsOptIn)
 	res, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "shared", map[string]any{"k": "ours"})), opts)
 	if err == nil || !strings.Contains(err.Error(), cmID(h.ns, "shared")) || !strings.Contains(err.Error(), "ForceConflicts") {
 		t.Fatalf("Apply error = %v, want a conflict naming the object", err)

@@ -26,11 +26,19 @@
 //     converge.dev/prune: disabled, or recreated by someone else are left alone and dropped
 //     from the inventory; failed deletes stay in it (I1, I3).
 //  6. record the inventory (new with UIDs ∪ what could not be pruned), skipped when unchanged.
-//  7. optionally wait for kstatus readiness.
+//  7. optionally wait for kstatus readiness, judged on an object read at the generation the
+//     apply returned or newer (a lagging cache is InProgress, not Current).
 //
 // Ownership (I11): a live object whose owner annotation names another inventory is never
-// adopted (the object fails with ErrNotOwned). A live object without the annotation (made
-// by hand or by another tool) is adopted, as kubectl apply and Flux do.
+// adopted (the object fails with ErrNotOwned, and leaves the inventory). A live object
+// without the annotation is adopted when only Converge's field manager wrote it; one that
+// another tool manages (another field manager, kubectl's last-applied-configuration) fails
+// with ErrNotAdopted unless ApplyOptions.Adopt. Every apply carries a precondition on what
+// the run read: a create only if the object is still missing, an update only of the UID that
+// was read and checked. So two sets that both see an object missing cannot both create it
+// (the second gets a conflict, reads the object, and reports the overlap), and an apply
+// decided on a stale watch cache never lands on an object someone recreated. A forced
+// recreate deletes only an object the inventory owns (annotation and recorded UID).
 //
 // Field conflicts: applies do not force ownership unless ApplyOptions.ForceConflicts; a
 // conflict with another field manager fails the object. This is why the engine drives the

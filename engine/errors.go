@@ -17,6 +17,11 @@ var ErrPruneRefused = errors.New("prune refused")
 // owning-inventory annotation names another ID). It is terminal.
 var ErrNotOwned = errors.New("owned by another inventory")
 
+// ErrNotAdopted is wrapped by the error of an object without an owner annotation that
+// another tool manages (another field manager, or kubectl's last-applied-configuration),
+// which the engine does not take over without ApplyOptions.Adopt. It is terminal.
+var ErrNotAdopted = errors.New("not adopted")
+
 // terminalError marks an error that retrying with the same input cannot fix.
 type terminalError struct{ err error }
 
@@ -61,7 +66,7 @@ func IsTerminal(err error) bool {
 		return false
 	}
 	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
-		meta.IsNoMatchError(err) || errors.Is(err, ErrPruneRefused) || errors.Is(err, ErrNotOwned)
+		meta.IsNoMatchError(err) || errors.Is(err, ErrPruneRefused) || errors.Is(err, ErrNotOwned) || errors.Is(err, ErrNotAdopted)
 }
 
 // immutableRE matches the messages of immutable-field rejections: built-in validation

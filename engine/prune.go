@@ -181,14 +181,23 @@ func (e *Engine) pruneStage(ctx context.Context, pc pruneCall, entries []invento
 // precondition too, so the delete lands only on exactly what was checked: one request in the
 // common case. A stale cache costs a conflict and a retry from the API server; a cached
 // "not found" is confirmed with the API server before the entry is dropped (I2).
-func (e *Engine) pruneOne(ctx context.Context, ref inventory.Ref, en inventory.Entry, dryRun bool) (Change, bool) {
+//
+// An entry that leaves the inventory leaves the memo too: the cache may still show the
+// deleted copy at the very resourceVersion the memo recorded, and an object declared again
+// must then be applied, not found unchanged.
+func (e *Engine) pruneOne(ctx context.Context, ref inventory.Ref, en inventory.Entry, dryRun bool) (c Change, drop bool) {
+	defer func() {
+		if drop && e.memo != nil {
+			e.memo.forget(en.Object)
+		}
+	}()
 	if e.cache != nil {
 		c, drop, retry := e.pruneOneFrom(ctx, true, ref, en, dryRun)
 		if !retry {
 			return c, drop
 		}
 	}
-	c, drop, _ := e.pruneOneFrom(ctx, false, ref, en, dryRun)
+	c, drop, _ = e.pruneOneFrom(ctx, false, ref, en, dryRun)
 	return c, drop
 }
 

@@ -24,8 +24,12 @@ import (
 // default readers of Deployments, ReplicaSets and StatefulSets also list the ReplicaSets and
 // Pods they generate, which would make the watch cache hold every Pod of the cluster, for
 // detail the engine does not report.
-func (e *Engine) newPoller(byMeta map[object.ObjMetadata]bool) *polling.StatusPoller {
-	generic := []pollengine.StatusReader{statusreaders.NewGenericStatusReader(e.mapper, status.Compute)}
+//
+// Readiness is judged on the generation the run applied, never on an older copy (I6): an
+// object read at a metadata.generation below its entry in applied (the watch cache is behind
+// the apply's answer) is InProgress, whatever its old status says.
+func (e *Engine) newPoller(byMeta map[object.ObjMetadata]bool, applied map[object.ObjMetadata]int64) *polling.StatusPoller {
+	generic := []pollengine.StatusReader{statusreaders.NewGenericStatusReader(e.mapper, atGeneration(applied))}
 	if e.cache == nil {
 		// From the API server: kstatus' caching reader, one LIST per kind and namespace per
 		// poll instead of a GET per object.
@@ -36,6 +40,20 @@ func (e *Engine) newPoller(byMeta map[object.ObjMetadata]bool) *polling.StatusPo
 		CustomStatusReaders:  generic,
 		ClusterReaderFactory: pollengine.ClusterReaderFactoryFunc(clusterreader.NewDirectClusterReader),
 	})
+}
+
+// atGeneration is kstatus' Compute for objects that must be seen at least at the generation
+// applied names: a copy older than the apply's answer (a lagging watch cache, or a frozen one)
+// says nothing about the rollout just started, so it is InProgress. kstatus itself then
+// requires status.observedGeneration to reach metadata.generation.
+func atGeneration(applied map[object.ObjMetadata]int64) statusreaders.StatusFunc {
+	return func(u *unstructured.Unstructured) (*status.Result, error) {
+		if want := applied[idOf(u)]; u.GetGeneration() < want {
+			return &status.Result{Status: status.InProgressStatus,
+				Message: fmt.Sprintf("generation %d applied, generation %d observed so far", want, u.GetGeneration())}, nil
+		}
+		return status.Compute(u)
+	}
 }
 
 // readinessReader is the poller's reader: objects in byMeta are read as metadata only and

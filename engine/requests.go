@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -39,17 +41,17 @@ func (e *Engine) get(ctx context.Context, u *unstructured.Unstructured) (*unstru
 
 // apply server-side applies u for real with field manager manager, taking conflicting
 // fields when force, and returns the server's answer as metadata only: the engine keeps only
-// the resourceVersion and UID of an apply, and a metadata answer (protobuf) costs the API
-// server and the engine a fraction of the full object's JSON. u is not modified; it never
-// carries a resourceVersion (prepare strips it), so the apply is not an optimistic-lock
-// write.
-func (e *Engine) apply(ctx context.Context, u *unstructured.Unstructured, manager string, force bool) (*metav1.PartialObjectMetadata, error) {
+// the resourceVersion, UID and generation of an apply, and a metadata answer (protobuf) costs
+// the API server and the engine a fraction of the full object's JSON. u is not modified; it
+// never carries a resourceVersion or UID of its own (prepare strips them): pre adds them, so
+// that the apply lands only on the object the run checked (precondition).
+func (e *Engine) apply(ctx context.Context, u *unstructured.Unstructured, manager string, force bool, pre precondition) (*metav1.PartialObjectMetadata, error) {
 	gvk := u.GroupVersionKind()
 	m, err := e.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(u.Object)
+	body, err := json.Marshal(pre.on(u.Object))
 	if err != nil {
 		return nil, fmt.Errorf("encode: %w", err)
 	}
@@ -62,6 +64,80 @@ func (e *Engine) apply(ctx context.Context, u *unstructured.Unstructured, manage
 		ri = mc.Resource(m.Resource).Namespace(u.GetNamespace())
 	}
 	return ri.Patch(ctx, u.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: manager, Force: &force})
+}
+
+// precondition is what an apply requires of the live object, so that it lands only on the
+// object whose ownership the run checked (I11, I14). A server-side apply creates the object
+// when it is missing and updates it otherwise, whoever created it: without a precondition,
+// two sets that both saw an object missing both "create" it, the second one silently
+// rewriting the first's owner annotation (they share the field manager, which owns it), and
+// an apply decided on a stale cache lands on whatever object now has that name.
+type precondition struct {
+	// absent: the object must not exist; the apply is a create. Sent as a resourceVersion
+	// no object can have: a create ignores it, an update of an existing object fails with
+	// 409 Conflict.
+	absent bool
+	// uid: the live object must have this UID (a 409 Conflict otherwise); "" for none.
+	uid types.UID
+}
+
+// absentResourceVersion is the resourceVersion of a create-only apply: the largest etcd
+// revision, which no stored object reaches.
+const absentResourceVersion = "18446744073709551615"
+
+// on returns obj with the precondition in its metadata: obj itself when there is none,
+// otherwise a copy that shares everything but the top level and the metadata map.
+func (p precondition) on(obj map[string]any) map[string]any {
+	if !p.absent && p.uid == "" {
+		return obj
+	}
+	out := maps.Clone(obj)
+	md, _ := obj["metadata"].(map[string]any)
+	md = maps.Clone(md)
+	if md == nil {
+		md = map[string]any{}
+	}
+	if p.absent {
+		md["resourceVersion"] = absentResourceVersion
+	}
+	if p.uid != "" {
+		md["uid"] = string(p.uid)
+	}
+	out["metadata"] = md
+	return out
+}
+
+// isPreconditionFailed reports whether err is a write's failed precondition (the object was
+// created, deleted or replaced since it was read), not a field manager conflict or an invalid
+// object: a 409 without field manager conflicts (a resourceVersion or a delete's UID
+// precondition; an apply's UID naming no existing object), or a 422 on metadata.uid alone (an
+// apply's UID naming another object: the server refuses to change an object's UID).
+func isPreconditionFailed(err error) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return false
+	}
+	var causes []metav1.StatusCause
+	if d := st.Status().Details; d != nil {
+		causes = d.Causes
+	}
+	switch {
+	case apierrors.IsConflict(err):
+		for _, c := range causes {
+			if c.Type == metav1.CauseTypeFieldManagerConflict {
+				return false
+			}
+		}
+		return true
+	case apierrors.IsInvalid(err):
+		for _, c := range causes {
+			if c.Field != "metadata.uid" {
+				return false
+			}
+		}
+		return len(causes) > 0
+	}
+	return false
 }
 
 // metadataClients are the metadata clients of the applies, one per resource: each has its
@@ -105,11 +181,12 @@ func (e *Engine) serverSideApply(ctx context.Context, u *unstructured.Unstructur
 	return e.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...)
 }
 
-// recreate deletes live with a UID precondition and waits until it is gone, so it can be
-// created again with the changed immutable fields.
+// recreate deletes live with UID and resourceVersion preconditions (exactly the object whose
+// ownership was checked: a 409 means it changed since, and is read again) and waits until
+// it is gone, so it can be created again with the changed immutable fields.
 func (e *Engine) recreate(ctx context.Context, live *unstructured.Unstructured, timeout time.Duration) error {
-	uid := live.GetUID()
-	err := e.client.Delete(ctx, live, client.Preconditions{UID: &uid},
+	uid, rv := live.GetUID(), live.GetResourceVersion()
+	err := e.client.Delete(ctx, live, client.Preconditions{UID: &uid, ResourceVersion: &rv},
 		client.PropagationPolicy(metav1.DeletePropagationBackground))
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("recreate: delete: %w", err)

@@ -23,10 +23,11 @@ const defaultTimeout = 5 * time.Minute
 // returns the last status of every object, in ids order, and an error naming each object
 // that is not Current with kstatus' message.
 //
-// prog hears how many objects are Current as that changes. Objects in byMeta are read as
-// metadata only (readyOnExistence).
-func (e *Engine) wait(ctx context.Context, ids []object.ObjMetadata, byMeta map[object.ObjMetadata]bool,
-	timeout time.Duration, prog *progress) ([]ObjectHealth, error) {
+// prog hears how many objects are Current as that changes. Objects in w.byMeta are read as
+// metadata only (readyOnExistence); an object is Current only once it is read at least at
+// its generation in w.applied (atGeneration).
+func (e *Engine) wait(ctx context.Context, w waitSet, timeout time.Duration, prog *progress) ([]ObjectHealth, error) {
+	ids := w.ids
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -42,7 +43,7 @@ func (e *Engine) wait(ctx context.Context, ids []object.ObjMetadata, byMeta map[
 	latest := make(map[object.ObjMetadata]*event.ResourceStatus, len(ids))
 	var pollErr error
 	finished, current := false, 0
-	for ev := range e.newPoller(byMeta).Poll(wctx, set, polling.PollOptions{PollInterval: e.opts.PollInterval}) {
+	for ev := range e.newPoller(w.byMeta, w.applied).Poll(wctx, set, polling.PollOptions{PollInterval: e.opts.PollInterval}) {
 		switch ev.Type {
 		case event.ErrorEvent:
 			pollErr = ev.Error
@@ -89,6 +90,16 @@ func (e *Engine) wait(ctx context.Context, ids []object.ObjMetadata, byMeta map[
 			timeout, len(errs), len(ids))}, errs...)
 	}
 	return health, errors.Join(errs...)
+}
+
+// waitSet is what wait waits for.
+type waitSet struct {
+	ids []object.ObjMetadata
+	// byMeta are the objects whose readiness their metadata shows (readyOnExistence).
+	byMeta map[object.ObjMetadata]bool
+	// applied is, per object, the metadata.generation the run's apply (or read) returned:
+	// a copy of an older generation is not judged (atGeneration).
+	applied map[object.ObjMetadata]int64
 }
 
 // waitEstablished waits until the named CRDs report Established and the kinds of pending

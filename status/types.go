@@ -79,8 +79,12 @@ type SyncSpec struct {
 	PruneBudget int `json:"pruneBudget,omitempty"`
 	// AllowEmpty allows an empty render to prune everything.
 	AllowEmpty bool `json:"allowEmpty,omitempty"`
-	// Force recreates objects whose immutable fields changed.
+	// Force recreates objects whose immutable fields changed (only objects this Sync's
+	// inventory owns).
 	Force bool `json:"force,omitempty"`
+	// Adopt takes over objects without an owner annotation that another tool (Helm, kubectl
+	// apply) manages; without it they fail with a message naming the tool, untouched.
+	Adopt bool `json:"adopt,omitempty"`
 	// Webhook lets a push notification on /hooks/<namespace>/<name> ask for a reconcile now.
 	// Without it the webhook never triggers this Sync.
 	Webhook *Webhook `json:"webhook,omitempty"`

@@ -36,6 +36,7 @@ type applyFlags struct {
 	timeout     time.Duration
 	force       bool
 	forceConfl  bool
+	adopt       bool
 	allowEmpty  bool
 	pruneBudget int
 	fieldMgr    string
@@ -91,6 +92,7 @@ Exit codes: 0 nothing to change (dry-run) or applied cleanly; 1 changes found (d
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Minute, "readiness and CRD wait timeout")
 	fl.BoolVar(&f.force, "force", false, "recreate objects whose immutable fields changed")
 	fl.BoolVar(&f.forceConfl, "force-conflicts", false, "take fields owned by other server-side apply managers")
+	fl.BoolVar(&f.adopt, "adopt", false, "take over objects without an owner annotation that another tool (Helm, kubectl apply) manages")
 	fl.BoolVar(&f.allowEmpty, "allow-empty", false, "let an empty set prune everything in the inventory")
 	fl.IntVar(&f.pruneBudget, "prune-budget", 0, "refuse to prune more than this many objects (0: no limit)")
 	fl.StringVar(&f.fieldMgr, "field-manager", engine.FieldManager, "server-side apply field manager that owns the applied fields")
@@ -120,6 +122,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	opts.DryRun, opts.Diff, opts.Prune, opts.Wait, opts.Timeout = f.dryRun, f.diff, f.prune, f.wait, f.timeout
 	opts.Force, opts.ForceConflicts, opts.AllowEmpty, opts.PruneBudget = f.force, f.forceConfl, f.allowEmpty, f.pruneBudget
 	opts.DefaultNamespace, opts.FieldManager = ns, f.fieldMgr
+	opts.Adopt = f.adopt
 	line := newProgressLine(cmd.ErrOrStderr(), showProgress(cmd.ErrOrStderr(), f.output))
 	if line != nil {
 		opts.Progress = line.update

@@ -212,6 +212,7 @@ func applyOptions(s *status.Sync) engine.ApplyOptions {
 	opts := engine.DefaultApplyOptions()
 	opts.Prune, opts.Wait = s.Spec.Prune, s.Spec.Wait
 	opts.AllowEmpty, opts.PruneBudget, opts.Force = s.Spec.AllowEmpty, s.Spec.PruneBudget, s.Spec.Force
+	opts.Adopt = s.Spec.Adopt
 	opts.DefaultNamespace, opts.TargetNamespace = s.Namespace, s.Spec.TargetNamespace
 	if s.Spec.Timeout != nil {
 		opts.Timeout = s.Spec.Timeout.Duration
