@@ -9,6 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/converge-dev/converge/inventory"
 )
 
 // Messages of dry-run shortcuts.
@@ -70,10 +72,14 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err err
 func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.Unstructured, listed bool,
 	out outcome) (_ outcome, stale bool, _ error) {
 	if live != nil {
-		if owner := live.GetAnnotations()[OwnerAnnotation]; owner != "" && owner != r.ref.ID {
+		if owner := live.GetAnnotations()[OwnerAnnotation]; owner != "" && r.ref.ID == "" {
+			// A dry-run without inventory: diff the object with its owner as it is.
+			keepOwner(it.obj, owner)
+			out.change.Message = "owned by " + inventory.Describe(owner)
+		} else if owner != "" && owner != r.ref.ID {
 			// I11: never adopt an object another inventory owns.
 			out.track = r.old.Has(it.id)
-			return failed(out, terminal(fmt.Errorf("%w %q; not adopted", ErrNotOwned, owner))), false, nil
+			return failed(out, terminal(&NotOwnedError{Object: kindNamespaceName(it.id), Owner: owner})), false, nil
 		}
 		out.uid = live.GetUID()
 	}
@@ -277,6 +283,16 @@ func (r *applyRun) forceConflicts(live *unstructured.Unstructured) bool {
 func (r *applyRun) forced(it *item, live *unstructured.Unstructured) bool {
 	return r.opts.Force || it.obj.GetAnnotations()[ForceAnnotation] == ForceEnabled ||
 		live.GetAnnotations()[ForceAnnotation] == ForceEnabled
+}
+
+// keepOwner sets the owner annotation of obj (the run's own copy of its metadata) to owner.
+func keepOwner(obj *unstructured.Unstructured, owner string) {
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[OwnerAnnotation] = owner
+	obj.SetAnnotations(ann)
 }
 
 // resourceVersion is u's resourceVersion, "" for no object.

@@ -20,7 +20,7 @@ const FieldManager = "converge"
 
 // OwnerAnnotation is set on every applied object; its value is the inventory ID of the set
 // that owns it. Prune and Delete only touch objects carrying it with their own ID.
-const OwnerAnnotation = "config.k8s.io/owning-inventory"
+const OwnerAnnotation = inventory.OwnerAnnotation
 
 // Annotations users set on objects to change how the engine treats them.
 const (

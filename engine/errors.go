@@ -6,6 +6,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/cli-utils/pkg/object"
+
+	"github.com/converge-dev/converge/inventory"
 )
 
 // ErrPruneRefused is wrapped by the error of a prune the engine refused: a prune larger
@@ -16,6 +19,33 @@ var ErrPruneRefused = errors.New("prune refused")
 // ErrNotOwned is wrapped by the error of an object that another inventory owns (its
 // owning-inventory annotation names another ID). It is terminal.
 var ErrNotOwned = errors.New("owned by another inventory")
+
+// NotOwnedError is the error of an object another inventory owns. It names the object as
+// Kind namespace/name and its owner in words (inventory.Describe: "Sync apps/prod",
+// "converge apply --inventory apps/prod", "converge install"), never by internal ID alone,
+// so the message says whom to ask. It matches ErrNotOwned.
+type NotOwnedError struct {
+	// Object names the object: Kind namespace/name, or Kind name when cluster-scoped.
+	Object string
+	// Owner is the inventory ID in the object's owner annotation.
+	Owner string
+}
+
+func (e *NotOwnedError) Error() string {
+	return e.Object + " is owned by " + inventory.Describe(e.Owner) + "; not adopted"
+}
+
+// Is makes errors.Is(err, ErrNotOwned) hold.
+func (e *NotOwnedError) Is(target error) bool { return target == ErrNotOwned }
+
+// kindNamespaceName names id as a person writes it: Kind namespace/name, or Kind name for a
+// cluster-scoped object.
+func kindNamespaceName(id object.ObjMetadata) string {
+	if id.Namespace == "" {
+		return id.GroupKind.Kind + " " + id.Name
+	}
+	return id.GroupKind.Kind + " " + id.Namespace + "/" + id.Name
+}
 
 // terminalError marks an error that retrying with the same input cannot fix.
 type terminalError struct{ err error }
