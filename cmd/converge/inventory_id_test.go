@@ -14,7 +14,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/yaml"
 
 	"github.com/converge-dev/converge/e2e/cluster"
@@ -265,5 +267,36 @@ func TestApplyCLITakesOverLegacyInventory(t *testing.T) {
 	writeSet(t, dir, ns, map[string]string{"a.yaml": a1})
 	if out, errOut, code := cliErr(args...); code != 0 || !strings.Contains(out, "ConfigMap/"+ns+"/b pruned") {
 		t.Errorf("prune under the new ID: exit %d:\n%s%s", code, out, errOut)
+	}
+}
+
+// TestSyncDeletionTakesOverLegacyInventory: a Sync whose inventory carries the legacy ID is
+// deleted before it ever reconciled under the new ID (it is suspended): the deletion takes
+// the inventory over and deletes its objects and the inventory, instead of failing on an
+// inventory labelled with another ID.
+func TestSyncDeletionTakesOverLegacyInventory(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	legacy := inventory.Ref{Namespace: f.ns, Name: "app-inventory", ID: inventory.LegacyID(f.ns, "app")}
+	if _, err := newTestEngine(t).Apply(ctx, engine.Set{Inventory: legacy, Objects: objects(t, f.ns, cmB)}, quickApply()); err != nil {
+		t.Fatalf("apply with the legacy ID: %v", err)
+	}
+	f.publish(map[string]string{"b.yaml": cmB})
+	f.startDaemon(env.Config)
+	s := f.createSync(time.Minute, func(s *status.Sync) { s.Spec.Suspend = true })
+	f.waitSync("holding the finalizer", func(s *status.Sync) bool { return controllerutil.ContainsFinalizer(s, status.Finalizer) })
+	if err := f.c.Delete(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(f.c.Get(ctx, client.ObjectKeyFromObject(s), &status.Sync{})), nil
+	})
+	if err != nil {
+		t.Fatal("the Sync was never finalized")
+	}
+	for _, name := range []string{"b", "app-inventory"} {
+		if _, err := f.configMap(name); !apierrors.IsNotFound(err) {
+			t.Errorf("configmap %s survived the deletion: %v", name, err)
+		}
 	}
 }
