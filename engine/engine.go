@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -96,6 +97,9 @@ type Engine struct {
 	opts   Options
 	cache  *watchCache // nil without Watch
 	memo   *memo       // nil without Watch
+	// migrated holds the inventory IDs Migrate has settled (taken over, or nothing to take
+	// over): a long-lived engine reads each inventory for its migration once, not per run.
+	migrated sync.Map
 }
 
 // New builds an Engine for cfg: an uncached controller-runtime client whose RESTMapper

@@ -75,7 +75,16 @@ func Describe(id string) string {
 		return quoteID(id)
 	}
 	ns, name, ok := strings.Cut(rest, "_")
-	if !ok || ns == "" || name == "" || strings.Contains(name, "_") {
+	if !ok {
+		// The legacy namespace_name: a Sync or a "converge apply --inventory" of an
+		// earlier version, until its owner applies again.
+		if owner != "" && rest != "" {
+			return quoteID(id) + " (written by an earlier version for Sync " + owner + "/" + rest +
+				" or converge apply --inventory " + owner + "/" + rest + ")"
+		}
+		return quoteID(id)
+	}
+	if ns == "" || name == "" || strings.Contains(name, "_") {
 		return quoteID(id)
 	}
 	switch Owner(owner) {

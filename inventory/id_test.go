@@ -47,7 +47,7 @@ func TestDescribe(t *testing.T) {
 		{ID(OwnerSync, "apps", "prod"), "Sync apps/prod"},
 		{ID(OwnerCLI, "apps", "prod.eu"), "converge apply --inventory apps/prod.eu"},
 		{ID(OwnerInstall, "converge-system", "converge-install"), "converge install"},
-		{LegacyID("apps", "prod"), `inventory "apps_prod"`},
+		{LegacyID("apps", "prod"), `inventory "apps_prod" (written by an earlier version for Sync apps/prod or converge apply --inventory apps/prod)`},
 		{"some-tool-id", `inventory "some-tool-id"`},
 		{"other_apps_prod", `inventory "other_apps_prod"`},
 	} {
