@@ -29,8 +29,11 @@
 //  7. optionally wait for kstatus readiness.
 //
 // Ownership (I11): a live object whose owner annotation names another inventory is never
-// adopted (the object fails with ErrNotOwned). A live object without the annotation (made
-// by hand or by another tool) is adopted, as kubectl apply and Flux do.
+// adopted (the object fails with a NotOwnedError, which names the owner in words). A live
+// object without the annotation (made by hand or by another tool) is adopted, as kubectl
+// apply and Flux do. A DryRun of a Set without an inventory (the zero Ref) is a plain diff:
+// every object is diffed with its owner as it is, and nothing is pruned. Migrate takes an
+// inventory stored under its legacy ID over before an Apply or a Delete.
 //
 // Field conflicts: applies do not force ownership unless ApplyOptions.ForceConflicts; a
 // conflict with another field manager fails the object. This is why the engine drives the
