@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/object"
+
+	"github.com/converge-dev/converge/inventory"
 )
 
 // Who may take over a live object, and who may delete it to recreate it (I1, I11).
@@ -65,7 +67,7 @@ func (r *applyRun) notOursToRecreate(id object.ObjMetadata, live *unstructured.U
 		return fmt.Sprintf("%s carries no %s annotation yet (it is not ours until an apply without the immutable change adopts it; or delete it yourself)",
 			describe(id), OwnerAnnotation)
 	case owner != r.ref.ID:
-		return fmt.Sprintf("%s belongs to inventory %q", describe(id), owner)
+		return fmt.Sprintf("%s is owned by %s", describe(id), inventory.Describe(owner))
 	case !r.old.Has(id):
 		return fmt.Sprintf("%s is not in this inventory", describe(id))
 	case r.old.UID(id) != "" && r.old.UID(id) != live.GetUID():

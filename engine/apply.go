@@ -16,7 +16,9 @@ import (
 	"github.com/converge-dev/converge/inventory"
 )
 
-// ApplyOptions are the per-call settings of Apply.
+// ApplyOptions are the per-call settings of Apply. A DryRun of a Set without an inventory
+// (the zero inventory.Ref) is a plain diff: no owner annotation is added, an object another
+// inventory owns is diffed as it is (Change.Message names its owner), nothing is pruned.
 type ApplyOptions struct {
 	// DryRun server-side dry-runs every object, fills Change.Diff, lists what would be
 	// pruned, and writes nothing: no object, no inventory.
@@ -96,16 +98,21 @@ func DefaultApplyOptions() ApplyOptions {
 // with the object ID. Invalid input returns an error before anything is written.
 func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result, error) {
 	res := &Result{}
-	if err := validateRef(set.Inventory); err != nil {
+	// A dry-run without an inventory (the zero Ref) is a plain diff against the live objects:
+	// nothing is owned, adopted or pruned, and each object's owner is information.
+	noInventory := opts.DryRun && set.Inventory == (inventory.Ref{})
+	if err := validateRef(set.Inventory); err != nil && !noInventory {
 		return res, err
 	}
 	items, err := e.prepare(set, opts)
 	if err != nil {
 		return res, err
 	}
-	old, err := e.store.Get(ctx, set.Inventory)
-	if err != nil {
-		return res, err
+	old := &inventory.Inventory{}
+	if !noInventory {
+		if old, err = e.store.Get(ctx, set.Inventory); err != nil {
+			return res, err
+		}
 	}
 	desired := &inventory.Inventory{}
 	for _, it := range items {

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/object"
+
+	"github.com/converge-dev/converge/inventory"
 )
 
 // Messages of dry-run shortcuts.
@@ -78,7 +80,10 @@ const maxAttempts = 3
 func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.Unstructured, listed bool,
 	out outcome) (_ outcome, stale bool, _ error) {
 	if live != nil {
-		if err := r.mayTakeOver(it, live); err != nil {
+		if r.ref.ID == "" {
+			// A dry-run without inventory: diff the object with its owner as it is.
+			out.change.Message = ownerInfo(it, live, r.fieldManager())
+		} else if err := r.mayTakeOver(it, live); err != nil {
 			out.track = false // another's, on the API server's word: not ours to track or prune
 			return failed(out, err), false, nil
 		}
@@ -133,7 +138,7 @@ func (r *applyRun) mayTakeOver(it *item, live *unstructured.Unstructured) error 
 	owner := live.GetAnnotations()[OwnerAnnotation]
 	switch {
 	case owner != "" && owner != r.ref.ID: // I11: never adopt an object another inventory owns
-		return terminal(fmt.Errorf("%w %q; not adopted", ErrNotOwned, owner))
+		return terminal(&NotOwnedError{Object: describe(it.id), Owner: owner})
 	case owner == "" && !r.opts.Adopt && !r.recorded(it.id, live):
 		if m := foreignManager(live, r.fieldManager()); m != "" {
 			return terminal(fmt.Errorf("%w: %s has no %s annotation and %s manages it; allow adoption (Sync spec.adopt, converge apply --adopt) to take it over",
@@ -141,6 +146,20 @@ func (r *applyRun) mayTakeOver(it *item, live *unstructured.Unstructured) error 
 		}
 	}
 	return nil
+}
+
+// ownerInfo says who owns live, for a plain diff (no inventory): the inventory its owner
+// annotation names, kept on the desired copy so the diff shows no change there, or the
+// tool that manages it; "" when nobody does.
+func ownerInfo(it *item, live *unstructured.Unstructured, manager string) string {
+	if owner := live.GetAnnotations()[OwnerAnnotation]; owner != "" {
+		keepOwner(it.obj, owner)
+		return "owned by " + inventory.Describe(owner)
+	}
+	if m := foreignManager(live, manager); m != "" {
+		return "managed by " + m
+	}
+	return ""
 }
 
 // recorded reports whether live is the very object the stored inventory recorded (its UID):
@@ -328,6 +347,16 @@ func (r *applyRun) forceConflicts(live *unstructured.Unstructured) bool {
 func (r *applyRun) forced(it *item, live *unstructured.Unstructured) bool {
 	return r.opts.Force || it.obj.GetAnnotations()[ForceAnnotation] == ForceEnabled ||
 		live.GetAnnotations()[ForceAnnotation] == ForceEnabled
+}
+
+// keepOwner sets the owner annotation of obj (the run's own copy of its metadata) to owner.
+func keepOwner(obj *unstructured.Unstructured, owner string) {
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[OwnerAnnotation] = owner
+	obj.SetAnnotations(ann)
 }
 
 // resourceVersion is u's resourceVersion, "" for no object.

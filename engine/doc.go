@@ -30,7 +30,8 @@
 //     apply returned or newer (a lagging cache is InProgress, not Current).
 //
 // Ownership (I11): a live object whose owner annotation names another inventory is never
-// adopted (the object fails with ErrNotOwned, and leaves the inventory). A live object
+// adopted (the object fails with a NotOwnedError naming the owner in words, and leaves the
+// inventory). A live object
 // without the annotation is adopted when only Converge's field manager wrote it; one that
 // another tool manages (another field manager, kubectl's last-applied-configuration) fails
 // with ErrNotAdopted unless ApplyOptions.Adopt. Every apply carries a precondition on what
@@ -39,6 +40,9 @@
 // (the second gets a conflict, reads the object, and reports the overlap), and an apply
 // decided on a stale watch cache never lands on an object someone recreated. A forced
 // recreate deletes only an object the inventory owns (annotation and recorded UID).
+// A DryRun of a Set without an inventory (the zero Ref) is a plain diff: every object is
+// diffed with its owner as it is, and nothing is pruned. Migrate takes an inventory stored
+// under its legacy ID over before an Apply or a Delete.
 //
 // Field conflicts: applies do not force ownership unless ApplyOptions.ForceConflicts; a
 // conflict with another field manager fails the object. This is why the engine drives the

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,7 +21,7 @@ const FieldManager = "converge"
 
 // OwnerAnnotation is set on every applied object; its value is the inventory ID of the set
 // that owns it. Prune and Delete only touch objects carrying it with their own ID.
-const OwnerAnnotation = "config.k8s.io/owning-inventory"
+const OwnerAnnotation = inventory.OwnerAnnotation
 
 // Annotations users set on objects to change how the engine treats them.
 const (
@@ -96,6 +97,9 @@ type Engine struct {
 	opts   Options
 	cache  *watchCache // nil without Watch
 	memo   *memo       // nil without Watch
+	// migrated holds the inventory IDs Migrate has settled (taken over, or nothing to take
+	// over): a long-lived engine reads each inventory for its migration once, not per run.
+	migrated sync.Map
 }
 
 // New builds an Engine for cfg: an uncached controller-runtime client whose RESTMapper

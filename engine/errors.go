@@ -6,6 +6,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/converge-dev/converge/inventory"
 )
 
 // ErrPruneRefused is wrapped by the error of a prune the engine refused: a prune larger
@@ -21,6 +23,25 @@ var ErrNotOwned = errors.New("owned by another inventory")
 // another tool manages (another field manager, or kubectl's last-applied-configuration),
 // which the engine does not take over without ApplyOptions.Adopt. It is terminal.
 var ErrNotAdopted = errors.New("not adopted")
+
+// NotOwnedError is the error of an object another inventory owns. It names the object as
+// Kind namespace/name and its owner in words (inventory.Describe: "Sync apps/prod",
+// "converge apply --inventory apps/prod", "converge install"), never by internal ID alone,
+// so the message says whom to ask. It matches ErrNotOwned.
+type NotOwnedError struct {
+	// Object names the object: Kind namespace/name, or Kind name when cluster-scoped.
+	Object string
+	// Owner is the inventory ID in the object's owner annotation.
+	Owner string
+}
+
+func (e *NotOwnedError) Error() string {
+	return e.Object + " is owned by " + inventory.Describe(e.Owner) + "; not adopted"
+}
+
+// Is makes errors.Is(err, ErrNotOwned) hold.
+func (e *NotOwnedError) Is(target error) bool { return target == ErrNotOwned }
+
 
 // terminalError marks an error that retrying with the same input cannot fix.
 type terminalError struct{ err error }

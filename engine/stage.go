@@ -125,7 +125,9 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, error) {
 		if ann == nil {
 			ann = map[string]string{}
 		}
-		ann[OwnerAnnotation] = set.Inventory.ID
+		if set.Inventory.ID != "" { // none: a dry-run without inventory keeps the live owner
+			ann[OwnerAnnotation] = set.Inventory.ID
+		}
 		u.SetAnnotations(ann)
 		id := idOf(u)
 		if seen[id] {

@@ -9,11 +9,15 @@ import (
 )
 
 // Ref says where a set's inventory lives: a ConfigMap Namespace/Name labelled
-// cli-utils.sigs.k8s.io/inventory-id=ID.
+// cli-utils.sigs.k8s.io/inventory-id=ID. ID comes from the owner's kind and name (see ID).
 type Ref struct {
 	Namespace string
 	Name      string
 	ID        string
+	// Legacy is the ID the same ConfigMap was labelled with before IDs named their owner
+	// (LegacyID); empty when there is none. Store.Migrate moves such an inventory and the
+	// owner annotations of its objects to ID.
+	Legacy string
 }
 
 // String returns namespace/name of the inventory ConfigMap.

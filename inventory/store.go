@@ -102,7 +102,7 @@ func (s *Store) Delete(ctx context.Context, ref Ref) error {
 		return err
 	}
 	if id := cm.Labels[IDLabel]; id != ref.ID {
-		return fmt.Errorf("inventory %s: delete: configmap holds inventory %q, not %q", ref, id, ref.ID)
+		return fmt.Errorf("inventory %s: delete: %w", ref, foreign(ref, id))
 	}
 	uid := cm.UID
 	err = s.c.Delete(ctx, cm, client.Preconditions{UID: &uid})
@@ -128,10 +128,19 @@ func (s *Store) get(ctx context.Context, ref Ref) (*corev1.ConfigMap, error) {
 	return cm, nil
 }
 
+// foreign is the error about a ConfigMap of ref that holds the inventory id of another
+// owner, named in words (Describe).
+func foreign(ref Ref, id string) error {
+	if id == "" {
+		return fmt.Errorf("the ConfigMap has no label %s: it is not an inventory; rename the inventory or remove the ConfigMap", IDLabel)
+	}
+	return fmt.Errorf("the ConfigMap holds the inventory of %s, not of %s; choose another inventory name", Describe(id), Describe(ref.ID))
+}
+
 // decode parses the data keys of cm (ns_name_group_kind) and their UID values.
 func decode(ref Ref, cm *corev1.ConfigMap) (*Inventory, error) {
 	if id := cm.Labels[IDLabel]; id != ref.ID {
-		return nil, fmt.Errorf("inventory %s: configmap holds inventory %q, not %q", ref, id, ref.ID)
+		return nil, fmt.Errorf("inventory %s: %w", ref, foreign(ref, id))
 	}
 	inv := &Inventory{}
 	for key, uid := range cm.Data {

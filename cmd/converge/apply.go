@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
@@ -56,8 +55,14 @@ With --dry-run nothing is written: every object is dry-run on the server, and th
 what would be created, configured (with --diff, a unified diff; Secret values masked), left
 unchanged and pruned.
 
-The inventory (--inventory NAMESPACE/NAME) records what the set owns; --prune needs it. Without
-it the inventory is NAMESPACE/converge-cli-<folder name> in the -n namespace.
+The inventory (--inventory NAMESPACE/NAME, a ConfigMap) records which objects the set owns:
+an object another inventory owns (a Sync, another "converge apply --inventory", "converge
+install") is never taken over, and --prune deletes only what this inventory owns. A real apply
+needs --inventory: name it after the application and environment (apps/prod), not after a
+folder, and use the same name on every run. A --dry-run without --inventory is a plain diff
+against the live objects: nothing is owned or pruned, and each object's current owner is
+shown as information, never as an error. A --dry-run with --inventory also shows what would
+be pruned and fails objects another inventory owns, as the apply would.
 
 Fields are applied as the server-side apply field manager --field-manager ("converge", as the
 daemon). Another name keeps a CI job's ownership apart from the daemon's; changing it between
@@ -72,7 +77,7 @@ Exit codes: 0 nothing to change (dry-run) or applied cleanly; 1 changes found (d
 		Example: `  # What would change? (exit 1 when something would)
   converge apply ./overlays/prod --dry-run --diff
 
-  # Apply and prune, waiting for readiness
+  # Apply and prune, waiting for readiness (the inventory is a ConfigMap "prod" in "apps")
   converge apply ./overlays/prod --prune --inventory apps/prod --wait
 
   # A git path, as a pull-request comment
@@ -87,7 +92,7 @@ Exit codes: 0 nothing to change (dry-run) or applied cleanly; 1 changes found (d
 	fl.BoolVar(&f.dryRun, "dry-run", false, "server-side dry-run: show what would change, write nothing")
 	fl.BoolVar(&f.diff, "diff", false, "print a unified diff of every changed object")
 	fl.BoolVar(&f.prune, "prune", false, "delete objects of the inventory that left the set")
-	fl.StringVar(&f.inventory, "inventory", "", "NAMESPACE/NAME of the set's inventory ConfigMap (required with --prune)")
+	fl.StringVar(&f.inventory, "inventory", "", "NAMESPACE/NAME of the set's inventory ConfigMap (required unless --dry-run)")
 	fl.BoolVar(&f.wait, "wait", false, "wait until every applied object is Current (kstatus)")
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Minute, "readiness and CRD wait timeout")
 	fl.BoolVar(&f.force, "force", false, "recreate objects whose immutable fields changed")
@@ -106,7 +111,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 		return fail(err)
 	}
 	ns := kube.namespace()
-	ref, err := f.inventoryRef(ns, args)
+	ref, err := f.inventoryRef()
 	if err != nil {
 		return fail(err)
 	}
@@ -117,6 +122,13 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	_, eng, err := kube.clients(true)
 	if err != nil {
 		return fail(err)
+	}
+	if ref != (inventory.Ref{}) {
+		mopts := inventory.DefaultMigrateOptions()
+		mopts.DryRun, mopts.FieldManager = f.dryRun, f.fieldMgr
+		if ref, err = eng.Migrate(cmd.Context(), ref, mopts); err != nil {
+			return fail(explain(err, nil))
+		}
 	}
 	opts := engine.DefaultApplyOptions()
 	opts.DryRun, opts.Diff, opts.Prune, opts.Wait, opts.Timeout = f.dryRun, f.diff, f.prune, f.wait, f.timeout
@@ -159,38 +171,33 @@ func (f *applyFlags) validate() error {
 	default:
 		return fmt.Errorf("--output %q: want json, yaml or markdown", f.output)
 	}
-	if f.prune && f.inventory == "" {
-		return errors.New("--prune needs --inventory NAMESPACE/NAME: pruning must know exactly which set it prunes")
+	if f.inventory == "" && !f.dryRun {
+		return errors.New("converge apply needs --inventory NAMESPACE/NAME (for example apps/prod): the inventory " +
+			"records which objects this set owns, so no other set can take them over or prune them; " +
+			"without it only --dry-run runs (a plain diff)")
 	}
 	return nil
 }
 
-var labelUnsafe = regexp.MustCompile(`[^a-z0-9-]+`)
-
-// inventoryRef is --inventory, or NAMESPACE/converge-cli-<folder name>.
-func (f *applyFlags) inventoryRef(ns string, args []string) (inventory.Ref, error) {
-	if f.inventory != "" {
-		invNS, name, ok := strings.Cut(f.inventory, "/")
-		if !ok || invNS == "" || name == "" {
-			return inventory.Ref{}, fmt.Errorf("--inventory %q: want NAMESPACE/NAME", f.inventory)
-		}
-		return inventory.Ref{Namespace: invNS, Name: name, ID: invNS + "_" + name}, nil
+// inventoryRef is the inventory --inventory names, in the CLI's own ID namespace
+// (cli_<ns>_<name>) so it never shares an ID with a Sync or "converge install"; the zero Ref
+// (no inventory: a plain dry-run diff) without the flag.
+func (f *applyFlags) inventoryRef() (inventory.Ref, error) {
+	if f.inventory == "" {
+		return inventory.Ref{}, nil
 	}
-	base := f.src.path
-	if f.src.gitURL == "" && len(args) == 1 {
-		if abs, err := filepath.Abs(args[0]); err == nil {
-			base = abs
-		}
+	ns, name, ok := strings.Cut(f.inventory, "/")
+	if !ok || ns == "" || name == "" {
+		return inventory.Ref{}, fmt.Errorf("--inventory %q: want NAMESPACE/NAME", f.inventory)
 	}
-	name := strings.Trim(labelUnsafe.ReplaceAllString(strings.ToLower(filepath.Base(base)), "-"), "-")
-	if name == "" {
-		name = "default"
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return inventory.Ref{}, fmt.Errorf("--inventory %q: namespace %q: %s", f.inventory, ns, strings.Join(errs, "; "))
 	}
-	name = "converge-cli-" + name
-	if len(name) > 50 {
-		name = name[:50]
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return inventory.Ref{}, fmt.Errorf("--inventory %q: ConfigMap name %q: %s", f.inventory, name, strings.Join(errs, "; "))
 	}
-	return inventory.Ref{Namespace: ns, Name: name, ID: ns + "_" + name}, nil
+	return inventory.Ref{Namespace: ns, Name: name, ID: inventory.ID(inventory.OwnerCLI, ns, name),
+		Legacy: inventory.LegacyID(ns, name)}, nil
 }
 
 // explained is an error with the one-line message "converge apply" exits with; it unwraps

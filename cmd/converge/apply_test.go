@@ -259,7 +259,7 @@ func TestApplyCLIFieldManager(t *testing.T) {
 			t.Fatal(err)
 		}
 		writeSet(t, dir, ns, map[string]string{"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: " + tc.name + "}\ndata: {k: v}\n"})
-		if out, code := cli(t, append([]string{"apply", dir, "-n", ns}, tc.args...)...); code != 0 {
+		if out, code := cli(t, append([]string{"apply", dir, "-n", ns, "--inventory", ns + "/inv-" + tc.name}, tc.args...)...); code != 0 {
 			t.Fatalf("%s: exit code %d; output:\n%s", tc.name, code, out)
 		}
 		cm := &corev1.ConfigMap{}
@@ -296,9 +296,9 @@ func TestApplyCLIBadInput(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"missing path", []string{"apply", filepath.Join(dir, "nope"), "--kubeconfig", unreachable},
+		{"missing path", []string{"apply", filepath.Join(dir, "nope"), "--kubeconfig", unreachable, "--inventory", "x/app"},
 			[]string{"nope does not exist", "give a folder"}},
-		{"unreachable cluster", []string{"apply", dir, "--kubeconfig", unreachable},
+		{"unreachable cluster", []string{"apply", dir, "--kubeconfig", unreachable, "--inventory", "x/app"},
 			[]string{"cannot reach the cluster", "check --kubeconfig, --context or KUBECONFIG"}},
 		{"unreachable cluster, dry-run", []string{"apply", dir, "--kubeconfig", unreachable, "--dry-run"},
 			[]string{"cannot reach the cluster", "check --kubeconfig, --context or KUBECONFIG"}},
@@ -331,7 +331,7 @@ func TestApplyCLIForbiddenKind(t *testing.T) {
 	writeSet(t, dir, ns, map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1),
 		"svc.yaml": "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: NS}\nspec: {ports: [{port: 80}]}\n"})
 	for _, mode := range [][]string{{"--dry-run"}, nil} {
-		args := append([]string{"--kubeconfig", kubeconfig, "apply", dir, "-n", ns}, mode...)
+		args := append([]string{"--kubeconfig", kubeconfig, "apply", dir, "-n", ns, "--inventory", ns + "/app"}, mode...)
 		out, errOut, code := runOffline(args...)
 		if code != exitCodeError || strings.Contains(errOut, "\n") {
 			t.Errorf("%v: exit %d, error %q; want exit 2 and a one-line error", mode, code, errOut)
@@ -347,6 +347,84 @@ func TestApplyCLIForbiddenKind(t *testing.T) {
 	}
 	if _, err := env.Clientset().CoreV1().ConfigMaps(ns).Get(context.Background(), "a", metav1.GetOptions{}); err != nil {
 		t.Errorf("the permitted ConfigMap was not applied: %v", err)
+	}
+}
+
+// TestApplyCLIDryRunWithoutInventory: a set applied from one folder, changed and rendered
+// into another folder (as CI does in a temporary checkout), is dry-run without --inventory:
+// a plain diff against the live objects, exit 1, the owner shown as information, nothing
+// written. Before, the dry-run took the inventory converge-cli-<folder>, failed every
+// object with "owned by another inventory" and exited 2.
+func TestApplyCLIDryRunWithoutInventory(t *testing.T) {
+	cluster.Require(t, env)
+	ns := env.Namespace(t)
+	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	for _, d := range []string{a, b} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeSet(t, a, ns, map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1), "b.yaml": cmB})
+	if out, errOut, code := cliErr("apply", a, "-n", ns, "--inventory", ns+"/app", "--prune"); code != 0 {
+		t.Fatalf("apply: exit %d: %s%s", code, out, errOut)
+	}
+	writeSet(t, b, ns, map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "2", 1), "b.yaml": cmB})
+	before := resourceVersions(t, ns)
+	out, errOut, code := cliErr("apply", b, "-n", ns, "--dry-run", "--diff")
+	if code != exitCodeChanges {
+		t.Errorf("dry-run from another folder: exit %d, want 1 (changes found):\n%s%s", code, out, errOut)
+	}
+	owner := "owned by converge apply --inventory " + ns + "/app"
+	for _, want := range []string{"ConfigMap/" + ns + "/a configured (dry run): " + owner, "ConfigMap/" + ns + "/b unchanged: " + owner,
+		`-  version: "1"`, `+  version: "2"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the dry-run output does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, engine.OwnerAnnotation) {
+		t.Errorf("the plain diff shows the owner annotation changing:\n%s", out)
+	}
+	if diff := cmp.Diff(before, resourceVersions(t, ns)); diff != "" {
+		t.Errorf("the dry-run changed the cluster (-before +after):\n%s", diff)
+	}
+}
+
+// TestApplyCLINeedsInventory: two apps that both keep an overlays/prod folder never share
+// an inventory. A real apply without --inventory is refused before anything is written
+// (exit 2, saying what to pass); with one inventory each, the second app cannot take the
+// first app's object, and the message names the object and its owner. Before, both got the
+// default inventory converge-cli-prod and the second silently took the first's object.
+func TestApplyCLINeedsInventory(t *testing.T) {
+	cluster.Require(t, env)
+	ns := env.Namespace(t)
+	root := t.TempDir()
+	settings := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: NS}\ndata: {app: APP}\n"
+	dirs := map[string]string{}
+	for _, app := range []string{"app1", "app2"} {
+		dirs[app] = filepath.Join(root, app, "overlays", "prod")
+		if err := os.MkdirAll(dirs[app], 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeSet(t, dirs[app], ns, map[string]string{"settings.yaml": strings.Replace(settings, "APP", app, 1)})
+	}
+	out, errOut, code := cliErr("apply", dirs["app1"], "-n", ns)
+	if code != exitCodeError || !strings.Contains(errOut, "needs --inventory NAMESPACE/NAME") {
+		t.Errorf("apply without --inventory: exit %d, %s%s; want exit 2 asking for --inventory", code, out, errOut)
+	}
+	if _, err := env.Clientset().CoreV1().ConfigMaps(ns).Get(context.Background(), "settings", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("apply without --inventory wrote the object: %v", err)
+	}
+	if out, errOut, code := cliErr("apply", dirs["app1"], "-n", ns, "--inventory", ns+"/app1"); code != 0 {
+		t.Fatalf("apply app1: exit %d: %s%s", code, out, errOut)
+	}
+	out, errOut, code = cliErr("apply", dirs["app2"], "-n", ns, "--inventory", ns+"/app2")
+	want := "ConfigMap " + ns + "/settings is owned by converge apply --inventory " + ns + "/app1; not adopted"
+	if code != exitCodeError || !strings.Contains(errOut, want) || !strings.Contains(out, want) {
+		t.Errorf("apply app2 over app1's object: exit %d, report:\n%s\nerror: %s\nwant exit 2 saying %q", code, out, errOut, want)
+	}
+	cm, err := env.Clientset().CoreV1().ConfigMaps(ns).Get(context.Background(), "settings", metav1.GetOptions{})
+	if err != nil || cm.Data["app"] != "app1" {
+		t.Errorf("settings = %v, %v; want app1's", cm, err)
 	}
 }
 

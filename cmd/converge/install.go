@@ -29,8 +29,12 @@ const (
 	syncCRDName      = "syncs.converge.dev"
 )
 
-// installRef is the inventory of what "converge install" applied.
-var installRef = inventory.Ref{Namespace: installNamespace, Name: installName, ID: installNamespace + "_" + installName}
+// installRef is the inventory of what "converge install" applied, in the install's own ID
+// namespace (no Sync or "converge apply --inventory" can share it); Legacy is the ID of
+// earlier versions, taken over by the engine's Migrate.
+var installRef = inventory.Ref{Namespace: installNamespace, Name: installName,
+	ID:     inventory.ID(inventory.OwnerInstall, installNamespace, installName),
+	Legacy: inventory.LegacyID(installNamespace, installName)}
 
 // installFlags are the flags of "converge install".
 type installFlags struct {
@@ -99,7 +103,13 @@ func (f *installFlags) run(cmd *cobra.Command, kube *kubeFlags) error {
 	opts := engine.DefaultApplyOptions()
 	opts.DryRun, opts.Diff, opts.Wait, opts.Timeout = f.dryRun, f.diff, f.wait, f.timeout
 	opts.DefaultNamespace = installNamespace
-	res, applyErr := eng.Apply(ctx, engine.Set{Inventory: installRef, Objects: objs}, opts)
+	mopts := inventory.DefaultMigrateOptions()
+	mopts.DryRun = f.dryRun
+	ref, err := eng.Migrate(ctx, installRef, mopts)
+	if err != nil {
+		return &exitError{code: exitCodeError, err: err}
+	}
+	res, applyErr := eng.Apply(ctx, engine.Set{Inventory: ref, Objects: objs}, opts)
 	if created {
 		setAction(res.Changes, "Namespace", "", installNamespace, engine.ActionCreated, "")
 	}

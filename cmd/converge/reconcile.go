@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -67,6 +65,15 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !s.DeletionTimestamp.IsZero() {
 		r.metrics.forget(req.NamespacedName)
 		r.drift.forget(req.NamespacedName)
+		if controllerutil.ContainsFinalizer(s, status.Finalizer) {
+			// finalize works on the inventory under its new ID; a failure here (rights lost)
+			// is left to finalize's own rules.
+			if eng, err := r.engines.forSync(s); err == nil {
+				if _, err := migrateInventory(ctx, eng, s); err != nil {
+					log.Error(err, "inventory migration before deletion failed")
+				}
+			}
+		}
 		return r.finalize(ctx, s)
 	}
 	if !controllerutil.ContainsFinalizer(s, status.Finalizer) {
@@ -137,7 +144,11 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (o status.Outcome
 	if err != nil {
 		return r.fail(s, o, reasonApplyFailed, err, false), true, nil
 	}
-	set := engine.Set{Inventory: inventoryRef(s), Objects: bundle.Objects}
+	ref, err := migrateInventory(ctx, eng, s)
+	if err != nil {
+		return r.fail(s, o, reasonApplyFailed, err, false), true, nil
+	}
+	set := engine.Set{Inventory: ref, Objects: bundle.Objects}
 	r.drift.track(set.Inventory.ID, client.ObjectKeyFromObject(s))
 	res, err := eng.Apply(ctx, set, applyOptions(s))
 	r.metrics.applied(s, bundle.Revision, res, err)
@@ -199,13 +210,22 @@ func (r *reconciler) source(ctx context.Context, s *status.Sync) (sources.Source
 
 // inventoryRef is where a Sync's inventory lives: a ConfigMap beside the Sync, identified by
 // the Sync's namespace and name so a re-created Sync adopts what its predecessor applied.
+// The ID is in the Syncs' own ID namespace (sync_<ns>_<name>): no "converge apply
+// --inventory" or "converge install" can share it. Legacy is the ID of earlier versions,
+// taken over by the engine's Migrate.
 func inventoryRef(s *status.Sync) inventory.Ref {
-	id := s.Namespace + "_" + s.Name
-	if len(id) > 63 {
-		sum := sha256.Sum256([]byte(id))
-		id = id[:46] + "-" + hex.EncodeToString(sum[:])[:16]
+	return inventory.Ref{Namespace: s.Namespace, Name: truncate(s.Name, 230) + "-inventory",
+		ID: inventory.ID(inventory.OwnerSync, s.Namespace, s.Name), Legacy: inventory.LegacyID(s.Namespace, s.Name)}
+}
+
+// migrateInventory takes over the Sync's inventory stored under its legacy ID, before an
+// apply or a deletion works on it under the new ID.
+func migrateInventory(ctx context.Context, eng *engine.Engine, s *status.Sync) (inventory.Ref, error) {
+	ref, err := eng.Migrate(ctx, inventoryRef(s), inventory.DefaultMigrateOptions())
+	if err != nil {
+		return ref, fmt.Errorf("sync %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	return inventory.Ref{Namespace: s.Namespace, Name: truncate(s.Name, 230) + "-inventory", ID: id}
+	return ref, nil
 }
 
 func applyOptions(s *status.Sync) engine.ApplyOptions {

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/converge-dev/converge/engine"
+	"github.com/converge-dev/converge/inventory"
 	"github.com/converge-dev/converge/status"
 )
 
@@ -80,7 +81,14 @@ func (f *uninstallFlags) run(cmd *cobra.Command, kube *kubeFlags) error {
 	if err != nil {
 		return fail(err)
 	}
-	inv, err := eng.Inventory(ctx, installRef)
+	// Read only until confirmed: under a legacy ID until uninstall migrates it.
+	mopts := inventory.DefaultMigrateOptions()
+	mopts.DryRun = true
+	ref, err := eng.Migrate(ctx, installRef, mopts)
+	if err != nil {
+		return fail(err)
+	}
+	inv, err := eng.Inventory(ctx, ref)
 	if err != nil {
 		return fail(err)
 	}
@@ -109,6 +117,9 @@ func (f *uninstallFlags) run(cmd *cobra.Command, kube *kubeFlags) error {
 // uninstall stops the daemon, releases every Sync, deletes the install inventory with the
 // engine, and deletes the namespace the inventory lived in last.
 func uninstall(ctx context.Context, c client.Client, eng *engine.Engine, timeout time.Duration) (*engine.Result, error) {
+	if _, err := eng.Migrate(ctx, installRef, inventory.DefaultMigrateOptions()); err != nil {
+		return nil, err
+	}
 	stopped, err := stopDaemon(ctx, c, timeout)
 	if err != nil {
 		return nil, err
@@ -154,8 +165,13 @@ func stopDaemon(ctx context.Context, c client.Client, timeout time.Duration) (bo
 	if err != nil {
 		return false, fmt.Errorf("deployment %s/%s: %w", installNamespace, daemonName, err)
 	}
-	if d.Annotations[engine.OwnerAnnotation] != installRef.ID {
-		return false, fmt.Errorf("deployment %s/%s is not owned by %s: stop that daemon yourself before uninstalling", installNamespace, daemonName, installRef)
+	if owner := d.Annotations[engine.OwnerAnnotation]; owner != installRef.ID {
+		by := "nobody"
+		if owner != "" {
+			by = inventory.Describe(owner)
+		}
+		return false, fmt.Errorf("the Deployment %s/%s is owned by %s, not by converge install: stop that daemon yourself before uninstalling",
+			installNamespace, daemonName, by)
 	}
 	uid := d.UID
 	err = c.Delete(ctx, d, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))

@@ -62,10 +62,11 @@ type Options struct {
 }
 
 // ForSync returns the options for the daemon's Sync name in namespace: its inventory is the
-// ConfigMap <name>-inventory and its objects carry <namespace>_<name> (names short enough
-// not to be hashed).
+// ConfigMap <name>-inventory and its objects carry sync_<namespace>_<name> (inventory.ID of a
+// Sync, spelled out here so the checker does not trust the code it checks; names short
+// enough not to be hashed).
 func ForSync(namespace, name string) Options {
-	return Options{Namespace: namespace, Sync: name, InventoryName: name + "-inventory", InventoryID: namespace + "_" + name}
+	return Options{Namespace: namespace, Sync: name, InventoryName: name + "-inventory", InventoryID: "sync_" + namespace + "_" + name}
 }
 
 // Violation is one broken invariant, when the checker saw it.

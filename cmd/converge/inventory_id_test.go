@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/yaml"
+
+	"github.com/converge-dev/converge/e2e/cluster"
+	"github.com/converge-dev/converge/engine"
+	"github.com/converge-dev/converge/inventory"
+	"github.com/converge-dev/converge/status"
+)
+
+// TestInventoryRefsDistinct: a Sync, "converge apply --inventory" and "converge install"
+// naming the same namespace/name get three inventory IDs. Before, all three were
+// <namespace>_<name>.
+func TestInventoryRefsDistinct(t *testing.T) {
+	sync := inventoryRef(&status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: installName}})
+	f := applyFlags{inventory: installNamespace + "/" + installName}
+	cli, err := f.inventoryRef()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for owner, ref := range map[string]inventory.Ref{"Sync": sync, "converge apply": cli, "converge install": installRef} {
+		if other, ok := ids[ref.ID]; ok {
+			t.Errorf("%s and %s share the inventory ID %q", owner, other, ref.ID)
+		}
+		ids[ref.ID] = owner
+		if ref.Legacy != installNamespace+"_"+installName {
+			t.Errorf("%s: legacy ID %q, want the ID of earlier versions", owner, ref.Legacy)
+		}
+	}
+}
+
+// cliErr runs converge against the test cluster and returns stdout, the error message and
+// the exit code.
+func cliErr(args ...string) (string, string, int) {
+	return runOffline(append([]string{"--kubeconfig", env.Kubeconfig}, args...)...)
+}
+
+// objects parses YAML documents (NS is the namespace) into objects for the engine.
+func objects(t *testing.T, ns string, docs ...string) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	for _, d := range docs {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(strings.ReplaceAll(d, "NS", ns)), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// newTestEngine is a one-shot engine on the test cluster, as the CLI builds.
+func newTestEngine(t *testing.T) *engine.Engine {
+	t.Helper()
+	eng, err := engine.New(env.Config, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+// quickApply is an engine apply with prune and without the readiness wait.
+func quickApply() engine.ApplyOptions {
+	opts := engine.DefaultApplyOptions()
+	opts.Wait = false
+	return opts
+}
+
+// uids maps the named ConfigMaps of ns to their UIDs and owner annotations.
+func uids(t *testing.T, c client.Client, ns string, names ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, n := range names {
+		cm := &corev1.ConfigMap{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: n}, cm); err != nil {
+			t.Fatalf("configmap %s: %v", n, err)
+		}
+		out[n] = string(cm.UID) + " " + cm.Annotations[engine.OwnerAnnotation]
+	}
+	return out
+}
+
+// TestOwnersDoNotCollide: what "converge apply --inventory NS/prod" applied is not the
+// Sync prod's in NS, and the other way round: each refuses the other's object with a
+// message naming the object (Kind namespace/name) and its owner in words, and changes
+// nothing. Before, both used the inventory ID NS_prod: the Sync took the CLI's object over
+// and the CLI the Sync's.
+func TestOwnersDoNotCollide(t *testing.T) {
+	cluster.Require(t, env)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "prod")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	x := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: NS}\ndata: {by: VALUE}\n"
+	writeSet(t, dir, ns, map[string]string{"x.yaml": strings.Replace(x, "VALUE", "cli", 1)})
+	if out, errOut, code := cliErr("apply", dir, "-n", ns, "--inventory", ns+"/prod", "--prune"); code != 0 {
+		t.Fatalf("converge apply: exit %d: %s%s", code, out, errOut)
+	}
+
+	eng := newTestEngine(t)
+	sync := &status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "prod"}}
+	y := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: z, namespace: NS}\ndata: {by: VALUE}\n"
+	set := engine.Set{Inventory: inventoryRef(sync), Objects: objects(t, ns,
+		strings.Replace(x, "VALUE", "sync", 1), strings.Replace(y, "VALUE", "sync", 1))}
+	_, err := eng.Apply(ctx, set, quickApply())
+	want := "ConfigMap " + ns + "/x is owned by converge apply --inventory " + ns + "/prod; not adopted"
+	if !errors.Is(err, engine.ErrNotOwned) || !strings.Contains(err.Error(), want) {
+		t.Errorf("the Sync's apply: %v; want %q", err, want)
+	}
+
+	// The CLI, in turn, may not take the Sync's z.
+	writeSet(t, dir, ns, map[string]string{"x.yaml": strings.Replace(x, "VALUE", "cli", 1), "z.yaml": strings.Replace(y, "VALUE", "cli", 1)})
+	out, errOut, code := cliErr("apply", dir, "-n", ns, "--inventory", ns+"/prod", "--prune")
+	want = "ConfigMap " + ns + "/z is owned by Sync " + ns + "/prod; not adopted"
+	if code != exitCodeError || !strings.Contains(out+errOut, want) {
+		t.Errorf("converge apply over the Sync's object: exit %d, %s%s; want exit 2 saying %q", code, out, errOut, want)
+	}
+	if strings.Contains(out+errOut, "sync_") || strings.Contains(out+errOut, "cli_") {
+		t.Errorf("a message names an internal inventory ID:\n%s%s", out, errOut)
+	}
+	c, err := client.New(env.Config, client.Options{Scheme: newScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, by := range map[string]string{"x": "cli", "z": "sync"} {
+		cm := &corev1.ConfigMap{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil || cm.Data["by"] != by {
+			t.Errorf("configmap %s: %v, %v; want it left as %s applied it", name, cm.Data, err, by)
+		}
+	}
+}
+
+// TestSyncTakesOverLegacyInventory: a Sync whose inventory and objects carry the ID of
+// earlier versions (applied here through the engine with the old Ref) is reconciled by
+// the daemon: nothing is pruned or re-created, the objects' owner annotation and the
+// inventory's label become the new ID, the inventory ConfigMap is the same one, another
+// owner of the same name still cannot take the objects, and a later prune works under the
+// new ID.
+func TestSyncTakesOverLegacyInventory(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	a1 := strings.Replace(cmA, "VERSION", "1", 1)
+	sync := &status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "app"}}
+	legacy := inventory.Ref{Namespace: f.ns, Name: "app-inventory", ID: inventory.LegacyID(f.ns, "app")}
+	if _, err := newTestEngine(t).Apply(ctx, engine.Set{Inventory: legacy, Objects: objects(t, f.ns, a1, cmB)}, quickApply()); err != nil {
+		t.Fatalf("apply with the legacy ID: %v", err)
+	}
+	before := uids(t, f.c, f.ns, "a", "b")
+	invBefore := &corev1.ConfigMap{}
+	if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: legacy.Name}, invBefore); err != nil {
+		t.Fatal(err)
+	}
+
+	rev1 := f.publish(map[string]string{"a.yaml": a1, "b.yaml": cmB})
+	f.startDaemon(env.Config)
+	f.createSync(2 * time.Second)
+	s := f.waitSync("Ready at the first commit", readyAt(rev1))
+	if sum := s.Status.Summary; sum == nil || sum.Pruned != 0 || sum.Created != 0 || sum.Failed != 0 {
+		t.Errorf("summary %+v; want nothing created, pruned or failed", sum)
+	}
+	newID := inventoryRef(sync).ID
+	after := uids(t, f.c, f.ns, "a", "b")
+	for _, n := range []string{"a", "b"} {
+		uid, _, _ := strings.Cut(before[n], " ")
+		if want := uid + " " + newID; after[n] != want {
+			t.Errorf("configmap %s: UID and owner %q, want %q (same object, new ID)", n, after[n], want)
+		}
+	}
+	inv := &corev1.ConfigMap{}
+	if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: legacy.Name}, inv); err != nil {
+		t.Fatal(err)
+	}
+	if inv.UID != invBefore.UID || inv.Labels[inventory.IDLabel] != newID || len(inv.Data) != 2 {
+		t.Errorf("inventory: UID %s (was %s), label %q, %d entries; want the same ConfigMap relabelled %q with 2 entries",
+			inv.UID, invBefore.UID, inv.Labels[inventory.IDLabel], len(inv.Data), newID)
+	}
+
+	// converge apply --inventory NS/app had the same legacy ID: it cannot take them now.
+	dir := filepath.Join(t.TempDir(), "app")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeSet(t, dir, f.ns, map[string]string{"b.yaml": cmB})
+	out, errOut, code := cliErr("apply", dir, "-n", f.ns, "--inventory", f.ns+"/app")
+	if want := "ConfigMap " + f.ns + "/b is owned by Sync " + f.ns + "/app"; code != exitCodeError || !strings.Contains(out+errOut, want) {
+		t.Errorf("converge apply --inventory %s/app: exit %d, %s%s; want exit 2 saying %q", f.ns, code, out, errOut, want)
+	}
+
+	// The next commit drops b: pruned under the new ID.
+	rev2 := f.publish(map[string]string{"b.yaml": ""})
+	f.waitSync("Ready at the second commit", readyAt(rev2))
+	if _, err := f.configMap("b"); !apierrors.IsNotFound(err) {
+		t.Errorf("configmap b was not pruned under the new ID: %v", err)
+	}
+}
+
+// TestApplyCLITakesOverLegacyInventory: an inventory "converge apply --inventory NS/app"
+// wrote with the ID of earlier versions keeps working: a dry-run sees no change and writes
+// nothing (the inventory stays under the legacy ID), the apply changes and prunes nothing
+// and moves the objects and the ConfigMap to the new ID, and a later prune works.
+func TestApplyCLITakesOverLegacyInventory(t *testing.T) {
+	cluster.Require(t, env)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	a1 := strings.Replace(cmA, "VERSION", "1", 1)
+	legacy := inventory.Ref{Namespace: ns, Name: "app", ID: inventory.LegacyID(ns, "app")}
+	if _, err := newTestEngine(t).Apply(ctx, engine.Set{Inventory: legacy, Objects: objects(t, ns, a1, cmB)}, quickApply()); err != nil {
+		t.Fatalf("apply with the legacy ID: %v", err)
+	}
+	c, err := client.New(env.Config, client.Options{Scheme: newScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := uids(t, c, ns, "a", "b")
+	dir := filepath.Join(t.TempDir(), "other-folder")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeSet(t, dir, ns, map[string]string{"a.yaml": a1, "b.yaml": cmB})
+	args := []string{"apply", dir, "-n", ns, "--inventory", ns + "/app", "--prune"}
+
+	rvs := resourceVersions(t, ns)
+	if out, errOut, code := cliErr(append(args, "--dry-run")...); code != 0 {
+		t.Errorf("dry-run over the legacy inventory: exit %d, %s%s; want 0 (no change)", code, out, errOut)
+	}
+	if got := resourceVersions(t, ns); !maps.Equal(got, rvs) {
+		t.Errorf("the dry-run wrote: %v, was %v", got, rvs)
+	}
+
+	out, errOut, code := cliErr(args...)
+	if code != 0 || strings.Count(out, " unchanged\n") != 2 || strings.Contains(out, "pruned\n") {
+		t.Errorf("apply over the legacy inventory: exit %d; want both unchanged, nothing pruned:\n%s%s", code, out, errOut)
+	}
+	newID := inventory.ID(inventory.OwnerCLI, ns, "app")
+	after := uids(t, c, ns, "a", "b")
+	for _, n := range []string{"a", "b"} {
+		uid, _, _ := strings.Cut(before[n], " ")
+		if want := uid + " " + newID; after[n] != want {
+			t.Errorf("configmap %s: UID and owner %q, want %q", n, after[n], want)
+		}
+	}
+	inv := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, inv); err != nil || inv.Labels[inventory.IDLabel] != newID {
+		t.Errorf("inventory label %v (%v), want %q", inv.Labels, err, newID)
+	}
+
+	writeSet(t, dir, ns, map[string]string{"a.yaml": a1})
+	if out, errOut, code := cliErr(args...); code != 0 || !strings.Contains(out, "ConfigMap/"+ns+"/b pruned") {
+		t.Errorf("prune under the new ID: exit %d:\n%s%s", code, out, errOut)
+	}
+}
+
+// TestSyncDeletionTakesOverLegacyInventory: a Sync whose inventory carries the legacy ID is
+// deleted before it ever reconciled under the new ID (it is suspended): the deletion takes
+// the inventory over and deletes its objects and the inventory, instead of failing on an
+// inventory labelled with another ID.
+func TestSyncDeletionTakesOverLegacyInventory(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	legacy := inventory.Ref{Namespace: f.ns, Name: "app-inventory", ID: inventory.LegacyID(f.ns, "app")}
+	if _, err := newTestEngine(t).Apply(ctx, engine.Set{Inventory: legacy, Objects: objects(t, f.ns, cmB)}, quickApply()); err != nil {
+		t.Fatalf("apply with the legacy ID: %v", err)
+	}
+	f.publish(map[string]string{"b.yaml": cmB})
+	f.startDaemon(env.Config)
+	s := f.createSync(time.Minute, func(s *status.Sync) { s.Spec.Suspend = true })
+	f.waitSync("holding the finalizer", func(s *status.Sync) bool { return controllerutil.ContainsFinalizer(s, status.Finalizer) })
+	if err := f.c.Delete(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(f.c.Get(ctx, client.ObjectKeyFromObject(s), &status.Sync{})), nil
+	})
+	if err != nil {
+		t.Fatal("the Sync was never finalized")
+	}
+	for _, name := range []string{"b", "app-inventory"} {
+		if _, err := f.configMap(name); !apierrors.IsNotFound(err) {
+			t.Errorf("configmap %s survived the deletion: %v", name, err)
+		}
+	}
+}
