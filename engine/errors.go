@@ -42,7 +42,6 @@ func (e *NotOwnedError) Error() string {
 // Is makes errors.Is(err, ErrNotOwned) hold.
 func (e *NotOwnedError) Is(target error) bool { return target == ErrNotOwned }
 
-
 // terminalError marks an error that retrying with the same input cannot fix.
 type terminalError struct{ err error }
 
