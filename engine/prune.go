@@ -209,7 +209,7 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Re
 	}
 	if err != nil {
 		c.Action, c.Message = ActionFailed, err.Error()
-		c.Err = fmt.Errorf("%s: prune: %w", c.ID, err)
+		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), err)
 		return c, false, false
 	}
 	if live == nil {
@@ -265,7 +265,7 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Re
 		return e.afterDeleteConflict(ctx, ref, en, uid, c, err)
 	default:
 		c.Action, c.Message = ActionFailed, err.Error()
-		c.Err = fmt.Errorf("%s: prune: %w", c.ID, err)
+		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), err)
 		return c, false, false
 	}
 }
@@ -280,7 +280,7 @@ func (e *Engine) afterDeleteConflict(ctx context.Context, ref inventory.Ref, en 
 	switch {
 	case err != nil:
 		c.Action, c.Message = ActionFailed, delErr.Error()
-		c.Err = fmt.Errorf("%s: prune: %w", c.ID, delErr)
+		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), delErr)
 		return c, false, false
 	case cur == nil:
 		c.Message = "already deleted"
@@ -293,7 +293,7 @@ func (e *Engine) afterDeleteConflict(ctx context.Context, ref inventory.Ref, en 
 		return c, true, false
 	}
 	c.Action, c.Message = ActionFailed, delErr.Error()
-	c.Err = fmt.Errorf("%s: prune: %w", c.ID, delErr)
+	c.Err = fmt.Errorf("%s: prune: %w", c.describe(), delErr)
 	return c, false, false
 }
 
