@@ -77,11 +77,3 @@ func (r *applyRun) notOursToRecreate(id object.ObjMetadata, live *unstructured.U
 	return ""
 }
 
-// describe names an object as a user wrote it: Kind namespace/name, or Kind name when it is
-// cluster-scoped.
-func describe(id object.ObjMetadata) string {
-	if id.Namespace == "" {
-		return id.GroupKind.Kind + " " + id.Name
-	}
-	return id.GroupKind.Kind + " " + id.Namespace + "/" + id.Name
-}

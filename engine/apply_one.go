@@ -28,7 +28,7 @@ const (
 // out is a named result so that the memo records the outcome actually returned (send and
 // failed return new values).
 func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err error) {
-	out = outcome{change: Change{ID: it.key, Object: it.id}, track: true}
+	out = outcome{change: Change{ID: it.key, Object: it.id, Origin: it.origin}, track: true}
 	switch {
 	case it.pendingErr != nil:
 		return failed(out, it.pendingErr), nil
@@ -371,7 +371,7 @@ func resourceVersion(u *unstructured.Unstructured) string {
 func failed(out outcome, err error) outcome {
 	out.change.Action = ActionFailed
 	out.change.Message = err.Error()
-	out.change.Err = fmt.Errorf("%s: apply: %w", out.change.ID, err)
+	out.change.Err = fmt.Errorf("%s: apply: %w", out.change.describe(), err)
 	out.ready = false
 	return out
 }

@@ -159,7 +159,7 @@ func TestOwnershipConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "mine", nil), configMap(h.ns, "theirs", map[string]any{"v": "mine"})), opts)
-	if err == nil || !strings.Contains(err.Error(), cmID(h.ns, "theirs")) || !strings.Contains(err.Error(), "other-inv") {
+	if err == nil || !strings.Contains(err.Error(), cmName(h.ns, "theirs")) || !strings.Contains(err.Error(), "other-inv") {
 		t.Fatalf("Apply error = %v, want one naming %s and other-inv", err, cmID(h.ns, "theirs"))
 	}
 	if !errors.Is(err, ErrNotOwned) || !IsTerminal(err) {
@@ -189,7 +189,7 @@ func TestFieldConflicts(t *testing.T) {
 	opts := testOpts()
 	opts.Adopt = true // the object is another manager's: taking it over at all needs the opt-in (TestAdoptNeedsOptIn)
 	res, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "shared", map[string]any{"k": "ours"})), opts)
-	if err == nil || !strings.Contains(err.Error(), cmID(h.ns, "shared")) || !strings.Contains(err.Error(), "ForceConflicts") {
+	if err == nil || !strings.Contains(err.Error(), cmName(h.ns, "shared")) || !strings.Contains(err.Error(), "ForceConflicts") {
 		t.Fatalf("Apply error = %v, want a conflict naming the object", err)
 	}
 	if IsTerminal(err) {
@@ -242,7 +242,7 @@ func TestImmutableField(t *testing.T) {
 	h.apply(opts, imm("1"))
 	uid := h.liveCM("imm").GetUID()
 	_, err := h.eng.Apply(h.ctx, h.set(imm("2")), opts)
-	if err == nil || !strings.Contains(err.Error(), cmID(h.ns, "imm")) || !strings.Contains(err.Error(), ForceAnnotation) {
+	if err == nil || !strings.Contains(err.Error(), cmName(h.ns, "imm")) || !strings.Contains(err.Error(), ForceAnnotation) {
 		t.Fatalf("Apply error = %v, want an immutable error naming the object and %s", err, ForceAnnotation)
 	}
 	if !IsTerminal(err) {
@@ -283,7 +283,7 @@ func TestDeleteDeniedStaysTracked(t *testing.T) {
 	h.apply(opts, configMap(h.ns, "a", nil), configMap(h.ns, "b", nil))
 	h.rt.SetRules(fault.Rule{Verb: "delete", Resource: "configmaps", Name: "b", Status: http.StatusForbidden})
 	res, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "a", nil)), opts)
-	if err == nil || !strings.Contains(err.Error(), cmID(h.ns, "b")) {
+	if err == nil || !strings.Contains(err.Error(), cmName(h.ns, "b")) {
 		t.Fatalf("Apply error = %v, want a prune error naming b", err)
 	}
 	if got := actions(res.Pruned)[cmID(h.ns, "b")]; got != ActionFailed {

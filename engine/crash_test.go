@@ -126,25 +126,31 @@ func TestDeleteInventory(t *testing.T) {
 }
 
 // TestBadInput checks I8 and the error contract: unknown kinds, namespaced objects without
-// a namespace and invalid fields each give an error naming the object, and nothing is
-// pruned (the first two apply nothing at all).
+// a namespace and invalid fields each give an error naming the file it came from and the
+// object as "Kind namespace/name" (never the inventory's internal ID), and nothing is pruned
+// (the first two apply nothing at all).
 func TestBadInput(t *testing.T) {
 	tests := []struct {
 		name      string
 		bad       func(ns string) *unstructured.Unstructured
 		wantID    func(ns string) string
+		wantMsg   func(ns string) string // the error starts with the origin, then this
 		applyNone bool
 	}{
 		{
 			name:      "unknown kind",
 			bad:       func(ns string) *unstructured.Unstructured { return obj("nope.example.com/v1", "Widget", ns, "w", nil) },
 			wantID:    func(ns string) string { return ns + "_w_nope.example.com_Widget" },
+			wantMsg: func(ns string) string {
+				return "Widget " + ns + "/w: unknown kind Widget of apiVersion nope.example.com/v1: no CRD"
+			},
 			applyNone: true,
 		},
 		{
 			name:      "namespaced without namespace",
 			bad:       func(string) *unstructured.Unstructured { return configMap("", "nons", nil) },
 			wantID:    func(string) string { return "_nons__ConfigMap" },
+			wantMsg:   func(string) string { return "ConfigMap nons: namespaced kind ConfigMap has no namespace" },
 			applyNone: true,
 		},
 		{
@@ -153,7 +159,8 @@ func TestBadInput(t *testing.T) {
 				return obj("v1", "Service", ns, "svc", map[string]any{"spec": map[string]any{
 					"ports": []any{map[string]any{"port": int64(70000)}}}})
 			},
-			wantID: func(ns string) string { return ns + "_svc__Service" },
+			wantID:  func(ns string) string { return ns + "_svc__Service" },
+			wantMsg: func(ns string) string { return "Service " + ns + "/svc: apply: " },
 		},
 	}
 	for _, tt := range tests {
@@ -161,9 +168,12 @@ func TestBadInput(t *testing.T) {
 			h := newHarness(t, Hooks{})
 			opts := testOpts()
 			h.apply(opts, configMap(h.ns, "old", nil))
-			res, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "new", nil), tt.bad(h.ns)), opts)
-			if err == nil || !strings.HasPrefix(err.Error(), tt.wantID(h.ns)+": ") {
-				t.Fatalf("Apply error = %v, want one starting with %s", err, tt.wantID(h.ns))
+			set := h.set(configMap(h.ns, "new", nil), tt.bad(h.ns))
+			set.Origins = []string{"app/new.yaml:1", "app/bad.yaml:5 (document 2 of 2)"}
+			res, err := h.eng.Apply(h.ctx, set, opts)
+			want := "app/bad.yaml:5 (document 2 of 2): " + tt.wantMsg(h.ns)
+			if err == nil || !strings.HasPrefix(err.Error(), want) {
+				t.Fatalf("Apply error = %v, want one starting with %s", err, want)
 			}
 			if !IsTerminal(err) {
 				t.Errorf("error not terminal: %v", err)
@@ -250,11 +260,11 @@ func TestWaitReadiness(t *testing.T) {
 
 	opts.Timeout = 10 * time.Second
 	res, err := h.eng.Apply(h.ctx, h.set(deploy("ready", nil), deploy("stuck", map[string]any{"no-such": "node"})), opts)
-	id := h.ns + "_stuck_apps_Deployment"
+	id := "Deployment " + h.ns + "/stuck"
 	if err == nil || !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), "timeout") {
 		t.Fatalf("Apply error = %v, want a timeout naming %s", err, id)
 	}
-	if strings.Contains(err.Error(), h.ns+"_ready_apps_Deployment") {
+	if strings.Contains(err.Error(), "Deployment "+h.ns+"/ready") {
 		t.Errorf("the ready Deployment is named in the error: %v", err)
 	}
 	if s := res.Summary(); s.NotReady != 1 {

@@ -44,6 +44,9 @@ const (
 type Set struct {
 	Inventory inventory.Ref
 	Objects   []*unstructured.Unstructured
+	// Origins optionally says where each object was rendered from ("apps/web.yaml:3"), in
+	// the order of Objects; messages about an object start with it.
+	Origins []string
 }
 
 // Hooks are crash points for tests. A hook that returns an error aborts the run at once,

@@ -118,6 +118,9 @@ func actions(cs []Change) map[string]Action {
 	return out
 }
 
+// cmName is how messages name a ConfigMap: "ConfigMap ns/name".
+func cmName(ns, name string) string { return "ConfigMap " + ns + "/" + name }
+
 func cmID(ns, name string) string {
 	return object.ObjMetadata{Namespace: ns, Name: name, GroupKind: schema.GroupKind{Kind: "ConfigMap"}}.String()
 }

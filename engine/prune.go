@@ -218,7 +218,7 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Re
 	}
 	if err != nil {
 		c.Action, c.Message = ActionFailed, err.Error()
-		c.Err = fmt.Errorf("%s: prune: %w", c.ID, err)
+		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), err)
 		return c, false, false
 	}
 	if live == nil {
@@ -274,7 +274,7 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Re
 		return e.afterDeleteConflict(ctx, ref, en, uid, c, err)
 	default:
 		c.Action, c.Message = ActionFailed, err.Error()
-		c.Err = fmt.Errorf("%s: prune: %w", c.ID, err)
+		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), err)
 		return c, false, false
 	}
 }
@@ -289,7 +289,7 @@ func (e *Engine) afterDeleteConflict(ctx context.Context, ref inventory.Ref, en 
 	switch {
 	case err != nil:
 		c.Action, c.Message = ActionFailed, delErr.Error()
-		c.Err = fmt.Errorf("%s: prune: %w", c.ID, delErr)
+		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), delErr)
 		return c, false, false
 	case cur == nil:
 		c.Message = "already deleted"
@@ -302,7 +302,7 @@ func (e *Engine) afterDeleteConflict(ctx context.Context, ref inventory.Ref, en 
 		return c, true, false
 	}
 	c.Action, c.Message = ActionFailed, delErr.Error()
-	c.Err = fmt.Errorf("%s: prune: %w", c.ID, delErr)
+	c.Err = fmt.Errorf("%s: prune: %w", c.describe(), delErr)
 	return c, false, false
 }
 

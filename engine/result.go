@@ -24,6 +24,8 @@ type Change struct {
 	ID string
 	// Object identifies the object.
 	Object object.ObjMetadata
+	// Origin is where the object was rendered from (Set.Origins), "" when unknown or pruned.
+	Origin string
 	// Action is what happened.
 	Action Action
 	// Diff is a unified diff of the live object against the server's dry-run result, with
@@ -31,8 +33,17 @@ type Change struct {
 	Diff string
 	// Message explains skips, failures and dry-run shortcuts.
 	Message string
-	// Err is the error of a failed object, already prefixed with ID.
+	// Err is the error of a failed object, already prefixed with the object's origin and
+	// name ("apps/web.yaml:3: ConfigMap apps/web: apply: …").
 	Err error
+}
+
+// describe names the change's object for messages, after its origin when known.
+func (c Change) describe() string {
+	if c.Origin == "" {
+		return describe(c.Object)
+	}
+	return c.Origin + ": " + describe(c.Object)
 }
 
 // ObjectHealth is the kstatus readiness of one applied object.

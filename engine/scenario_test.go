@@ -132,7 +132,7 @@ func TestS15ForeignApplyManagerOwnsField(t *testing.T) {
 			t.Fatal(err)
 		}
 		res, err := h.eng.Apply(h.ctx, h.set(cms(h.ns, "shared", "other", "new")...), opts)
-		if err == nil || !strings.Contains(err.Error(), cmID(h.ns, "shared")) || IsTerminal(err) {
+		if err == nil || !strings.Contains(err.Error(), cmName(h.ns, "shared")) || IsTerminal(err) {
 			t.Fatalf("round %d: Apply error = %v, want a transient conflict naming shared", i, err)
 		}
 		if got := actions(res.Changes)[cmID(h.ns, "new")]; got != ActionCreated && got != ActionUnchanged {

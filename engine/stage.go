@@ -63,6 +63,8 @@ type item struct {
 	id    object.ObjMetadata
 	key   string // id.String()
 	stage int
+	// origin is where the object was rendered from (Set.Origins), or "".
+	origin string
 	// pending marks a kind the API server does not serve yet but a CRD of the same set
 	// defines: it resolves once that CRD is applied and Established.
 	pending bool
@@ -91,6 +93,13 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, error) {
 	items := make([]*item, 0, len(set.Objects))
 	var errs []error
 	for i, in := range set.Objects {
+		origin := ""
+		if i < len(set.Origins) {
+			origin = set.Origins[i]
+		}
+		where := func(u *unstructured.Unstructured) string {
+			return (&item{id: idOf(u), origin: origin}).describe()
+		}
 		if in == nil || in.GetAPIVersion() == "" || in.GetKind() == "" || in.GetName() == "" {
 			errs = append(errs, terminal(fmt.Errorf("object %d: apiVersion, kind and metadata.name are required", i)))
 			continue
@@ -103,7 +112,7 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, error) {
 			scopes[gvk] = sc
 		}
 		if sc.err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", idOf(u), sc.err))
+			errs = append(errs, fmt.Errorf("%s: %w", where(u), sc.err))
 			continue
 		}
 		if !sc.namespaced {
@@ -112,8 +121,8 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, error) {
 			u.SetNamespace(opts.TargetNamespace)
 		} else if u.GetNamespace() == "" {
 			if opts.DefaultNamespace == "" {
-				errs = append(errs, terminal(fmt.Errorf("%s: namespaced %s %q has no namespace and no default namespace is set",
-					idOf(u), gvk.Kind, u.GetName())))
+				errs = append(errs, terminal(fmt.Errorf("%s: namespaced kind %s has no namespace and no default namespace is set",
+					where(u), gvk.Kind)))
 				continue
 			}
 			u.SetNamespace(opts.DefaultNamespace)
@@ -131,11 +140,11 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, error) {
 		u.SetAnnotations(ann)
 		id := idOf(u)
 		if seen[id] {
-			errs = append(errs, terminal(fmt.Errorf("%s: duplicate object in the set", id)))
+			errs = append(errs, terminal(fmt.Errorf("%s: duplicate object in the set", where(u))))
 			continue
 		}
 		seen[id] = true
-		items = append(items, &item{obj: u, id: id, key: id.String(), stage: stageOf(id.GroupKind), pending: sc.pending})
+		items = append(items, &item{obj: u, id: id, key: id.String(), stage: stageOf(id.GroupKind), pending: sc.pending, origin: origin})
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -191,7 +200,7 @@ func (e *Engine) scope(gvk schema.GroupVersionKind, crds []*unstructured.Unstruc
 		s, _, _ := unstructured.NestedString(crd.Object, "spec", "scope")
 		return scope{namespaced: s != "Cluster", pending: true}
 	}
-	return scope{err: terminal(fmt.Errorf("unknown kind %s (no CRD in the cluster or in the set defines it): %w", gvk, err))}
+	return scope{err: terminal(&unknownKindError{gvk: gvk, err: err})}
 }
 
 // crdServesVersion reports whether crd declares version as served.
@@ -218,3 +227,17 @@ func byStage(items []*item) [numStages][]*item {
 	}
 	return out
 }
+
+// unknownKindError reports a kind the cluster does not serve and no CRD of the set defines.
+// Its message names the kind as written (apiVersion and kind), not the mapper's words.
+type unknownKindError struct {
+	gvk schema.GroupVersionKind
+	err error // the RESTMapper's no-match error
+}
+
+func (e *unknownKindError) Error() string {
+	return fmt.Sprintf("unknown kind %s of apiVersion %s: no CRD in the cluster or in the set defines it (install the CRD first, or add it to the source)",
+		e.gvk.Kind, e.gvk.GroupVersion())
+}
+
+func (e *unknownKindError) Unwrap() error { return e.err }

@@ -162,7 +162,7 @@ func TestStaleCacheNeverAdopts(t *testing.T) {
 	if owner := h.liveCM("shared").GetAnnotations()[OwnerAnnotation]; owner != other.ID {
 		t.Errorf("I11: shared was adopted on a stale cache: owner annotation %q, want %q (apply error: %v)", owner, other.ID, err)
 	}
-	if err == nil || !strings.Contains(err.Error(), cmID(h.ns, "shared")) {
+	if err == nil || !strings.Contains(err.Error(), cmName(h.ns, "shared")) {
 		t.Errorf("Apply error = %v, want the overlap on shared reported", err)
 	}
 	h.apply(opts, mine...) // shared leaves this set: it must not be pruned

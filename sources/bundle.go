@@ -19,6 +19,10 @@ type Bundle struct {
 	// Objects are the validated objects, in a deterministic order. They are shared with the
 	// Loader's render cache and with other Loads of the same content: read-only.
 	Objects []*unstructured.Unstructured
+	// Origins says where each object of Objects was rendered from, for messages: the file,
+	// its line and document ("apps/web.yaml:14 (document 2 of 3)"), or the kustomization
+	// that built it. Same length and order as Objects; read-only.
+	Origins []string
 	// CommitTime is the committer time of a git revision; zero for a local folder.
 	CommitTime time.Time
 }
@@ -40,7 +44,7 @@ var (
 // InputError is a terminal failure caused by the content of the source: the same revision
 // will always fail the same way, so callers should wait for a new revision rather than
 // retry. Its message names the file, the document and the object when known, e.g.
-// "apps/web.yaml:14: document 2 of 3: ConfigMap/default/web: missing apiVersion".
+// "apps/web.yaml:14: document 2 of 3: ConfigMap default/web: missing apiVersion".
 type InputError struct {
 	// File is the slash-separated path relative to the source root.
 	File string
@@ -50,7 +54,7 @@ type InputError struct {
 	Doc int
 	// Docs is the number of documents in File.
 	Docs int
-	// Object is "Kind/namespace/name" (or "Kind/name" without namespace) when known.
+	// Object is "Kind namespace/name" (or "Kind name" without namespace) when known.
 	Object string
 	// Err is the cause.
 	Err error

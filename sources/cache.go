@@ -28,8 +28,9 @@ type renderCache struct {
 }
 
 type cacheEntry struct {
-	objs []*unstructured.Unstructured
-	err  error
+	objs    []*unstructured.Unstructured
+	origins []string
+	err     error
 }
 
 func newRenderCache(size int) *renderCache {
@@ -41,21 +42,21 @@ func cacheKey(digest, path string, opts RenderOptions) string {
 	return fmt.Sprintf("%s\x00%s\x00remote=%t", digest, filepath.Clean(path), opts.AllowRemoteBases)
 }
 
-func (c *renderCache) get(key string) ([]*unstructured.Unstructured, error, bool) {
+func (c *renderCache) get(key string) (cacheEntry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[key]
 	if !ok {
-		return nil, nil, false
+		return cacheEntry{}, false
 	}
 	c.touch(key)
-	return e.objs, e.err, true
+	return e, true
 }
 
-func (c *renderCache) put(key string, objs []*unstructured.Unstructured, err error) {
+func (c *renderCache) put(key string, e cacheEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.entries[key] = cacheEntry{objs: objs, err: err}
+	c.entries[key] = e
 	c.touch(key)
 	for len(c.order) > c.max {
 		delete(c.entries, c.order[len(c.order)-1])

@@ -100,10 +100,11 @@ func isSeparator(line []byte) bool {
 	return len(rest) == 0 || rest[0] == '#'
 }
 
-var yamlLine = regexp.MustCompile(`\bline (\d+)`)
+// yamlLine matches the line a YAML error names ("yaml: line 12: ...").
+var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): `)
 
-// decodeDocument converts one document to objects. Line numbers in YAML errors are made
-// relative to the file.
+// decodeDocument converts one document to objects. A YAML error names its line once, as a
+// line of the file (the location's), not a second number relative to the document.
 func decodeDocument(d document, loc location) ([]decoded, error) {
 	if len(bytes.TrimSpace(d.data)) == 0 {
 		return nil, nil
@@ -114,10 +115,12 @@ func decodeDocument(d document, loc location) ([]decoded, error) {
 	}
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
-		msg = yamlLine.ReplaceAllStringFunc(msg, func(m string) string {
-			n, _ := strconv.Atoi(strings.TrimPrefix(m, "line "))
-			return "line " + strconv.Itoa(n+d.line-1)
-		})
+		if m := yamlLine.FindStringSubmatch(msg); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			loc.line = d.line + n - 1
+			msg = msg[len(m[0]):]
+		}
+		msg = strings.TrimPrefix(msg, "yaml: ")
 		return nil, loc.errorf("", "invalid YAML: %s", msg)
 	}
 	js = bytes.TrimSpace(js)

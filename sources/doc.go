@@ -11,7 +11,7 @@
 //     folder directly and in parallel: .yaml/.yml/.json files, recursively, in lexical
 //     order, multi-document, Lists flattened, hidden files and folders skipped.
 //   - Validation names the file, the line, the 1-based document ("document 2 of 3") and the
-//     object ("Kind/namespace/name"): missing apiVersion, kind or metadata.name, duplicates
+//     object ("Kind namespace/name"): missing apiVersion, kind or metadata.name, duplicates
 //     (both places named), invalid YAML or JSON, broken kustomizations, paths that escape
 //     the source or do not exist, and empty renders (ErrEmptyRender).
 //

@@ -92,14 +92,14 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 	// The render cache is read only after the fetch succeeded with the caller's own
 	// credentials: a commit the caller could not fetch never reaches it.
 	key := cacheKey(digest, src.Path, opts.Render)
-	objs, err, ok := l.cache.get(key)
+	e, ok := l.cache.get(key)
 	if !ok {
-		objs, err = Render(ctx, root, src.Path, opts.Render)
-		if err == nil || IsTerminal(err) {
-			l.cache.put(key, objs, err)
+		e.objs, e.origins, e.err = render(ctx, root, src.Path, opts.Render)
+		if e.err == nil || IsTerminal(e.err) {
+			l.cache.put(key, e)
 		}
 	}
-	return &Bundle{Revision: revision, Objects: objs, CommitTime: commitTime}, err
+	return &Bundle{Revision: revision, Objects: e.objs, Origins: e.origins, CommitTime: commitTime}, e.err
 }
 
 // FetchStats returns the git fetcher's counters.

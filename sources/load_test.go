@@ -47,7 +47,7 @@ func TestLoadLocal(t *testing.T) {
 	if third.Revision == first.Revision {
 		t.Errorf("revision %q did not change after an edit", third.Revision)
 	}
-	if diff := cmp.Diff([]string{"v1 ConfigMap/apps/b"}, ids(third.Objects)); diff != "" {
+	if diff := cmp.Diff([]string{"v1 ConfigMap apps/b"}, ids(third.Objects)); diff != "" {
 		t.Errorf("objects after an edit (-want +got):\n%s", diff)
 	}
 
@@ -96,11 +96,11 @@ func TestLoadGit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	want := &Bundle{Revision: "main@sha1:" + head, Objects: b.Objects, CommitTime: commitTime(t, gitCmd("log", "-1", "--format=%ct"))}
+	want := &Bundle{Revision: "main@sha1:" + head, Objects: b.Objects, Origins: []string{"deploy/cm.yaml:1"}, CommitTime: commitTime(t, gitCmd("log", "-1", "--format=%ct"))}
 	if diff := cmp.Diff(want, b); diff != "" {
 		t.Errorf("bundle (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"v1 ConfigMap/apps/web"}, ids(b.Objects)); diff != "" {
+	if diff := cmp.Diff([]string{"v1 ConfigMap apps/web"}, ids(b.Objects)); diff != "" {
 		t.Errorf("objects (-want +got):\n%s", diff)
 	}
 

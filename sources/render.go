@@ -38,34 +38,41 @@ var kustomizationFiles = []string{"kustomization.yaml", "kustomization.yml", "Ku
 // instead of being decoded. Errors caused by the content are *InputError values (see
 // IsTerminal); several are joined. A render with no object returns ErrEmptyRender.
 func Render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstructured.Unstructured, error) {
+	objs, _, err := render(ctx, dir, path, opts)
+	return objs, err
+}
+
+// render is Render that also returns where each object came from (Bundle.Origins).
+func render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstructured.Unstructured, []string, error) {
 	root, target, err := resolvePath(dir, path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rel := relSlash(root, target)
 	var objs []*unstructured.Unstructured
+	var origins []string
 	info, err := os.Stat(target)
 	switch {
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	case !info.IsDir():
-		objs, err = renderUnits(ctx, root, []unit{{rel: rel}}, opts)
+		objs, origins, err = renderUnits(ctx, root, []unit{{rel: rel}}, opts)
 	case kustomizationIn(target) != "":
-		objs, err = renderUnits(ctx, root, []unit{{rel: rel, kustomization: kustomizationIn(target)}}, opts)
+		objs, origins, err = renderUnits(ctx, root, []unit{{rel: rel, kustomization: kustomizationIn(target)}}, opts)
 	default:
 		var units []unit
 		units, err = walk(root, target)
 		if err == nil {
-			objs, err = renderUnits(ctx, root, units, opts)
+			objs, origins, err = renderUnits(ctx, root, units, opts)
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(objs) == 0 {
-		return nil, fmt.Errorf("%s: %w", rel, ErrEmptyRender)
+		return nil, nil, fmt.Errorf("%s: %w", rel, ErrEmptyRender)
 	}
-	return objs, nil
+	return objs, origins, nil
 }
 
 // resolvePath returns the real source root and the real target, refusing a path that is
@@ -186,7 +193,7 @@ func isManifest(name string) bool {
 
 // renderUnits renders units in parallel, keeping their order, then validates the whole
 // set (duplicates span files).
-func renderUnits(ctx context.Context, root string, units []unit, opts RenderOptions) ([]*unstructured.Unstructured, error) {
+func renderUnits(ctx context.Context, root string, units []unit, opts RenderOptions) ([]*unstructured.Unstructured, []string, error) {
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
@@ -216,10 +223,10 @@ feed:
 		<-done
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := joinErrors(nonNil(errs)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return validateSet(results)
 }

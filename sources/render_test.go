@@ -69,14 +69,14 @@ spec: {replicas: 3}
 		t.Fatalf("Render: %v", err)
 	}
 	want := []string{
-		"v1 ConfigMap/apps/a",
-		"v1 ConfigMap/apps/b1",
-		"v1 ConfigMap/apps/b2",
-		"v1 Namespace/apps",
-		"v1 ConfigMap/apps/l1",
-		"v1 ConfigMap/apps/l2",
-		"v1 Service/apps/k-svc",
-		"apps/v1 Deployment/apps/web",
+		"v1 ConfigMap apps/a",
+		"v1 ConfigMap apps/b1",
+		"v1 ConfigMap apps/b2",
+		"v1 Namespace apps",
+		"v1 ConfigMap apps/l1",
+		"v1 ConfigMap apps/l2",
+		"v1 Service apps/k-svc",
+		"apps/v1 Deployment apps/web",
 	}
 	if diff := cmp.Diff(want, ids(objs)); diff != "" {
 		t.Errorf("objects (-want +got):\n%s", diff)
@@ -90,7 +90,7 @@ spec: {replicas: 3}
 	if err != nil {
 		t.Fatalf("Render one file: %v", err)
 	}
-	if diff := cmp.Diff([]string{"apps/v1 Deployment/apps/web"}, ids(one)); diff != "" {
+	if diff := cmp.Diff([]string{"apps/v1 Deployment apps/web"}, ids(one)); diff != "" {
 		t.Errorf("one file (-want +got):\n%s", diff)
 	}
 }
@@ -125,7 +125,7 @@ generatorOptions: {disableNameSuffixHash: true}
 	if err != nil {
 		t.Fatalf("Render: %v", err)
 	}
-	want := []string{"apps/v1 Deployment/prod/prod-web", "v1 Service/prod/prod-web", "v1 ConfigMap/prod/prod-settings"}
+	want := []string{"apps/v1 Deployment prod/prod-web", "v1 Service prod/prod-web", "v1 ConfigMap prod/prod-settings"}
 	if diff := cmp.Diff(want, ids(objs)); diff != "" {
 		t.Errorf("objects (-want +got):\n%s", diff)
 	}
@@ -174,12 +174,12 @@ func TestRenderBadInput(t *testing.T) {
 			name:  "missing apiVersion",
 			files: map[string]string{"apps/web.yaml": cm("ok", "apps") + "---\nkind: ConfigMap\nmetadata: {name: web, namespace: apps}\n"},
 			path:  "apps",
-			want:  []string{"apps/web.yaml:9: document 2 of 2: ConfigMap/apps/web: missing apiVersion"},
+			want:  []string{"apps/web.yaml:9: document 2 of 2: ConfigMap apps/web: missing apiVersion"},
 		},
 		{
 			name:  "missing kind",
 			files: map[string]string{"web.yaml": "apiVersion: v1\nmetadata: {name: web}\n"},
-			want:  []string{"web.yaml:1: <no kind>/web: missing kind"},
+			want:  []string{"web.yaml:1: <no kind> web: missing kind"},
 		},
 		{
 			name:  "missing metadata.name",
@@ -202,12 +202,29 @@ func TestRenderBadInput(t *testing.T) {
 				"a.yaml":     cm("one", "apps") + "---\n" + cm("dup", "apps"),
 				"sub/b.yaml": cm("dup", "apps"),
 			},
-			want: []string{"sub/b.yaml:1: ConfigMap/apps/dup: duplicate object, also defined in a.yaml:9 (document 2 of 2)"},
+			want: []string{"sub/b.yaml:1: ConfigMap apps/dup: duplicate object, also defined in a.yaml:9 (document 2 of 2)"},
 		},
 		{
 			name:  "invalid YAML",
 			files: map[string]string{"apps/bad.yaml": cm("ok", "apps") + "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n bad: indent\n"},
-			want:  []string{"apps/bad.yaml:9: document 2 of 2: invalid YAML: yaml: line 12: did not find expected key"},
+			want:  []string{"apps/bad.yaml:12: document 2 of 2: invalid YAML: did not find expected key"},
+		},
+		{
+			// YAML 1.1 reads an unquoted y as true: the message says so, not "missing".
+			name:  "name read as a boolean",
+			files: map[string]string{"app/y.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: y\n"},
+			want:  []string{"app/y.yaml:1: ConfigMap: metadata.name is the boolean true, not a string", "quote the value"},
+		},
+		{
+			name:  "namespace read as a number",
+			files: map[string]string{"app/n.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: 2024\n"},
+			want:  []string{"app/n.yaml:1: ConfigMap a: metadata.namespace is the number 2024, not a string"},
+		},
+		{
+			// One line number, the file's: not the document's start and a second one inside.
+			name:  "invalid YAML in the first document",
+			files: map[string]string{"app/g2.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: [unclosed\n"},
+			want:  []string{"app/g2.yaml:6: invalid YAML: did not find expected ',' or ']'"},
 		},
 		{
 			name:  "invalid JSON",
@@ -222,7 +239,7 @@ func TestRenderBadInput(t *testing.T) {
 		{
 			name:  "several bad files are all reported",
 			files: map[string]string{"a.yaml": "kind: A\nmetadata: {name: a}\n", "b.yaml": "kind: B\nmetadata: {name: b}\n"},
-			want:  []string{"a.yaml:1: A/a: missing apiVersion", "b.yaml:1: B/b: missing apiVersion"},
+			want:  []string{"a.yaml:1: A a: missing apiVersion", "b.yaml:1: B b: missing apiVersion"},
 		},
 		{
 			name:  "path escapes with ..",

@@ -23,13 +23,11 @@ func checkObject(u *unstructured.Unstructured) error {
 	}
 	switch md := u.Object["metadata"].(type) {
 	case map[string]any:
-		if s, ok := md["name"].(string); !ok || s == "" {
-			errs = append(errs, errors.New("missing metadata.name"))
+		if err := checkString(md, "name", true); err != nil {
+			errs = append(errs, err)
 		}
-		if ns, ok := md["namespace"]; ok {
-			if _, ok := ns.(string); !ok {
-				errs = append(errs, errors.New("metadata.namespace is not a string"))
-			}
+		if err := checkString(md, "namespace", false); err != nil {
+			errs = append(errs, err)
 		}
 	case nil:
 		errs = append(errs, errors.New("missing metadata.name"))
@@ -46,7 +44,32 @@ func checkObject(u *unstructured.Unstructured) error {
 	return errors.New(strings.Join(msgs, ", "))
 }
 
-// objectID formats "Kind/namespace/name", leaving out what is missing.
+// checkString checks that metadata.<field> is a non-empty string (or absent when not
+// required). A YAML 1.1 reader turns unquoted y, yes, on, no, off, true and false into
+// booleans, and digits into numbers: the message says so, since the file shows a name.
+func checkString(md map[string]any, field string, required bool) error {
+	v, ok := md[field]
+	switch x := v.(type) {
+	case string:
+		if x != "" || !required {
+			return nil
+		}
+	case nil:
+		if !ok && !required {
+			return nil
+		}
+	case bool:
+		return fmt.Errorf("metadata.%s is the boolean %t, not a string: YAML reads unquoted y, yes, on, n, no, off as booleans; quote the value", field, x)
+	case int64, float64:
+		return fmt.Errorf("metadata.%s is the number %v, not a string: quote the value", field, x)
+	default:
+		return fmt.Errorf("metadata.%s is not a string", field)
+	}
+	return fmt.Errorf("missing metadata.%s", field)
+}
+
+// objectID formats "Kind namespace/name" ("Kind name" without a namespace, as kubectl
+// names objects), leaving out what is missing.
 func objectID(u *unstructured.Unstructured) string {
 	kind, _ := u.Object["kind"].(string)
 	if kind == "" {
@@ -59,9 +82,9 @@ func objectID(u *unstructured.Unstructured) string {
 	case name == "":
 		return kind
 	case ns == "":
-		return kind + "/" + name
+		return kind + " " + name
 	}
-	return kind + "/" + ns + "/" + name
+	return kind + " " + ns + "/" + name
 }
 
 // objectKey identifies an object for duplicate detection: group, kind, namespace, name.
@@ -76,14 +99,15 @@ func keyOf(u *unstructured.Unstructured) objectKey {
 }
 
 // validateSet concatenates per-unit results and refuses duplicate objects, naming where
-// both copies come from.
-func validateSet(results [][]decoded) ([]*unstructured.Unstructured, error) {
+// both copies come from. It returns each object's origin (describe of its location) too.
+func validateSet(results [][]decoded) ([]*unstructured.Unstructured, []string, error) {
 	n := 0
 	for _, r := range results {
 		n += len(r)
 	}
 	seen := make(map[objectKey]location, n)
 	out := make([]*unstructured.Unstructured, 0, n)
+	origins := make([]string, 0, n)
 	var errs []error
 	for _, r := range results {
 		for _, d := range r {
@@ -94,12 +118,13 @@ func validateSet(results [][]decoded) ([]*unstructured.Unstructured, error) {
 			}
 			seen[k] = d.loc
 			out = append(out, d.obj)
+			origins = append(origins, describe(d.loc))
 		}
 	}
 	if err := joinErrors(errs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, origins, nil
 }
 
 // describe formats a location like InputError does, without the cause.

@@ -139,7 +139,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	if line != nil {
 		opts.Progress = line.update
 	}
-	res, applyErr := eng.Apply(cmd.Context(), engine.Set{Inventory: ref, Objects: bundle.Objects}, opts)
+	res, applyErr := eng.Apply(cmd.Context(), engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}, opts)
 	line.clear()
 	rep := newReport(bundle.Revision, f.dryRun, res, applyErr)
 	if !f.diff {

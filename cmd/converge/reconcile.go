@@ -148,7 +148,7 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (o status.Outcome
 	if err != nil {
 		return r.fail(s, o, reasonApplyFailed, err, false), true, nil
 	}
-	set := engine.Set{Inventory: ref, Objects: bundle.Objects}
+	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}
 	r.drift.track(set.Inventory.ID, client.ObjectKeyFromObject(s))
 	res, err := eng.Apply(ctx, set, applyOptions(s))
 	r.metrics.applied(s, bundle.Revision, res, err)
