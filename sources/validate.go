@@ -76,11 +76,14 @@ func keyOf(u *unstructured.Unstructured) objectKey {
 }
 
 // validateSet concatenates per-unit results and refuses duplicate objects, naming where
-// both copies come from.
-func validateSet(results [][]decoded) ([]*unstructured.Unstructured, error) {
+// both copies come from, and more than max objects in all (rel names the rendered path).
+func validateSet(results [][]decoded, rel string, max int) ([]*unstructured.Unstructured, error) {
 	n := 0
 	for _, r := range results {
 		n += len(r)
+	}
+	if n > max {
+		return nil, tooManyObjects(rel, n, max)
 	}
 	seen := make(map[objectKey]location, n)
 	out := make([]*unstructured.Unstructured, 0, n)
