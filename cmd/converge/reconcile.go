@@ -42,6 +42,7 @@ type reconciler struct {
 	client  client.Client // cached reads, metadata writes
 	live    client.Reader // uncached reads: secrets, conflict re-reads
 	loader  *sources.Loader
+	render  renderSettings
 	engines *engineSet
 	drift   *driftTrigger // nil: drift is corrected at the interval only
 	crash   crashPoints   // test-only
@@ -109,7 +110,7 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (o status.Outcome
 		return r.fail(s, o, reasonFetchFailed, err, false), true, nil
 	}
 	loadStart := time.Now()
-	bundle, err := r.loader.Load(ctx, src, sources.DefaultLoadOptions())
+	bundle, err := r.render.load(ctx, r.loader, src)
 	if bundle == nil {
 		r.metrics.sourceLoaded(s, time.Since(loadStart), "", time.Time{})
 		return r.fail(s, o, reasonFetchFailed, err, false), true, nil

@@ -47,6 +47,8 @@ type runOptions struct {
 	webhookSecretFile       string
 	concurrency             int
 	cacheDir                string
+	buildTimeout            time.Duration
+	limits                  sources.Limits
 	quick                   quickStart
 	crash                   crashPoints // test-only crash points
 }
@@ -89,6 +91,8 @@ authoring).`,
 	f.StringVar(&o.watchNamespace, "watch-namespace", "", "reconcile only the Syncs of this namespace (default: all namespaces)")
 	f.IntVar(&o.concurrency, "concurrent", 4, "Syncs reconciled in parallel")
 	f.StringVar(&o.cacheDir, "git-cache-dir", filepath.Join(os.TempDir(), "converge-cache"), "where git repositories are cached")
+	f.DurationVar(&o.buildTimeout, "build-timeout", defaultBuildTimeout, "time allowed to fetch and render one Sync's source; a render still running is stopped")
+	addLimitFlags(f, &o.limits)
 	o.quick.addFlags(cmd)
 	return cmd
 }
@@ -195,6 +199,7 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		client:  mgr.GetClient(),
 		live:    mgr.GetAPIReader(),
 		loader:  sources.NewLoader(o.cacheDir),
+		render:  renderSettings{timeout: o.buildTimeout, limits: o.limits},
 		engines: newEngineSet(ctx, cfg, engOpts, o.watchCache),
 		drift:   drift,
 		crash:   o.crash,
