@@ -26,62 +26,90 @@ func build(ctx context.Context, root string, u unit, opts RenderOptions) ([]deco
 	if opts.Isolate {
 		return buildIsolated(ctx, root, u, opts)
 	}
+	in, err := prepare(ctx, root, u, opts) // outside the lock: reading files is safe in parallel
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case kustomizeLock <- struct{}{}:
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
 	defer func() { <-kustomizeLock }()
-	resources, err := kustomize(ctx, root, u, opts)
+	resources, err := in.run(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return decodeResources(u, resources)
 }
 
-// kustomize builds the folder u.rel and returns its resources as JSON. Without remote
-// bases it builds from an in-memory copy of the source root, so no kustomization can read
-// outside the source, after refusing every reference that would be fetched (see
-// refuseRemote). It runs in the daemon's process or in a render child.
-func kustomize(ctx context.Context, root string, u unit, opts RenderOptions) (resources [][]byte, err error) {
-	file := path.Join(u.rel, u.kustomization)
-	fail := func(err error) error { return &InputError{File: file, Err: err} }
-	limits := opts.Limits.withDefaults()
+// kustomize builds the folder u.rel and returns its resources as JSON; a render child
+// runs it.
+func kustomize(ctx context.Context, root string, u unit, opts RenderOptions) ([][]byte, error) {
+	in, err := prepare(ctx, root, u, opts)
+	if err != nil {
+		return nil, err
+	}
+	return in.run(ctx)
+}
+
+// buildInput is what a kustomize build reads: a file system and the folder in it.
+type buildInput struct {
+	fsys   filesys.FileSystem
+	dir    string
+	file   string // the kustomization, for messages
+	rel    string
+	limits Limits
+}
+
+// prepare readies a build of u. Without remote bases the build reads an in-memory copy of
+// the source root, so no kustomization can read outside the source, and every reference
+// that would be fetched is refused first (see refuseRemote).
+func prepare(ctx context.Context, root string, u unit, opts RenderOptions) (*buildInput, error) {
+	in := &buildInput{fsys: filesys.MakeFsOnDisk(), dir: filepath.Join(root, filepath.FromSlash(u.rel)),
+		file: path.Join(u.rel, u.kustomization), rel: u.rel, limits: opts.Limits.withDefaults()}
+	if opts.AllowRemoteBases {
+		return in, nil
+	}
+	fsys, err := memoryCopy(ctx, root, in.file, in.limits)
+	if err != nil {
+		return nil, err
+	}
+	in.fsys, in.dir = fsys, path.Join("/", u.rel)
+	if err := refuseRemote(fsys, in.dir, map[string]bool{}); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// run builds with krusty (no plugins, no Helm, root-only loads), recovering a panic.
+func (in *buildInput) run(ctx context.Context) (resources [][]byte, err error) {
+	fail := func(err error) error { return &InputError{File: in.file, Err: err} }
 	defer func() {
 		if r := recover(); r != nil {
 			resources, err = nil, fail(fmt.Errorf("kustomize build panicked: %v", r))
 		}
 	}()
-	if err := testHang(ctx, u.rel); err != nil {
+	if err := testHang(ctx, in.rel); err != nil {
 		return nil, err
-	}
-	fsys, dir := filesys.MakeFsOnDisk(), filepath.Join(root, filepath.FromSlash(u.rel))
-	if !opts.AllowRemoteBases {
-		if fsys, err = memoryCopy(ctx, root, file, limits); err != nil {
-			return nil, err
-		}
-		dir = path.Join("/", u.rel)
-		if err := refuseRemote(fsys, dir, map[string]bool{}); err != nil {
-			return nil, err
-		}
 	}
 	ko := krusty.MakeDefaultOptions() // no plugins, no Helm, input order kept
 	ko.LoadRestrictions = types.LoadRestrictionsRootOnly
-	m, err := krusty.MakeKustomizer(ko).Run(fsys, dir)
+	m, err := krusty.MakeKustomizer(ko).Run(in.fsys, in.dir)
 	if urls := refusedURLs(); len(urls) > 0 {
 		// Only in a render child: kustomize asked for the network in a field that
 		// refuseRemote does not know. Name where the URL is written.
-		where, field := locateURL(fsys, urls[0])
+		where, field := locateURL(in.fsys, urls[0])
 		if where == "" {
-			where, field = file, "a field"
+			where, field = in.file, "a field"
 		}
 		return nil, &InputError{File: where, Err: fmt.Errorf("%s: %w: refusing to fetch %q (set AllowRemoteBases to load it)", field, ErrRemoteBase, urls[0])}
 	}
 	if err != nil {
 		return nil, fail(fmt.Errorf("kustomize build: %w", err))
 	}
-	if n := m.Size(); n > limits.MaxObjects {
-		return nil, tooManyObjects(file, n, limits.MaxObjects)
+	if n := m.Size(); n > in.limits.MaxObjects {
+		return nil, tooManyObjects(in.file, n, in.limits.MaxObjects)
 	}
 	var errs []error
 	for _, r := range m.Resources() {
