@@ -14,28 +14,21 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
-	"sigs.k8s.io/yaml"
 )
 
-// kustomizeLock serializes kustomize builds: kyaml keeps global state (the OpenAPI schema)
-// and is not safe for concurrent use. A channel, unlike a mutex, lets a waiter give up.
+// kustomizeLock serializes in-process kustomize builds: kyaml keeps global state (the
+// OpenAPI schema) and is not safe for concurrent use. A channel, unlike a mutex, lets a
+// waiter give up. Isolated builds do not take it: each child has its own kyaml.
 var kustomizeLock = make(chan struct{}, 1)
 
-// build runs kustomize on the folder u.rel. Without remote bases it first refuses any
-// remote reference, then builds from an in-memory copy of the source root, so no
-// kustomization can read outside the source.
-func build(ctx context.Context, root string, u unit, opts RenderOptions) (objs []decoded, err error) {
-	file := path.Join(u.rel, u.kustomization)
-	fail := func(err error) error { return &InputError{File: file, Err: err} }
-	fsys, dir := filesys.MakeFsOnDisk(), filepath.Join(root, filepath.FromSlash(u.rel))
-	if !opts.AllowRemoteBases {
-		if err := refuseRemote(root, u.rel, map[string]bool{}); err != nil {
-			return nil, err
-		}
-		if fsys, err = memoryCopy(ctx, root); err != nil {
-			return nil, fmt.Errorf("%s: copy source: %w", file, err)
-		}
-		dir = path.Join("/", u.rel)
+// build runs kustomize on the folder u.rel, in a child process when opts.Isolate is set.
+func build(ctx context.Context, root string, u unit, opts RenderOptions) ([]decoded, error) {
+	if opts.Isolate {
+		return buildIsolated(ctx, root, u, opts)
+	}
+	in, err := prepare(ctx, root, u, opts) // outside the lock: reading files is safe in parallel
+	if err != nil {
+		return nil, err
 	}
 	select {
 	case kustomizeLock <- struct{}{}:
@@ -43,18 +36,81 @@ func build(ctx context.Context, root string, u unit, opts RenderOptions) (objs [
 		return nil, context.Cause(ctx)
 	}
 	defer func() { <-kustomizeLock }()
+	resources, err := in.run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return decodeResources(u, resources)
+}
+
+// kustomize builds the folder u.rel and returns its resources as JSON; a render child
+// runs it.
+func kustomize(ctx context.Context, root string, u unit, opts RenderOptions) ([][]byte, error) {
+	in, err := prepare(ctx, root, u, opts)
+	if err != nil {
+		return nil, err
+	}
+	return in.run(ctx)
+}
+
+// buildInput is what a kustomize build reads: a file system and the folder in it.
+type buildInput struct {
+	fsys   filesys.FileSystem
+	dir    string
+	file   string // the kustomization, for messages
+	rel    string
+	limits Limits
+}
+
+// prepare readies a build of u. Without remote bases the build reads an in-memory copy of
+// the source root, so no kustomization can read outside the source, and every reference
+// that would be fetched is refused first (see refuseRemote).
+func prepare(ctx context.Context, root string, u unit, opts RenderOptions) (*buildInput, error) {
+	in := &buildInput{fsys: filesys.MakeFsOnDisk(), dir: filepath.Join(root, filepath.FromSlash(u.rel)),
+		file: path.Join(u.rel, u.kustomization), rel: u.rel, limits: opts.Limits.withDefaults()}
+	if opts.AllowRemoteBases {
+		return in, nil
+	}
+	fsys, err := memoryCopy(ctx, root, in.file, in.limits)
+	if err != nil {
+		return nil, err
+	}
+	in.fsys, in.dir = fsys, path.Join("/", u.rel)
+	if err := refuseRemote(fsys, in.dir, map[string]bool{}); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// run builds with krusty (no plugins, no Helm, root-only loads), recovering a panic.
+func (in *buildInput) run(ctx context.Context) (resources [][]byte, err error) {
+	fail := func(err error) error { return &InputError{File: in.file, Err: err} }
 	defer func() {
 		if r := recover(); r != nil {
-			objs, err = nil, fail(fmt.Errorf("kustomize build panicked: %v", r))
+			resources, err = nil, fail(fmt.Errorf("kustomize build panicked: %v", r))
 		}
 	}()
+	if err := testHang(ctx, in.rel); err != nil {
+		return nil, err
+	}
 	ko := krusty.MakeDefaultOptions() // no plugins, no Helm, input order kept
 	ko.LoadRestrictions = types.LoadRestrictionsRootOnly
-	m, err := krusty.MakeKustomizer(ko).Run(fsys, dir)
+	m, err := krusty.MakeKustomizer(ko).Run(in.fsys, in.dir)
+	if urls := refusedURLs(); len(urls) > 0 {
+		// Only in a render child: kustomize asked for the network in a field that
+		// refuseRemote does not know. Name where the URL is written.
+		where, field := locateURL(in.fsys, urls[0])
+		if where == "" {
+			where, field = in.file, "a field"
+		}
+		return nil, &InputError{File: where, Err: fmt.Errorf("%s: %w: refusing to fetch %q (set AllowRemoteBases to load it)", field, ErrRemoteBase, urls[0])}
+	}
 	if err != nil {
 		return nil, fail(fmt.Errorf("kustomize build: %w", err))
 	}
-	loc := location{file: file}
+	if n := m.Size(); n > in.limits.MaxObjects {
+		return nil, tooManyObjects(in.file, n, in.limits.MaxObjects)
+	}
 	var errs []error
 	for _, r := range m.Resources() {
 		js, err := r.MarshalJSON()
@@ -62,9 +118,19 @@ func build(ctx context.Context, root string, u unit, opts RenderOptions) (objs [
 			errs = append(errs, fail(fmt.Errorf("kustomize output: %w", err)))
 			continue
 		}
+		resources = append(resources, js)
+	}
+	return resources, errors.Join(errs...)
+}
+
+// decodeResources decodes and checks the JSON resources of a kustomize build.
+func decodeResources(u unit, resources [][]byte) (objs []decoded, err error) {
+	loc := location{file: path.Join(u.rel, u.kustomization)}
+	var errs []error
+	for _, js := range resources {
 		var obj map[string]any
 		if err := utiljson.Unmarshal(js, &obj); err != nil {
-			errs = append(errs, fail(fmt.Errorf("kustomize output: %w", err)))
+			errs = append(errs, loc.wrap("", fmt.Errorf("kustomize output: %w", err)))
 			continue
 		}
 		d, err := flatten(obj, loc)
@@ -75,11 +141,18 @@ func build(ctx context.Context, root string, u unit, opts RenderOptions) (objs [
 }
 
 // memoryCopy copies the source root, without hidden folders, into an in-memory file
-// system rooted at "/". Symlinks that stay inside the root are copied as what they point
-// to; others are left out, so kustomize reports them as missing.
-func memoryCopy(ctx context.Context, root string) (filesys.FileSystem, error) {
+// system rooted at "/", within limits (file names the kustomization in messages). Files
+// are read through os.Root: symlinks that stay inside the root are copied as what they
+// point to; others are left out, so kustomize reports them as missing.
+func memoryCopy(ctx context.Context, root, file string, limits Limits) (filesys.FileSystem, error) {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, fmt.Errorf("%s: copy source: %w", file, err)
+	}
+	defer func() { _ = r.Close() }()
 	mem := filesys.MakeFsInMemory()
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	files := 0
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -93,75 +166,27 @@ func memoryCopy(ctx context.Context, root string) (filesys.FileSystem, error) {
 			}
 			return mem.MkdirAll(path.Join("/", rel))
 		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			real, err := filepath.EvalSymlinks(p)
-			if err != nil || !within(root, real) {
-				return nil
-			}
-			if info, err := os.Stat(real); err != nil || !info.Mode().IsRegular() {
-				return nil
-			}
-		} else if !d.Type().IsRegular() {
+		symlink := d.Type()&fs.ModeSymlink != 0
+		if !symlink && !d.Type().IsRegular() {
 			return nil
 		}
-		data, err := os.ReadFile(p)
-		if err != nil {
+		if files++; files > limits.MaxFiles {
+			return &InputError{File: file, Err: fmt.Errorf("%w: the source holds more than %d files, hidden folders excepted (raise the limit with --max-files)", ErrTooManyFiles, limits.MaxFiles)}
+		}
+		data, err := readFile(r, rel, limits.MaxFileSize)
+		var input *InputError
+		switch {
+		case errors.As(err, &input):
+			return err
+		case err != nil && symlink:
+			return nil // out of the root, broken, or not a file
+		case err != nil:
 			return err
 		}
 		return mem.WriteFile(path.Join("/", rel), data)
 	})
+	if err != nil && !IsTerminal(err) {
+		return nil, fmt.Errorf("%s: copy source: %w", file, err)
+	}
 	return mem, err
-}
-
-// kustomizationRefs are the fields of a kustomization that load other folders or files.
-type kustomizationRefs struct {
-	Resources  []string `json:"resources"`
-	Bases      []string `json:"bases"`
-	Components []string `json:"components"`
-}
-
-// refuseRemote walks the kustomizations reachable from dir (slash path relative to root)
-// and refuses references that kustomize would fetch from the network.
-func refuseRemote(root, dir string, seen map[string]bool) error {
-	if seen[dir] {
-		return nil
-	}
-	seen[dir] = true
-	abs := filepath.Join(root, filepath.FromSlash(dir))
-	name := kustomizationIn(abs)
-	if name == "" {
-		return nil
-	}
-	file := path.Join(dir, name)
-	data, err := os.ReadFile(filepath.Join(abs, name))
-	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
-	}
-	var refs kustomizationRefs
-	if err := yaml.Unmarshal(data, &refs); err != nil {
-		return &InputError{File: file, Err: fmt.Errorf("invalid kustomization: %w", err)}
-	}
-	for _, ref := range append(append(refs.Resources, refs.Bases...), refs.Components...) {
-		local := path.Clean(path.Join(dir, ref))
-		info, err := os.Stat(filepath.Join(root, filepath.FromSlash(local)))
-		switch {
-		case err == nil && info.IsDir() && filepath.IsLocal(filepath.FromSlash(local)):
-			if err := refuseRemote(root, local, seen); err != nil {
-				return err
-			}
-		case err != nil && isRemote(ref):
-			return &InputError{File: file, Err: fmt.Errorf("%w: refusing %q (set AllowRemoteBases to load it)", ErrRemoteBase, ref)}
-		}
-	}
-	return nil
-}
-
-// isRemote mirrors what kustomize would fetch: URLs, scp-like git addresses, and
-// "host.tld/org/repo" paths.
-func isRemote(ref string) bool {
-	if strings.Contains(ref, "://") || strings.HasPrefix(ref, "git@") || strings.HasPrefix(ref, "git::") {
-		return true
-	}
-	first, _, _ := strings.Cut(ref, "/")
-	return strings.Contains(first, ".") && first != "." && first != ".." && strings.Contains(ref, "/")
 }

@@ -45,8 +45,11 @@ type document struct {
 
 // decodeFile decodes every document of a manifest file, skipping empty ones, flattening
 // lists and checking each object's identity fields. All bad documents are reported.
-func decodeFile(root, rel string) ([]decoded, error) {
-	data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(rel)))
+func decodeFile(root *os.Root, rel string, maxSize int64) ([]decoded, error) {
+	data, err := readFile(root, rel, maxSize)
+	if IsTerminal(err) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", rel, err)
 	}

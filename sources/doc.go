@@ -7,13 +7,20 @@
 //     local folder.
 //   - Render builds a folder with a kustomization using krusty (root-only load restrictor,
 //     no plugins, remote bases refused unless allowed, on an in-memory copy of the source so
-//     nothing outside it is read; builds are serialized and recovered), and decodes any other
+//     nothing outside it is read), and decodes any other
 //     folder directly and in parallel: .yaml/.yml/.json files, recursively, in lexical
 //     order, multi-document, Lists flattened, hidden files and folders skipped.
 //   - Validation names the file, the line, the 1-based document ("document 2 of 3") and the
 //     object ("Kind namespace/name"): missing apiVersion, kind or metadata.name, duplicates
 //     (both places named), invalid YAML or JSON, broken kustomizations, paths that escape
 //     the source or do not exist, and empty renders (ErrEmptyRender).
+//
+// Kustomize builds run in a child process with RenderOptions.Isolate (isolate.go): no
+// network request and no program whatever field names a URL, stopped when the context
+// ends, in parallel. Without it they run in this process, serialized and recovered, and
+// only the fields refuseRemote knows are checked: for trusted content. Limits bound the
+// files read (count and size, refused before reading) and the objects rendered; files are
+// read through os.Root so no symlink leads out of the source.
 //
 // Failures caused by the content are *InputError values and IsTerminal reports them: the
 // same revision fails the same way, so callers wait for a new one. Fetch and I/O failures

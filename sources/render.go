@@ -21,11 +21,21 @@ type RenderOptions struct {
 	AllowRemoteBases bool
 	// Workers bounds how many files are decoded in parallel; 0 means GOMAXPROCS.
 	Workers int
+	// Isolate runs each kustomize build in a child process (the binary itself, which must
+	// call ServeChild first in main): without remote bases it can make no network request
+	// and start no program whatever field of a kustomization names a URL, it stops when
+	// the context ends, and builds run in parallel. Without it builds run in this
+	// process, one at a time, cannot be stopped once started, and only the fields that
+	// refuseRemote knows are checked for URLs: for trusted content only.
+	Isolate bool
+	// Limits bound the files read and the objects rendered; zero fields mean defaults.
+	Limits Limits
 }
 
-// DefaultRenderOptions returns remote bases refused and one decoder per CPU.
+// DefaultRenderOptions returns remote bases refused, in-process builds, one decoder per
+// CPU and the default limits.
 func DefaultRenderOptions() RenderOptions {
-	return RenderOptions{}
+	return RenderOptions{Limits: DefaultLimits()}
 }
 
 // kustomizationFiles are the names kustomize recognizes, in its order of preference.
@@ -48,6 +58,7 @@ func render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstr
 	if err != nil {
 		return nil, nil, err
 	}
+	opts.Limits = opts.Limits.withDefaults()
 	rel := relSlash(root, target)
 	var objs []*unstructured.Unstructured
 	var origins []string
@@ -56,14 +67,14 @@ func render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstr
 	case err != nil:
 		return nil, nil, err
 	case !info.IsDir():
-		objs, origins, err = renderUnits(ctx, root, []unit{{rel: rel}}, opts)
+		objs, origins, err = renderUnits(ctx, root, rel, []unit{{rel: rel}}, opts)
 	case kustomizationIn(target) != "":
-		objs, origins, err = renderUnits(ctx, root, []unit{{rel: rel, kustomization: kustomizationIn(target)}}, opts)
+		objs, origins, err = renderUnits(ctx, root, rel, []unit{{rel: rel, kustomization: kustomizationIn(target)}}, opts)
 	default:
 		var units []unit
-		units, err = walk(root, target)
+		units, err = walk(ctx, root, target, opts.Limits)
 		if err == nil {
-			objs, origins, err = renderUnits(ctx, root, units, opts)
+			objs, origins, err = renderUnits(ctx, root, rel, units, opts)
 		}
 	}
 	if err != nil {
@@ -135,13 +146,19 @@ type unit struct {
 	kustomization string
 }
 
-// walk lists the units of a plain folder in lexical order.
-func walk(root, dir string) ([]unit, error) {
+// walk lists the units of a plain folder in lexical order, at most limits.MaxFiles.
+func walk(ctx context.Context, root, dir string, limits Limits) ([]unit, error) {
 	var units []unit
 	var errs []error
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if len(units) >= limits.MaxFiles {
+			return tooManyFiles(relSlash(root, dir), limits.MaxFiles)
 		}
 		rel := relSlash(root, path)
 		hidden := strings.HasPrefix(d.Name(), ".") && path != dir
@@ -168,7 +185,7 @@ func walk(root, dir string) ([]unit, error) {
 				errs = append(errs, &InputError{File: rel, Err: fmt.Errorf("%w: a symlink resolves to %s", ErrPathEscape, real)})
 				return nil
 			}
-			if info, err := os.Stat(real); err != nil || info.IsDir() {
+			if info, err := os.Stat(real); err != nil || !info.Mode().IsRegular() {
 				return nil
 			}
 		case !d.Type().IsRegular():
@@ -177,6 +194,9 @@ func walk(root, dir string) ([]unit, error) {
 		units = append(units, unit{rel: rel})
 		return nil
 	})
+	if IsTerminal(err) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", relSlash(root, dir), err)
 	}
@@ -192,12 +212,17 @@ func isManifest(name string) bool {
 }
 
 // renderUnits renders units in parallel, keeping their order, then validates the whole
-// set (duplicates span files).
-func renderUnits(ctx context.Context, root string, units []unit, opts RenderOptions) ([]*unstructured.Unstructured, []string, error) {
+// set (duplicates span files) of the rendered path rel.
+func renderUnits(ctx context.Context, root, rel string, units []unit, opts RenderOptions) ([]*unstructured.Unstructured, []string, error) {
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, nil, fmt.Errorf("source root: %w", err)
+	}
+	defer func() { _ = r.Close() }()
 	results := make([][]decoded, len(units))
 	errs := make([]error, len(units))
 	next := make(chan int)
@@ -206,7 +231,7 @@ func renderUnits(ctx context.Context, root string, units []unit, opts RenderOpti
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for i := range next {
-				results[i], errs[i] = renderUnit(ctx, root, units[i], opts)
+				results[i], errs[i] = renderUnit(ctx, r, units[i], opts)
 			}
 		}()
 	}
@@ -222,23 +247,23 @@ feed:
 	for range min(workers, len(units)) {
 		<-done
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
 	if err := joinErrors(nonNil(errs)); err != nil {
-		return nil, nil, err
+		return nil, nil, err // when ctx ended, the error of the unit it stopped names the file
 	}
-	return validateSet(results)
+	if ctx.Err() != nil {
+		return nil, nil, context.Cause(ctx)
+	}
+	return validateSet(results, rel, opts.Limits.MaxObjects)
 }
 
-func renderUnit(ctx context.Context, root string, u unit, opts RenderOptions) ([]decoded, error) {
+func renderUnit(ctx context.Context, root *os.Root, u unit, opts RenderOptions) ([]decoded, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if u.kustomization != "" {
-		return build(ctx, root, u, opts)
+		return build(ctx, root.Name(), u, opts)
 	}
-	return decodeFile(root, u.rel)
+	return decodeFile(root, u.rel, opts.Limits.MaxFileSize)
 }
 
 func nonNil(errs []error) []error {

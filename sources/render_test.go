@@ -294,7 +294,7 @@ func TestRenderBadInput(t *testing.T) {
 			name:  "remote base refused",
 			files: map[string]string{"k/kustomization.yaml": "resources:\n- https://github.com/kubernetes-sigs/kustomize//examples/helloWorld?ref=v3.3.1\n"},
 			path:  "k",
-			want:  []string{`k/kustomization.yaml: remote bases are disabled: refusing "https://github.com/kubernetes-sigs/kustomize//examples/helloWorld?ref=v3.3.1"`},
+			want:  []string{`k/kustomization.yaml: resources[0]: remote bases are disabled: refusing "https://github.com/kubernetes-sigs/kustomize//examples/helloWorld?ref=v3.3.1"`},
 			is:    ErrRemoteBase,
 		},
 		{
@@ -304,7 +304,7 @@ func TestRenderBadInput(t *testing.T) {
 				"base/kustomization.yaml":    "resources:\n- github.com/org/repo//deploy?ref=main\n",
 			},
 			path: "overlay",
-			want: []string{`base/kustomization.yaml: remote bases are disabled: refusing "github.com/org/repo//deploy?ref=main"`},
+			want: []string{`base/kustomization.yaml: resources[0]: remote bases are disabled: refusing "github.com/org/repo//deploy?ref=main"`},
 			is:   ErrRemoteBase,
 		},
 		{

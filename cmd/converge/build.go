@@ -35,6 +35,7 @@ type sourceFlags struct {
 	cacheDir       string
 	timeout        time.Duration
 	allowRemote    bool
+	limits         sources.Limits
 }
 
 func newBuildCommand() *cobra.Command {
@@ -100,6 +101,7 @@ func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 	fl.StringVar(&f.cacheDir, "git-cache-dir", defaultCacheDir(), "directory for fetched repositories")
 	fl.DurationVar(&f.timeout, "fetch-timeout", 2*time.Minute, "git fetch timeout")
 	fl.BoolVar(&f.allowRemote, "allow-remote-bases", false, "let kustomizations load remote bases and resources")
+	addLimitFlags(fl, &f.limits)
 	cmd.MarkFlagsMutuallyExclusive("ref", "ref-branch")
 	cmd.MarkFlagsMutuallyExclusive("ref", "ref-tag")
 	cmd.MarkFlagsMutuallyExclusive("ref", "ref-semver")
@@ -116,6 +118,10 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 	opts.Fetch.Timeout = f.timeout
 	opts.Fetch.AllowLocal = true // the CLI's user owns the disk it reads
 	opts.Render.AllowRemoteBases = f.allowRemote
+	// A checkout in CI may be a pull request from anyone: build it as the daemon does,
+	// with no network and no program.
+	opts.Render.Isolate = true
+	opts.Render.Limits = f.limits
 	return sources.NewLoader(f.cacheDir).Load(ctx, src, opts)
 }
 

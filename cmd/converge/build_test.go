@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -43,5 +46,34 @@ func TestBuildBadInput(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%s: exit %d, error %q; want exit 2 naming %q", tc.name, code, errOut, tc.want)
 		}
+	}
+}
+
+// TestBuildIsUntrustedSafe: `converge build` builds kustomizations in a render child (no
+// request reaches the test server whatever field names it) and enforces --max-objects.
+func TestBuildIsUntrustedSafe(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		_, _ = w.Write([]byte("k: v\n"))
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	writeSet(t, dir, "x", map[string]string{
+		"kustomization.yaml": "resources: [cm.yaml]\nconfigMapGenerator: [{name: c, files: [" + srv.URL + "/f]}]\n",
+		"cm.yaml":            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+	})
+	_, errOut, code := runOffline("build", dir)
+	if code != 2 || !strings.Contains(errOut, "kustomization.yaml: configMapGenerator[0].files[0]: remote bases are disabled") || hits.Load() != 0 {
+		t.Errorf("exit %d, %d requests, error %q; want exit 2, no request, the file and field named", code, hits.Load(), errOut)
+	}
+
+	plain := t.TempDir()
+	writeSet(t, plain, "x", map[string]string{"a.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n"})
+	if _, errOut, code := runOffline("build", "--max-objects", "1", plain); code != 2 || !strings.Contains(errOut, "too many objects: 2 objects, more than 1") {
+		t.Errorf("--max-objects 1: exit %d, error %q; want exit 2 and the count", code, errOut)
+	}
+	if _, errOut, code := runOffline("build", "--max-objects", "2", plain); code != 0 {
+		t.Errorf("--max-objects 2: exit %d: %s", code, errOut)
 	}
 }

@@ -26,12 +26,16 @@ import (
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/fault"
 	"github.com/converge-dev/converge/e2e/gitserver"
+	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/status"
 )
 
 var env *cluster.Cluster
 
-func TestMain(m *testing.M) { cluster.Main(m, cluster.API, &env) }
+func TestMain(m *testing.M) {
+	sources.ServeChild() // renders are isolated: this binary serves as their child
+	cluster.Main(m, cluster.API, &env)
+}
 
 // fixture is one namespace, a git server with a repository "app", and a client.
 type fixture struct {

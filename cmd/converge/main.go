@@ -6,9 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/converge-dev/converge/sources"
 )
 
 func main() {
+	// First: a render child (an isolated kustomize build) must run nothing else.
+	sources.ServeChild()
 	if err := newRootCommand().Execute(); err != nil {
 		if !errors.Is(err, errChangesFound) {
 			fmt.Fprintln(os.Stderr, "Error:", err)

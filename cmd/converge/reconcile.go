@@ -40,7 +40,7 @@ type reconciler struct {
 	client  client.Client // cached reads, metadata writes
 	live    client.Reader // uncached reads: secrets, conflict re-reads
 	loader  *sources.Loader
-	local   bool // Syncs may name local git repositories (--allow-local-git)
+	render  renderSettings
 	engines *engineSet
 	drift   *driftTrigger // nil: drift is corrected at the interval only
 	crash   crashPoints   // test-only
@@ -123,9 +123,7 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (o status.Outcome
 		return r.fail(s, o, reasonFetchFailed, err, false), true, nil
 	}
 	loadStart := time.Now()
-	opts := sources.DefaultLoadOptions()
-	opts.Fetch.AllowLocal = r.local
-	bundle, err := r.loader.Load(ctx, src, opts)
+	bundle, err := r.render.load(ctx, r.loader, src)
 	if bundle == nil {
 		r.metrics.sourceLoaded(s, time.Since(loadStart), "", time.Time{})
 		// A refused URL or an oversized commit is terminal: nothing is applied or pruned.

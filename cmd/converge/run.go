@@ -48,6 +48,8 @@ type runOptions struct {
 	concurrency             int
 	cacheDir                string
 	allowLocalGit           bool
+	buildTimeout            time.Duration
+	limits                  sources.Limits
 	quick                   quickStart
 	crash                   crashPoints // test-only crash points
 }
@@ -92,6 +94,8 @@ authoring).`,
 	f.IntVar(&o.concurrency, "concurrent", 4, "Syncs reconciled in parallel")
 	f.StringVar(&o.cacheDir, "git-cache-dir", filepath.Join(os.TempDir(), "converge-cache"), "where git repositories are cached")
 	f.BoolVar(&o.allowLocalGit, "allow-local-git", false, "let Syncs name file:// URLs and local paths (any repository on the daemon's disk; never the git cache)")
+	f.DurationVar(&o.buildTimeout, "build-timeout", defaultBuildTimeout, "time allowed to fetch and render one Sync's source; a render still running is stopped")
+	addLimitFlags(f, &o.limits)
 	o.quick.addFlags(cmd)
 	return cmd
 }
@@ -199,7 +203,7 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		client:  mgr.GetClient(),
 		live:    mgr.GetAPIReader(),
 		loader:  sources.NewLoader(o.cacheDir),
-		local:   o.allowLocalGit,
+		render:  renderSettings{timeout: o.buildTimeout, limits: o.limits, allowLocalGit: o.allowLocalGit},
 		engines: newEngineSet(ctx, cfg, engOpts, o.watchCache),
 		drift:   drift,
 		crash:   o.crash,

@@ -1,0 +1,279 @@
+package sources
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// An isolated build runs kustomize in a child process: the binary itself, re-executed with
+// childEnv set, which ServeChild turns into a render child before main does anything else.
+//
+// Why a process: kustomize fetches any http(s) URL it is asked to load, in any field, with
+// its own &http.Client{}; it clones git with the git program; and it cannot be interrupted.
+// In the child, http.DefaultTransport refuses every request and no program can be started
+// (PATH is empty, GIT_ALLOW_PROTOCOL allows nothing), whatever field names the URL; the
+// parent kills the child when the context ends, so a stuck build really stops; and each
+// child has its own kyaml state, so builds of different Syncs need no common lock.
+const (
+	childEnv = "CONVERGE_RENDER_CHILD"
+	// testHangEnv names a unit (slash path) whose build blocks, for tests only.
+	testHangEnv = "CONVERGE_RENDER_TEST_HANG"
+)
+
+// hookInstalled records that this binary calls ServeChild, so it can serve as a child.
+var hookInstalled atomic.Bool
+
+// childSlots bounds the render children running at once, process-wide.
+var childSlots = make(chan struct{}, max(4, runtime.GOMAXPROCS(0)))
+
+// ServeChild turns this process into a render child when an isolated render started it,
+// and exits when the build is done; in any other process it returns at once, recording
+// that the binary can serve children. A binary that renders with RenderOptions.Isolate
+// calls it first thing in main (test binaries in TestMain): an isolated render in a binary
+// that does not is refused, rather than re-running a binary that would not understand.
+func ServeChild() {
+	if os.Getenv(childEnv) != "1" {
+		hookInstalled.Store(true)
+		return
+	}
+	// Whatever a library prints must not corrupt the answer.
+	out := os.Stdout
+	os.Stdout = os.Stderr
+	os.Exit(serveChild(os.Stdin, out))
+}
+
+// childRequest is what the parent sends to a render child on its stdin.
+type childRequest struct {
+	Root             string `json:"root"`
+	Unit             string `json:"unit"`
+	Kustomization    string `json:"kustomization"`
+	AllowRemoteBases bool   `json:"allowRemoteBases"`
+	Limits           Limits `json:"limits"`
+}
+
+// childResponse is what a render child answers on its stdout.
+type childResponse struct {
+	Resources []json.RawMessage `json:"resources"`
+	Errors    []childError      `json:"errors,omitempty"`
+}
+
+// childError carries one error across the process boundary, keeping what IsTerminal and
+// errors.Is need.
+type childError struct {
+	Input   bool   `json:"input,omitempty"`
+	File    string `json:"file,omitempty"`
+	Line    int    `json:"line,omitempty"`
+	Doc     int    `json:"doc,omitempty"`
+	Docs    int    `json:"docs,omitempty"`
+	Object  string `json:"object,omitempty"`
+	Message string `json:"message"`
+	Is      string `json:"is,omitempty"`
+}
+
+// sentinels are the errors whose identity crosses the boundary.
+var sentinels = map[string]error{
+	"remote": ErrRemoteBase, "files": ErrTooManyFiles, "size": ErrFileTooLarge, "objects": ErrTooManyObjects,
+}
+
+func serveChild(in io.Reader, out io.Writer) int {
+	var req childRequest
+	if err := json.NewDecoder(in).Decode(&req); err != nil {
+		fmt.Fprintln(os.Stderr, "render child: read request:", err)
+		return 2
+	}
+	if !req.AllowRemoteBases {
+		http.DefaultTransport = refusingTransport{}
+	}
+	opts := RenderOptions{AllowRemoteBases: req.AllowRemoteBases, Limits: req.Limits}
+	resources, err := kustomize(context.Background(), req.Root, unit{rel: req.Unit, kustomization: req.Kustomization}, opts)
+	resp := childResponse{Errors: encodeErrors(err)}
+	for _, r := range resources {
+		resp.Resources = append(resp.Resources, r)
+	}
+	if err := json.NewEncoder(out).Encode(resp); err != nil {
+		fmt.Fprintln(os.Stderr, "render child: write answer:", err)
+		return 2
+	}
+	return 0
+}
+
+// buildIsolated runs kustomize on u in a render child and decodes its answer.
+func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions) ([]decoded, error) {
+	file := path.Join(u.rel, u.kustomization)
+	if !hookInstalled.Load() {
+		return nil, fmt.Errorf("%s: isolated kustomize build: this binary does not call sources.ServeChild first in main", file)
+	}
+	select {
+	case childSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: kustomize build did not start: %w", file, context.Cause(ctx))
+	}
+	defer func() { <-childSlots }()
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("%s: isolated kustomize build: %w", file, err)
+	}
+	req, err := json.Marshal(childRequest{Root: root, Unit: u.rel, Kustomization: u.kustomization,
+		AllowRemoteBases: opts.AllowRemoteBases, Limits: opts.Limits.withDefaults()})
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = childEnviron(opts.AllowRemoteBases)
+	cmd.Stdin = bytes.NewReader(req)
+	var stdout bytes.Buffer
+	stderr := &tailBuffer{max: 4096}
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
+	cmd.WaitDelay = 5 * time.Second
+	killWithParent(cmd)
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%s: kustomize build stopped: %w", file, context.Cause(ctx))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: kustomize build process: %w: %s", file, err, strings.TrimSpace(stderr.String()))
+	}
+	var resp childResponse
+	if err := json.Unmarshal(stdout.Bytes(), &resp); err != nil {
+		return nil, fmt.Errorf("%s: kustomize build process: answer: %w", file, err)
+	}
+	if len(resp.Errors) > 0 {
+		return nil, decodeErrors(resp.Errors)
+	}
+	resources := make([][]byte, len(resp.Resources))
+	for i, r := range resp.Resources {
+		resources[i] = r
+	}
+	return decodeResources(u, resources)
+}
+
+// childEnviron is the parent's environment, marked as a render child and, without remote
+// bases, with no way to start a program or to let git use any protocol.
+func childEnviron(allowRemote bool) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case childEnv, "PATH", "GIT_ALLOW_PROTOCOL":
+			if name != "PATH" || !allowRemote {
+				continue
+			}
+		}
+		env = append(env, kv)
+	}
+	env = append(env, childEnv+"=1")
+	if !allowRemote {
+		env = append(env, "PATH=", "GIT_ALLOW_PROTOCOL=converge-refuses-all")
+	}
+	return env
+}
+
+// encodeErrors flattens err (joined or not) for the answer.
+func encodeErrors(err error) []childError {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []childError
+		for _, e := range j.Unwrap() {
+			out = append(out, encodeErrors(e)...)
+		}
+		return out
+	}
+	ce := childError{Message: err.Error()}
+	var input *InputError
+	if errors.As(err, &input) {
+		ce = childError{Input: true, File: input.File, Line: input.Line, Doc: input.Doc, Docs: input.Docs,
+			Object: input.Object, Message: input.Err.Error()}
+	}
+	for name, s := range sentinels {
+		if errors.Is(err, s) {
+			ce.Is = name
+		}
+	}
+	return []childError{ce}
+}
+
+func decodeErrors(ces []childError) error {
+	errs := make([]error, len(ces))
+	for i, ce := range ces {
+		var err error = &wireError{msg: ce.Message, is: sentinels[ce.Is]}
+		if ce.Input {
+			err = &InputError{File: ce.File, Line: ce.Line, Doc: ce.Doc, Docs: ce.Docs, Object: ce.Object, Err: err}
+		}
+		errs[i] = err
+	}
+	return joinErrors(errs)
+}
+
+// wireError is an error decoded from a render child: its message, and the sentinel it
+// matched there.
+type wireError struct {
+	msg string
+	is  error
+}
+
+func (e *wireError) Error() string { return e.msg }
+func (e *wireError) Unwrap() error { return e.is }
+
+// refusingTransport is a render child's http.DefaultTransport: it refuses every request and
+// records its URL, so the error can name where the URL is written.
+type refusingTransport struct{}
+
+var refused struct {
+	sync.Mutex
+	urls []string
+}
+
+func (refusingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	refused.Lock()
+	refused.urls = append(refused.urls, req.URL.String())
+	refused.Unlock()
+	return nil, fmt.Errorf("%w: refusing to fetch %s", ErrRemoteBase, req.URL)
+}
+
+// refusedURLs returns the URLs refused so far (none outside a render child).
+func refusedURLs() []string {
+	refused.Lock()
+	defer refused.Unlock()
+	return refused.urls
+}
+
+// testHang blocks the build of rel until ctx ends when the test-only environment variable
+// names it: a stand-in for a build that never returns.
+func testHang(ctx context.Context, rel string) error {
+	if v := os.Getenv(testHangEnv); v == "" || v != rel {
+		return nil
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > b.max {
+		b.buf = b.buf[len(b.buf)-b.max:]
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string { return string(b.buf) }

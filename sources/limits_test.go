@@ -1,0 +1,113 @@
+package sources
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestRenderLimits: too many files, a file too large or too many objects are refused with
+// a terminal error naming the file or the count, in a plain folder and in a kustomize build
+// (in-process and isolated).
+func TestRenderLimits(t *testing.T) {
+	big := cm("big", "default") + "  pad: " + strings.Repeat("x", 300) + "\n"
+	kust := func(files ...string) string { return "resources: [" + strings.Join(files, ", ") + "]\n" }
+	tests := []struct {
+		name   string
+		files  map[string]string
+		path   string
+		limits Limits
+		want   string
+		is     error
+	}{
+		{
+			name:   "plain folder with too many files",
+			files:  map[string]string{"apps/a.yaml": cm("a", "x"), "apps/b.yaml": cm("b", "x"), "apps/c.yaml": cm("c", "x")},
+			path:   "apps",
+			limits: Limits{MaxFiles: 2},
+			want:   "apps: too many files: more than 2 files",
+			is:     ErrTooManyFiles,
+		},
+		{
+			name:   "kustomize source with too many files",
+			files:  map[string]string{"k/kustomization.yaml": kust("a.yaml"), "k/a.yaml": cm("a", "x"), "other/b.yaml": cm("b", "x"), "other/c.yaml": cm("c", "x")},
+			path:   "k",
+			limits: Limits{MaxFiles: 3},
+			want:   "k/kustomization.yaml: too many files: the source holds more than 3 files",
+			is:     ErrTooManyFiles,
+		},
+		{
+			name:   "plain file too large",
+			files:  map[string]string{"apps/a.yaml": cm("a", "x"), "apps/big.yaml": big},
+			path:   "apps",
+			limits: Limits{MaxFileSize: 200},
+			want:   "apps/big.yaml: file too large: 395 bytes, more than 200",
+			is:     ErrFileTooLarge,
+		},
+		{
+			name:   "kustomize file too large",
+			files:  map[string]string{"k/kustomization.yaml": kust("a.yaml"), "k/a.yaml": cm("a", "x"), "unused/big.yaml": big},
+			path:   "k",
+			limits: Limits{MaxFileSize: 200},
+			want:   "unused/big.yaml: file too large: 395 bytes, more than 200",
+			is:     ErrFileTooLarge,
+		},
+		{
+			name:   "plain folder with too many objects",
+			files:  map[string]string{"apps/a.yaml": cm("a", "x") + "---\n" + cm("b", "x"), "apps/c.yaml": cm("c", "x")},
+			path:   "apps",
+			limits: Limits{MaxObjects: 2},
+			want:   "apps: too many objects: 3 objects, more than 2",
+			is:     ErrTooManyObjects,
+		},
+		{
+			name:   "kustomize build with too many objects",
+			files:  map[string]string{"k/kustomization.yaml": kust("a.yaml"), "k/a.yaml": cm("a", "x") + "---\n" + cm("b", "x") + "---\n" + cm("c", "x")},
+			path:   "k",
+			limits: Limits{MaxObjects: 2},
+			want:   "k/kustomization.yaml: too many objects: 3 objects, more than 2",
+			is:     ErrTooManyObjects,
+		},
+		{
+			name:   "kustomize builds of a folder with too many objects in all",
+			files:  map[string]string{"apps/k1/kustomization.yaml": kust("a.yaml"), "apps/k1/a.yaml": cm("a", "x") + "---\n" + cm("b", "x"), "apps/k2/kustomization.yaml": kust("c.yaml"), "apps/k2/c.yaml": cm("c", "x")},
+			path:   "apps",
+			limits: Limits{MaxObjects: 2},
+			want:   "apps: too many objects: 3 objects, more than 2",
+			is:     ErrTooManyObjects,
+		},
+	}
+	for _, tt := range tests {
+		for _, isolate := range []bool{false, true} {
+			name := tt.name
+			if isolate {
+				name += " isolated"
+			}
+			t.Run(name, func(t *testing.T) {
+				dir := writeTree(t, tt.files)
+				opts := DefaultRenderOptions()
+				opts.Limits, opts.Isolate = tt.limits, isolate
+				objs, err := Render(t.Context(), dir, tt.path, opts)
+				if err == nil {
+					t.Fatalf("Render returned %d objects and no error", len(objs))
+				}
+				if !strings.Contains(err.Error(), tt.want) || !errors.Is(err, tt.is) || !IsTerminal(err) {
+					t.Errorf("error:\n%v\nwant a terminal %v containing %q", err, tt.is, tt.want)
+				}
+			})
+		}
+	}
+}
+
+// TestRenderWithinLimits: the limits of a render are inclusive, and zero fields mean the
+// defaults.
+func TestRenderWithinLimits(t *testing.T) {
+	dir := writeTree(t, map[string]string{"apps/a.yaml": cm("a", "x"), "apps/b.yaml": cm("b", "x")})
+	opts := RenderOptions{Limits: Limits{MaxFiles: 2, MaxObjects: 2, MaxFileSize: int64(len(cm("a", "x")))}}
+	if _, err := Render(t.Context(), dir, "apps", opts); err != nil {
+		t.Errorf("Render at the limits: %v", err)
+	}
+	if _, err := Render(t.Context(), dir, "apps", RenderOptions{}); err != nil {
+		t.Errorf("Render with zero limits: %v", err)
+	}
+}
