@@ -58,8 +58,8 @@ type ApplyOptions struct {
 	// Recover is a copy of the inventory kept elsewhere (the Sync status), used only when
 	// the inventory ConfigMap does not exist: its entries become prune candidates again
 	// (each still checked for our owner annotation and UID, I1) and the ConfigMap is
-	// written back with them at the write-ahead. Ignored under DryRun writes. See
-	// inventory's doc.
+	// written back with them at the write-ahead (DryRun only reads it). See inventory's
+	// doc.
 	Recover *inventory.Inventory
 	// Progress, when set, is called as the run advances (one call per object applied or
 	// pruned and one per stage change). Calls are serialized.

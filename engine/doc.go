@@ -28,6 +28,12 @@
 //  6. record the inventory (new with UIDs ∪ what could not be pruned), skipped when unchanged.
 //  7. optionally wait for kstatus readiness.
 //
+// Deletion: Delete deletes the inventory's objects (same checks as a prune) and then the
+// ConfigMap; Abandon releases them instead (owner annotation removed with a JSON patch that
+// tests the UID and the annotation's value, then the ConfigMap deleted), so another set can
+// adopt them and a set recreated with the same inventory ID does not prune them. Both, and
+// Apply, fall back on a caller's recovery copy (Recover) when the ConfigMap was lost.
+//
 // Ownership (I11): a live object whose owner annotation names another inventory is never
 // adopted (the object fails with ErrNotOwned). A live object without the annotation (made
 // by hand or by another tool) is adopted, as kubectl apply and Flux do.
