@@ -46,7 +46,7 @@ const maxStatusInventory = 5000
 // The rule when it cannot be done: a delete or release refused with 401 or 403 (the
 // impersonated service account, its RoleBinding or its namespace is gone, or a policy
 // denies it) is retried with back-off until the Sync has been deleting for deletionGrace;
-// then the finalizer is dropped with a Warning event and a Ready=False condition
+// (at most every 10 s); then the finalizer is dropped with a Warning event and a Ready=False condition
 // (CleanupAbandoned) listing what was left, so a namespace never stays Terminating
 // because of us. Other failures (the API server unavailable, a conflict) are retried
 // without limit: they say nothing about the identity, and giving up on them would leak.
@@ -60,10 +60,18 @@ func (r *reconciler) finalize(ctx context.Context, s *status.Sync) (ctrl.Result,
 		if s.Spec.DeletionPolicy == status.DeletionPolicyOrphan {
 			reason = reasonAbandonFail
 		}
-		if !deniedErr(err) || time.Since(s.DeletionTimestamp.Time) < r.deletionGrace() {
+		denied := deniedErr(err)
+		left := r.deletionGrace() - time.Since(s.DeletionTimestamp.Time)
+		if !denied || left > 0 {
 			msg := fmt.Sprintf("deletion policy %s: %v", policyOf(s), err)
 			r.events.Event(s, corev1.EventTypeWarning, reason, truncate(msg, 1024))
 			r.deletionStatus(ctx, s, reason, msg)
+			if denied {
+				// Retried on our own clock, not the rate limiter's (whose back-off grows
+				// to minutes), so the grace ends on time.
+				logr.FromContextOrDiscard(ctx).Info("deletion refused, will retry", "err", err)
+				return ctrl.Result{RequeueAfter: min(max(left, 100*time.Millisecond), 10*time.Second)}, nil
+			}
 			return ctrl.Result{}, fmt.Errorf("finalize %s/%s: %w", s.Namespace, s.Name, err)
 		}
 		msg := fmt.Sprintf("deletion policy %s not carried out, permission denied for %s since %s; left behind: %s; last error: %v",
