@@ -84,7 +84,6 @@ func cmNamed(name, ns string) string {
 // adopted the old inventory and pruned c.
 func TestDaemonOrphanReleases(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
 	rev := f.publish(map[string]string{"app/a.yaml": cmNamed("a", "NS"), "app/b.yaml": cmNamed("b", "NS"),
 		"app/c.yaml": cmNamed("c", "NS"), "other/b.yaml": cmNamed("b", "NS")})
 	f.startDaemon(env.Config)
@@ -123,7 +122,6 @@ func TestDaemonOrphanReleases(t *testing.T) {
 	if err == nil && cm.Annotations[engine.OwnerAnnotation] != inventoryRef(&status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "other"}}).ID {
 		t.Errorf("b is owned by %q, want the other Sync's inventory", cm.Annotations[engine.OwnerAnnotation])
 	}
-	_ = ctx
 }
 
 // TestDaemonCrashMidAbandon crashes the daemon after the first owner annotation of an
