@@ -63,6 +63,12 @@ type ApplyOptions struct {
 	// fields over: the new manager takes the fields the old one owned (kubectl's
 	// --field-manager behaves the same).
 	FieldManager string
+	// Recover is a copy of the inventory kept elsewhere (the Sync status), used only when
+	// the inventory ConfigMap does not exist: its entries become prune candidates again
+	// (each still checked for our owner annotation and UID, I1) and the ConfigMap is
+	// written back with them at the write-ahead (DryRun only reads it). See inventory's
+	// doc.
+	Recover *inventory.Inventory
 	// Progress, when set, is called as the run advances (one call per object applied or
 	// pruned and one per stage change). Calls are serialized.
 	Progress func(Progress)
@@ -108,9 +114,9 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 	if err != nil {
 		return res, err
 	}
-	old := &inventory.Inventory{}
+	old, found := &inventory.Inventory{}, true
 	if !noInventory {
-		if old, err = e.store.Get(ctx, set.Inventory); err != nil {
+		if old, found, err = e.load(ctx, set.Inventory, opts.Recover); err != nil {
 			return res, err
 		}
 	}
@@ -126,7 +132,7 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 	}
 	stored := old
 	if !opts.DryRun {
-		if stored, err = e.writeAhead(ctx, set.Inventory, old, desired); err != nil {
+		if stored, err = e.writeAhead(ctx, set.Inventory, old, desired, !found && old.Len() > 0); err != nil {
 			return res, err
 		}
 	}
@@ -160,10 +166,13 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 	if opts.DryRun {
 		return res, errors.Join(rec.errs...)
 	}
+	res.Inventory = stored
 	if !rec.apply(stored).Equal(stored) {
-		if _, err := e.store.Update(ctx, set.Inventory, rec.apply); err != nil {
+		recorded, err := e.store.Update(ctx, set.Inventory, rec.apply)
+		if err != nil {
 			rec.errs = append(rec.errs, fmt.Errorf("record: %w", err))
 		}
+		res.Inventory = recorded
 	}
 	if opts.Wait {
 		w := r.readyCandidates(outs)
@@ -179,11 +188,17 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 
 // writeAhead stores old ∪ desired before the first apply (I2: every object is inventoried
 // before it is first created) and returns what is stored. A failure stops the run.
-func (e *Engine) writeAhead(ctx context.Context, ref inventory.Ref, old, desired *inventory.Inventory) (*inventory.Inventory, error) {
+// restore says old was recovered from a copy (the ConfigMap was lost): it is written back
+// with desired even when desired adds nothing.
+func (e *Engine) writeAhead(ctx context.Context, ref inventory.Ref, old, desired *inventory.Inventory, restore bool) (*inventory.Inventory, error) {
 	stored := old
-	if !old.Union(desired).Equal(old) {
+	if restore || !old.Union(desired).Equal(old) {
+		ahead := desired
+		if restore {
+			ahead = old.Union(desired)
+		}
 		wa, err := e.store.Update(ctx, ref, func(s *inventory.Inventory) *inventory.Inventory {
-			return s.Union(desired)
+			return s.Union(ahead)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("write-ahead: %w", err)

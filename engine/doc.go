@@ -29,6 +29,12 @@
 //  7. optionally wait for kstatus readiness, judged on an object read at the generation the
 //     apply returned or newer (a lagging cache is InProgress, not Current).
 //
+// Deletion: Delete deletes the inventory's objects (same checks as a prune) and then the
+// ConfigMap; Abandon releases them instead (owner annotation removed with a JSON patch that
+// tests the UID and the annotation's value, then the ConfigMap deleted), so another set can
+// adopt them and a set recreated with the same inventory ID does not prune them. Both, and
+// Apply, fall back on a caller's recovery copy (Recover) when the ConfigMap was lost.
+//
 // Ownership (I11): a live object whose owner annotation names another inventory is never
 // adopted (the object fails with a NotOwnedError naming the owner in words, and leaves the
 // inventory). A live object

@@ -59,6 +59,9 @@ type Hooks struct {
 	// AfterPrune runs after the j-th successful delete of Apply's prune or of Delete (j
 	// counts from 1).
 	AfterPrune func(j int, id string) error
+	// AfterAbandon runs after Abandon removed the owner annotation of the j-th object (j
+	// counts from 1).
+	AfterAbandon func(j int, id string) error
 }
 
 // Options configures an Engine.

@@ -23,6 +23,9 @@ import (
 type DeleteOptions struct {
 	// Concurrency bounds the deletes in flight. Zero or less means 1.
 	Concurrency int
+	// Recover is a copy of the inventory kept elsewhere (the Sync status), used only when
+	// the inventory ConfigMap does not exist. See inventory's doc.
+	Recover *inventory.Inventory
 }
 
 // DefaultDeleteOptions deletes 8 objects at a time.
@@ -35,12 +38,16 @@ func DefaultDeleteOptions() DeleteOptions {
 // stage it records the confirmed deletions in the inventory, so a crash resumes where it
 // stopped; it stops at a stage with a failed delete, whose objects stay in the inventory
 // (I3). It deletes the inventory ConfigMap once the inventory is empty (I12).
+//
+// When the ConfigMap does not exist, it deletes what opts.Recover lists instead, with the
+// same checks, and writes no ConfigMap: the copy stays where the caller keeps it until
+// Delete succeeds (a terminating namespace refuses a new ConfigMap anyway).
 func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptions) (*Result, error) {
 	res := &Result{}
 	if err := validateRef(ref); err != nil {
 		return res, err
 	}
-	inv, err := e.store.Get(ctx, ref)
+	inv, found, err := e.load(ctx, ref, opts.Recover)
 	if err != nil {
 		return res, err
 	}
@@ -54,7 +61,7 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 		for _, id := range pr.dropped {
 			inv.Remove(id)
 		}
-		if len(pr.dropped) > 0 {
+		if len(pr.dropped) > 0 && found {
 			inv, err = e.store.Update(ctx, ref, func(s *inventory.Inventory) *inventory.Inventory {
 				n := s.Clone()
 				for _, id := range pr.dropped {
@@ -72,6 +79,9 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 	}
 	if inv.Len() > 0 {
 		return res, fmt.Errorf("inventory %s: %d objects still tracked", ref, inv.Len())
+	}
+	if !found {
+		return res, nil
 	}
 	return res, e.store.Delete(ctx, ref)
 }

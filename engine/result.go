@@ -2,6 +2,8 @@ package engine
 
 import (
 	"sigs.k8s.io/cli-utils/pkg/object"
+
+	"github.com/converge-dev/converge/inventory"
 )
 
 // Action is what the engine did, or would do under DryRun, with one object.
@@ -69,6 +71,10 @@ type Result struct {
 	Pruned []Change
 	// Health has one entry per applied object when ApplyOptions.Wait is set.
 	Health []ObjectHealth
+	// Inventory is what Apply recorded as the set's inventory at the end of the run (nil
+	// under DryRun, after an aborted run, or when the record failed), for a caller that
+	// keeps a recovery copy of it (ApplyOptions.Recover).
+	Inventory *inventory.Inventory
 }
 
 // Summary counts the actions of a Result.

@@ -23,5 +23,28 @@
 // (retry.RetryOnConflict); a write that would not change the stored data sends nothing.
 // Write replaces the stored set with the given one: callers compute it from a fresh Get.
 //
+// A lost ConfigMap. The ConfigMap can disappear under a live set: deleted by hand, or by
+// the deletion of its namespace before the Sync's finalizer ran (the namespace controller
+// deletes ConfigMaps and Syncs in parallel). Read as empty, it would leak every object the
+// set owns outside that namespace (cluster-scoped ones, other namespaces): nothing would
+// prune them when they leave the repository, nor delete them with the Sync. Converge keeps a
+// recovery copy of the inventory in the Sync's status (status.inventory.objects: each
+// entry's ns_name_group_kind and UID, as recorded at the end of the last apply), rather than
+// finding owned objects by LISTing for the owner annotation: a LIST would have to cover
+// every listable kind of the cluster in every namespace (annotations are not selectable),
+// which a tenant's service account may not do, and would cost a full scan per recovery.
+// Lookup tells a missing ConfigMap from an empty one; only a missing one is recovered, the
+// copy's entries becoming prune or delete candidates again (the engine's ApplyOptions,
+// DeleteOptions and AbandonOptions Recover field), and an Apply writes them back into a
+// new ConfigMap at its write-ahead.
+//
+// Bounds of the copy. It is written with the status, after the apply, so it is a recovery
+// hint and never the write-ahead record (I2 rests on the ConfigMap alone): objects first
+// created by a run whose status write failed, and then lost with the ConfigMap, are not in
+// it. It holds at most 5000 entries (about 100 bytes each), the objects outside the Sync's
+// namespace first, since those are the ones a namespace deletion does not take along.
+// Acting on a stale copy is safe: every delete or release still requires our owner
+// annotation and the recorded UID (I1); an entry that is gone or not ours is skipped.
+//
 // It must not import ssa, kstatus, engine, sources or status.
 package inventory

@@ -33,14 +33,23 @@ func NewStore(c client.Client) *Store {
 // an error. A ConfigMap whose inventory-id label differs from ref.ID is an error: it
 // belongs to another set.
 func (s *Store) Get(ctx context.Context, ref Ref) (*Inventory, error) {
+	inv, _, err := s.Lookup(ctx, ref)
+	return inv, err
+}
+
+// Lookup is Get that also reports whether the ConfigMap exists: a missing ConfigMap and an
+// empty one mean the same set, but only a missing one was lost (deleted by hand, or by the
+// deletion of its namespace) and may be recovered from a copy kept elsewhere.
+func (s *Store) Lookup(ctx context.Context, ref Ref) (inv *Inventory, found bool, err error) {
 	cm, err := s.get(ctx, ref)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if cm == nil {
-		return &Inventory{}, nil
+		return &Inventory{}, false, nil
 	}
-	return decode(ref, cm)
+	inv, err = decode(ref, cm)
+	return inv, err == nil, err
 }
 
 // Write stores inv as the inventory of ref, whatever is stored now. See Update.

@@ -75,6 +75,7 @@ func (s *SyncStatus) DeepCopyInto(out *SyncStatus) {
 	}
 	if s.Inventory != nil {
 		v := *s.Inventory
+		v.Objects = append([]InventoryObject(nil), s.Inventory.Objects...)
 		out.Inventory = &v
 	}
 	if s.Summary != nil {

@@ -145,6 +145,17 @@ type SyncStatus struct {
 type InventoryStatus struct {
 	Name    string `json:"name"`
 	Entries int    `json:"entries"`
+	// Objects is a recovery copy of the inventory as recorded after the last apply (capped,
+	// objects outside the Sync's namespace first). It is written after the apply, so it is
+	// a hint to find what we own when the ConfigMap was lost, never the write-ahead record.
+	Objects []InventoryObject `json:"objects,omitempty"`
+}
+
+// InventoryObject is one entry of the recovery copy: the object's ns_name_group_kind (as
+// in the ConfigMap) and the UID recorded for it.
+type InventoryObject struct {
+	ID  string `json:"id"`
+	UID string `json:"uid,omitempty"`
 }
 
 // Summary counts the actions of the last apply that changed something (created, configured,

@@ -48,6 +48,7 @@ type reconciler struct {
 	events  record.EventRecorder
 	retries *retryCounter
 	metrics *recorder
+	grace   time.Duration // deletion grace (finalize); zero means defaultDeletionGrace
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -148,13 +149,18 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (o status.Outcome
 	}
 	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}
 	r.drift.track(set.Inventory.ID, client.ObjectKeyFromObject(s))
-	res, err := eng.Apply(ctx, set, applyOptions(s))
+	opts := applyOptions(s)
+	opts.Recover = recoveredInventory(s) // used only if the inventory ConfigMap was lost
+	res, err := eng.Apply(ctx, set, opts)
 	r.metrics.applied(s, bundle.Revision, res, err)
 	sum := res.Summary() // zero for a nil result
 	if res != nil {
 		o.Summary = &status.Summary{Created: sum.Created, Configured: sum.Configured, Unchanged: sum.Unchanged,
 			Pruned: sum.Pruned, Skipped: sum.Skipped, Failed: sum.Failed, NotReady: sum.NotReady}
 		r.recordEvents(s, bundle.Revision, sum)
+		if res.Inventory != nil {
+			o.Inventory = inventoryStatus(set.Inventory, res.Inventory)
+		}
 	}
 	if err != nil {
 		reason := reasonApplyFailed
@@ -166,7 +172,6 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (o status.Outcome
 	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
 	o.Message = "Applied revision " + bundle.Revision
 	o.AppliedRevision = bundle.Revision
-	o.Inventory = &status.InventoryStatus{Name: set.Inventory.Name, Entries: len(bundle.Objects)}
 	r.retries.reset(client.ObjectKeyFromObject(s))
 	return o, false, nil
 }
@@ -265,29 +270,6 @@ func (r *reconciler) recordEvents(s *status.Sync, revision string, sum engine.Su
 	if sum.Pruned > 0 {
 		r.events.Eventf(s, corev1.EventTypeNormal, "Pruned", "revision %s: %d pruned", revision, sum.Pruned)
 	}
-}
-
-// finalize applies the deletion policy and then drops the finalizer, only after every delete
-// is confirmed (I12).
-func (r *reconciler) finalize(ctx context.Context, s *status.Sync) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(s, status.Finalizer) {
-		return ctrl.Result{}, nil
-	}
-	if s.Spec.DeletionPolicy != status.DeletionPolicyOrphan {
-		eng, err := r.engines.forSync(s)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if _, err := eng.Delete(ctx, inventoryRef(s), engine.DefaultDeleteOptions()); err != nil {
-			r.events.Event(s, corev1.EventTypeWarning, reasonDeleteFail, truncate(err.Error(), 1024))
-			return ctrl.Result{}, fmt.Errorf("delete inventory of %s/%s: %w", s.Namespace, s.Name, err)
-		}
-	}
-	if err := r.crash.call(r.crash.BeforeFinalizerRemoval, s); err != nil {
-		return ctrl.Result{}, err
-	}
-	err := r.patchFinalizers(ctx, s, func(s *status.Sync) { controllerutil.RemoveFinalizer(s, status.Finalizer) })
-	return ctrl.Result{}, client.IgnoreNotFound(err)
 }
 
 // patchFinalizers changes metadata.finalizers with an optimistic lock.

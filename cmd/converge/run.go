@@ -52,6 +52,7 @@ type runOptions struct {
 	limits                  sources.Limits
 	quick                   quickStart
 	crash                   crashPoints // test-only crash points
+	deletionGrace           time.Duration
 }
 
 func newRunCommand(kube *kubeFlags) *cobra.Command {
@@ -84,6 +85,7 @@ authoring).`,
 	f.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long followers wait before taking over an unrenewed lease")
 	f.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops leading; a leader paused longer than this sends no more writes and exits")
 	f.DurationVar(&o.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often leader-election clients retry")
+	f.DurationVar(&o.deletionGrace, "deletion-grace", defaultDeletionGrace, "how long a Sync's deletion may be refused with 401/403 (its service account lost its rights) before the finalizer is dropped with a Warning event listing what was left")
 	f.BoolVar(&o.installCRD, "install-crd", true, "server-side apply the Sync CRD at start")
 	f.BoolVar(&o.watchCache, "watch-cache", true, "keep a watch cache of managed kinds so unchanged objects cost no request (needs list/watch RBAC on them)")
 	f.BoolVar(&o.driftReconcile, "reconcile-on-drift", true, "with --watch-cache, reconcile a Sync within seconds when one of its objects is edited or deleted out of band, not only at its interval")
@@ -211,6 +213,7 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		events:  mgr.GetEventRecorderFor("converge"), //nolint:staticcheck // the events/v1 recorder needs a newer RBAC story
 		retries: &retryCounter{},
 		metrics: metrics,
+		grace:   o.deletionGrace,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&status.Sync{}, builder.WithPredicates(syncChanged{}))

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/cli-utils/pkg/object"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/converge-dev/converge/engine"
+	"github.com/converge-dev/converge/inventory"
+	"github.com/converge-dev/converge/status"
+)
+
+// Reasons of the deletion conditions and events.
+const (
+	// reasonCleanupAbandoned: the deletion policy could not be carried out because the
+	// identity lost its rights; the finalizer was dropped and objects were left behind.
+	reasonCleanupAbandoned = "CleanupAbandoned"
+	reasonAbandonFail      = "AbandonFailed"
+)
+
+// defaultDeletionGrace is how long a deletion may keep failing with "permission denied"
+// before the finalizer is dropped anyway (--deletion-grace).
+const defaultDeletionGrace = 2 * time.Minute
+
+// maxStatusInventory caps the recovery copy of the inventory in status (about 100 bytes an
+// entry), so the status of a large Sync stays far below the API's object size limit.
+const maxStatusInventory = 5000
+
+// finalize applies the deletion policy and then drops the finalizer, only after every
+// delete (Delete) or release (Orphan) is confirmed (I12).
+//
+// The rule when it cannot be done: a delete or release refused with 401 or 403 (the
+// impersonated service account, its RoleBinding or its namespace is gone, or a policy
+// denies it) is retried with back-off until the Sync has been deleting for deletionGrace;
+// (at most every 10 s); then the finalizer is dropped with a Warning event and a Ready=False condition
+// (CleanupAbandoned) listing what was left, so a namespace never stays Terminating
+// because of us. Other failures (the API server unavailable, a conflict) are retried
+// without limit: they say nothing about the identity, and giving up on them would leak.
+func (r *reconciler) finalize(ctx context.Context, s *status.Sync) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(s, status.Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	res, err := r.cleanup(ctx, s)
+	if err != nil {
+		reason := reasonDeleteFail
+		if s.Spec.DeletionPolicy == status.DeletionPolicyOrphan {
+			reason = reasonAbandonFail
+		}
+		denied := deniedErr(err)
+		left := r.deletionGrace() - time.Since(s.DeletionTimestamp.Time)
+		if !denied || left > 0 {
+			msg := fmt.Sprintf("deletion policy %s: %v", policyOf(s), err)
+			r.events.Event(s, corev1.EventTypeWarning, reason, truncate(msg, 1024))
+			r.deletionStatus(ctx, s, reason, msg)
+			if denied {
+				// Retried on our own clock, not the rate limiter's (whose back-off grows
+				// to minutes), so the grace ends on time.
+				logr.FromContextOrDiscard(ctx).Info("deletion refused, will retry", "err", err)
+				return ctrl.Result{RequeueAfter: min(max(left, 100*time.Millisecond), 10*time.Second)}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("finalize %s/%s: %w", s.Namespace, s.Name, err)
+		}
+		msg := fmt.Sprintf("deletion policy %s not carried out, permission denied for %s since %s; left behind: %s; last error: %v",
+			policyOf(s), identity(s), r.deletionGrace(), leftBehind(s, res), err)
+		logr.FromContextOrDiscard(ctx).Info("finalizer dropped without cleanup", "err", err)
+		r.events.Event(s, corev1.EventTypeWarning, reasonCleanupAbandoned, truncate(msg, 1024))
+		r.deletionStatus(ctx, s, reasonCleanupAbandoned, msg)
+		// The status write moved the resourceVersion the finalizer patch is locked on.
+		if err := r.live.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	if err := r.crash.call(r.crash.BeforeFinalizerRemoval, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	err = r.patchFinalizers(ctx, s, func(s *status.Sync) { controllerutil.RemoveFinalizer(s, status.Finalizer) })
+	return ctrl.Result{}, client.IgnoreNotFound(err)
+}
+
+// cleanup carries out the deletion policy with the Sync's identity: Delete deletes the
+// inventory's objects, Orphan releases them (owner annotation removed, inventory deleted).
+// Both fall back on the recovery copy in status when the inventory ConfigMap is gone.
+func (r *reconciler) cleanup(ctx context.Context, s *status.Sync) (*engine.Result, error) {
+	eng, err := r.engines.forSync(s)
+	if err != nil {
+		return nil, err
+	}
+	recover := recoveredInventory(s)
+	if s.Spec.DeletionPolicy == status.DeletionPolicyOrphan {
+		opts := engine.DefaultAbandonOptions()
+		opts.Recover = recover
+		return eng.Abandon(ctx, inventoryRef(s), opts)
+	}
+	opts := engine.DefaultDeleteOptions()
+	opts.Recover = recover
+	return eng.Delete(ctx, inventoryRef(s), opts)
+}
+
+// deletionStatus writes a Ready=False condition on a deleting Sync, best effort: the Sync
+// may be gone or its status not writable, and the event says the same.
+func (r *reconciler) deletionStatus(ctx context.Context, s *status.Sync, reason, msg string) {
+	o := status.Outcome{Generation: s.Generation, Ready: metav1.ConditionFalse, Reason: reason, Message: msg}
+	if err := r.writer.Write(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, o); err != nil {
+		logr.FromContextOrDiscard(ctx).V(1).Info("deletion status not written", "err", err)
+	}
+}
+
+func (r *reconciler) deletionGrace() time.Duration {
+	if r.grace > 0 {
+		return r.grace
+	}
+	return defaultDeletionGrace
+}
+
+// deniedErr reports a refusal of the identity: 401 or 403, anywhere in a joined error.
+func deniedErr(err error) bool {
+	var found bool
+	var walk func(error)
+	walk = func(e error) {
+		if e == nil || found {
+			return
+		}
+		if apierrors.IsForbidden(e) || apierrors.IsUnauthorized(e) {
+			found = true
+			return
+		}
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+			return
+		}
+		walk(errors.Unwrap(e))
+	}
+	walk(err)
+	return found
+}
+
+func policyOf(s *status.Sync) string {
+	return cmp.Or(s.Spec.DeletionPolicy, status.DeletionPolicyDelete)
+}
+
+func identity(s *status.Sync) string {
+	if s.Spec.ServiceAccountName == "" {
+		return "the daemon"
+	}
+	return "system:serviceaccount:" + s.Namespace + ":" + s.Spec.ServiceAccountName
+}
+
+// leftBehind names the objects the cleanup did not handle, as Kind namespace/name: the
+// failed ones of res, or, when the inventory could not even be read, the recovery copy.
+func leftBehind(s *status.Sync, res *engine.Result) string {
+	var ids []object.ObjMetadata
+	if res != nil {
+		for _, c := range res.Pruned {
+			if c.Action == engine.ActionFailed {
+				ids = append(ids, c.Object)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		for _, e := range recoveredInventory(s).Entries() {
+			ids = append(ids, e.Object)
+		}
+	}
+	if len(ids) == 0 {
+		return "the objects of inventory " + inventoryRef(s).String() + " (not readable)"
+	}
+	const show = 20
+	var names []string
+	for i, id := range ids {
+		if i == show {
+			names = append(names, fmt.Sprintf("and %d more", len(ids)-show))
+			break
+		}
+		name := id.Name
+		if id.Namespace != "" {
+			name = id.Namespace + "/" + name
+		}
+		names = append(names, id.GroupKind.Kind+" "+name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// recoveredInventory is the recovery copy of the inventory kept in s's status (nil when
+// there is none). Entries that do not parse are skipped: the copy is only a hint.
+func recoveredInventory(s *status.Sync) *inventory.Inventory {
+	if s.Status.Inventory == nil || len(s.Status.Inventory.Objects) == 0 {
+		return nil
+	}
+	inv := &inventory.Inventory{}
+	for _, o := range s.Status.Inventory.Objects {
+		id, err := object.ParseObjMetadata(o.ID)
+		if err != nil {
+			continue
+		}
+		inv.Add(inventory.Entry{Object: id, UID: types.UID(o.UID)})
+	}
+	return inv
+}
+
+// inventoryStatus is the status record of the inventory inv of ref: its name, size and a
+// recovery copy of its entries, capped at maxStatusInventory with the objects outside the
+// Sync's namespace first (those a namespace deletion would not take with it).
+func inventoryStatus(ref inventory.Ref, inv *inventory.Inventory) *status.InventoryStatus {
+	out := &status.InventoryStatus{Name: ref.Name, Entries: inv.Len()}
+	entries := inv.Entries()
+	slices.SortStableFunc(entries, func(a, b inventory.Entry) int {
+		ao, bo := a.Object.Namespace != ref.Namespace, b.Object.Namespace != ref.Namespace
+		switch {
+		case ao == bo:
+			return 0
+		case ao:
+			return -1
+		}
+		return 1
+	})
+	for i, e := range entries {
+		if i == maxStatusInventory {
+			break
+		}
+		out.Objects = append(out.Objects, status.InventoryObject{ID: e.Object.String(), UID: string(e.UID)})
+	}
+	return out
+}

@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/inventory"
+)
+
+// AbandonOptions are the per-call settings of Abandon.
+type AbandonOptions struct {
+	// Concurrency bounds the patches in flight. Zero or less means 1.
+	Concurrency int
+	// Recover is a copy of the inventory kept elsewhere (the Sync status), used only when
+	// the inventory ConfigMap does not exist. See inventory's doc.
+	Recover *inventory.Inventory
+}
+
+// DefaultAbandonOptions patches 8 objects at a time.
+func DefaultAbandonOptions() AbandonOptions {
+	return AbandonOptions{Concurrency: 8}
+}
+
+// Abandon lets go of every object of the inventory of ref without deleting it, as
+// cli-utils does for an abandoned object: it removes our owner annotation from each object
+// that still carries it with ref.ID, then deletes the inventory ConfigMap. Afterwards no
+// inventory claims the objects: another set adopts them without an ownership conflict, and
+// a set recreated under the same inventory ID starts empty, so it never prunes them.
+//
+// Each removal is a JSON patch that first tests the object's UID (the one recorded, else
+// the one just read) and the annotation's value, so it never touches an object recreated
+// by someone else or taken over by another inventory (the same guard as a delete's, I1).
+// The ConfigMap goes last: a crash part-way leaves it in place (I2 holds: every object
+// still annotated is still inventoried), and a retry skips the objects already released.
+func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts AbandonOptions) (*Result, error) {
+	res := &Result{}
+	if err := validateRef(ref); err != nil {
+		return res, err
+	}
+	inv, found, err := e.load(ctx, ref, opts.Recover)
+	if err != nil {
+		return res, err
+	}
+	entries := inv.Entries()
+	res.Pruned = make([]Change, len(entries))
+	var released atomic.Int64
+	var g errgroup.Group // workers never fail: errors go into res.Pruned
+	g.SetLimit(max(opts.Concurrency, 1))
+	for i, en := range entries {
+		g.Go(func() error {
+			c, ok := e.abandonOne(ctx, ref, en)
+			if ok && e.opts.Hooks.AfterAbandon != nil {
+				j := int(released.Add(1))
+				if err := e.opts.Hooks.AfterAbandon(j, c.ID); err != nil {
+					c.Action, c.Err = ActionFailed, fmt.Errorf("%s: aborted by hook after abandon %d: %w", c.ID, j, err)
+					c.Message = c.Err.Error()
+				}
+			}
+			res.Pruned[i] = c
+			return nil
+		})
+	}
+	_ = g.Wait()
+	var errs []error
+	for _, c := range res.Pruned {
+		if c.Err != nil {
+			errs = append(errs, c.Err)
+		}
+	}
+	if len(errs) > 0 {
+		return res, errors.Join(errs...) // the ConfigMap stays: a retry finishes (I2)
+	}
+	if !found {
+		return res, nil
+	}
+	return res, e.store.Delete(ctx, ref)
+}
+
+// abandonOne removes our owner annotation from the object en names, if it still carries
+// it. released reports a removal that landed.
+func (e *Engine) abandonOne(ctx context.Context, ref inventory.Ref, en inventory.Entry) (c Change, released bool) {
+	c = Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped}
+	fail := func(err error) (Change, bool) {
+		c.Action, c.Message, c.Err = ActionFailed, err.Error(), fmt.Errorf("%s: abandon: %w", c.ID, err)
+		return c, false
+	}
+	live, err := e.getByID(ctx, e.client, en.Object)
+	switch {
+	case err != nil:
+		return fail(err)
+	case live == nil:
+		c.Message = "already deleted"
+		return c, false
+	case live.GetAnnotations()[OwnerAnnotation] != ref.ID:
+		c.Message = "not ours: nothing to release"
+		return c, false
+	case en.UID != "" && en.UID != live.GetUID():
+		c.Message = "recreated by someone else: left alone"
+		return c, false
+	}
+	patch, err := releasePatch(live.GetUID(), ref.ID)
+	if err != nil {
+		return fail(err)
+	}
+	target := &unstructured.Unstructured{}
+	target.SetGroupVersionKind(live.GroupVersionKind())
+	target.SetNamespace(live.GetNamespace())
+	target.SetName(live.GetName())
+	err = e.client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldManager))
+	switch {
+	case err == nil:
+		c.Message = "abandoned: owner annotation removed"
+		return c, true
+	case apierrors.IsNotFound(err):
+		c.Message = "already deleted"
+		return c, false
+	default:
+		// A test operation failed (the object changed hands between the read and the
+		// patch) or the request failed: decide on what the API server shows now.
+		cur, gerr := e.getByID(ctx, e.client, en.Object)
+		if gerr == nil && (cur == nil || cur.GetUID() != live.GetUID() || cur.GetAnnotations()[OwnerAnnotation] != ref.ID) {
+			c.Message = "no longer ours: left alone"
+			return c, false
+		}
+		return fail(err)
+	}
+}
+
+// releasePatch is the JSON patch that removes OwnerAnnotation only from the object with
+// this UID and only while the annotation names id.
+func releasePatch(uid types.UID, id string) ([]byte, error) {
+	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(OwnerAnnotation)
+	return json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": string(uid)},
+		{"op": "test", "path": path, "value": id},
+		{"op": "remove", "path": path},
+	})
+}
+
+// load reads the stored inventory of ref. When its ConfigMap does not exist (deleted by
+// hand, or by the deletion of its namespace) and recover is given, it returns recover
+// instead: a copy kept elsewhere, possibly a run behind, which is safe to act on because
+// every delete or release still checks the owner annotation and the UID (I1). found reports
+// whether the ConfigMap exists.
+func (e *Engine) load(ctx context.Context, ref inventory.Ref, recover *inventory.Inventory) (inv *inventory.Inventory, found bool, err error) {
+	inv, found, err = e.store.Lookup(ctx, ref)
+	if err != nil || found || recover.Len() == 0 {
+		return inv, found, err
+	}
+	return recover.Clone(), false, nil
+}

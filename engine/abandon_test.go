@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/converge-dev/converge/inventory"
+)
+
+// TestAbandonReleasesOnlyOurs releases a set (I1, I11): a and b lose the owner annotation
+// and keep their data, c (taken over by another inventory) and d (deleted and recreated by
+// someone else with our annotation copied, another UID) are not touched, and the inventory
+// goes. A second Abandon (a retry after a crash) finds nothing to do.
+func TestAbandonReleasesOnlyOurs(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	h.apply(testOpts(), configMap(h.ns, "a", map[string]any{"k": "v"}), configMap(h.ns, "b", nil),
+		configMap(h.ns, "c", nil), configMap(h.ns, "d", nil))
+	c := h.liveCM("c")
+	annotate(c, OwnerAnnotation, "someone-else")
+	if err := h.plain.Update(h.ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	d := h.liveCM("d")
+	if err := h.plain.Delete(h.ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	look := configMap(h.ns, "d", nil)
+	annotate(look, OwnerAnnotation, h.ref.ID)
+	if err := h.plain.Create(h.ctx, look); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := h.eng.Abandon(h.ctx, h.ref, DefaultAbandonOptions()); err != nil {
+			t.Fatalf("Abandon: %v", err)
+		}
+	}
+	for name, want := range map[string]string{"a": "", "b": "", "c": "someone-else", "d": h.ref.ID} {
+		live := h.liveCM(name)
+		if live == nil {
+			t.Errorf("%s was deleted", name)
+			continue
+		}
+		if got := live.GetAnnotations()[OwnerAnnotation]; got != want {
+			t.Errorf("%s: owner annotation %q, want %q", name, got, want)
+		}
+	}
+	if data, _, _ := unstructured.NestedString(h.liveCM("a").Object, "data", "k"); data != "v" {
+		t.Errorf("a lost its data: %q", data)
+	}
+	if h.live("v1", "ConfigMap", h.ns, h.ref.Name) != nil {
+		t.Error("the inventory ConfigMap survived Abandon")
+	}
+}
+
+// TestDeleteRecoversLostInventory deletes a set whose inventory ConfigMap was lost, from a
+// recovery copy: what is ours goes, the look-alike without our annotation stays (I1), and
+// no ConfigMap is written back.
+func TestDeleteRecoversLostInventory(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	h.apply(testOpts(), configMap(h.ns, "a", nil), configMap(h.ns, "b", nil))
+	copyInv := inventory.New(entryOf(h.liveCM("a")), entryOf(h.liveCM("b")), entryOf(configMap(h.ns, "plain", nil)))
+	if err := h.plain.Create(h.ctx, configMap(h.ns, "plain", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.plain.Delete(h.ctx, h.live("v1", "ConfigMap", h.ns, h.ref.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.Delete(h.ctx, h.ref, DeleteOptions{Concurrency: 2}); err != nil {
+		t.Fatalf("Delete without a copy: %v", err)
+	}
+	if h.liveCM("a") == nil {
+		t.Fatal("Delete without a copy deleted a")
+	}
+	if _, err := h.eng.Delete(h.ctx, h.ref, DeleteOptions{Concurrency: 2, Recover: copyInv}); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if h.liveCM("a") != nil || h.liveCM("b") != nil || h.liveCM("plain") == nil {
+		t.Errorf("after Delete from the copy: a %v, b %v, plain %v (want gone, gone, kept)",
+			h.liveCM("a") != nil, h.liveCM("b") != nil, h.liveCM("plain") != nil)
+	}
+	if h.live("v1", "ConfigMap", h.ns, h.ref.Name) != nil {
+		t.Error("Delete wrote a ConfigMap back")
+	}
+}
