@@ -76,4 +76,3 @@ func (r *applyRun) notOursToRecreate(id object.ObjMetadata, live *unstructured.U
 	}
 	return ""
 }
-

@@ -138,9 +138,9 @@ func TestBadInput(t *testing.T) {
 		applyNone bool
 	}{
 		{
-			name:      "unknown kind",
-			bad:       func(ns string) *unstructured.Unstructured { return obj("nope.example.com/v1", "Widget", ns, "w", nil) },
-			wantID:    func(ns string) string { return ns + "_w_nope.example.com_Widget" },
+			name:   "unknown kind",
+			bad:    func(ns string) *unstructured.Unstructured { return obj("nope.example.com/v1", "Widget", ns, "w", nil) },
+			wantID: func(ns string) string { return ns + "_w_nope.example.com_Widget" },
 			wantMsg: func(ns string) string {
 				return "Widget " + ns + "/w: unknown kind Widget of apiVersion nope.example.com/v1: no CRD"
 			},
