@@ -189,7 +189,7 @@ func TestForceRecreatesOnlyOurs(t *testing.T) {
 		!strings.Contains(err.Error(), `"helm"`) {
 		t.Errorf("Apply error = %v, want the Helm object refused (%v), naming ConfigMap %s/helm and its manager", err, ErrNotAdopted, h.ns)
 	}
-	if err == nil || !strings.Contains(err.Error(), cmID(h.ns, "swapped")) || !strings.Contains(err.Error(), "not recreated") {
+	if err == nil || !strings.Contains(err.Error(), cmName(h.ns, "swapped")) || !strings.Contains(err.Error(), "not recreated") {
 		t.Errorf("Apply error = %v, want swapped refused (not recreated)", err)
 	}
 	if diff := actions(res.Changes); diff[cmID(h.ns, "helm")] != ActionFailed || diff[cmID(h.ns, "swapped")] != ActionFailed {

@@ -58,7 +58,7 @@ func TestStaleCacheRecreatedIsNotTakenOver(t *testing.T) {
 	if live.GetUID() == oldUID {
 		t.Fatal("test setup: x kept its UID")
 	}
-	if err == nil || !errors.Is(err, ErrNotOwned) || !strings.Contains(err.Error(), cmID(h.ns, "x")) {
+	if err == nil || !errors.Is(err, ErrNotOwned) || !strings.Contains(err.Error(), cmName(h.ns, "x")) {
 		t.Errorf("Apply error = %v, want the overlap on x (%v)", err, ErrNotOwned)
 	}
 	if uid, ok := h.inventory()[cmID(h.ns, "x")]; ok {

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -47,6 +48,9 @@ func TestNamespaceDeletionEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The daemon installs the Sync CRD; TestDeployLifecycle expects a cluster without it.
+	// Registered before the daemon starts, so it runs after the daemon stopped.
+	t.Cleanup(func() { removeSyncCRD(t, c) })
 	binary.Start(t, "run", "--kubeconfig", env.Kubeconfig, "-n", ns, "--watch-namespace", ns,
 		"--leader-elect=false", "--metrics-addr", "0", "--health-addr", "0", "--git-cache-dir", t.TempDir(),
 		"--deletion-grace", "5s")
@@ -81,4 +85,17 @@ func TestNamespaceDeletionEnds(t *testing.T) {
 		_ = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, s)
 		t.Fatalf("namespace %s still there after 2 minutes; Sync finalizers %v, conditions %+v", ns, s.Finalizers, s.Status.Conditions)
 	}
+}
+
+// removeSyncCRD deletes the Sync CRD and waits until it is gone.
+func removeSyncCRD(t *testing.T, c client.Client) {
+	t.Helper()
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "syncs.converge.dev"}}
+	if err := c.Delete(context.Background(), crd); client.IgnoreNotFound(err) != nil {
+		t.Errorf("delete the Sync CRD: %v", err)
+		return
+	}
+	waitFor(t, "the Sync CRD to be deleted", func(ctx context.Context) bool {
+		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(crd), crd))
+	})
 }
