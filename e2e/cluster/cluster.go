@@ -51,12 +51,12 @@ type Options struct {
 	// NodeMonitorGracePeriod (Full profile) is how long kube-controller-manager waits for a
 	// heartbeat of the fake node before it marks the node NotReady, taints it and marks its
 	// Pods NotReady (kwok never makes a Running Pod Ready again). kwok renews the node's
-	// Lease every quarter of it. Zero means DefaultNodeMonitorGracePeriod.
+	// Lease every eighth of it. Zero means DefaultNodeMonitorGracePeriod.
 	NodeMonitorGracePeriod time.Duration
 }
 
 // DefaultNodeMonitorGracePeriod is the grace period of kwokctl's clusters (Kubernetes' own
-// default is 50s); kwok renews the node Lease every 10s with it.
+// default is 50s); kwok renews the node Lease every 5s with it.
 const DefaultNodeMonitorGracePeriod = 40 * time.Second
 
 // NodeMonitorPeriod is how often kube-controller-manager checks node heartbeats (its default).
@@ -92,8 +92,8 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.NodeMonitorGracePeriod == 0 {
 		opts.NodeMonitorGracePeriod = DefaultNodeMonitorGracePeriod
 	}
-	if opts.NodeMonitorGracePeriod < 4*time.Second {
-		return nil, fmt.Errorf("node monitor grace period %s: want at least 4s (kwok renews the node lease every quarter of it)", opts.NodeMonitorGracePeriod)
+	if opts.NodeMonitorGracePeriod < 8*time.Second {
+		return nil, fmt.Errorf("node monitor grace period %s: want at least 8s (kwok renews the node lease every eighth of it)", opts.NodeMonitorGracePeriod)
 	}
 	binDir, err := resolveBinDir(opts.BinDir)
 	if err != nil {
@@ -248,7 +248,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, binDir string, p *pki, tok
 // heartbeat-with-lease stage patches the node status only every 10 to 20 minutes), and the
 // node lifecycle controller counts a renewed lease as a heartbeat. Without the lease the
 // node went NotReady every grace period: kwok set it Ready again at once, but its Pods stayed
-// Ready=False for good.
+// Ready=False for good. The lease lasts half the grace period and kwok renews it every
+// quarter of its duration (every 5s by default), so eight renewals fit in a grace period:
+// room for a loaded machine.
 func (c *Cluster) startWorkloadComponents(ctx context.Context, binDir string, p *pki, grace time.Duration) error {
 	kc := "--kubeconfig=" + c.Kubeconfig
 	if _, err := c.start("kube-controller-manager", filepath.Join(binDir, "kube-controller-manager"), kc,
@@ -272,7 +274,7 @@ func (c *Cluster) startWorkloadComponents(ctx context.Context, binDir string, p 
 		"--config="+filepath.Join(binDir, "..", "kwok-stages.yaml"),
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-		"--node-lease-duration-seconds="+strconv.Itoa(int(grace/time.Second)),
+		"--node-lease-duration-seconds="+strconv.Itoa(int(grace/2/time.Second)),
 		"--cidr=10.0.1.0/24", "--node-ip=10.0.0.2",
 		"--server-address=127.0.0.1:"+strconv.Itoa(freePort())); err != nil {
 		return err
