@@ -48,11 +48,23 @@ type Options struct {
 	BinDir string
 	// StartTimeout bounds the start of every component.
 	StartTimeout time.Duration
+	// NodeMonitorGracePeriod (Full profile) is how long kube-controller-manager waits for a
+	// heartbeat of the fake node before it marks the node NotReady, taints it and marks its
+	// Pods NotReady (kwok never makes a Running Pod Ready again). kwok renews the node's
+	// Lease every eighth of it. Zero means DefaultNodeMonitorGracePeriod.
+	NodeMonitorGracePeriod time.Duration
 }
+
+// DefaultNodeMonitorGracePeriod is the grace period of kwokctl's clusters (Kubernetes' own
+// default is 50s); kwok renews the node Lease every 5s with it.
+const DefaultNodeMonitorGracePeriod = 40 * time.Second
+
+// NodeMonitorPeriod is how often kube-controller-manager checks node heartbeats (its default).
+const NodeMonitorPeriod = 5 * time.Second
 
 // DefaultOptions returns the API profile in a temporary directory.
 func DefaultOptions() Options {
-	return Options{Profile: API, StartTimeout: 2 * time.Minute}
+	return Options{Profile: API, StartTimeout: 2 * time.Minute, NodeMonitorGracePeriod: DefaultNodeMonitorGracePeriod}
 }
 
 // Cluster is a running local control plane.
@@ -63,6 +75,9 @@ type Cluster struct {
 	Config *rest.Config
 	// Dir is the working directory of the control plane.
 	Dir string
+	// NodeMonitorGracePeriod is the grace period kube-controller-manager was started with
+	// (Full profile), for tests that must outlast it.
+	NodeMonitorGracePeriod time.Duration
 
 	removeDir bool
 	mu        sync.Mutex
@@ -74,11 +89,17 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = DefaultOptions().StartTimeout
 	}
+	if opts.NodeMonitorGracePeriod == 0 {
+		opts.NodeMonitorGracePeriod = DefaultNodeMonitorGracePeriod
+	}
+	if opts.NodeMonitorGracePeriod < 8*time.Second {
+		return nil, fmt.Errorf("node monitor grace period %s: want at least 8s (kwok renews the node lease every eighth of it)", opts.NodeMonitorGracePeriod)
+	}
 	binDir, err := resolveBinDir(opts.BinDir)
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{Dir: opts.Dir}
+	c = &Cluster{Dir: opts.Dir, NodeMonitorGracePeriod: opts.NodeMonitorGracePeriod}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "converge-cluster-"); err != nil {
 			return nil, err
@@ -112,7 +133,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	if opts.Profile == Full {
-		if err := c.startWorkloadComponents(ctx, binDir, p); err != nil {
+		if err := c.startWorkloadComponents(ctx, binDir, p, opts.NodeMonitorGracePeriod); err != nil {
 			return nil, err
 		}
 	}
@@ -219,7 +240,18 @@ func (c *Cluster) startAPIServer(ctx context.Context, binDir string, p *pki, tok
 	return waitHTTP(ctx, proc, host+"/readyz", c.Config)
 }
 
-func (c *Cluster) startWorkloadComponents(ctx context.Context, binDir string, p *pki) error {
+// startWorkloadComponents starts kube-controller-manager, kube-scheduler and kwok, and
+// registers the fake node.
+//
+// The fake node stays Ready the way a real kubelet's does: kwok renews its Lease in
+// kube-node-lease (--node-lease-duration-seconds; without it kwok keeps no lease, and its
+// heartbeat-with-lease stage patches the node status only every 10 to 20 minutes), and the
+// node lifecycle controller counts a renewed lease as a heartbeat. Without the lease the
+// node went NotReady every grace period: kwok set it Ready again at once, but its Pods stayed
+// Ready=False for good. The lease lasts half the grace period and kwok renews it every
+// quarter of its duration (every 5s by default), so eight renewals fit in a grace period:
+// room for a loaded machine.
+func (c *Cluster) startWorkloadComponents(ctx context.Context, binDir string, p *pki, grace time.Duration) error {
 	kc := "--kubeconfig=" + c.Kubeconfig
 	if _, err := c.start("kube-controller-manager", filepath.Join(binDir, "kube-controller-manager"), kc,
 		"--authentication-kubeconfig="+c.Kubeconfig, "--authorization-kubeconfig="+c.Kubeconfig,
@@ -227,6 +259,7 @@ func (c *Cluster) startWorkloadComponents(ctx context.Context, binDir string, p 
 		"--service-account-private-key-file="+p.saKey, "--root-ca-file="+p.caCert,
 		"--use-service-account-credentials=false",
 		"--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-persistentvolume-binder,-attachdetach,-ttl",
+		"--node-monitor-grace-period="+grace.String(), "--node-monitor-period="+NodeMonitorPeriod.String(),
 		"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
 		"--kube-api-qps=200", "--kube-api-burst=400"); err != nil {
 		return err
@@ -241,6 +274,7 @@ func (c *Cluster) startWorkloadComponents(ctx context.Context, binDir string, p 
 		"--config="+filepath.Join(binDir, "..", "kwok-stages.yaml"),
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+		"--node-lease-duration-seconds="+strconv.Itoa(int(grace/2/time.Second)),
 		"--cidr=10.0.1.0/24", "--node-ip=10.0.0.2",
 		"--server-address=127.0.0.1:"+strconv.Itoa(freePort())); err != nil {
 		return err

@@ -196,3 +196,102 @@ func alive(pid int) bool {
 	fields := strings.Fields(string(data))
 	return len(fields) > 2 && fields[2] != "Z"
 }
+
+// TestFakeNodeStaysReady checks that the fake node and a Pod on it stay Ready for longer than
+// the node monitor grace period the cluster was started with: the node's heartbeat (kwok's
+// renewal of its Lease) must reach the node lifecycle controller in time, or the controller
+// marks the node NotReady, taints it and marks its Pods Ready=False, which kwok never undoes.
+func TestFakeNodeStaysReady(t *testing.T) {
+	Require(t, env)
+	grace := env.NodeMonitorGracePeriod
+	if grace == 0 {
+		t.Fatal("the cluster does not report its node monitor grace period")
+	}
+	ns := env.Namespace(t)
+	cs := env.Clientset()
+	ctx, cancel := context.WithTimeout(context.Background(), grace+2*time.Minute)
+	defer cancel()
+	labels := map[string]string{"app": "steady"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "steady", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "steady", Image: "nginx:1.27"}}},
+			},
+		},
+	}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// podName is the Deployment's Pod once it is Ready.
+	var podName string
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=steady"})
+		if err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if podReady(&p) {
+				podName = p.Name
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the Deployment's Pod never became Ready: %v", err)
+	}
+
+	// Outlast the grace period by a few monitor periods: without a heartbeat the controller
+	// notices within one period after the grace period ends.
+	until := time.Now().Add(grace + 3*NodeMonitorPeriod)
+	for time.Now().Before(until) {
+		node, err := cs.CoreV1().Nodes().Get(ctx, FakeNodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod, err := cs.CoreV1().Pods(ns).Get(ctx, podName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var problems []string
+		if !nodeReady(node) {
+			problems = append(problems, "node not Ready")
+		}
+		for _, taint := range node.Spec.Taints {
+			problems = append(problems, fmt.Sprintf("node tainted %s:%s", taint.Key, taint.Effect))
+		}
+		if !podReady(pod) {
+			problems = append(problems, fmt.Sprintf("pod %s not Ready", podName))
+		}
+		if len(problems) > 0 {
+			lease := "none"
+			if l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, FakeNodeName, metav1.GetOptions{}); err == nil && l.Spec.RenewTime != nil {
+				lease = "renewed " + time.Since(l.Spec.RenewTime.Time).Round(time.Second).String() + " ago"
+			}
+			t.Fatalf("%s (grace period %s; node lease: %s)", strings.Join(problems, "; "), grace, lease)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
