@@ -20,8 +20,9 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
-// checkout exports the target commit (once) and returns it, removing old exports.
-func (c *cache) checkout(ctx context.Context, t target, opts FetchOptions) (*Checkout, error) {
+// checkout exports the target commit (once) and returns it, removing old exports. The
+// checkout is kept at least until readUntil (zero: no such promise).
+func (c *cache) checkout(ctx context.Context, t target, readUntil time.Time, opts FetchOptions) (*Checkout, error) {
 	commit, err := c.commitObject(t.hash)
 	if err != nil {
 		return nil, err
@@ -35,8 +36,7 @@ func (c *cache) checkout(ctx context.Context, t target, opts FetchOptions) (*Che
 	} else if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	if err := os.Chtimes(dir, now, now); err != nil {
+	if err := reserve(dir, readUntil); err != nil {
 		return nil, err
 	}
 	if err := prune(root, max(opts.KeepCheckouts, 1)); err != nil {
@@ -200,7 +200,28 @@ func (w *writer) count(f *object.File) error {
 	return nil
 }
 
-// prune keeps the keep most recently used checkouts under root and removes the rest.
+// reserve marks the checkout dir as used now and kept until readUntil. Its modification
+// time holds the later of the two, never lowered: a fetch without a deadline must not
+// shorten another caller's reservation.
+func reserve(dir string, readUntil time.Time) error {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	t := time.Now()
+	if readUntil.After(t) {
+		t = readUntil
+	}
+	if mt := info.ModTime(); mt.After(t) {
+		t = mt
+	}
+	return os.Chtimes(dir, t, t)
+}
+
+// prune keeps the checkouts under root reserved for a reader (see reserve) and, besides
+// those, the keep most recently used ones, and removes the rest. A render reads its
+// checkout after the fetch released the cache's lock, so another Sync's fetch of the same
+// URL and credentials may prune meanwhile.
 func prune(root string, keep int) error {
 	entries, err := os.ReadDir(root)
 	if err != nil {
@@ -227,8 +248,15 @@ func prune(root string, keep int) error {
 		dirs = append(dirs, aged{filepath.Join(root, e.Name()), info.ModTime()})
 	}
 	slices.SortFunc(dirs, func(a, b aged) int { return b.used.Compare(a.used) })
-	for _, d := range dirs[min(keep, len(dirs)):] {
-		errs = append(errs, os.RemoveAll(d.path))
+	now := time.Now()
+	for _, d := range dirs {
+		switch {
+		case d.used.After(now): // reserved for a reader; not counted
+		case keep > 0:
+			keep--
+		default:
+			errs = append(errs, os.RemoveAll(d.path))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -47,7 +47,15 @@ var commitPattern = regexp.MustCompile(`^[0-9a-f]{40}$`)
 // commit was fetched before with the same credentials, only the ref advertisement is read:
 // for an exact commit too, so that credentials that can no longer read the remote are
 // refused even when the commit is cached.
+//
+// The checkout stays on disk at least until ctx's deadline, whatever other fetches of the
+// same URL and credentials do meanwhile: a caller that reads it under the same ctx never
+// sees it removed half-way (a truncated render). Without a deadline, only KeepCheckouts
+// protects it.
 func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions) (*Checkout, error) {
+	// The caller reads the checkout under ctx (a render), after the lock is released: it is
+	// kept until ctx's deadline, not only the fetch's.
+	readUntil, _ := ctx.Deadline()
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
@@ -83,7 +91,7 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
-	co, err := c.checkout(ctx, t, opts)
+	co, err := c.checkout(ctx, t, readUntil, opts)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}

@@ -3,6 +3,7 @@ package git
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -344,6 +345,59 @@ func TestFetchOldCheckoutsRemoved(t *testing.T) {
 	}
 	if diff := cmp.Diff([]bool{false, true, true}, exist); diff != "" {
 		t.Errorf("checkouts kept (-want +got):\n%s", diff)
+	}
+}
+
+// TestFetchCheckoutKeptForItsReader: a render reads its checkout after Fetch returned, under
+// the same ctx; fetches of newer commits by other callers (another Sync on another branch of
+// the same URL and credentials) must not remove it before that ctx's deadline, or the render
+// would read a half-removed tree (I8: a truncated render never prunes). Once the deadline has
+// passed, the checkout is an old one like any other.
+func TestFetchCheckoutKeptForItsReader(t *testing.T) {
+	r := newTestRepo(t)
+	url, _ := serveHTTP(t, r.root, nil)
+	f := NewFetcher(t.TempDir())
+	repo := Repository{URL: url, Ref: Ref{Branch: "main"}}
+	opts := DefaultFetchOptions()
+	opts.KeepCheckouts = 1
+	r.commit("c", map[string]string{"v.txt": "read"})
+	r.push()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+	defer cancel()
+	read, err := f.Fetch(ctx, repo, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var others []string
+	for i := range 2 {
+		r.commit("c", map[string]string{"v.txt": strings.Repeat("x", i+1)})
+		r.push()
+		co, err := f.Fetch(t.Context(), repo, opts) // no deadline: no reservation
+		if err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, co.Dir)
+	}
+	var exist []bool
+	for _, d := range append([]string{read.Dir}, others...) {
+		_, err := os.Stat(d)
+		exist = append(exist, err == nil)
+	}
+	if diff := cmp.Diff([]bool{true, false, true}, exist); diff != "" {
+		t.Errorf("checkouts kept, the reserved one first (-want +got):\n%s", diff)
+	}
+
+	past := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(read.Dir, past, past); err != nil { // its reader's deadline passed
+		t.Fatal(err)
+	}
+	r.commit("c", map[string]string{"v.txt": "after"})
+	r.push()
+	if _, err := f.Fetch(t.Context(), repo, opts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(read.Dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a checkout past its reservation should be removed, stat: %v", err)
 	}
 }
 

@@ -64,7 +64,8 @@ type Repository struct {
 // Checkout is one fetched commit, exported as plain files.
 type Checkout struct {
 	// Dir holds the commit's files. It is shared and must be treated as read-only; it stays
-	// until several newer commits of the same URL and credentials have been fetched.
+	// until several newer commits of the same URL and credentials have been fetched, and at
+	// least until the deadline of the ctx it was fetched under.
 	Dir string
 	// Revision is "<branch or tag>@sha1:<hex>", or "sha1:<hex>" for a bare commit.
 	Revision string
