@@ -38,20 +38,8 @@ func TestSmokeDeploymentBecomesAvailable(t *testing.T) {
 	ns := env.Namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	labels := map[string]string{"app": "web"}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx:1.27"}}},
-			},
-		},
-	}
 	cs := env.Clientset()
-	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, deployment(ns, "web", 2), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -211,19 +199,7 @@ func TestFakeNodeStaysReady(t *testing.T) {
 	cs := env.Clientset()
 	ctx, cancel := context.WithTimeout(context.Background(), grace+2*time.Minute)
 	defer cancel()
-	labels := map[string]string{"app": "steady"}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "steady", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "steady", Image: "nginx:1.27"}}},
-			},
-		},
-	}
-	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, deployment(ns, "steady", 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// podName is the Deployment's Pod once it is Ready.
@@ -275,6 +251,22 @@ func TestFakeNodeStaysReady(t *testing.T) {
 			t.Fatalf("%s (grace period %s; node lease: %s)", strings.Join(problems, "; "), grace, lease)
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// deployment is an nginx Deployment of replicas Pods labelled app=name.
+func deployment(ns, name string, replicas int32) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: "nginx:1.27"}}},
+			},
+		},
 	}
 }
 
