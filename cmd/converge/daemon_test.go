@@ -378,27 +378,9 @@ func TestDaemonDeletionPolicy(t *testing.T) {
 			s = f.createSync(time.Minute)
 			f.waitSync("Ready again", readyAt(rev))
 		}
-		cur := &status.Sync{}
-		if err := f.c.Get(context.Background(), client.ObjectKeyFromObject(s), cur); err != nil {
-			t.Fatal(err)
-		}
-		cur.Spec.DeletionPolicy = policy
-		if err := f.c.Update(context.Background(), cur); err != nil {
-			t.Fatal(err)
-		}
-		f.waitSync("observing the policy", func(got *status.Sync) bool {
-			return got.Status.ObservedGeneration == got.Generation && got.Generation == cur.Generation
-		})
-		if err := f.c.Delete(context.Background(), cur); err != nil {
-			t.Fatal(err)
-		}
-		err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			return apierrors.IsNotFound(f.c.Get(ctx, client.ObjectKeyFromObject(cur), &status.Sync{})), nil
-		})
-		if err != nil {
-			t.Fatalf("%s: the Sync was never finalized", policy)
-		}
-		_, err = f.configMap("b")
+		f.setDeletionPolicy(s.Name, policy)
+		f.deleteSync(s.Name, time.Minute)
+		_, err := f.configMap("b")
 		switch {
 		case policy == status.DeletionPolicyOrphan && err != nil:
 			t.Errorf("Orphan: configmap b is gone: %v", err)
