@@ -36,6 +36,11 @@ type webhookOptions struct {
 	ReplayWindow time.Duration
 	// DeliveriesPerSync and Syncs bound that memory (least recently used first out).
 	DeliveriesPerSync, Syncs int
+	// TokenTTL is how long the token read from a Sync's Secret is used before the Secret is
+	// read again: requests from anyone, signed or not, cost at most one Secret read per Sync
+	// and TokenTTL (and answer as fast for an existing Sync as for a missing one), and a
+	// rotated token takes effect within TokenTTL. Syncs bounds this memory too.
+	TokenTTL time.Duration
 	// Server bounds slow clients.
 	Server serverLimits
 }
@@ -49,6 +54,7 @@ func defaultWebhookOptions() webhookOptions {
 		ReplayWindow:      24 * time.Hour,
 		DeliveriesPerSync: 256,
 		Syncs:             4096,
+		TokenTTL:          10 * time.Second,
 		Server: serverLimits{
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       15 * time.Second,
@@ -72,13 +78,14 @@ type webhook struct {
 	// syncs reads Syncs (the manager's cache: it watches them anyway).
 	syncs client.Reader
 	// secrets reads the one Secret a Sync names, from the API server: the daemon may get
-	// Secrets but is not meant to list or watch them.
+	// Secrets but is not meant to list or watch them. tokens remembers what it read.
 	secrets client.Reader
 	// client patches the requestedAt annotation.
 	client client.Writer
 	log    logr.Logger
 	opts   webhookOptions
 	seen   *deliveries // set by runnable
+	tokens *tokens     // set by runnable
 }
 
 // runnable serves the hooks on every replica: the annotation reaches the leader. Each
@@ -86,6 +93,7 @@ type webhook struct {
 // another replica triggers one more reconcile, no more.
 func (w *webhook) runnable() httpRunnable {
 	w.seen = newDeliveries(w.opts.ReplayWindow, w.opts.DeliveriesPerSync, w.opts.Syncs)
+	w.tokens = newTokens(w.opts.TokenTTL, w.opts.Syncs)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hooks/{namespace}/{name}", w.handle)
 	return httpRunnable{addr: w.addr, handler: mux, limits: w.opts.Server}
@@ -135,9 +143,8 @@ func (w *webhook) handle(rw http.ResponseWriter, req *http.Request) {
 	rw.WriteHeader(http.StatusAccepted)
 }
 
-// secretOf reads the Sync and the token of the Secret it names. It returns a nil secret and
-// the reason (for the log only, never shown to the caller) when there is none; an error
-// reading an existing Sync's Secret (RBAC) is logged as an error, for the operator.
+// secretOf reads the Sync and the token of the Secret it names (see tokenOf). It returns a
+// nil secret and the reason (for the log only, never shown to the caller) when there is none.
 func (w *webhook) secretOf(ctx context.Context, key client.ObjectKey) (types.UID, []byte, string) {
 	s := &status.Sync{}
 	if err := w.syncs.Get(ctx, key, s); err != nil {
@@ -148,18 +155,30 @@ func (w *webhook) secretOf(ctx context.Context, key client.ObjectKey) (types.UID
 		return "", nil, "the Sync has no spec.webhook.secretRef"
 	}
 	ref := client.ObjectKey{Namespace: key.Namespace, Name: s.Spec.Webhook.SecretRef.Name}
+	t := w.tokens.get(tokenKey{s.UID, ref.Name}, func() (token, bool) { return w.tokenOf(ctx, key, ref) })
+	if t.value == nil {
+		return "", nil, t.why
+	}
+	return s.UID, t.value, ""
+}
+
+// tokenOf reads the token of Secret ref, named by Sync key, from the API server, and says
+// whether the answer may be cached: an error other than NotFound (RBAC, a timeout) is not,
+// and is logged as an error, for the operator.
+func (w *webhook) tokenOf(ctx context.Context, key, ref client.ObjectKey) (token, bool) {
 	sec := &corev1.Secret{}
 	if err := w.secrets.Get(ctx, ref, sec); err != nil {
 		if !apierrors.IsNotFound(err) {
 			w.log.Error(err, "webhook: cannot read the Sync's Secret", "sync", key, "secret", ref.Name)
+			return token{why: "cannot read Secret " + ref.Name}, false
 		}
-		return "", nil, "cannot read Secret " + ref.Name
+		return token{why: "cannot read Secret " + ref.Name}, true
 	}
-	token := []byte(strings.TrimSpace(string(sec.Data[webhookTokenKey])))
-	if len(token) == 0 {
-		return "", nil, "Secret " + ref.Name + " has no key " + webhookTokenKey
+	value := []byte(strings.TrimSpace(string(sec.Data[webhookTokenKey])))
+	if len(value) == 0 {
+		return token{why: "Secret " + ref.Name + " has no key " + webhookTokenKey}, true
 	}
-	return s.UID, token, ""
+	return token{value: value}, true
 }
 
 // request sets the requestedAt annotation of the Sync whose secret signed the request, and

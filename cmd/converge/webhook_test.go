@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,7 +33,8 @@ type hookFixture struct {
 	url string
 }
 
-func newHookFixture(t *testing.T, opts webhookOptions) *hookFixture {
+// newHookFixture serves a webhook with opts; mutate runs before it serves.
+func newHookFixture(t *testing.T, opts webhookOptions, mutate ...func(*webhook)) *hookFixture {
 	t.Helper()
 	f := newFixture(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -42,6 +45,9 @@ func newHookFixture(t *testing.T, opts webhookOptions) *hookFixture {
 	addr := cluster.FreeAddr()
 	hook := &webhook{addr: addr, syncs: f.c, secrets: f.c, client: f.c, log: logr.Discard(), opts: opts}
 	srv := hook.runnable()
+	for _, m := range mutate {
+		m(hook)
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
@@ -154,6 +160,68 @@ func TestWebhookSecretPerSync(t *testing.T) {
 	}
 	if got := h.requestedAt("nosecret"); got != "" {
 		t.Errorf("a Sync without a webhook secret was triggered: requestedAt %q", got)
+	}
+}
+
+// countingReader counts the reads of a real client.
+type countingReader struct {
+	client.Reader
+	gets atomic.Int64
+}
+
+func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.gets.Add(1)
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestWebhookSecretReadsBounded is I13 (what a caller can cost): requests for a Sync, signed
+// or not, read its Secret from the API server at most once per TokenTTL (every request read
+// it, so anyone could turn requests into Secret reads, and time them against a missing Sync);
+// a rotated token is used once the TTL has passed.
+func TestWebhookSecretReadsBounded(t *testing.T) {
+	opts := defaultWebhookOptions()
+	var later atomic.Int64 // how far the token cache's clock is ahead
+	secrets := &countingReader{}
+	h := newHookFixture(t, opts, func(w *webhook) {
+		secrets.Reader = w.secrets
+		w.secrets = secrets
+		w.tokens.now = func() time.Time { return time.Now().Add(time.Duration(later.Load())) }
+	})
+	h.sync("a", "secret-a")
+	body := []byte(`{}`)
+	for i := range 10 {
+		if code, _ := h.post("a", body, github("wrong", body, strconv.Itoa(i))); code != http.StatusUnauthorized {
+			t.Fatalf("wrong signature: %d, want 401", code)
+		}
+		if code, _ := h.post("a", body, nil); code != http.StatusUnauthorized {
+			t.Fatalf("unsigned: %d, want 401", code)
+		}
+	}
+	if code, _ := h.post("a", body, github("secret-a", body, "ok-1")); code != http.StatusAccepted {
+		t.Fatalf("signed: %d, want 202", code)
+	}
+	if got := secrets.gets.Load(); got != 1 {
+		t.Errorf("21 requests read the Secret %d times, want 1", got)
+	}
+
+	sec := &corev1.Secret{}
+	if err := h.c.Get(context.Background(), client.ObjectKey{Namespace: h.ns, Name: "a-webhook"}, sec); err != nil {
+		t.Fatal(err)
+	}
+	sec.Data = map[string][]byte{webhookTokenKey: []byte("secret-new")}
+	if err := h.c.Update(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	later.Store(int64(opts.TokenTTL))
+	rotated := []byte(`{"after":"2"}`)
+	if code, _ := h.post("a", rotated, github("secret-new", rotated, "ok-2")); code != http.StatusAccepted {
+		t.Errorf("signed with the rotated token after the TTL: %d, want 202", code)
+	}
+	if code, _ := h.post("a", body, github("secret-a", body, "old")); code != http.StatusUnauthorized {
+		t.Errorf("signed with the old token after the rotation: %d, want 401", code)
+	}
+	if got := secrets.gets.Load(); got != 2 {
+		t.Errorf("the Secret was read %d times, want 2 (once more after the TTL)", got)
 	}
 }
 
