@@ -139,14 +139,9 @@ func (c *cache) ref(ctx context.Context, ref Ref) (target, error) {
 	if err != nil {
 		return target{}, err
 	}
-	remote, err := r.Remote(gogit.DefaultRemoteName)
+	remote, refs, err := c.list(ctx, r)
 	if err != nil {
 		return target{}, err
-	}
-	refs, err := remote.ListContext(ctx, &gogit.ListOptions{Auth: c.auth, PeelingOption: gogit.AppendPeeled})
-	c.fetcher.count(1, 0)
-	if err != nil {
-		return target{}, fmt.Errorf("list refs: %w", classify(err))
 	}
 	t, err := index(refs).pick(ref)
 	if err != nil || have(r, t.hash) {
@@ -184,7 +179,8 @@ func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
 	}
 	if have(r, t.hash) || have(full, t.hash) {
 		// These credentials fetched the commit once; they must still read the remote.
-		return t, c.reach(ctx, r)
+		_, _, err := c.list(ctx, r)
+		return t, err
 	}
 	dst := plumbing.ReferenceName("refs/converge/commits/" + ref.Commit)
 	err = r.FetchContext(ctx, &gogit.FetchOptions{
@@ -213,19 +209,19 @@ func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
 	return t, nil
 }
 
-// reach reads the remote's ref advertisement with the cache's credentials, to check that
-// they still read the repository.
-func (c *cache) reach(ctx context.Context, r *gogit.Repository) error {
+// list reads the remote's ref advertisement with the cache's credentials (which also
+// checks that they still read the repository) and returns r's remote and the refs.
+func (c *cache) list(ctx context.Context, r *gogit.Repository) (*gogit.Remote, []*plumbing.Reference, error) {
 	remote, err := r.Remote(gogit.DefaultRemoteName)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	_, err = remote.ListContext(ctx, &gogit.ListOptions{Auth: c.auth})
+	refs, err := remote.ListContext(ctx, &gogit.ListOptions{Auth: c.auth, PeelingOption: gogit.AppendPeeled})
 	c.fetcher.count(1, 0)
 	if err != nil {
-		return fmt.Errorf("list refs: %w", classify(err))
+		return nil, nil, fmt.Errorf("list refs: %w", classify(err))
 	}
-	return nil
+	return remote, refs, nil
 }
 
 // open opens or creates one of the cache's bare repositories. A repository that cannot be
