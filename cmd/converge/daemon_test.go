@@ -147,6 +147,43 @@ func (f *fixture) configMap(name string) (*corev1.ConfigMap, error) {
 	return cm, err
 }
 
+// updateSync re-reads Sync name, applies mutate and updates it, again on every conflict (the
+// daemon writes the Sync too).
+func (f *fixture) updateSync(name string, mutate func(*status.Sync)) {
+	f.t.Helper()
+	f.retryWrite(name, mutate, func(ctx context.Context, s *status.Sync) error { return f.c.Update(ctx, s) })
+}
+
+// updateSyncStatus is updateSync on the status subresource, as a user or another tool
+// writes it.
+func (f *fixture) updateSyncStatus(name string, mutate func(*status.Sync)) {
+	f.t.Helper()
+	f.retryWrite(name, mutate, func(ctx context.Context, s *status.Sync) error { return f.c.Status().Update(ctx, s) })
+}
+
+func (f *fixture) retryWrite(name string, mutate func(*status.Sync), write func(context.Context, *status.Sync) error) {
+	f.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		cur := &status.Sync{}
+		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, cur); err != nil {
+			return false, err
+		}
+		mutate(cur)
+		err := write(ctx, cur)
+		return err == nil, ignoreConflict(err)
+	})
+	if err != nil {
+		f.t.Fatalf("update Sync %s: %v", name, err)
+	}
+}
+
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
 const cmA = `apiVersion: v1
 kind: ConfigMap
 metadata: {name: a, namespace: NS}

@@ -128,13 +128,6 @@ func TestDaemonDropsTheOutcomeOfAReplacedSync(t *testing.T) {
 	}
 }
 
-func ignoreConflict(err error) error {
-	if apierrors.IsConflict(err) {
-		return nil
-	}
-	return err
-}
-
 // TestDaemonRepairsAnImpossibleObservedGeneration is I14 and I4: a status whose
 // observedGeneration (999) is above metadata.generation, written through the status
 // subresource as a user or a buggy tool would, is repaired by the next reconcile: a
@@ -145,38 +138,16 @@ func TestDaemonRepairsAnImpossibleObservedGeneration(t *testing.T) {
 	f.startDaemon(env.Config)
 	s := f.createSync(time.Hour)
 	f.waitSync("Ready", readyAt(rev))
-	ctx, key := context.Background(), client.ObjectKeyFromObject(s)
-
-	update := func(mutate func(*status.Sync), subresource bool) {
-		t.Helper()
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			cur := &status.Sync{}
-			if err := f.c.Get(ctx, key, cur); err != nil {
-				return false, err
-			}
-			mutate(cur)
-			var err error
-			if subresource {
-				err = f.c.Status().Update(ctx, cur)
-			} else {
-				err = f.c.Update(ctx, cur)
-			}
-			return err == nil, ignoreConflict(err)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	update(func(s *status.Sync) { s.Status.ObservedGeneration = 999 }, true)
+	f.updateSyncStatus(s.Name, func(s *status.Sync) { s.Status.ObservedGeneration = 999 })
 	const request = "2026-11-23T14:00:00Z"
-	update(func(s *status.Sync) {
+	f.updateSync(s.Name, func(s *status.Sync) {
 		metav1.SetMetaDataAnnotation(&s.ObjectMeta, status.RequestedAtAnnotation, request)
-	}, false)
+	})
 	f.waitSync("handling the request", func(s *status.Sync) bool {
 		return s.Status.LastHandledRequest == request && readyAt(rev)(s)
 	})
 
-	update(func(s *status.Sync) { s.Spec.Interval = metav1.Duration{Duration: 50 * time.Minute} }, false)
+	f.updateSync(s.Name, func(s *status.Sync) { s.Spec.Interval = metav1.Duration{Duration: 50 * time.Minute} })
 	got := f.waitSync("observing the spec change", func(s *status.Sync) bool {
 		return s.Spec.Interval.Duration == 50*time.Minute && readyAt(rev)(s)
 	})

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/status"
 )
@@ -17,17 +14,7 @@ import (
 // setURL points the fixture's Sync at url.
 func (f *fixture) setURL(url string) {
 	f.t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		s := &status.Sync{}
-		if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "app"}, s); err != nil {
-			return err
-		}
-		s.Spec.Source.Git.URL = url
-		return f.c.Update(context.Background(), s)
-	})
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	f.updateSync("app", func(s *status.Sync) { s.Spec.Source.Git.URL = url })
 }
 
 // refused reports a Sync stalled on a refused fetch of its current generation.
