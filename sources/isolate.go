@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -144,7 +145,7 @@ func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions,
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = childEnviron(opts.AllowRemoteBases)
+	cmd.Env = childEnviron(opts.AllowRemoteBases, b.limits)
 	cmd.Stdin = bytes.NewReader(req)
 	stdout := &cappedBuffer{max: b.remaining()}
 	stderr := &tailBuffer{max: 4096}
@@ -178,21 +179,31 @@ func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions,
 	return decodeResources(u, resources, b)
 }
 
-// childEnviron is the parent's environment, marked as a render child and, without remote
-// bases, with no way to start a program or to let git use any protocol.
-func childEnviron(allowRemote bool) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		switch name {
-		case childEnv, "PATH", "GIT_ALLOW_PROTOCOL":
-			if name != "PATH" || !allowRemote {
-				continue
-			}
-		}
-		env = append(env, kv)
+// childEnvKept are the variables of the parent's environment a render child keeps: the
+// daemon's others (its kubeconfig, tokens, GOMEMLIMIT, proxies) are none of a build's
+// business. With remote bases, git and HTTP fetches also keep what they need to run.
+var (
+	childEnvKept       = []string{"HOME", "TMPDIR", "GOCOVERDIR", testHangEnv}
+	childEnvKeptRemote = []string{"PATH", "GIT_ALLOW_PROTOCOL", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+		"http_proxy", "https_proxy", "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR"}
+)
+
+// childEnviron is a render child's environment: the few variables it keeps, the child
+// marker, a soft memory limit of its own (four times the render's byte budget: the copy
+// of the source, kustomize's resources and the answer), and, without remote bases, no way
+// to start a program or to let git use any protocol.
+func childEnviron(allowRemote bool, limits Limits) []string {
+	kept := childEnvKept
+	if allowRemote {
+		kept = append(kept[:len(kept):len(kept)], childEnvKeptRemote...)
 	}
-	env = append(env, childEnv+"=1")
+	var env []string
+	for _, name := range kept {
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	env = append(env, childEnv+"=1", "GOMEMLIMIT="+strconv.FormatInt(4*limits.MaxTotalSize, 10))
 	if !allowRemote {
 		env = append(env, "PATH=", "GIT_ALLOW_PROTOCOL=converge-refuses-all")
 	}
