@@ -163,7 +163,8 @@ func (b *budget) decoded(n int) error {
 	return nil
 }
 
-// remaining returns the bytes still allowed, at least 1 (a zero limit means the default).
+// remaining returns the bytes still allowed, at least 1 so that a cap made of it is
+// never read as "no cap".
 func (b *budget) remaining() int64 {
 	return max(1, b.limits.MaxTotalSize-b.bytes.Load())
 }
