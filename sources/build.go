@@ -21,12 +21,13 @@ import (
 // waiter give up. Isolated builds do not take it: each child has its own kyaml.
 var kustomizeLock = make(chan struct{}, 1)
 
-// build runs kustomize on the folder u.rel, in a child process when opts.Isolate is set.
-func build(ctx context.Context, root string, u unit, opts RenderOptions) ([]decoded, error) {
+// build runs kustomize on the folder u.rel, in a child process when opts.Isolate is set,
+// counting what it reads and renders in b.
+func build(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) ([]decoded, error) {
 	if opts.Isolate {
-		return buildIsolated(ctx, root, u, opts)
+		return buildIsolated(ctx, root, u, opts, b)
 	}
-	in, err := prepare(ctx, root, u, opts) // outside the lock: reading files is safe in parallel
+	in, err := prepare(ctx, root, u, opts, b) // outside the lock: reading files is safe in parallel
 	if err != nil {
 		return nil, err
 	}
@@ -40,13 +41,13 @@ func build(ctx context.Context, root string, u unit, opts RenderOptions) ([]deco
 	if err != nil {
 		return nil, err
 	}
-	return decodeResources(u, resources)
+	return decodeResources(u, resources, b)
 }
 
 // kustomize builds the folder u.rel and returns its resources as JSON; a render child
 // runs it.
-func kustomize(ctx context.Context, root string, u unit, opts RenderOptions) ([][]byte, error) {
-	in, err := prepare(ctx, root, u, opts)
+func kustomize(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) ([][]byte, error) {
+	in, err := prepare(ctx, root, u, opts, b)
 	if err != nil {
 		return nil, err
 	}
@@ -65,13 +66,13 @@ type buildInput struct {
 // prepare readies a build of u. Without remote bases the build reads an in-memory copy of
 // the source root, so no kustomization can read outside the source, and every reference
 // that would be fetched is refused first (see refuseRemote).
-func prepare(ctx context.Context, root string, u unit, opts RenderOptions) (*buildInput, error) {
+func prepare(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) (*buildInput, error) {
 	in := &buildInput{fsys: filesys.MakeFsOnDisk(), dir: filepath.Join(root, filepath.FromSlash(u.rel)),
-		file: path.Join(u.rel, u.kustomization), rel: u.rel, limits: opts.Limits.withDefaults()}
+		file: path.Join(u.rel, u.kustomization), rel: u.rel, limits: b.limits}
 	if opts.AllowRemoteBases {
 		return in, nil
 	}
-	fsys, err := memoryCopy(ctx, root, in.file, in.limits)
+	fsys, err := memoryCopy(ctx, root, in.file, b)
 	if err != nil {
 		return nil, err
 	}
@@ -123,8 +124,9 @@ func (in *buildInput) run(ctx context.Context) (resources [][]byte, err error) {
 	return resources, errors.Join(errs...)
 }
 
-// decodeResources decodes and checks the JSON resources of a kustomize build.
-func decodeResources(u unit, resources [][]byte) (objs []decoded, err error) {
+// decodeResources decodes and checks the JSON resources of a kustomize build, counting
+// them in b.
+func decodeResources(u unit, resources [][]byte, b *budget) (objs []decoded, err error) {
 	loc := location{file: path.Join(u.rel, u.kustomization)}
 	var errs []error
 	for _, js := range resources {
@@ -137,14 +139,18 @@ func decodeResources(u unit, resources [][]byte) (objs []decoded, err error) {
 		errs = append(errs, err)
 		objs = append(objs, d...)
 	}
+	if err := b.decoded(len(objs)); err != nil {
+		return nil, err
+	}
 	return objs, errors.Join(errs...)
 }
 
 // memoryCopy copies the source root, without hidden folders, into an in-memory file
-// system rooted at "/", within limits (file names the kustomization in messages). Files
+// system rooted at "/", within b's limits (file names the kustomization in messages). Files
 // are read through os.Root: symlinks that stay inside the root are copied as what they
 // point to; others are left out, so kustomize reports them as missing.
-func memoryCopy(ctx context.Context, root, file string, limits Limits) (filesys.FileSystem, error) {
+func memoryCopy(ctx context.Context, root, file string, b *budget) (filesys.FileSystem, error) {
+	limits := b.limits
 	r, err := os.OpenRoot(root)
 	if err != nil {
 		return nil, fmt.Errorf("%s: copy source: %w", file, err)
@@ -173,7 +179,7 @@ func memoryCopy(ctx context.Context, root, file string, limits Limits) (filesys.
 		if files++; files > limits.MaxFiles {
 			return &InputError{File: file, Err: fmt.Errorf("%w: the source holds more than %d files, hidden folders excepted (raise the limit with --max-files)", ErrTooManyFiles, limits.MaxFiles)}
 		}
-		data, err := readFile(r, rel, limits.MaxFileSize)
+		data, err := readFile(r, rel, b)
 		var input *InputError
 		switch {
 		case errors.As(err, &input):

@@ -44,9 +44,10 @@ type document struct {
 }
 
 // decodeFile decodes every document of a manifest file, skipping empty ones, flattening
-// lists and checking each object's identity fields. All bad documents are reported.
-func decodeFile(root *os.Root, rel string, maxSize int64) ([]decoded, error) {
-	data, err := readFile(root, rel, maxSize)
+// lists and checking each object's identity fields. All bad documents are reported. Bytes
+// and objects are counted in b, which stops the decoding once over a limit.
+func decodeFile(root *os.Root, rel string, b *budget) ([]decoded, error) {
+	data, err := readFile(root, rel, b)
 	if IsTerminal(err) {
 		return nil, err
 	}
@@ -68,6 +69,9 @@ func decodeFile(root *os.Root, rel string, maxSize int64) ([]decoded, error) {
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if err := b.decoded(len(objs)); err != nil {
+			return nil, err
 		}
 		out = append(out, objs...)
 	}

@@ -19,8 +19,11 @@
 // network request and no program whatever field names a URL, stopped when the context
 // ends, in parallel. Without it they run in this process, serialized and recovered, and
 // only the fields refuseRemote knows are checked: for trusted content. Limits bound the
-// files read (count and size, refused before reading) and the objects rendered; files are
-// read through os.Root so no symlink leads out of the source.
+// files read (count and size, refused before reading), the bytes one render reads in all
+// (a symlink each time it is read, a copy of the source per kustomize build) and the
+// objects rendered, counted as they are decoded; files are read through os.Root so no
+// symlink leads out of the source. A render child keeps only a few variables of the
+// parent's environment.
 //
 // Failures caused by the content are *InputError values and IsTerminal reports them: the
 // same revision fails the same way, so callers wait for a new one. Fetch and I/O failures

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,12 +63,18 @@ type childRequest struct {
 	Kustomization    string `json:"kustomization"`
 	AllowRemoteBases bool   `json:"allowRemoteBases"`
 	Limits           Limits `json:"limits"`
+	// Rendered is the rendered path and Read the bytes its render read so far: the child
+	// goes on counting in the same budget, and its errors name the same path.
+	Rendered string `json:"rendered"`
+	Read     int64  `json:"read"`
 }
 
 // childResponse is what a render child answers on its stdout.
 type childResponse struct {
 	Resources []json.RawMessage `json:"resources"`
 	Errors    []childError      `json:"errors,omitempty"`
+	// Read is the bytes the child read (its copy of the source), for the parent's budget.
+	Read int64 `json:"read"`
 }
 
 // childError carries one error across the process boundary, keeping what IsTerminal and
@@ -86,6 +93,7 @@ type childError struct {
 // sentinels are the errors whose identity crosses the boundary.
 var sentinels = map[string]error{
 	"remote": ErrRemoteBase, "files": ErrTooManyFiles, "size": ErrFileTooLarge, "objects": ErrTooManyObjects,
+	"total": ErrSourceTooLarge,
 }
 
 func serveChild(in io.Reader, out io.Writer) int {
@@ -98,8 +106,10 @@ func serveChild(in io.Reader, out io.Writer) int {
 		http.DefaultTransport = refusingTransport{}
 	}
 	opts := RenderOptions{AllowRemoteBases: req.AllowRemoteBases, Limits: req.Limits}
-	resources, err := kustomize(context.Background(), req.Root, unit{rel: req.Unit, kustomization: req.Kustomization}, opts)
-	resp := childResponse{Errors: encodeErrors(err)}
+	b := newBudget(req.Rendered, req.Limits)
+	b.bytes.Store(req.Read)
+	resources, err := kustomize(context.Background(), req.Root, unit{rel: req.Unit, kustomization: req.Kustomization}, opts, b)
+	resp := childResponse{Errors: encodeErrors(err), Read: b.bytes.Load() - req.Read}
 	for _, r := range resources {
 		resp.Resources = append(resp.Resources, r)
 	}
@@ -110,8 +120,11 @@ func serveChild(in io.Reader, out io.Writer) int {
 	return 0
 }
 
-// buildIsolated runs kustomize on u in a render child and decodes its answer.
-func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions) ([]decoded, error) {
+// buildIsolated runs kustomize on u in a render child and decodes its answer. The child
+// counts its copy of the source in the render's budget b (from what b held when it
+// started: children running in parallel each see the others' reads only when they end),
+// and the answer is read only up to what b has left.
+func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) ([]decoded, error) {
 	file := path.Join(u.rel, u.kustomization)
 	if !hookInstalled.Load() {
 		return nil, fmt.Errorf("%s: isolated kustomize build: this binary does not call sources.ServeChild first in main", file)
@@ -127,54 +140,70 @@ func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions)
 		return nil, fmt.Errorf("%s: isolated kustomize build: %w", file, err)
 	}
 	req, err := json.Marshal(childRequest{Root: root, Unit: u.rel, Kustomization: u.kustomization,
-		AllowRemoteBases: opts.AllowRemoteBases, Limits: opts.Limits.withDefaults()})
+		AllowRemoteBases: opts.AllowRemoteBases, Limits: b.limits, Rendered: b.rel, Read: b.bytes.Load()})
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = childEnviron(opts.AllowRemoteBases)
+	cmd.Env = childEnviron(opts.AllowRemoteBases, b.limits)
 	cmd.Stdin = bytes.NewReader(req)
-	var stdout bytes.Buffer
+	stdout := &cappedBuffer{max: b.remaining()}
 	stderr := &tailBuffer{max: 4096}
-	cmd.Stdout, cmd.Stderr = &stdout, stderr
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = 5 * time.Second
 	killWithParent(cmd)
 	err = cmd.Run()
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("%s: kustomize build stopped: %w", file, context.Cause(ctx))
 	}
+	if stdout.over {
+		return nil, b.read(b.remaining() + 1) // fails, naming the limit
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: kustomize build process: %w: %s", file, err, strings.TrimSpace(stderr.String()))
 	}
 	var resp childResponse
-	if err := json.Unmarshal(stdout.Bytes(), &resp); err != nil {
+	if err := json.Unmarshal(stdout.buf, &resp); err != nil {
 		return nil, fmt.Errorf("%s: kustomize build process: answer: %w", file, err)
 	}
 	if len(resp.Errors) > 0 {
 		return nil, decodeErrors(resp.Errors)
 	}
+	if err := b.read(resp.Read + int64(len(stdout.buf))); err != nil {
+		return nil, err
+	}
 	resources := make([][]byte, len(resp.Resources))
 	for i, r := range resp.Resources {
 		resources[i] = r
 	}
-	return decodeResources(u, resources)
+	return decodeResources(u, resources, b)
 }
 
-// childEnviron is the parent's environment, marked as a render child and, without remote
-// bases, with no way to start a program or to let git use any protocol.
-func childEnviron(allowRemote bool) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		switch name {
-		case childEnv, "PATH", "GIT_ALLOW_PROTOCOL":
-			if name != "PATH" || !allowRemote {
-				continue
-			}
-		}
-		env = append(env, kv)
+// childEnvKept are the variables of the parent's environment a render child keeps: the
+// daemon's others (its kubeconfig, tokens, GOMEMLIMIT, proxies) are none of a build's
+// business. With remote bases, git and HTTP fetches also keep what they need to run.
+var (
+	childEnvKept       = []string{"HOME", "TMPDIR", "GOCOVERDIR", testHangEnv}
+	childEnvKeptRemote = []string{"PATH", "GIT_ALLOW_PROTOCOL", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+		"http_proxy", "https_proxy", "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR"}
+)
+
+// childEnviron is a render child's environment: the few variables it keeps, the child
+// marker, a soft memory limit of its own (four times the render's byte budget: the copy
+// of the source, kustomize's resources and the answer), and, without remote bases, no way
+// to start a program or to let git use any protocol.
+func childEnviron(allowRemote bool, limits Limits) []string {
+	kept := childEnvKept
+	if allowRemote {
+		kept = append(kept[:len(kept):len(kept)], childEnvKeptRemote...)
 	}
-	env = append(env, childEnv+"=1")
+	var env []string
+	for _, name := range kept {
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	env = append(env, childEnv+"=1", "GOMEMLIMIT="+strconv.FormatInt(4*limits.MaxTotalSize, 10))
 	if !allowRemote {
 		env = append(env, "PATH=", "GIT_ALLOW_PROTOCOL=converge-refuses-all")
 	}
@@ -260,6 +289,23 @@ func testHang(ctx context.Context, rel string) error {
 	}
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+// cappedBuffer keeps what is written to it up to max bytes; past that it records that it
+// overflowed and fails the write, which ends the copy from the child's stdout.
+type cappedBuffer struct {
+	max  int64
+	buf  []byte
+	over bool
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if int64(len(b.buf)+len(p)) > b.max {
+		b.over = true
+		return 0, errors.New("render child answer over the byte budget")
+	}
+	b.buf = append(b.buf, p...)
+	return len(p), nil
 }
 
 // tailBuffer keeps the last max bytes written to it.

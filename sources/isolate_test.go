@@ -5,10 +5,13 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestRenderMakesNoNetworkRequest names a URL in every field of a kustomization (and of a
@@ -157,5 +160,37 @@ func TestIsolatedBuildTimesOutAndOthersProceed(t *testing.T) {
 	_, err := Render(tctx, dir, "stuck", opts)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "stuck/kustomization.yaml: kustomize build stopped") || IsTerminal(err) {
 		t.Errorf("timed-out render: %v, want a transient DeadlineExceeded naming stuck/kustomization.yaml", err)
+	}
+}
+
+// TestChildEnviron: a render child gets the few variables it needs, not the daemon's
+// (kubeconfig, tokens, memory limit); PATH and git protocols are emptied without remote
+// bases and kept with them.
+func TestChildEnviron(t *testing.T) {
+	for _, name := range append(childEnvKept, childEnvKeptRemote...) {
+		t.Setenv(name, "") // restored after the test
+		_ = os.Unsetenv(name)
+	}
+	t.Setenv("HOME", "/home/converge")
+	t.Setenv("KUBECONFIG", "/etc/kubeconfig")
+	t.Setenv("GITHUB_TOKEN", "secret")
+	t.Setenv("GOMEMLIMIT", "64GiB")
+	t.Setenv("PATH", "/usr/bin")
+	t.Setenv("HTTPS_PROXY", "http://proxy")
+	limits := Limits{MaxTotalSize: 1 << 20}
+	tests := []struct {
+		name        string
+		allowRemote bool
+		want        []string
+	}{
+		{name: "remote bases refused", want: []string{"HOME=/home/converge", childEnv + "=1", "GOMEMLIMIT=4194304", "PATH=", "GIT_ALLOW_PROTOCOL=converge-refuses-all"}},
+		{name: "remote bases allowed", allowRemote: true, want: []string{"HOME=/home/converge", "PATH=/usr/bin", "HTTPS_PROXY=http://proxy", childEnv + "=1", "GOMEMLIMIT=4194304"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, childEnviron(tt.allowRemote, limits)); diff != "" {
+				t.Errorf("childEnviron (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 )
 
 // Limits bound what one render may read and produce, so that a repository cannot exhaust
@@ -16,21 +18,31 @@ type Limits struct {
 	MaxFiles int
 	// MaxFileSize bounds one file, in bytes. A larger file is refused before it is read.
 	MaxFileSize int64
-	// MaxObjects bounds the objects of one render.
+	// MaxObjects bounds the objects of one render. They are counted while decoding, so a
+	// render stops as soon as it passes the limit.
 	MaxObjects int
+	// MaxTotalSize bounds the bytes one render reads: every file decoded (a symlink counts
+	// at its target's size, each time it is read), every copy of the source made for a
+	// kustomize build, and the answers of render children.
+	MaxTotalSize int64
 }
 
 // Default limits: far above the examples and `make bench` (10,000 objects in 10,000
-// files of about 1 KiB), far below what would exhaust a daemon.
+// files of about 1 KiB), far below what would exhaust a daemon. DefaultMaxTotalSize is
+// the git export's total limit (sources/git): a render reads about what its checkout
+// holds, once per kustomize build.
 const (
-	DefaultMaxFiles    = 20000
-	DefaultMaxFileSize = 8 << 20
-	DefaultMaxObjects  = 50000
+	DefaultMaxFiles     = 20000
+	DefaultMaxFileSize  = 8 << 20
+	DefaultMaxObjects   = 50000
+	DefaultMaxTotalSize = 256 << 20
 )
 
-// DefaultLimits returns DefaultMaxFiles, DefaultMaxFileSize and DefaultMaxObjects.
+// DefaultLimits returns DefaultMaxFiles, DefaultMaxFileSize, DefaultMaxObjects and
+// DefaultMaxTotalSize.
 func DefaultLimits() Limits {
-	return Limits{MaxFiles: DefaultMaxFiles, MaxFileSize: DefaultMaxFileSize, MaxObjects: DefaultMaxObjects}
+	return Limits{MaxFiles: DefaultMaxFiles, MaxFileSize: DefaultMaxFileSize, MaxObjects: DefaultMaxObjects,
+		MaxTotalSize: DefaultMaxTotalSize}
 }
 
 // withDefaults fills zero fields with their defaults.
@@ -45,6 +57,9 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxObjects <= 0 {
 		l.MaxObjects = d.MaxObjects
 	}
+	if l.MaxTotalSize <= 0 {
+		l.MaxTotalSize = d.MaxTotalSize
+	}
 	return l
 }
 
@@ -55,6 +70,8 @@ var (
 	ErrFileTooLarge = errors.New("file too large")
 	// ErrTooManyObjects reports a render with more objects than Limits.MaxObjects.
 	ErrTooManyObjects = errors.New("too many objects")
+	// ErrSourceTooLarge reports a render that read more than Limits.MaxTotalSize bytes.
+	ErrSourceTooLarge = errors.New("source too large")
 )
 
 func tooManyFiles(file string, max int) error {
@@ -67,8 +84,8 @@ func tooManyObjects(file string, n, max int) error {
 
 // readFile reads the slash path rel under root through os.Root, so that no symlink (not
 // even one swapped in while we read) leads outside the root, and refuses a file larger than
-// max without reading it whole.
-func readFile(root *os.Root, rel string, max int64) ([]byte, error) {
+// b's MaxFileSize, or one that would take b past its MaxTotalSize, without reading it whole.
+func readFile(root *os.Root, rel string, b *budget) ([]byte, error) {
 	f, err := root.Open(filepath.FromSlash(rel))
 	if err != nil {
 		return nil, err
@@ -81,8 +98,12 @@ func readFile(root *os.Root, rel string, max int64) ([]byte, error) {
 	if !info.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: not a regular file", rel)
 	}
+	max := b.limits.MaxFileSize
 	if info.Size() > max {
 		return nil, fileTooLarge(rel, info.Size(), max)
+	}
+	if err := b.read(info.Size()); err != nil {
+		return nil, err
 	}
 	// The size can grow after Stat: read one byte more than allowed to notice.
 	data, err := io.ReadAll(io.LimitReader(f, max+1))
@@ -92,9 +113,74 @@ func readFile(root *os.Root, rel string, max int64) ([]byte, error) {
 	if int64(len(data)) > max {
 		return nil, fileTooLarge(rel, int64(len(data)), max)
 	}
+	if grown := int64(len(data)) - info.Size(); grown > 0 {
+		if err := b.read(grown); err != nil {
+			return nil, err
+		}
+	}
 	return data, nil
 }
 
 func fileTooLarge(rel string, size, max int64) error {
 	return &InputError{File: rel, Err: fmt.Errorf("%w: %d bytes, more than %d (raise the limit with --max-file-size)", ErrFileTooLarge, size, max)}
+}
+
+// budget counts what one render has read and decoded against its limits; the render's
+// workers share it. Once over a limit it stays failed, so the other workers stop reading
+// and the render reports that one error instead of one per file.
+type budget struct {
+	limits  Limits
+	rel     string // the rendered path, for messages
+	bytes   atomic.Int64
+	objects atomic.Int64
+	mu      sync.Mutex
+	err     error
+}
+
+func newBudget(rel string, limits Limits) *budget {
+	return &budget{limits: limits.withDefaults(), rel: rel}
+}
+
+// read counts n bytes read, failing when the total passes MaxTotalSize.
+func (b *budget) read(n int64) error {
+	if err := b.failed(); err != nil {
+		return err
+	}
+	if b.bytes.Add(n) > b.limits.MaxTotalSize {
+		return b.fail(&InputError{File: b.rel, Err: fmt.Errorf("%w: more than %d bytes read (raise the limit with --max-total-size)", ErrSourceTooLarge, b.limits.MaxTotalSize)})
+	}
+	return nil
+}
+
+// decoded counts n objects decoded, failing when the total passes MaxObjects.
+func (b *budget) decoded(n int) error {
+	if err := b.failed(); err != nil {
+		return err
+	}
+	if total := b.objects.Add(int64(n)); total > int64(b.limits.MaxObjects) {
+		return b.fail(tooManyObjects(b.rel, int(total), b.limits.MaxObjects))
+	}
+	return nil
+}
+
+// remaining returns the bytes still allowed, at least 1 so that a cap made of it is
+// never read as "no cap".
+func (b *budget) remaining() int64 {
+	return max(1, b.limits.MaxTotalSize-b.bytes.Load())
+}
+
+func (b *budget) fail(err error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil {
+		b.err = err
+	}
+	return b.err
+}
+
+// failed returns the first error of read or decoded, if any.
+func (b *budget) failed() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }

@@ -2,6 +2,9 @@ package sources
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -109,5 +112,36 @@ func TestRenderWithinLimits(t *testing.T) {
 	}
 	if _, err := Render(t.Context(), dir, "apps", RenderOptions{}); err != nil {
 		t.Errorf("Render with zero limits: %v", err)
+	}
+}
+
+// TestRenderByteBudget: a plain folder of symlinks to one file reads the file once per
+// symlink, and so does the copy of the source made for a kustomize build; the render stops
+// at Limits.MaxTotalSize with one terminal error naming the rendered path and the limit, in
+// place of decoding (or copying) every link (I13: bounded in size).
+func TestRenderByteBudget(t *testing.T) {
+	big := cm("big", "default") + "  pad: " + strings.Repeat("x", 16<<10) + "\n"
+	dir := writeTree(t, map[string]string{
+		"apps/big.yaml":        big,
+		"k/kustomization.yaml": "resources: [cm.yaml]\n",
+		"k/cm.yaml":            cm("a", "default"),
+	})
+	for i := range 50 {
+		if err := os.Symlink("big.yaml", filepath.Join(dir, "apps", fmt.Sprintf("link%02d.yaml", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, path := range []string{"apps", "k"} {
+		for _, isolate := range []bool{false, true} {
+			opts := DefaultRenderOptions()
+			opts.Isolate = isolate
+			opts.Limits.MaxTotalSize = 10 * int64(len(big))
+			_, err := Render(t.Context(), dir, path, opts)
+			want := fmt.Sprintf("%s: source too large: more than %d bytes read", path, opts.Limits.MaxTotalSize)
+			if !errors.Is(err, ErrSourceTooLarge) || !IsTerminal(err) || !strings.Contains(err.Error(), want) ||
+				strings.Contains(err.Error(), "duplicate") {
+				t.Errorf("%s, isolate=%t: error:\n%v\nwant only a terminal ErrSourceTooLarge containing %q", path, isolate, err, want)
+			}
+		}
 	}
 }

@@ -70,7 +70,7 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 	root, revision, digest := src.Dir, "", ""
 	var commitTime time.Time
 	if src.Git.URL != "" {
-		co, err := l.fetcher.Fetch(ctx, src.Git, opts.Fetch)
+		co, err := l.fetcher.Fetch(ctx, src.Git, exportLimits(opts))
 		if err != nil {
 			return nil, err
 		}
@@ -100,6 +100,24 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 		}
 	}
 	return &Bundle{Revision: revision, Objects: e.objs, Origins: e.origins, CommitTime: commitTime}, e.err
+}
+
+// exportLimits returns opts.Fetch with its export limits raised to the render's where
+// these are higher (a zero, no limit, stays): the render limits are what the flags set, and
+// an operator who raises --max-files or --max-total-size expects a repository of that size
+// to load, not to be refused by the export's defaults.
+func exportLimits(opts LoadOptions) git.FetchOptions {
+	f, l := opts.Fetch, opts.Render.Limits.withDefaults()
+	if f.MaxFiles > 0 {
+		f.MaxFiles = max(f.MaxFiles, l.MaxFiles)
+	}
+	if f.MaxFileSize > 0 {
+		f.MaxFileSize = max(f.MaxFileSize, l.MaxFileSize)
+	}
+	if f.MaxTotalSize > 0 {
+		f.MaxTotalSize = max(f.MaxTotalSize, l.MaxTotalSize)
+	}
+	return f
 }
 
 // FetchStats returns the git fetcher's counters.

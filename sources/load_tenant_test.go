@@ -78,3 +78,27 @@ func TestLoadPrivateCommitNeedsCredentials(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadRenderLimitsRaiseExportLimits: a repository over the git export's limits loads
+// when the render limits (the --max-* flags) are raised above them.
+func TestLoadRenderLimitsRaiseExportLimits(t *testing.T) {
+	srv, err := gitserver.Start(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	files := map[string]string{"app/a.yaml": cm("a", "x"), "app/b.yaml": cm("b", "x"), "app/c.yaml": cm("c", "x")}
+	if _, err := srv.Publish("big", "main", writeTree(t, files), "one"); err != nil {
+		t.Fatal(err)
+	}
+	src := Source{Git: git.Repository{URL: srv.RepoURL("big"), Ref: git.Ref{Branch: "main"}}, Path: "app"}
+	opts := DefaultLoadOptions()
+	opts.Fetch.MaxFiles, opts.Render.Limits.MaxFiles = 2, 2
+	if _, err := NewLoader(t.TempDir()).Load(t.Context(), src, opts); !errors.Is(err, git.ErrTooLarge) {
+		t.Fatalf("Load over the export limit: %v, want %v", err, git.ErrTooLarge)
+	}
+	opts.Render.Limits.MaxFiles = 3
+	if b, err := NewLoader(t.TempDir()).Load(t.Context(), src, opts); err != nil || len(b.Objects) != 3 {
+		t.Errorf("Load with --max-files 3: %v, %v; want 3 objects", b, err)
+	}
+}

@@ -212,7 +212,8 @@ func isManifest(name string) bool {
 }
 
 // renderUnits renders units in parallel, keeping their order, then validates the whole
-// set (duplicates span files) of the rendered path rel.
+// set (duplicates span files) of the rendered path rel. The units share one budget: the
+// first to pass a limit stops the others.
 func renderUnits(ctx context.Context, root, rel string, units []unit, opts RenderOptions) ([]*unstructured.Unstructured, []string, error) {
 	workers := opts.Workers
 	if workers <= 0 {
@@ -223,6 +224,7 @@ func renderUnits(ctx context.Context, root, rel string, units []unit, opts Rende
 		return nil, nil, fmt.Errorf("source root: %w", err)
 	}
 	defer func() { _ = r.Close() }()
+	b := newBudget(rel, opts.Limits)
 	results := make([][]decoded, len(units))
 	errs := make([]error, len(units))
 	next := make(chan int)
@@ -231,7 +233,7 @@ func renderUnits(ctx context.Context, root, rel string, units []unit, opts Rende
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for i := range next {
-				results[i], errs[i] = renderUnit(ctx, r, units[i], opts)
+				results[i], errs[i] = renderUnit(ctx, r, units[i], opts, b)
 			}
 		}()
 	}
@@ -247,23 +249,29 @@ feed:
 	for range min(workers, len(units)) {
 		<-done
 	}
+	if err := b.failed(); err != nil {
+		return nil, nil, err // the other units' errors are mostly this one again
+	}
 	if err := joinErrors(nonNil(errs)); err != nil {
 		return nil, nil, err // when ctx ended, the error of the unit it stopped names the file
 	}
 	if ctx.Err() != nil {
 		return nil, nil, context.Cause(ctx)
 	}
-	return validateSet(results, rel, opts.Limits.MaxObjects)
+	return validateSet(results)
 }
 
-func renderUnit(ctx context.Context, root *os.Root, u unit, opts RenderOptions) ([]decoded, error) {
+func renderUnit(ctx context.Context, root *os.Root, u unit, opts RenderOptions, b *budget) ([]decoded, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if u.kustomization != "" {
-		return build(ctx, root.Name(), u, opts)
+	if err := b.failed(); err != nil {
+		return nil, err
 	}
-	return decodeFile(root, u.rel, opts.Limits.MaxFileSize)
+	if u.kustomization != "" {
+		return build(ctx, root.Name(), u, opts, b)
+	}
+	return decodeFile(root, u.rel, b)
 }
 
 func nonNil(errs []error) []error {

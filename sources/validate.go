@@ -99,15 +99,12 @@ func keyOf(u *unstructured.Unstructured) objectKey {
 }
 
 // validateSet concatenates per-unit results and refuses duplicate objects, naming where
-// both copies come from, and more than max objects in all (rel names the rendered path).
-// It returns each object's origin (describe of its location) too.
-func validateSet(results [][]decoded, rel string, max int) ([]*unstructured.Unstructured, []string, error) {
+// both copies come from. It returns each object's origin (describe of its location) too.
+// The number of objects was bounded while decoding (budget.decoded).
+func validateSet(results [][]decoded) ([]*unstructured.Unstructured, []string, error) {
 	n := 0
 	for _, r := range results {
 		n += len(r)
-	}
-	if n > max {
-		return nil, nil, tooManyObjects(rel, n, max)
 	}
 	seen := make(map[objectKey]location, n)
 	out := make([]*unstructured.Unstructured, 0, n)

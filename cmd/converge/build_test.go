@@ -3,10 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 )
 
@@ -52,15 +49,10 @@ func TestBuildBadInput(t *testing.T) {
 // TestBuildIsUntrustedSafe: `converge build` builds kustomizations in a render child (no
 // request reaches the test server whatever field names it) and enforces --max-objects.
 func TestBuildIsUntrustedSafe(t *testing.T) {
-	var hits atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		hits.Add(1)
-		_, _ = w.Write([]byte("k: v\n"))
-	}))
-	defer srv.Close()
+	url, hits := countingServer(t, "k: v\n")
 	dir := t.TempDir()
 	writeSet(t, dir, "x", map[string]string{
-		"kustomization.yaml": "resources: [cm.yaml]\nconfigMapGenerator: [{name: c, files: [" + srv.URL + "/f]}]\n",
+		"kustomization.yaml": "resources: [cm.yaml]\nconfigMapGenerator: [{name: c, files: [" + url + "/f]}]\n",
 		"cm.yaml":            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
 	})
 	_, errOut, code := runOffline("build", dir)

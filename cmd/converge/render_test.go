@@ -48,12 +48,7 @@ func TestDaemonRenderTimeout(t *testing.T) {
 // naming the file and field, with no request and nothing pruned; a render that hangs is cut
 // at --build-timeout with RenderTimeout (I8, I13).
 func TestDaemonRenderIsIsolated(t *testing.T) {
-	var hits atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		hits.Add(1)
-		_, _ = w.Write([]byte("[]"))
-	}))
-	defer srv.Close()
+	url, hits := countingServer(t, "[]")
 	f := newFixture(t)
 	rev1 := f.publish(map[string]string{"kustomization.yaml": "resources: [a.yaml]\n", "a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
 	f.startDaemon(env.Config, func(o *runOptions) { o.buildTimeout = 3 * time.Second })
@@ -63,7 +58,7 @@ func TestDaemonRenderIsIsolated(t *testing.T) {
 	rev2 := f.publish(map[string]string{
 		"kustomization.yaml":         "resources: [a.yaml]\ntransformers: [plugins]\n",
 		"plugins/kustomization.yaml": "resources: [patch.yaml]\n",
-		"plugins/patch.yaml":         "apiVersion: builtin\nkind: PatchTransformer\nmetadata: {name: p}\npath: " + srv.URL + "/p.yaml\ntarget: {kind: ConfigMap}\n",
+		"plugins/patch.yaml":         "apiVersion: builtin\nkind: PatchTransformer\nmetadata: {name: p}\npath: " + url + "/p.yaml\ntarget: {kind: ConfigMap}\n",
 	})
 	s := f.waitSync("Ready=False on the remote patch", func(s *status.Sync) bool {
 		return s.Status.LastAttemptedRevision == rev2 && meta.IsStatusConditionFalse(s.Status.Conditions, status.ConditionReady)
@@ -86,4 +81,16 @@ func TestDaemonRenderIsIsolated(t *testing.T) {
 	if ready.Reason != reasonBuildFailed || !strings.Contains(ready.Message, "kustomization.yaml: kustomize build stopped") {
 		t.Errorf("Ready = %s %q; want %s, RenderTimeout naming kustomization.yaml", ready.Reason, ready.Message, reasonBuildFailed)
 	}
+}
+
+// countingServer serves body to every request and counts them, so a test can check that
+// a render made none.
+func countingServer(t *testing.T, body string) (url string, hits *atomic.Int64) {
+	hits = new(atomic.Int64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, hits
 }
