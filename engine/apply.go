@@ -136,7 +136,7 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 			return res, err
 		}
 	}
-	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, items: items, progress: newProgress(opts.Progress)}
+	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, stored: found, items: items, progress: newProgress(opts.Progress)}
 	if e.cache != nil && !opts.DryRun {
 		// New objects are applied without reading the cache: the informers of their kinds
 		// start when the run ends, off its critical path, so the next run (and the drift
@@ -293,10 +293,14 @@ type outcome struct {
 
 // applyRun is the state of one Apply shared by its workers.
 type applyRun struct {
-	e        *Engine
-	ref      inventory.Ref
-	opts     ApplyOptions
-	old      *inventory.Inventory
+	e    *Engine
+	ref  inventory.Ref
+	opts ApplyOptions
+	old  *inventory.Inventory
+	// stored says old was read from the inventory ConfigMap, not recovered from the copy
+	// in a Sync's status (ApplyOptions.Recover), which anyone who may write that status can
+	// forge: only a stored UID makes an object ours (recorded).
+	stored   bool
 	items    []*item
 	applied  atomic.Int64 // successful applies, for Hooks.AfterApply
 	progress *progress    // nil: no progress reports

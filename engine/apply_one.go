@@ -164,7 +164,12 @@ func ownerInfo(it *item, live *unstructured.Unstructured, manager string) string
 
 // recorded reports whether live is the very object the stored inventory recorded (its UID):
 // ours already, even if someone removed our owner annotation since (the apply puts it back).
+// A recovered copy (ApplyOptions.Recover) records nothing here: it would let whoever can
+// write a Sync's status skip spec.adopt.
 func (r *applyRun) recorded(id object.ObjMetadata, live *unstructured.Unstructured) bool {
+	if !r.stored {
+		return false
+	}
 	uid := r.old.UID(id)
 	return uid != "" && uid == live.GetUID()
 }
