@@ -109,9 +109,17 @@ func (r *reconciler) finalize(ctx context.Context, s *status.Sync) (ctrl.Result,
 // cleanup carries out the deletion policy with the Sync's identity: Delete deletes the
 // inventory's objects, Orphan releases them (owner annotation removed, inventory deleted).
 // Both fall back on the recovery copy in status when the inventory ConfigMap is gone.
+//
+// Both work on the inventory under its new ID, so an inventory still under its legacy ID is
+// migrated first. A failed migration is the cleanup's failure and follows finalize's rules
+// (a refusal ends with the grace): left unmigrated, the ConfigMap would read as another
+// owner's, an error no grace applies to, and the deletion would never end (I12).
 func (r *reconciler) cleanup(ctx context.Context, s *status.Sync) (*engine.Result, error) {
 	eng, err := r.engines.forSync(s)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := migrateInventory(ctx, eng, s); err != nil {
 		return nil, err
 	}
 	recover := recoveredInventory(s)
