@@ -138,11 +138,11 @@ func (r *applyRun) mayTakeOver(it *item, live *unstructured.Unstructured) error 
 	owner := live.GetAnnotations()[OwnerAnnotation]
 	switch {
 	case owner != "" && owner != r.ref.ID: // I11: never adopt an object another inventory owns
-		return terminal(&NotOwnedError{Object: describe(it.id), Owner: owner})
+		return terminal(&NotOwnedError{Object: Describe(it.id), Owner: owner})
 	case owner == "" && !r.opts.Adopt && !r.recorded(it.id, live):
 		if m := foreignManager(live, r.fieldManager()); m != "" {
 			return terminal(fmt.Errorf("%w: %s has no %s annotation and %s manages it; allow adoption (Sync spec.adopt, converge apply --adopt) to take it over",
-				ErrNotAdopted, describe(it.id), OwnerAnnotation, m))
+				ErrNotAdopted, Describe(it.id), OwnerAnnotation, m))
 		}
 	}
 	return nil

@@ -210,11 +210,7 @@ func leftBehind(s *status.Sync, res *engine.Result) string {
 			names = append(names, fmt.Sprintf("and %d more", len(ids)-show))
 			break
 		}
-		name := id.Name
-		if id.Namespace != "" {
-			name = id.Namespace + "/" + name
-		}
-		names = append(names, id.GroupKind.Kind+" "+name)
+		names = append(names, engine.Describe(id))
 	}
 	return strings.Join(names, ", ")
 }
