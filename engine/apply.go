@@ -189,13 +189,16 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 // writeAhead stores old ∪ desired before the first apply (I2: every object is inventoried
 // before it is first created) and returns what is stored. A failure stops the run.
 // restore says old was recovered from a copy (the ConfigMap was lost): it is written back
-// with desired even when desired adds nothing.
+// with desired even when desired adds nothing. The copy's UIDs are kept only for the prune
+// candidates (a prune still requires our owner annotation): a declared object is written
+// without one, and this run records the UID it finds, so a forged copy (the Sync status)
+// never leaves a stored UID that would make an unannotated object ours (recorded).
 func (e *Engine) writeAhead(ctx context.Context, ref inventory.Ref, old, desired *inventory.Inventory, restore bool) (*inventory.Inventory, error) {
 	stored := old
 	if restore || !old.Union(desired).Equal(old) {
 		ahead := desired
 		if restore {
-			ahead = old.Union(desired)
+			ahead = old.Diff(desired).Union(desired)
 		}
 		wa, err := e.store.Update(ctx, ref, func(s *inventory.Inventory) *inventory.Inventory {
 			return s.Union(ahead)
