@@ -2,10 +2,8 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
@@ -108,7 +106,7 @@ func (e *Engine) abandonOne(ctx context.Context, ref inventory.Ref, en inventory
 		c.Message = "recreated by someone else: left alone"
 		return c, false
 	}
-	patch, err := releasePatch(live.GetUID(), ref.ID)
+	patch, err := inventory.OwnerPatch(live.GetUID(), ref.ID, "")
 	if err != nil {
 		return fail(err)
 	}
@@ -134,17 +132,6 @@ func (e *Engine) abandonOne(ctx context.Context, ref inventory.Ref, en inventory
 		}
 		return fail(err)
 	}
-}
-
-// releasePatch is the JSON patch that removes OwnerAnnotation only from the object with
-// this UID and only while the annotation names id.
-func releasePatch(uid types.UID, id string) ([]byte, error) {
-	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(OwnerAnnotation)
-	return json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/uid", "value": string(uid)},
-		{"op": "test", "path": path, "value": id},
-		{"op": "remove", "path": path},
-	})
 }
 
 // load reads the stored inventory of ref. When its ConfigMap does not exist (deleted by

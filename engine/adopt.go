@@ -65,14 +65,14 @@ func (r *applyRun) notOursToRecreate(id object.ObjMetadata, live *unstructured.U
 	switch {
 	case owner == "":
 		return fmt.Sprintf("%s carries no %s annotation yet (it is not ours until an apply without the immutable change adopts it; or delete it yourself)",
-			describe(id), OwnerAnnotation)
+			Describe(id), OwnerAnnotation)
 	case owner != r.ref.ID:
-		return fmt.Sprintf("%s is owned by %s", describe(id), inventory.Describe(owner))
+		return fmt.Sprintf("%s is owned by %s", Describe(id), inventory.Describe(owner))
 	case !r.old.Has(id):
-		return fmt.Sprintf("%s is not in this inventory", describe(id))
+		return fmt.Sprintf("%s is not in this inventory", Describe(id))
 	case r.old.UID(id) != "" && r.old.UID(id) != live.GetUID():
 		return fmt.Sprintf("%s has UID %s, not the %s this inventory recorded: someone else recreated it",
-			describe(id), live.GetUID(), r.old.UID(id))
+			Describe(id), live.GetUID(), r.old.UID(id))
 	}
 	return ""
 }

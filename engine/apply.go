@@ -136,7 +136,7 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 			return res, err
 		}
 	}
-	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, items: items, progress: newProgress(opts.Progress)}
+	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, stored: found, items: items, progress: newProgress(opts.Progress)}
 	if e.cache != nil && !opts.DryRun {
 		// New objects are applied without reading the cache: the informers of their kinds
 		// start when the run ends, off its critical path, so the next run (and the drift
@@ -189,13 +189,16 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 // writeAhead stores old ∪ desired before the first apply (I2: every object is inventoried
 // before it is first created) and returns what is stored. A failure stops the run.
 // restore says old was recovered from a copy (the ConfigMap was lost): it is written back
-// with desired even when desired adds nothing.
+// with desired even when desired adds nothing. The copy's UIDs are kept only for the prune
+// candidates (a prune still requires our owner annotation): a declared object is written
+// without one, and this run records the UID it finds, so a forged copy (the Sync status)
+// never leaves a stored UID that would make an unannotated object ours (recorded).
 func (e *Engine) writeAhead(ctx context.Context, ref inventory.Ref, old, desired *inventory.Inventory, restore bool) (*inventory.Inventory, error) {
 	stored := old
 	if restore || !old.Union(desired).Equal(old) {
 		ahead := desired
 		if restore {
-			ahead = old.Union(desired)
+			ahead = old.Diff(desired).Union(desired)
 		}
 		wa, err := e.store.Update(ctx, ref, func(s *inventory.Inventory) *inventory.Inventory {
 			return s.Union(ahead)
@@ -293,10 +296,14 @@ type outcome struct {
 
 // applyRun is the state of one Apply shared by its workers.
 type applyRun struct {
-	e        *Engine
-	ref      inventory.Ref
-	opts     ApplyOptions
-	old      *inventory.Inventory
+	e    *Engine
+	ref  inventory.Ref
+	opts ApplyOptions
+	old  *inventory.Inventory
+	// stored says old was read from the inventory ConfigMap, not recovered from the copy
+	// in a Sync's status (ApplyOptions.Recover), which anyone who may write that status can
+	// forge: only a stored UID makes an object ours (recorded).
+	stored   bool
 	items    []*item
 	applied  atomic.Int64 // successful applies, for Hooks.AfterApply
 	progress *progress    // nil: no progress reports

@@ -138,11 +138,11 @@ func (r *applyRun) mayTakeOver(it *item, live *unstructured.Unstructured) error 
 	owner := live.GetAnnotations()[OwnerAnnotation]
 	switch {
 	case owner != "" && owner != r.ref.ID: // I11: never adopt an object another inventory owns
-		return terminal(&NotOwnedError{Object: describe(it.id), Owner: owner})
+		return terminal(&NotOwnedError{Object: Describe(it.id), Owner: owner})
 	case owner == "" && !r.opts.Adopt && !r.recorded(it.id, live):
 		if m := foreignManager(live, r.fieldManager()); m != "" {
 			return terminal(fmt.Errorf("%w: %s has no %s annotation and %s manages it; allow adoption (Sync spec.adopt, converge apply --adopt) to take it over",
-				ErrNotAdopted, describe(it.id), OwnerAnnotation, m))
+				ErrNotAdopted, Describe(it.id), OwnerAnnotation, m))
 		}
 	}
 	return nil
@@ -164,7 +164,12 @@ func ownerInfo(it *item, live *unstructured.Unstructured, manager string) string
 
 // recorded reports whether live is the very object the stored inventory recorded (its UID):
 // ours already, even if someone removed our owner annotation since (the apply puts it back).
+// A recovered copy (ApplyOptions.Recover) records nothing here: it would let whoever can
+// write a Sync's status skip spec.adopt.
 func (r *applyRun) recorded(id object.ObjMetadata, live *unstructured.Unstructured) bool {
+	if !r.stored {
+		return false
+	}
 	uid := r.old.UID(id)
 	return uid != "" && uid == live.GetUID()
 }

@@ -2,10 +2,10 @@ package engine
 
 import "sigs.k8s.io/cli-utils/pkg/object"
 
-// describe names an object the way its author wrote it and kubectl prints it:
+// Describe names an object the way its author wrote it and kubectl prints it:
 // "Kind namespace/name", or "Kind name" for a cluster-scoped object. Messages use it instead
 // of the inventory's ID ("ns_name_group_Kind"), which nobody writes.
-func describe(id object.ObjMetadata) string {
+func Describe(id object.ObjMetadata) string {
 	if id.Namespace == "" {
 		return id.GroupKind.Kind + " " + id.Name
 	}
@@ -16,7 +16,7 @@ func describe(id object.ObjMetadata) string {
 // first: "apps/web.yaml:3: ConfigMap apps/web".
 func (it *item) describe() string {
 	if it.origin == "" {
-		return describe(it.id)
+		return Describe(it.id)
 	}
-	return it.origin + ": " + describe(it.id)
+	return it.origin + ": " + Describe(it.id)
 }

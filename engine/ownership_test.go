@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -136,15 +135,7 @@ func runWatchEngine(t *testing.T) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- eng.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runUntilCleanup(t, eng)
 	return eng
 }
 
@@ -288,4 +279,35 @@ func TestAdoptNeedsOptIn(t *testing.T) {
 		t.Errorf("with Adopt: data.k = %q, owner %q", v, live.GetAnnotations()[OwnerAnnotation])
 	}
 	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "legacy"), cmID(h.ns, "stripped"), cmID(h.ns, "kubectl"))
+}
+
+// TestRecoveredCopyDoesNotAdopt: when the inventory ConfigMap is gone, a recovery copy
+// (ApplyOptions.Recover, kept in a Sync's status that anyone with status rights can write)
+// that lists an unannotated object another tool manages, with its real UID, does not make
+// the object ours: it is refused as without the copy, left unchanged and not inventoried
+// (I11).
+//
+// It failed before: the copy's UID counted as recorded, and spec.adopt was skipped.
+func TestRecoveredCopyDoesNotAdopt(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	helm := configMap(h.ns, "helm", map[string]any{"k": "theirs"})
+	if err := h.plain.Create(h.ctx, helm, client.FieldOwner("helm")); err != nil {
+		t.Fatal(err)
+	}
+	opts := testOpts()
+	opts.Recover = &inventory.Inventory{}
+	opts.Recover.Add(entryOf(h.liveCM("helm")))
+	res, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "helm", map[string]any{"k": "ours"})), opts)
+	if err == nil || !errors.Is(err, ErrNotAdopted) {
+		t.Errorf("Apply error = %v, want %v", err, ErrNotAdopted)
+	}
+	if got := actions(res.Changes)[cmID(h.ns, "helm")]; got != ActionFailed {
+		t.Errorf("action = %s, want %s", got, ActionFailed)
+	}
+	if v, _, _ := unstructured.NestedString(h.liveCM("helm").Object, "data", "k"); v != "theirs" {
+		t.Errorf("the refused object changed: data.k = %q", v)
+	}
+	if _, ok := h.inventory()[cmID(h.ns, "helm")]; ok {
+		t.Error("the refused object is listed in our inventory")
+	}
 }

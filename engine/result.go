@@ -43,9 +43,9 @@ type Change struct {
 // describe names the change's object for messages, after its origin when known.
 func (c Change) describe() string {
 	if c.Origin == "" {
-		return describe(c.Object)
+		return Describe(c.Object)
 	}
-	return c.Origin + ": " + describe(c.Object)
+	return c.Origin + ": " + Describe(c.Object)
 }
 
 // ObjectHealth is the kstatus readiness of one applied object.

@@ -43,15 +43,7 @@ func newStaleHarness(t *testing.T) (*harness, *fault.StaleReader) {
 	}
 	stale := fault.NewStaleReader(eng.cache.cache, eng.client.Scheme())
 	eng.cache.cache = staleCache{Cache: eng.cache.cache, stale: stale}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- eng.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runUntilCleanup(t, eng)
 	h.eng, h.rt = eng, rt
 	return h, stale
 }

@@ -77,7 +77,7 @@ func (e *Engine) wait(ctx context.Context, w waitSet, timeout time.Duration, pro
 		}
 		health = append(health, h)
 		if h.Status != status.CurrentStatus.String() {
-			errs = append(errs, fmt.Errorf("%s: wait: status %s: %s", describe(id), h.Status, h.Message))
+			errs = append(errs, fmt.Errorf("%s: wait: status %s: %s", Describe(id), h.Status, h.Message))
 		}
 	}
 	switch {

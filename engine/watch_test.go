@@ -36,16 +36,23 @@ func (h *harness) useWatchEngine(hooks Hooks, changed func(string)) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	runUntilCleanup(h.t, eng)
+	h.eng, h.rt = eng, rt
+}
+
+// runUntilCleanup runs eng (its watch cache) until the test ends, and fails the test if Run
+// returns an error.
+func runUntilCleanup(t *testing.T, eng *Engine) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- eng.Run(ctx) }()
-	h.t.Cleanup(func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			h.t.Errorf("Run: %v", err)
+			t.Errorf("Run: %v", err)
 		}
 	})
-	h.eng, h.rt = eng, rt
 }
 
 func manyCMs(ns, value string, n int) []*unstructured.Unstructured {

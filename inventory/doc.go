@@ -44,7 +44,10 @@
 // it. It holds at most 5000 entries (about 100 bytes each), the objects outside the Sync's
 // namespace first, since those are the ones a namespace deletion does not take along.
 // Acting on a stale copy is safe: every delete or release still requires our owner
-// annotation and the recorded UID (I1); an entry that is gone or not ours is skipped.
+// annotation and the recorded UID (I1); an entry that is gone or not ours is skipped. The
+// copy is writable by whoever may write the Sync's status, so its UIDs never make an object
+// without an owner annotation ours (only the ConfigMap's do): adoption still needs the
+// Sync's spec.adopt.
 //
 // It must not import ssa, kstatus, engine, sources or status.
 package inventory

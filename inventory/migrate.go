@@ -114,12 +114,7 @@ func (s *Store) reown(ctx context.Context, ref Ref, e Entry, opts MigrateOptions
 	case obj.GetAnnotations()[OwnerAnnotation] != ref.Legacy, e.UID != "" && e.UID != obj.GetUID():
 		return nil // not the legacy owner's (any more): not ours to take
 	}
-	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(OwnerAnnotation, "~", "~0"), "/", "~1")
-	patch, err := json.Marshal([]map[string]string{
-		{"op": "test", "path": "/metadata/uid", "value": string(obj.GetUID())},
-		{"op": "test", "path": path, "value": ref.Legacy},
-		{"op": "replace", "path": path, "value": ref.ID},
-	})
+	patch, err := OwnerPatch(obj.GetUID(), ref.Legacy, ref.ID)
 	if err != nil {
 		return err
 	}
@@ -132,4 +127,21 @@ func (s *Store) reown(ctx context.Context, ref Ref, e Entry, opts MigrateOptions
 		return fmt.Errorf("%s: owner annotation: %w", e.Object, err)
 	}
 	return nil
+}
+
+// OwnerPatch is the JSON patch that moves OwnerAnnotation from the owner from to the owner
+// to (removes it when to is ""), only on the object with this UID and only while the
+// annotation still names from: an object replaced or taken over since it was read fails
+// the patch's test instead of changing hands.
+func OwnerPatch(uid types.UID, from, to string) ([]byte, error) {
+	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(OwnerAnnotation)
+	last := map[string]string{"op": "remove", "path": path}
+	if to != "" {
+		last = map[string]string{"op": "replace", "path": path, "value": to}
+	}
+	return json.Marshal([]map[string]string{
+		{"op": "test", "path": "/metadata/uid", "value": string(uid)},
+		{"op": "test", "path": path, "value": from},
+		last,
+	})
 }

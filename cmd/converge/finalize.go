@@ -54,6 +54,16 @@ func (r *reconciler) finalize(ctx context.Context, s *status.Sync) (ctrl.Result,
 	if !controllerutil.ContainsFinalizer(s, status.Finalizer) {
 		return ctrl.Result{}, nil
 	}
+	// A cache that lags may still show a Sync whose finalizer we dropped while another
+	// Sync took its name and its inventory (I14): confirm on the API server that this is
+	// still the Sync being deleted before deleting anything for it.
+	uid := s.UID
+	if err := r.live.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if s.UID != uid || s.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(s, status.Finalizer) {
+		return ctrl.Result{}, nil
+	}
 	res, err := r.cleanup(ctx, s)
 	if err != nil {
 		reason := reasonDeleteFail
@@ -79,9 +89,14 @@ func (r *reconciler) finalize(ctx context.Context, s *status.Sync) (ctrl.Result,
 		logr.FromContextOrDiscard(ctx).Info("finalizer dropped without cleanup", "err", err)
 		r.events.Event(s, corev1.EventTypeWarning, reasonCleanupAbandoned, truncate(msg, 1024))
 		r.deletionStatus(ctx, s, reasonCleanupAbandoned, msg)
-		// The status write moved the resourceVersion the finalizer patch is locked on.
+		// The status write moved the resourceVersion the finalizer patch is locked on. The
+		// re-read may find a Sync re-created under the same name (I14): its finalizer is not
+		// ours to drop, and this one is gone already.
 		if err := r.live.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		if s.UID != uid {
+			return ctrl.Result{}, nil
 		}
 	}
 	if err := r.crash.call(r.crash.BeforeFinalizerRemoval, s); err != nil {
@@ -94,9 +109,17 @@ func (r *reconciler) finalize(ctx context.Context, s *status.Sync) (ctrl.Result,
 // cleanup carries out the deletion policy with the Sync's identity: Delete deletes the
 // inventory's objects, Orphan releases them (owner annotation removed, inventory deleted).
 // Both fall back on the recovery copy in status when the inventory ConfigMap is gone.
+//
+// Both work on the inventory under its new ID, so an inventory still under its legacy ID is
+// migrated first. A failed migration is the cleanup's failure and follows finalize's rules
+// (a refusal ends with the grace): left unmigrated, the ConfigMap would read as another
+// owner's, an error no grace applies to, and the deletion would never end (I12).
 func (r *reconciler) cleanup(ctx context.Context, s *status.Sync) (*engine.Result, error) {
 	eng, err := r.engines.forSync(s)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := migrateInventory(ctx, eng, s); err != nil {
 		return nil, err
 	}
 	recover := recoveredInventory(s)
@@ -113,7 +136,7 @@ func (r *reconciler) cleanup(ctx context.Context, s *status.Sync) (*engine.Resul
 // deletionStatus writes a Ready=False condition on a deleting Sync, best effort: the Sync
 // may be gone or its status not writable, and the event says the same.
 func (r *reconciler) deletionStatus(ctx context.Context, s *status.Sync, reason, msg string) {
-	o := status.Outcome{Generation: s.Generation, Ready: metav1.ConditionFalse, Reason: reason, Message: msg}
+	o := status.Outcome{UID: s.UID, Generation: s.Generation, Ready: metav1.ConditionFalse, Reason: reason, Message: msg}
 	if err := r.writer.Write(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, o); err != nil {
 		logr.FromContextOrDiscard(ctx).V(1).Info("deletion status not written", "err", err)
 	}
@@ -187,11 +210,7 @@ func leftBehind(s *status.Sync, res *engine.Result) string {
 			names = append(names, fmt.Sprintf("and %d more", len(ids)-show))
 			break
 		}
-		name := id.Name
-		if id.Namespace != "" {
-			name = id.Namespace + "/" + name
-		}
-		names = append(names, id.GroupKind.Kind+" "+name)
+		names = append(names, engine.Describe(id))
 	}
 	return strings.Join(names, ", ")
 }

@@ -66,15 +66,6 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !s.DeletionTimestamp.IsZero() {
 		r.metrics.forget(req.NamespacedName)
 		r.drift.forget(req.NamespacedName)
-		if controllerutil.ContainsFinalizer(s, status.Finalizer) {
-			// finalize works on the inventory under its new ID; a failure here (rights lost)
-			// is left to finalize's own rules.
-			if eng, err := r.engines.forSync(s); err == nil {
-				if _, err := migrateInventory(ctx, eng, s); err != nil {
-					log.Error(err, "inventory migration before deletion failed")
-				}
-			}
-		}
 		return r.finalize(ctx, s)
 	}
 	if !controllerutil.ContainsFinalizer(s, status.Finalizer) {
