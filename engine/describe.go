@@ -12,11 +12,11 @@ func Describe(id object.ObjMetadata) string {
 	return id.GroupKind.Kind + " " + id.Namespace + "/" + id.Name
 }
 
-// describe names the item and, when the Set said where it was rendered from, that place
-// first: "apps/web.yaml:3: ConfigMap apps/web".
-func (it *item) describe() string {
-	if it.origin == "" {
-		return Describe(it.id)
+// describeAt is Describe after the place the object was rendered from, when known:
+// "apps/web.yaml:3: ConfigMap apps/web".
+func describeAt(origin string, id object.ObjMetadata) string {
+	if origin == "" {
+		return Describe(id)
 	}
-	return it.origin + ": " + Describe(it.id)
+	return origin + ": " + Describe(id)
 }

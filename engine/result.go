@@ -41,12 +41,7 @@ type Change struct {
 }
 
 // describe names the change's object for messages, after its origin when known.
-func (c Change) describe() string {
-	if c.Origin == "" {
-		return Describe(c.Object)
-	}
-	return c.Origin + ": " + Describe(c.Object)
-}
+func (c Change) describe() string { return describeAt(c.Origin, c.Object) }
 
 // ObjectHealth is the kstatus readiness of one applied object.
 type ObjectHealth struct {

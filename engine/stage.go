@@ -97,9 +97,6 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, error) {
 		if i < len(set.Origins) {
 			origin = set.Origins[i]
 		}
-		where := func(u *unstructured.Unstructured) string {
-			return (&item{id: idOf(u), origin: origin}).describe()
-		}
 		if in == nil || in.GetAPIVersion() == "" || in.GetKind() == "" || in.GetName() == "" {
 			errs = append(errs, terminal(fmt.Errorf("object %d: apiVersion, kind and metadata.name are required", i)))
 			continue
@@ -112,7 +109,7 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, error) {
 			scopes[gvk] = sc
 		}
 		if sc.err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", where(u), sc.err))
+			errs = append(errs, fmt.Errorf("%s: %w", describeAt(origin, idOf(u)), sc.err))
 			continue
 		}
 		if !sc.namespaced {
@@ -122,7 +119,7 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, error) {
 		} else if u.GetNamespace() == "" {
 			if opts.DefaultNamespace == "" {
 				errs = append(errs, terminal(fmt.Errorf("%s: namespaced kind %s has no namespace and no default namespace is set",
-					where(u), gvk.Kind)))
+					describeAt(origin, idOf(u)), gvk.Kind)))
 				continue
 			}
 			u.SetNamespace(opts.DefaultNamespace)
@@ -140,7 +137,7 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, error) {
 		u.SetAnnotations(ann)
 		id := idOf(u)
 		if seen[id] {
-			errs = append(errs, terminal(fmt.Errorf("%s: duplicate object in the set", where(u))))
+			errs = append(errs, terminal(fmt.Errorf("%s: duplicate object in the set", describeAt(origin, idOf(u)))))
 			continue
 		}
 		seen[id] = true
