@@ -22,7 +22,7 @@ import (
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/fault"
 	"github.com/converge-dev/converge/e2e/gitserver"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // faultSchedule is S13 and S14 for the binary, in three phases counted from the moment it is
@@ -189,18 +189,18 @@ func (r *repo) publish(versions map[string]string) string {
 }
 
 // directClient is an uncached client straight to the API server, never through the proxy.
-func directClient(t *testing.T) client.Client { return env.Client(t, status.AddToScheme) }
+func directClient(t *testing.T) client.Client { return env.Client(t, v1alpha1.AddToScheme) }
 
 // waitSyncReady waits up to 90 s for the Sync "app" to be Ready at rev for its generation.
 func waitSyncReady(t *testing.T, c client.Client, ns, rev string) {
 	t.Helper()
-	s := &status.Sync{}
+	s := &v1alpha1.Sync{}
 	err := wait.PollUntilContextTimeout(t.Context(), 250*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, s); err != nil {
 			return false, nil
 		}
 		return s.Status.ObservedGeneration == s.Generation && s.Status.LastAppliedRevision == rev &&
-			meta.IsStatusConditionTrue(s.Status.Conditions, status.ConditionReady), nil
+			meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionReady), nil
 	})
 	if err != nil {
 		t.Fatalf("Sync never Ready at %s: generation %d, status %+v", rev, s.Generation, s.Status)

@@ -17,6 +17,8 @@ var rules = map[string][]string{
 	module + "/engine":    {module + "/sources", module + "/status", "github.com/go-git", "sigs.k8s.io/kustomize", "github.com/prometheus"},
 	module + "/inventory": {module + "/engine", module + "/sources", module + "/status", "github.com/fluxcd/pkg/ssa", "sigs.k8s.io/cli-utils/pkg/kstatus"},
 	module + "/status":    {module + "/engine", module + "/sources", module + "/inventory"},
+	// The API types are for any program to read Syncs with: apimachinery only.
+	module + "/status/v1alpha1": {module + "/status", "k8s.io/client-go", "sigs.k8s.io/controller-runtime"},
 }
 
 type pkg struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/converge-dev/converge/status/v1alpha1"
 	"sync"
 	"time"
 
@@ -40,10 +41,10 @@ type Outcome struct {
 	AppliedRevision string
 	// HandledRequest is the converge.dev/requestedAt value this reconcile handled.
 	HandledRequest string
-	Inventory      *InventoryStatus
+	Inventory      *v1alpha1.InventoryStatus
 	// Summary counts the actions of this reconcile's apply. Write records it only when it
 	// says something new (see SyncStatus.Summary): a no-op keeps the recorded one.
-	Summary *Summary
+	Summary *v1alpha1.Summary
 }
 
 // ErrReplaced is returned (wrapped) by Write when it dropped an outcome because the Sync it
@@ -72,11 +73,11 @@ type Writer struct {
 
 // errStaleBase sends Write's retry loop to the API server without a request: the cached
 // base is older than our own last write.
-var errStaleBase = apierrors.NewConflict(GroupVersion.WithResource("syncs").GroupResource(), "", errors.New("cached base older than our last write"))
+var errStaleBase = apierrors.NewConflict(v1alpha1.GroupVersion.WithResource("syncs").GroupResource(), "", errors.New("cached base older than our last write"))
 
 // behindOurWrite reports whether base, read from the cache, may predate our last status
 // write of key: we wrote it, and base is not at the resourceVersion that write produced.
-func (w *Writer) behindOurWrite(key types.NamespacedName, base *Sync) bool {
+func (w *Writer) behindOurWrite(key types.NamespacedName, base *v1alpha1.Sync) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	rv, ok := w.written[key]
@@ -121,7 +122,7 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 	}
 	replaced := false
 	err := retry.RetryOnConflict(backoff, func() error {
-		base := &Sync{}
+		base := &v1alpha1.Sync{}
 		err := reader.Get(ctx, key, base)
 		cached := reader != w.Live
 		reader = w.Live // every retry reads from the API server
@@ -169,7 +170,7 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 
 // apply merges o into the status of sync and reports whether it changed. Conditions other
 // than Ready, Reconciling and Stalled (another writer's) are kept.
-func (w *Writer) apply(sync *Sync, o Outcome) bool {
+func (w *Writer) apply(sync *v1alpha1.Sync, o Outcome) bool {
 	s := &sync.Status
 	if s.ObservedGeneration > o.Generation && s.ObservedGeneration <= sync.Generation {
 		return false // a newer reconcile already wrote: never regress (I5)
@@ -177,19 +178,20 @@ func (w *Writer) apply(sync *Sync, o Outcome) bool {
 	// An observedGeneration above metadata.generation describes no generation that ever
 	// existed (a hand-written or buggy status write): trusting it as "newer" would freeze the
 	// Sync for good, so it is overwritten (I14).
-	before := s.DeepCopyStatus()
+	var before v1alpha1.SyncStatus
+	s.DeepCopyInto(&before)
 	now := metav1.NewTime(w.now())
 	s.ObservedGeneration = o.Generation
-	setCondition(s, ConditionReady, o.Ready, o.Reason, o.Message, o.Generation, now)
+	setCondition(s, v1alpha1.ConditionReady, o.Ready, o.Reason, o.Message, o.Generation, now)
 	if o.Ready == metav1.ConditionUnknown {
-		setCondition(s, ConditionReconciling, metav1.ConditionTrue, o.Reason, o.Message, o.Generation, now)
+		setCondition(s, v1alpha1.ConditionReconciling, metav1.ConditionTrue, o.Reason, o.Message, o.Generation, now)
 	} else {
-		meta.RemoveStatusCondition(&s.Conditions, ConditionReconciling)
+		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionReconciling)
 	}
 	if o.Stalled {
-		setCondition(s, ConditionStalled, metav1.ConditionTrue, o.Reason, o.Message, o.Generation, now)
+		setCondition(s, v1alpha1.ConditionStalled, metav1.ConditionTrue, o.Reason, o.Message, o.Generation, now)
 	} else {
-		meta.RemoveStatusCondition(&s.Conditions, ConditionStalled)
+		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionStalled)
 	}
 	if o.AttemptedRevision != "" {
 		s.LastAttemptedRevision = o.AttemptedRevision
@@ -214,12 +216,12 @@ func (w *Writer) apply(sync *Sync, o Outcome) bool {
 // the recorded summary, which describes the last apply that changed something, stays; only
 // its NotReady count, a state rather than an action, follows o. So a no-op reconcile, a
 // daemon restart included, writes nothing (I7).
-func summaryOf(before SyncStatus, o Outcome) *Summary {
+func summaryOf(before v1alpha1.SyncStatus, o Outcome) *v1alpha1.Summary {
 	prev := before.Summary
 	switch {
 	case o.Summary == nil:
 		return prev
-	case prev == nil, o.Summary.changed(), prev.Failed > 0, o.AttemptedRevision != before.LastAttemptedRevision:
+	case prev == nil, changed(o.Summary), prev.Failed > 0, o.AttemptedRevision != before.LastAttemptedRevision:
 		return o.Summary
 	}
 	keep := *prev
@@ -228,7 +230,7 @@ func summaryOf(before SyncStatus, o Outcome) *Summary {
 }
 
 // changed reports whether the apply s counts changed an object or failed to.
-func (s *Summary) changed() bool {
+func changed(s *v1alpha1.Summary) bool {
 	return s.Created+s.Configured+s.Pruned+s.Failed > 0
 }
 
@@ -244,7 +246,7 @@ const maxMessage = 8192
 
 // setCondition sets one condition; meta.SetStatusCondition keeps lastTransitionTime when the
 // status did not change, so an unchanged outcome compares equal and writes nothing.
-func setCondition(s *SyncStatus, typ string, st metav1.ConditionStatus, reason, msg string, gen int64, now metav1.Time) {
+func setCondition(s *v1alpha1.SyncStatus, typ string, st metav1.ConditionStatus, reason, msg string, gen int64, now metav1.Time) {
 	if reason == "" {
 		reason = "Unknown"
 	}
@@ -254,11 +256,4 @@ func setCondition(s *SyncStatus, typ string, st metav1.ConditionStatus, reason, 
 	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
 		Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: now,
 	})
-}
-
-// DeepCopyStatus returns a deep copy of s.
-func (s *SyncStatus) DeepCopyStatus() SyncStatus {
-	var out SyncStatus
-	s.DeepCopyInto(&out)
-	return out
 }

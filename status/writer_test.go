@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/converge-dev/converge/status/v1alpha1"
 	"sync"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func setup(t *testing.T) (client.Client, *fault.Transport, types.NamespacedName)
 	t.Helper()
 	cluster.Require(t, env)
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
@@ -49,9 +50,9 @@ func setup(t *testing.T) (client.Client, *fault.Transport, types.NamespacedName)
 		t.Fatal(err)
 	}
 	ns := env.Namespace(t)
-	s := &Sync{
+	s := &v1alpha1.Sync{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec:       SyncSpec{Source: Source{Git: &GitSource{URL: "https://git.example/apps.git"}}, Interval: metav1.Duration{Duration: time.Minute}},
+		Spec:       v1alpha1.SyncSpec{Source: v1alpha1.Source{Git: &v1alpha1.GitSource{URL: "https://git.example/apps.git"}}, Interval: metav1.Duration{Duration: time.Minute}},
 	}
 	if err := c.Create(context.Background(), s); err != nil {
 		t.Fatal(err)
@@ -89,9 +90,9 @@ func installCRD(t *testing.T, scheme *runtime.Scheme) {
 	}
 }
 
-func get(t *testing.T, c client.Client, key types.NamespacedName) *Sync {
+func get(t *testing.T, c client.Client, key types.NamespacedName) *v1alpha1.Sync {
 	t.Helper()
-	s := &Sync{}
+	s := &v1alpha1.Sync{}
 	if err := c.Get(context.Background(), key, s); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func get(t *testing.T, c client.Client, key types.NamespacedName) *Sync {
 
 func ready(gen int64, rev string) Outcome {
 	return Outcome{Generation: gen, Ready: metav1.ConditionTrue, Reason: "Applied", Message: "applied " + rev,
-		AttemptedRevision: rev, AppliedRevision: rev, Summary: &Summary{Created: 3}}
+		AttemptedRevision: rev, AppliedRevision: rev, Summary: &v1alpha1.Summary{Created: 3}}
 }
 
 // TestWriteRecordsOutcome checks one write sets observedGeneration, conditions and revisions
@@ -118,9 +119,9 @@ func TestWriteRecordsOutcome(t *testing.T) {
 		Ready, Reason  string
 		Applied, Tried string
 		Reconciling    bool
-	}{s.Status.ObservedGeneration, string(meta.FindStatusCondition(s.Status.Conditions, ConditionReady).Status),
-		meta.FindStatusCondition(s.Status.Conditions, ConditionReady).Reason, s.Status.LastAppliedRevision,
-		s.Status.LastAttemptedRevision, meta.FindStatusCondition(s.Status.Conditions, ConditionReconciling) != nil}
+	}{s.Status.ObservedGeneration, string(meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady).Status),
+		meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady).Reason, s.Status.LastAppliedRevision,
+		s.Status.LastAttemptedRevision, meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReconciling) != nil}
 	want := struct {
 		Gen            int64
 		Ready, Reason  string
@@ -171,7 +172,7 @@ func TestWriteSurvivesConflictsAndStaleCache(t *testing.T) {
 	if meta.FindStatusCondition(s.Status.Conditions, "ExternalCheck") == nil {
 		t.Errorf("another writer's condition was lost: %+v", s.Status.Conditions)
 	}
-	if !meta.IsStatusConditionTrue(s.Status.Conditions, ConditionReady) {
+	if !meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionReady) {
 		t.Errorf("Ready is not True: %+v", s.Status.Conditions)
 	}
 	if ft.Injected() != 5 {
@@ -219,8 +220,8 @@ func TestWriteNeverRegresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = get(t, c, key)
-	readyCond := meta.FindStatusCondition(s.Status.Conditions, ConditionReady)
-	if readyCond.Status != metav1.ConditionFalse || readyCond.Message != failed.Message || !meta.IsStatusConditionTrue(s.Status.Conditions, ConditionStalled) {
+	readyCond := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+	if readyCond.Status != metav1.ConditionFalse || readyCond.Message != failed.Message || !meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionStalled) {
 		t.Errorf("failure not recorded: %+v", s.Status.Conditions)
 	}
 	if s.Status.LastAppliedRevision != newRev {
@@ -229,10 +230,10 @@ func TestWriteNeverRegresses(t *testing.T) {
 }
 
 // frozenReader serves one fixed Sync, like an informer cache that stopped updating.
-type frozenReader struct{ s *Sync }
+type frozenReader struct{ s *v1alpha1.Sync }
 
 func (f frozenReader) Get(_ context.Context, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
-	f.s.DeepCopyInto(obj.(*Sync))
+	f.s.DeepCopyInto(obj.(*v1alpha1.Sync))
 	return nil
 }
 
@@ -260,7 +261,7 @@ func TestWriteWaitsOutALaggingCache(t *testing.T) {
 		t.Errorf("the same outcome on a lagging cache sent writes: %v", writes)
 	}
 	if g := ft.CountResource("get", "syncs", ""); g != 1 {
-		t.Errorf("%d GETs of the Sync, want 1 (the API server instead of the lagging cache)", g)
+		t.Errorf("%d GETs of the v1alpha1.Sync, want 1 (the API server instead of the lagging cache)", g)
 	}
 }
 
@@ -281,7 +282,7 @@ func TestWriteNeverSkipsOnALaggingCache(t *testing.T) {
 	if err := w.Write(context.Background(), key, ready(1, rev)); err != nil {
 		t.Fatal(err)
 	}
-	if s := get(t, c, key); !meta.IsStatusConditionTrue(s.Status.Conditions, ConditionReady) {
+	if s := get(t, c, key); !meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionReady) {
 		t.Errorf("Ready is not True after the last outcome: %+v", s.Status.Conditions)
 	}
 }
@@ -299,7 +300,7 @@ func bumpGeneration(t *testing.T, c client.Client, key types.NamespacedName, gen
 
 // recreate deletes the Sync key and creates another one under the same name with another
 // spec, as a user does who strips the finalizer of a Sync whose deletion "hangs".
-func recreate(t *testing.T, c client.Client, key types.NamespacedName) *Sync {
+func recreate(t *testing.T, c client.Client, key types.NamespacedName) *v1alpha1.Sync {
 	t.Helper()
 	ctx := context.Background()
 	old := get(t, c, key)
@@ -307,20 +308,20 @@ func recreate(t *testing.T, c client.Client, key types.NamespacedName) *Sync {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		return apierrors.IsNotFound(c.Get(ctx, key, &Sync{})), nil
+		return apierrors.IsNotFound(c.Get(ctx, key, &v1alpha1.Sync{})), nil
 	})
 	if err != nil {
-		t.Fatalf("the Sync was never deleted: %v", err)
+		t.Fatalf("the v1alpha1.Sync was never deleted: %v", err)
 	}
-	s := &Sync{
+	s := &v1alpha1.Sync{
 		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace},
-		Spec:       SyncSpec{Source: Source{Git: &GitSource{URL: "https://git.example/other.git"}}, Interval: metav1.Duration{Duration: time.Minute}},
+		Spec:       v1alpha1.SyncSpec{Source: v1alpha1.Source{Git: &v1alpha1.GitSource{URL: "https://git.example/other.git"}}, Interval: metav1.Duration{Duration: time.Minute}},
 	}
 	if err := c.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	if s.UID == old.UID {
-		t.Fatalf("the re-created Sync has the old UID %s", s.UID)
+		t.Fatalf("the re-created v1alpha1.Sync has the old UID %s", s.UID)
 	}
 	return s
 }
@@ -343,10 +344,10 @@ func TestWriteDropsTheOutcomeOfAReplacedSync(t *testing.T) {
 		ft.Reset()
 		err := w.Write(context.Background(), key, oldOutcome)
 		if !errors.Is(err, ErrReplaced) {
-			t.Errorf("%s: Write of the old Sync's outcome = %v, want ErrReplaced", name, err)
+			t.Errorf("%s: Write of the old v1alpha1.Sync's outcome = %v, want ErrReplaced", name, err)
 		}
 		if s := get(t, c, key); s.Status.ObservedGeneration != 0 || len(s.Status.Conditions) != 0 {
-			t.Errorf("%s: the old Sync's outcome landed on the new one: %+v", name, s.Status)
+			t.Errorf("%s: the old v1alpha1.Sync's outcome landed on the new one: %+v", name, s.Status)
 		}
 		if ft.CountResource("patch", "syncs", "status") > 1 {
 			t.Errorf("%s: writes %v, want at most the one rejected by its resourceVersion", name, ft.Writes())
@@ -358,10 +359,10 @@ func TestWriteDropsTheOutcomeOfAReplacedSync(t *testing.T) {
 	mine.UID = cur.UID
 	w := &Writer{Cached: frozenReader{old}, Live: c, Client: c}
 	if err := w.Write(context.Background(), key, mine); err != nil {
-		t.Fatalf("Write of the new Sync's outcome: %v", err)
+		t.Fatalf("Write of the new v1alpha1.Sync's outcome: %v", err)
 	}
 	if s := get(t, c, key); s.Status.ObservedGeneration != cur.Generation || s.Status.LastAppliedRevision != rev {
-		t.Errorf("the new Sync's outcome was not written: %+v", s.Status)
+		t.Errorf("the new v1alpha1.Sync's outcome was not written: %+v", s.Status)
 	}
 }
 
@@ -396,7 +397,7 @@ func TestWriteKeepsTheSummaryOfTheLastChange(t *testing.T) {
 	c, ft, key := setup(t)
 	w := &Writer{Live: c, Client: c}
 	rev1, rev2 := "main@sha1:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "main@sha1:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
-	at := func(rev string, sum Summary) Outcome {
+	at := func(rev string, sum v1alpha1.Summary) Outcome {
 		o := ready(1, rev)
 		o.Summary = &sum
 		return o
@@ -405,15 +406,15 @@ func TestWriteKeepsTheSummaryOfTheLastChange(t *testing.T) {
 		name   string
 		o      Outcome
 		writes int
-		want   Summary
+		want   v1alpha1.Summary
 	}{
-		{"a prune", at(rev1, Summary{Unchanged: 2, Pruned: 100}), 1, Summary{Unchanged: 2, Pruned: 100}},
-		{"a no-op", at(rev1, Summary{Unchanged: 2}), 0, Summary{Unchanged: 2, Pruned: 100}},
-		{"a no-op with objects not ready", at(rev1, Summary{Unchanged: 2, NotReady: 1}), 1, Summary{Unchanged: 2, Pruned: 100, NotReady: 1}},
-		{"a change", at(rev1, Summary{Configured: 1, Unchanged: 1}), 1, Summary{Configured: 1, Unchanged: 1}},
-		{"a new revision that changes nothing", at(rev2, Summary{Unchanged: 2}), 1, Summary{Unchanged: 2}},
-		{"a failure", at(rev2, Summary{Unchanged: 1, Failed: 1}), 1, Summary{Unchanged: 1, Failed: 1}},
-		{"a no-op after the failure", at(rev2, Summary{Unchanged: 2}), 1, Summary{Unchanged: 2}},
+		{"a prune", at(rev1, v1alpha1.Summary{Unchanged: 2, Pruned: 100}), 1, v1alpha1.Summary{Unchanged: 2, Pruned: 100}},
+		{"a no-op", at(rev1, v1alpha1.Summary{Unchanged: 2}), 0, v1alpha1.Summary{Unchanged: 2, Pruned: 100}},
+		{"a no-op with objects not ready", at(rev1, v1alpha1.Summary{Unchanged: 2, NotReady: 1}), 1, v1alpha1.Summary{Unchanged: 2, Pruned: 100, NotReady: 1}},
+		{"a change", at(rev1, v1alpha1.Summary{Configured: 1, Unchanged: 1}), 1, v1alpha1.Summary{Configured: 1, Unchanged: 1}},
+		{"a new revision that changes nothing", at(rev2, v1alpha1.Summary{Unchanged: 2}), 1, v1alpha1.Summary{Unchanged: 2}},
+		{"a failure", at(rev2, v1alpha1.Summary{Unchanged: 1, Failed: 1}), 1, v1alpha1.Summary{Unchanged: 1, Failed: 1}},
+		{"a no-op after the failure", at(rev2, v1alpha1.Summary{Unchanged: 2}), 1, v1alpha1.Summary{Unchanged: 2}},
 	}
 	for _, st := range steps {
 		ft.Reset()

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/converge-dev/converge/engine"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // crashPoints are the daemon's test-only crash points (RELIABILITY.md "Crash points"),
@@ -14,19 +14,19 @@ import (
 // hooks are skipped.
 type crashPoints struct {
 	// AfterRender runs once the source is rendered, before the engine is called.
-	AfterRender func(*status.Sync) error
+	AfterRender func(*v1alpha1.Sync) error
 	// BeforeStatusWrite runs after the apply, before the status write.
-	BeforeStatusWrite func(*status.Sync) error
+	BeforeStatusWrite func(*v1alpha1.Sync) error
 	// BeforeFinalizerRemoval runs after the deletion policy's deletes were confirmed, before
 	// the finalizer is dropped.
-	BeforeFinalizerRemoval func(*status.Sync) error
+	BeforeFinalizerRemoval func(*v1alpha1.Sync) error
 	// Engine are the engine's crash points (after the write-ahead, the k-th apply, the j-th
 	// prune).
 	Engine engine.Hooks
 }
 
 // call runs hook h for s.
-func (crashPoints) call(h func(*status.Sync) error, s *status.Sync) error {
+func (crashPoints) call(h func(*v1alpha1.Sync) error, s *v1alpha1.Sync) error {
 	if h == nil {
 		return nil
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // crashOnce returns a hook that "crashes" (returns an error on every call, as a dead process
@@ -42,7 +42,7 @@ func (f *fixture) awaitCrash(fired <-chan struct{}, stop func()) {
 
 // ownedInventoried checks I2 with the uncached client: every ConfigMap of the namespace that
 // carries the Sync's owner annotation is in the persisted inventory.
-func (f *fixture) ownedInventoried(s *status.Sync) {
+func (f *fixture) ownedInventoried(s *v1alpha1.Sync) {
 	f.t.Helper()
 	ctx := context.Background()
 	ref := inventoryRef(s)
@@ -71,13 +71,13 @@ func (f *fixture) ownedInventoried(s *status.Sync) {
 // crashed reconcile (I6), then starts a new daemon on a cold cache, which converges (I4, I7).
 func TestDaemonCrashPoints(t *testing.T) {
 	points := map[string]func(o *runOptions, hook func() error){
-		"after render":          func(o *runOptions, h func() error) { o.crash.AfterRender = func(*status.Sync) error { return h() } },
+		"after render":          func(o *runOptions, h func() error) { o.crash.AfterRender = func(*v1alpha1.Sync) error { return h() } },
 		"after the write-ahead": func(o *runOptions, h func() error) { o.crash.Engine.AfterWriteAhead = h },
 		"after the first apply": func(o *runOptions, h func() error) {
 			o.crash.Engine.AfterApply = func(int, string) error { return h() }
 		},
 		"before the status write": func(o *runOptions, h func() error) {
-			o.crash.BeforeStatusWrite = func(*status.Sync) error { return h() }
+			o.crash.BeforeStatusWrite = func(*v1alpha1.Sync) error { return h() }
 		},
 	}
 	for name, set := range points {
@@ -89,7 +89,7 @@ func TestDaemonCrashPoints(t *testing.T) {
 			s := f.createSync(time.Hour)
 			f.awaitCrash(fired, stop)
 			f.ownedInventoried(s)
-			cur := &status.Sync{}
+			cur := &v1alpha1.Sync{}
 			if err := f.c.Get(context.Background(), client.ObjectKeyFromObject(s), cur); err != nil {
 				t.Fatal(err)
 			}
@@ -124,15 +124,15 @@ func TestDaemonCrashInFinalizer(t *testing.T) {
 	}
 	hook, fired := crashOnce()
 	stop := f.startStoppableDaemon(env.Config, func(o *runOptions) {
-		o.crash.BeforeFinalizerRemoval = func(*status.Sync) error { return hook() }
+		o.crash.BeforeFinalizerRemoval = func(*v1alpha1.Sync) error { return hook() }
 	})
 	s := f.createSync(time.Hour)
 	f.waitSync("Ready", readyAt(rev))
-	cur := &status.Sync{}
+	cur := &v1alpha1.Sync{}
 	if err := f.c.Get(ctx, client.ObjectKeyFromObject(s), cur); err != nil {
 		t.Fatal(err)
 	}
-	cur.Spec.DeletionPolicy = status.DeletionPolicyDelete
+	cur.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete
 	if err := f.c.Update(ctx, cur); err != nil {
 		t.Fatal(err)
 	}
@@ -140,13 +140,13 @@ func TestDaemonCrashInFinalizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.awaitCrash(fired, stop)
-	if err := f.c.Get(ctx, client.ObjectKeyFromObject(s), &status.Sync{}); err != nil {
+	if err := f.c.Get(ctx, client.ObjectKeyFromObject(s), &v1alpha1.Sync{}); err != nil {
 		t.Fatalf("the Sync is gone although the finalizer was never dropped: %v", err)
 	}
 
 	f.startDaemon(env.Config)
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := f.c.Get(ctx, client.ObjectKeyFromObject(s), &status.Sync{})
+		err := f.c.Get(ctx, client.ObjectKeyFromObject(s), &v1alpha1.Sync{})
 		return apierrors.IsNotFound(err), nil
 	})
 	if err != nil {
@@ -177,12 +177,12 @@ func TestS17SpecChangesBetweenRenderAndStatusWrite(t *testing.T) {
 	calls := 0
 	var gen int64
 	f.startDaemon(env.Config, func(o *runOptions) {
-		o.crash.AfterRender = func(s *status.Sync) error {
+		o.crash.AfterRender = func(s *v1alpha1.Sync) error {
 			calls++ // reconciles of one Sync never run concurrently
 			switch calls {
 			case 1: // the spec changes under the running reconcile
 				gen = s.Generation
-				cur := &status.Sync{}
+				cur := &v1alpha1.Sync{}
 				if err := f.c.Get(ctx, client.ObjectKeyFromObject(s), cur); err != nil {
 					return err
 				}
@@ -195,13 +195,13 @@ func TestS17SpecChangesBetweenRenderAndStatusWrite(t *testing.T) {
 			return nil
 		}
 	})
-	s := f.createSync(time.Hour, func(s *status.Sync) { s.Spec.Path = "v1" })
+	s := f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Spec.Path = "v1" })
 	select {
 	case <-second:
 	case <-time.After(2 * time.Minute):
 		t.Fatal("no second reconcile after the spec change")
 	}
-	cur := &status.Sync{}
+	cur := &v1alpha1.Sync{}
 	err := f.c.Get(ctx, client.ObjectKeyFromObject(s), cur)
 	close(release)
 	if err != nil {

@@ -27,7 +27,7 @@ import (
 	"github.com/converge-dev/converge/e2e/fault"
 	"github.com/converge-dev/converge/e2e/gitserver"
 	"github.com/converge-dev/converge/sources"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 var env *cluster.Cluster
@@ -91,13 +91,13 @@ func (f *fixture) startDaemon(cfg *rest.Config, mutate ...func(*runOptions)) {
 	f.startStoppableDaemon(cfg, mutate...)
 }
 
-func (f *fixture) createSync(interval time.Duration, mutate ...func(*status.Sync)) *status.Sync {
+func (f *fixture) createSync(interval time.Duration, mutate ...func(*v1alpha1.Sync)) *v1alpha1.Sync {
 	f.t.Helper()
 	// The daemon installs the CRD; wait until Syncs can be created.
-	s := &status.Sync{
+	s := &v1alpha1.Sync{
 		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns},
-		Spec: status.SyncSpec{
-			Source:   status.Source{Git: &status.GitSource{URL: f.git.RepoURL("app"), Ref: status.GitRef{Branch: "main"}}},
+		Spec: v1alpha1.SyncSpec{
+			Source:   v1alpha1.Source{Git: &v1alpha1.GitSource{URL: f.git.RepoURL("app"), Ref: v1alpha1.GitRef{Branch: "main"}}},
 			Path:     ".",
 			Interval: metav1.Duration{Duration: interval},
 			Prune:    true,
@@ -119,9 +119,9 @@ func (f *fixture) createSync(interval time.Duration, mutate ...func(*status.Sync
 }
 
 // waitSync polls the Sync until cond holds, failing with the last status otherwise.
-func (f *fixture) waitSync(what string, cond func(*status.Sync) bool) *status.Sync {
+func (f *fixture) waitSync(what string, cond func(*v1alpha1.Sync) bool) *v1alpha1.Sync {
 	f.t.Helper()
-	s := &status.Sync{}
+	s := &v1alpha1.Sync{}
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "app"}, s); err != nil {
 			return false, nil
@@ -134,10 +134,10 @@ func (f *fixture) waitSync(what string, cond func(*status.Sync) bool) *status.Sy
 	return s
 }
 
-func readyAt(rev string) func(*status.Sync) bool {
-	return func(s *status.Sync) bool {
+func readyAt(rev string) func(*v1alpha1.Sync) bool {
+	return func(s *v1alpha1.Sync) bool {
 		return s.Status.ObservedGeneration == s.Generation && s.Status.LastAppliedRevision == rev &&
-			meta.IsStatusConditionTrue(s.Status.Conditions, status.ConditionReady)
+			meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionReady)
 	}
 }
 
@@ -149,22 +149,22 @@ func (f *fixture) configMap(name string) (*corev1.ConfigMap, error) {
 
 // updateSync re-reads Sync name, applies mutate and updates it, again on every conflict (the
 // daemon writes the Sync too).
-func (f *fixture) updateSync(name string, mutate func(*status.Sync)) {
+func (f *fixture) updateSync(name string, mutate func(*v1alpha1.Sync)) {
 	f.t.Helper()
-	f.retryWrite(name, mutate, func(ctx context.Context, s *status.Sync) error { return f.c.Update(ctx, s) })
+	f.retryWrite(name, mutate, func(ctx context.Context, s *v1alpha1.Sync) error { return f.c.Update(ctx, s) })
 }
 
 // updateSyncStatus is updateSync on the status subresource, as a user or another tool
 // writes it.
-func (f *fixture) updateSyncStatus(name string, mutate func(*status.Sync)) {
+func (f *fixture) updateSyncStatus(name string, mutate func(*v1alpha1.Sync)) {
 	f.t.Helper()
-	f.retryWrite(name, mutate, func(ctx context.Context, s *status.Sync) error { return f.c.Status().Update(ctx, s) })
+	f.retryWrite(name, mutate, func(ctx context.Context, s *v1alpha1.Sync) error { return f.c.Status().Update(ctx, s) })
 }
 
-func (f *fixture) retryWrite(name string, mutate func(*status.Sync), write func(context.Context, *status.Sync) error) {
+func (f *fixture) retryWrite(name string, mutate func(*v1alpha1.Sync), write func(context.Context, *v1alpha1.Sync) error) {
 	f.t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		cur := &status.Sync{}
+		cur := &v1alpha1.Sync{}
 		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, cur); err != nil {
 			return false, err
 		}
@@ -236,10 +236,10 @@ func TestDaemonAppliesPrunesRevertsAndRecovers(t *testing.T) {
 
 	// A broken commit: Ready=False naming the file, nothing applied or pruned.
 	rev3 := f.publish(map[string]string{"a.yaml": "", "bad.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: x}\n"})
-	s = f.waitSync("Ready=False on the broken commit", func(s *status.Sync) bool {
-		return s.Status.LastAttemptedRevision == rev3 && meta.IsStatusConditionFalse(s.Status.Conditions, status.ConditionReady)
+	s = f.waitSync("Ready=False on the broken commit", func(s *v1alpha1.Sync) bool {
+		return s.Status.LastAttemptedRevision == rev3 && meta.IsStatusConditionFalse(s.Status.Conditions, v1alpha1.ConditionReady)
 	})
-	ready := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady)
+	ready := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 	if ready.Reason != reasonBuildFailed || !strings.Contains(ready.Message, "bad.yaml") {
 		t.Errorf("Ready = %s %q, want %s naming bad.yaml", ready.Reason, ready.Message, reasonBuildFailed)
 	}
@@ -270,7 +270,7 @@ func TestDaemonStatusSurvivesConflicts(t *testing.T) {
 	}
 
 	ft.SetRules(fault.Rule{Verb: "patch", Resource: "syncs", Subresource: "status", Times: 7, Status: 409})
-	s := &status.Sync{}
+	s := &v1alpha1.Sync{}
 	if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "app"}, s); err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestDaemonStatusSurvivesConflicts(t *testing.T) {
 	if err := f.c.Update(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
-	f.waitSync("observing the new generation", func(got *status.Sync) bool {
+	f.waitSync("observing the new generation", func(got *v1alpha1.Sync) bool {
 		return got.Generation == s.Generation && readyAt(rev)(got)
 	})
 }
@@ -297,8 +297,8 @@ func TestDaemonWebhookTriggersReconcile(t *testing.T) {
 	}
 	addr := cluster.FreeAddr()
 	f.startDaemon(env.Config, func(o *runOptions) { o.webhookAddr = addr })
-	f.createSync(time.Hour, func(s *status.Sync) {
-		s.Spec.Webhook = &status.Webhook{SecretRef: status.LocalObjectReference{Name: secret.Name}}
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) {
+		s.Spec.Webhook = &v1alpha1.Webhook{SecretRef: v1alpha1.LocalObjectReference{Name: secret.Name}}
 	})
 	f.waitSync("Ready at the first commit", readyAt(rev1))
 
@@ -336,8 +336,8 @@ func TestDaemonWebhookTriggersReconcile(t *testing.T) {
 		}
 	}
 	s := f.waitSync("Ready at the pushed commit", readyAt(rev2))
-	if s.Status.LastHandledRequest == "" || s.Status.LastHandledRequest != s.Annotations[status.RequestedAtAnnotation] {
-		t.Errorf("lastHandledRequest %q, annotation %q", s.Status.LastHandledRequest, s.Annotations[status.RequestedAtAnnotation])
+	if s.Status.LastHandledRequest == "" || s.Status.LastHandledRequest != s.Annotations[v1alpha1.RequestedAtAnnotation] {
+		t.Errorf("lastHandledRequest %q, annotation %q", s.Status.LastHandledRequest, s.Annotations[v1alpha1.RequestedAtAnnotation])
 	}
 }
 
@@ -410,8 +410,8 @@ func TestDaemonDeletionPolicy(t *testing.T) {
 	s := f.createSync(time.Minute)
 	f.waitSync("Ready", readyAt(rev))
 
-	for _, policy := range []string{status.DeletionPolicyOrphan, status.DeletionPolicyDelete} {
-		if policy == status.DeletionPolicyDelete {
+	for _, policy := range []string{v1alpha1.DeletionPolicyOrphan, v1alpha1.DeletionPolicyDelete} {
+		if policy == v1alpha1.DeletionPolicyDelete {
 			s = f.createSync(time.Minute)
 			f.waitSync("Ready again", readyAt(rev))
 		}
@@ -419,9 +419,9 @@ func TestDaemonDeletionPolicy(t *testing.T) {
 		f.deleteSync(s.Name, time.Minute)
 		_, err := f.configMap("b")
 		switch {
-		case policy == status.DeletionPolicyOrphan && err != nil:
+		case policy == v1alpha1.DeletionPolicyOrphan && err != nil:
 			t.Errorf("Orphan: configmap b is gone: %v", err)
-		case policy == status.DeletionPolicyDelete && !apierrors.IsNotFound(err):
+		case policy == v1alpha1.DeletionPolicyDelete && !apierrors.IsNotFound(err):
 			t.Errorf("Delete: configmap b survived: %v", err)
 		}
 	}

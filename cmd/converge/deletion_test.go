@@ -15,19 +15,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/engine"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // syncNamed returns a createSync mutation giving the Sync another name and path.
-func syncNamed(name, path string) func(*status.Sync) {
-	return func(s *status.Sync) { s.Name, s.Spec.Path = name, path }
+func syncNamed(name, path string) func(*v1alpha1.Sync) {
+	return func(s *v1alpha1.Sync) { s.Name, s.Spec.Path = name, path }
 }
 
 // setDeletionPolicy sets the policy of Sync name and waits until the daemon observed it.
-func (f *fixture) setDeletionPolicy(name, policy string) *status.Sync {
+func (f *fixture) setDeletionPolicy(name, policy string) *v1alpha1.Sync {
 	f.t.Helper()
 	ctx := context.Background()
-	cur := &status.Sync{}
+	cur := &v1alpha1.Sync{}
 	if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, cur); err != nil {
 		f.t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func (f *fixture) setDeletionPolicy(name, policy string) *status.Sync {
 	if err := f.c.Update(ctx, cur); err != nil {
 		f.t.Fatal(err)
 	}
-	f.waitSyncNamed(name, "observing the policy", func(got *status.Sync) bool {
+	f.waitSyncNamed(name, "observing the policy", func(got *v1alpha1.Sync) bool {
 		return got.Status.ObservedGeneration == got.Generation && got.Generation == cur.Generation
 	})
 	return cur
@@ -45,21 +45,21 @@ func (f *fixture) setDeletionPolicy(name, policy string) *status.Sync {
 func (f *fixture) deleteSync(name string, within time.Duration) {
 	f.t.Helper()
 	ctx := context.Background()
-	s := &status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}}
+	s := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}}
 	if err := f.c.Delete(ctx, s); err != nil {
 		f.t.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
-		return apierrors.IsNotFound(f.c.Get(ctx, client.ObjectKeyFromObject(s), &status.Sync{})), nil
+		return apierrors.IsNotFound(f.c.Get(ctx, client.ObjectKeyFromObject(s), &v1alpha1.Sync{})), nil
 	})
 	if err != nil {
 		f.t.Fatalf("Sync %s was never finalized within %s", name, within)
 	}
 }
 
-func (f *fixture) waitSyncNamed(name, what string, cond func(*status.Sync) bool) *status.Sync {
+func (f *fixture) waitSyncNamed(name, what string, cond func(*v1alpha1.Sync) bool) *v1alpha1.Sync {
 	f.t.Helper()
-	s := &status.Sync{}
+	s := &v1alpha1.Sync{}
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, s); err != nil {
 			return false, nil
@@ -89,7 +89,7 @@ func TestDaemonOrphanReleases(t *testing.T) {
 	f.startDaemon(env.Config)
 	f.createSync(time.Hour, syncNamed("app", "app"))
 	f.waitSync("Ready", readyAt(rev))
-	f.setDeletionPolicy("app", status.DeletionPolicyOrphan)
+	f.setDeletionPolicy("app", v1alpha1.DeletionPolicyOrphan)
 	f.deleteSync("app", time.Minute)
 
 	for _, n := range []string{"a", "b", "c"} {
@@ -119,7 +119,7 @@ func TestDaemonOrphanReleases(t *testing.T) {
 		}
 	}
 	cm, err := f.configMap("b")
-	if err == nil && cm.Annotations[engine.OwnerAnnotation] != inventoryRef(&status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "other"}}).ID {
+	if err == nil && cm.Annotations[engine.OwnerAnnotation] != inventoryRef(&v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "other"}}).ID {
 		t.Errorf("b is owned by %q, want the other Sync's inventory", cm.Annotations[engine.OwnerAnnotation])
 	}
 }
@@ -137,12 +137,12 @@ func TestDaemonCrashMidAbandon(t *testing.T) {
 	})
 	s := f.createSync(time.Hour)
 	f.waitSync("Ready", readyAt(rev))
-	f.setDeletionPolicy("app", status.DeletionPolicyOrphan)
+	f.setDeletionPolicy("app", v1alpha1.DeletionPolicyOrphan)
 	if err := f.c.Delete(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	f.awaitCrash(fired, stop)
-	if err := f.c.Get(ctx, client.ObjectKeyFromObject(s), &status.Sync{}); err != nil {
+	if err := f.c.Get(ctx, client.ObjectKeyFromObject(s), &v1alpha1.Sync{}); err != nil {
 		t.Fatalf("the Sync is gone although the release never finished: %v", err)
 	}
 	if _, err := f.configMap(inventoryRef(s).Name); err != nil {
@@ -164,10 +164,10 @@ func TestDaemonCrashMidAbandon(t *testing.T) {
 }
 
 // deleteSyncWait waits until s (already deleted) is gone.
-func (f *fixture) deleteSyncWait(s *status.Sync) {
+func (f *fixture) deleteSyncWait(s *v1alpha1.Sync) {
 	f.t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return apierrors.IsNotFound(f.c.Get(ctx, client.ObjectKeyFromObject(s), &status.Sync{})), nil
+		return apierrors.IsNotFound(f.c.Get(ctx, client.ObjectKeyFromObject(s), &v1alpha1.Sync{})), nil
 	})
 	if err != nil {
 		f.t.Fatalf("I12: the Sync was never finalized: %v", err)
@@ -230,8 +230,8 @@ func TestDaemonInventoryConfigMapLost(t *testing.T) {
 // requestReconcile asks the daemon to reconcile Sync name now.
 func (f *fixture) requestReconcile(name string) {
 	f.t.Helper()
-	s := &status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}}
-	patch := []byte(`{"metadata":{"annotations":{"` + status.RequestedAtAnnotation + `":"` + time.Now().Format(time.RFC3339Nano) + `"}}}`)
+	s := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}}
+	patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.RequestedAtAnnotation + `":"` + time.Now().Format(time.RFC3339Nano) + `"}}}`)
 	if err := f.c.Patch(context.Background(), s, client.RawPatch("application/merge-patch+json", patch)); err != nil {
 		f.t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestDaemonDeletionEndsWithoutRights(t *testing.T) {
 	}
 	rev := f.publish(map[string]string{"a.yaml": cmNamed("a", "NS"), "b.yaml": cmNamed("b", "NS")})
 	f.startDaemon(env.Config, func(o *runOptions) { o.deletionGrace = 3 * time.Second })
-	f.createSync(time.Hour, func(s *status.Sync) { s.Spec.ServiceAccountName = "deployer" })
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Spec.ServiceAccountName = "deployer" })
 	f.waitSync("Ready as the service account", readyAt(rev))
 
 	// What a namespace deletion does, in the namespace controller's stead.
@@ -272,17 +272,17 @@ func TestDaemonDeletionEndsWithoutRights(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := f.c.Delete(ctx, &status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "app"}}); err != nil {
+	if err := f.c.Delete(ctx, &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "app"}}); err != nil {
 		t.Fatal(err)
 	}
 	var saw string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		s := &status.Sync{}
+		s := &v1alpha1.Sync{}
 		err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "app"}, s)
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}
-		if c := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady); c != nil && c.Status == metav1.ConditionFalse &&
+		if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionFalse &&
 			(c.Reason == reasonDeleteFail || c.Reason == reasonCleanupAbandoned) {
 			saw = c.Reason + ": " + c.Message
 		}

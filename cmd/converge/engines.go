@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/converge-dev/converge/engine"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // engineSet keeps one engine per identity: the daemon's own, and one per impersonated
@@ -32,7 +32,7 @@ func newEngineSet(ctx context.Context, cfg *rest.Config, opts engine.Options, wa
 }
 
 // forSync returns the engine that acts for s.
-func (e *engineSet) forSync(s *status.Sync) (*engine.Engine, error) {
+func (e *engineSet) forSync(s *v1alpha1.Sync) (*engine.Engine, error) {
 	user := ""
 	if sa := s.Spec.ServiceAccountName; sa != "" {
 		user = fmt.Sprintf("system:serviceaccount:%s:%s", s.Namespace, sa)

@@ -22,6 +22,7 @@ import (
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
 	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // Reasons of the deletion conditions and events.
@@ -50,8 +51,8 @@ const maxStatusInventory = 5000
 // (CleanupAbandoned) listing what was left, so a namespace never stays Terminating
 // because of us. Other failures (the API server unavailable, a conflict) are retried
 // without limit: they say nothing about the identity, and giving up on them would leak.
-func (r *reconciler) finalize(ctx context.Context, s *status.Sync) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(s, status.Finalizer) {
+func (r *reconciler) finalize(ctx context.Context, s *v1alpha1.Sync) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(s, v1alpha1.Finalizer) {
 		return ctrl.Result{}, nil
 	}
 	// A cache that lags may still show a Sync whose finalizer we dropped while another
@@ -61,13 +62,13 @@ func (r *reconciler) finalize(ctx context.Context, s *status.Sync) (ctrl.Result,
 	if err := r.live.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if s.UID != uid || s.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(s, status.Finalizer) {
+	if s.UID != uid || s.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(s, v1alpha1.Finalizer) {
 		return ctrl.Result{}, nil
 	}
 	res, err := r.cleanup(ctx, s)
 	if err != nil {
 		reason := reasonDeleteFail
-		if s.Spec.DeletionPolicy == status.DeletionPolicyOrphan {
+		if s.Spec.DeletionPolicy == v1alpha1.DeletionPolicyOrphan {
 			reason = reasonAbandonFail
 		}
 		denied := deniedErr(err)
@@ -102,7 +103,7 @@ func (r *reconciler) finalize(ctx context.Context, s *status.Sync) (ctrl.Result,
 	if err := r.crash.call(r.crash.BeforeFinalizerRemoval, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	err = r.patchFinalizers(ctx, s, func(s *status.Sync) { controllerutil.RemoveFinalizer(s, status.Finalizer) })
+	err = r.patchFinalizers(ctx, s, func(s *v1alpha1.Sync) { controllerutil.RemoveFinalizer(s, v1alpha1.Finalizer) })
 	return ctrl.Result{}, client.IgnoreNotFound(err)
 }
 
@@ -114,7 +115,7 @@ func (r *reconciler) finalize(ctx context.Context, s *status.Sync) (ctrl.Result,
 // migrated first. A failed migration is the cleanup's failure and follows finalize's rules
 // (a refusal ends with the grace): left unmigrated, the ConfigMap would read as another
 // owner's, an error no grace applies to, and the deletion would never end (I12).
-func (r *reconciler) cleanup(ctx context.Context, s *status.Sync) (*engine.Result, error) {
+func (r *reconciler) cleanup(ctx context.Context, s *v1alpha1.Sync) (*engine.Result, error) {
 	eng, err := r.engines.forSync(s)
 	if err != nil {
 		return nil, err
@@ -123,7 +124,7 @@ func (r *reconciler) cleanup(ctx context.Context, s *status.Sync) (*engine.Resul
 		return nil, err
 	}
 	recover := recoveredInventory(s)
-	if s.Spec.DeletionPolicy == status.DeletionPolicyOrphan {
+	if s.Spec.DeletionPolicy == v1alpha1.DeletionPolicyOrphan {
 		opts := engine.DefaultAbandonOptions()
 		opts.Recover = recover
 		return eng.Abandon(ctx, inventoryRef(s), opts)
@@ -135,7 +136,7 @@ func (r *reconciler) cleanup(ctx context.Context, s *status.Sync) (*engine.Resul
 
 // deletionStatus writes a Ready=False condition on a deleting Sync, best effort: the Sync
 // may be gone or its status not writable, and the event says the same.
-func (r *reconciler) deletionStatus(ctx context.Context, s *status.Sync, reason, msg string) {
+func (r *reconciler) deletionStatus(ctx context.Context, s *v1alpha1.Sync, reason, msg string) {
 	o := status.Outcome{UID: s.UID, Generation: s.Generation, Ready: metav1.ConditionFalse, Reason: reason, Message: msg}
 	if err := r.writer.Write(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, o); err != nil {
 		logr.FromContextOrDiscard(ctx).V(1).Info("deletion status not written", "err", err)
@@ -173,11 +174,11 @@ func deniedErr(err error) bool {
 	return found
 }
 
-func policyOf(s *status.Sync) string {
-	return cmp.Or(s.Spec.DeletionPolicy, status.DeletionPolicyDelete)
+func policyOf(s *v1alpha1.Sync) string {
+	return cmp.Or(s.Spec.DeletionPolicy, v1alpha1.DeletionPolicyDelete)
 }
 
-func identity(s *status.Sync) string {
+func identity(s *v1alpha1.Sync) string {
 	if s.Spec.ServiceAccountName == "" {
 		return "the daemon"
 	}
@@ -186,7 +187,7 @@ func identity(s *status.Sync) string {
 
 // leftBehind names the objects the cleanup did not handle, as Kind namespace/name: the
 // failed ones of res, or, when the inventory could not even be read, the recovery copy.
-func leftBehind(s *status.Sync, res *engine.Result) string {
+func leftBehind(s *v1alpha1.Sync, res *engine.Result) string {
 	var ids []object.ObjMetadata
 	if res != nil {
 		for _, c := range res.Pruned {
@@ -217,7 +218,7 @@ func leftBehind(s *status.Sync, res *engine.Result) string {
 
 // recoveredInventory is the recovery copy of the inventory kept in s's status (nil when
 // there is none). Entries that do not parse are skipped: the copy is only a hint.
-func recoveredInventory(s *status.Sync) *inventory.Inventory {
+func recoveredInventory(s *v1alpha1.Sync) *inventory.Inventory {
 	if s.Status.Inventory == nil || len(s.Status.Inventory.Objects) == 0 {
 		return nil
 	}
@@ -235,8 +236,8 @@ func recoveredInventory(s *status.Sync) *inventory.Inventory {
 // inventoryStatus is the status record of the inventory inv of ref: its name, size and a
 // recovery copy of its entries, capped at maxStatusInventory with the objects outside the
 // Sync's namespace first (those a namespace deletion would not take with it).
-func inventoryStatus(ref inventory.Ref, inv *inventory.Inventory) *status.InventoryStatus {
-	out := &status.InventoryStatus{Name: ref.Name, Entries: inv.Len()}
+func inventoryStatus(ref inventory.Ref, inv *inventory.Inventory) *v1alpha1.InventoryStatus {
+	out := &v1alpha1.InventoryStatus{Name: ref.Name, Entries: inv.Len()}
 	entries := inv.Entries()
 	slices.SortStableFunc(entries, func(a, b inventory.Entry) int {
 		ao, bo := a.Object.Namespace != ref.Namespace, b.Object.Namespace != ref.Namespace
@@ -252,7 +253,7 @@ func inventoryStatus(ref inventory.Ref, inv *inventory.Inventory) *status.Invent
 		if i == maxStatusInventory {
 			break
 		}
-		out.Objects = append(out.Objects, status.InventoryObject{ID: e.Object.String(), UID: string(e.UID)})
+		out.Objects = append(out.Objects, v1alpha1.InventoryObject{ID: e.Object.String(), UID: string(e.UID)})
 	}
 	return out
 }

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/cli-utils/pkg/object"
 
 	"github.com/converge-dev/converge/inventory"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 func TestDeniedErr(t *testing.T) {
@@ -50,13 +50,13 @@ func TestInventoryStatusRoundTrip(t *testing.T) {
 		inventory.Entry{Object: id("other", "b", "", "ConfigMap")},
 	)
 	st := inventoryStatus(ref, inv)
-	want := []status.InventoryObject{
+	want := []v1alpha1.InventoryObject{
 		{ID: "_r_rbac.authorization.k8s.io_ClusterRole", UID: "u2"}, {ID: "other_b__ConfigMap"}, {ID: "apps_a__ConfigMap", UID: "u1"},
 	}
 	if diff := cmp.Diff(want, st.Objects); diff != "" || st.Entries != 3 || st.Name != ref.Name {
 		t.Errorf("status copy (-want +got):\n%s\nentries %d name %s", diff, st.Entries, st.Name)
 	}
-	back := recoveredInventory(&status.Sync{Status: status.SyncStatus{Inventory: st}})
+	back := recoveredInventory(&v1alpha1.Sync{Status: v1alpha1.SyncStatus{Inventory: st}})
 	if !back.Equal(inv) {
 		t.Errorf("round trip: %v, want %v", back.Entries(), inv.Entries())
 	}

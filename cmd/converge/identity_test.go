@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // neverReady is a Deployment that never becomes Available: the API profile runs no
@@ -39,7 +39,7 @@ func TestDaemonDropsTheOutcomeOfAReplacedSync(t *testing.T) {
 	f := newFixture(t)
 	rev := f.publish(map[string]string{"old/web.yaml": neverReady, "new/b.yaml": cmB})
 	ctx := context.Background()
-	held, release := make(chan *status.Sync, 1), make(chan struct{})
+	held, release := make(chan *v1alpha1.Sync, 1), make(chan struct{})
 	var once sync.Once
 	releaseOnce := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(releaseOnce) // never leave the daemon blocked when the test fails early
@@ -47,7 +47,7 @@ func TestDaemonDropsTheOutcomeOfAReplacedSync(t *testing.T) {
 	f.startDaemon(env.Config, func(o *runOptions) {
 		// The first reconcile stays in its wait (held here, after the wait ended, for as
 		// long as the test needs) while the Sync is replaced.
-		o.crash.BeforeStatusWrite = func(s *status.Sync) error {
+		o.crash.BeforeStatusWrite = func(s *v1alpha1.Sync) error {
 			if calls.Add(1) == 1 {
 				held <- s
 				<-release
@@ -55,10 +55,10 @@ func TestDaemonDropsTheOutcomeOfAReplacedSync(t *testing.T) {
 			return nil
 		}
 	})
-	f.createSync(time.Hour, func(s *status.Sync) {
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) {
 		s.Spec.Path, s.Spec.Timeout = "old", &metav1.Duration{Duration: 2 * time.Second}
 	})
-	var old *status.Sync
+	var old *v1alpha1.Sync
 	select {
 	case old = <-held:
 	case <-time.After(2 * time.Minute):
@@ -66,7 +66,7 @@ func TestDaemonDropsTheOutcomeOfAReplacedSync(t *testing.T) {
 	}
 
 	// Delete, strip the finalizer, re-create with another spec.
-	cur := &status.Sync{}
+	cur := &v1alpha1.Sync{}
 	if err := f.c.Get(ctx, client.ObjectKeyFromObject(old), cur); err != nil {
 		t.Fatal(err)
 	}
@@ -87,12 +87,12 @@ func TestDaemonDropsTheOutcomeOfAReplacedSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := wc.Watch(ctx, &status.SyncList{}, client.InNamespace(f.ns))
+	w, err := wc.Watch(ctx, &v1alpha1.SyncList{}, client.InNamespace(f.ns))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	replacement := f.createSync(time.Hour, func(s *status.Sync) { s.Spec.Path = "new" })
+	replacement := f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Spec.Path = "new" })
 	if replacement.UID == old.UID {
 		t.Fatalf("the re-created Sync has the old UID %s", old.UID)
 	}
@@ -111,11 +111,11 @@ func TestDaemonDropsTheOutcomeOfAReplacedSync(t *testing.T) {
 		if !open {
 			t.Fatal("the watch of the Syncs ended")
 		}
-		s, ok := ev.Object.(*status.Sync)
+		s, ok := ev.Object.(*v1alpha1.Sync)
 		if !ok || s.UID != replacement.UID {
 			continue
 		}
-		readyCond := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady)
+		readyCond := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 		if readyCond != nil && readyCond.Reason == reasonHealthCheck {
 			t.Fatalf("I14: the old Sync's outcome was written onto the new one: %s %q", readyCond.Reason, readyCond.Message)
 		}
@@ -138,17 +138,17 @@ func TestDaemonRepairsAnImpossibleObservedGeneration(t *testing.T) {
 	f.startDaemon(env.Config)
 	s := f.createSync(time.Hour)
 	f.waitSync("Ready", readyAt(rev))
-	f.updateSyncStatus(s.Name, func(s *status.Sync) { s.Status.ObservedGeneration = 999 })
+	f.updateSyncStatus(s.Name, func(s *v1alpha1.Sync) { s.Status.ObservedGeneration = 999 })
 	const request = "2026-11-23T14:00:00Z"
-	f.updateSync(s.Name, func(s *status.Sync) {
-		metav1.SetMetaDataAnnotation(&s.ObjectMeta, status.RequestedAtAnnotation, request)
+	f.updateSync(s.Name, func(s *v1alpha1.Sync) {
+		metav1.SetMetaDataAnnotation(&s.ObjectMeta, v1alpha1.RequestedAtAnnotation, request)
 	})
-	f.waitSync("handling the request", func(s *status.Sync) bool {
+	f.waitSync("handling the request", func(s *v1alpha1.Sync) bool {
 		return s.Status.LastHandledRequest == request && readyAt(rev)(s)
 	})
 
-	f.updateSync(s.Name, func(s *status.Sync) { s.Spec.Interval = metav1.Duration{Duration: 50 * time.Minute} })
-	got := f.waitSync("observing the spec change", func(s *status.Sync) bool {
+	f.updateSync(s.Name, func(s *v1alpha1.Sync) { s.Spec.Interval = metav1.Duration{Duration: 50 * time.Minute} })
+	got := f.waitSync("observing the spec change", func(s *v1alpha1.Sync) bool {
 		return s.Spec.Interval.Duration == 50*time.Minute && readyAt(rev)(s)
 	})
 	if got.Generation < 2 {
@@ -164,7 +164,7 @@ func TestDaemonSummaryTellsTheLastChange(t *testing.T) {
 	rev1 := f.publish(map[string]string{"a.yaml": cmA, "b.yaml": cmB})
 	var reconciles atomic.Int64
 	count := func(o *runOptions) {
-		o.crash.AfterRender = func(*status.Sync) error { reconciles.Add(1); return nil }
+		o.crash.AfterRender = func(*v1alpha1.Sync) error { reconciles.Add(1); return nil }
 	}
 	stop := f.startStoppableDaemon(env.Config, count)
 	s := f.createSync(time.Second) // a no-op reconcile about every second once converged
@@ -174,9 +174,9 @@ func TestDaemonSummaryTellsTheLastChange(t *testing.T) {
 	// quiet waits for one whole reconcile that started after now, then checks that the
 	// Sync was not written and that its summary is want.
 	ctx, key := context.Background(), client.ObjectKeyFromObject(s)
-	quiet := func(what string, want status.Summary) {
+	quiet := func(what string, want v1alpha1.Summary) {
 		t.Helper()
-		before := &status.Sync{}
+		before := &v1alpha1.Sync{}
 		if err := f.c.Get(ctx, key, before); err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func TestDaemonSummaryTellsTheLastChange(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: no reconcile ran", what)
 		}
-		after := &status.Sync{}
+		after := &v1alpha1.Sync{}
 		if err := f.c.Get(ctx, key, after); err != nil {
 			t.Fatal(err)
 		}
@@ -199,12 +199,12 @@ func TestDaemonSummaryTellsTheLastChange(t *testing.T) {
 		}
 	}
 	f.startDaemon(env.Config, count) // a restart: cold caches, a fresh Writer
-	quiet("a restart", status.Summary{Created: 2})
+	quiet("a restart", v1alpha1.Summary{Created: 2})
 
 	rev2 := f.publish(map[string]string{"b.yaml": ""})
 	got := f.waitSync("Ready after the prune", readyAt(rev2))
-	if diff := cmp.Diff(&status.Summary{Unchanged: 1, Pruned: 1}, got.Status.Summary); diff != "" {
+	if diff := cmp.Diff(&v1alpha1.Summary{Unchanged: 1, Pruned: 1}, got.Status.Summary); diff != "" {
 		t.Errorf("the prune's summary (-want +got):\n%s", diff)
 	}
-	quiet("a no-op after the prune", status.Summary{Unchanged: 1, Pruned: 1})
+	quiet("a no-op after the prune", v1alpha1.Summary{Unchanged: 1, Pruned: 1})
 }

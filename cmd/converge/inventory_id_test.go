@@ -24,14 +24,14 @@ import (
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // TestInventoryRefsDistinct: a Sync, "converge apply --inventory" and "converge install"
 // naming the same namespace/name get three inventory IDs. Before, all three were
 // <namespace>_<name>.
 func TestInventoryRefsDistinct(t *testing.T) {
-	sync := inventoryRef(&status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: installName}})
+	sync := inventoryRef(&v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: installName}})
 	f := applyFlags{inventory: installNamespace + "/" + installName}
 	cli, err := f.inventoryRef()
 	if err != nil {
@@ -120,7 +120,7 @@ func TestOwnersDoNotCollide(t *testing.T) {
 	}
 
 	eng := newTestEngine(t)
-	sync := &status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "prod"}}
+	sync := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "prod"}}
 	y := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: z, namespace: NS}\ndata: {by: VALUE}\n"
 	set := engine.Set{Inventory: inventoryRef(sync), Objects: objects(t, ns,
 		strings.Replace(x, "VALUE", "sync", 1), strings.Replace(y, "VALUE", "sync", 1))}
@@ -162,7 +162,7 @@ func TestSyncTakesOverLegacyInventory(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	a1 := strings.Replace(cmA, "VERSION", "1", 1)
-	sync := &status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "app"}}
+	sync := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "app"}}
 	legacy := inventory.Ref{Namespace: f.ns, Name: "app-inventory", ID: inventory.LegacyID(f.ns, "app")}
 	if _, err := newTestEngine(t).Apply(ctx, engine.Set{Inventory: legacy, Objects: objects(t, f.ns, a1, cmB)}, quickApply()); err != nil {
 		t.Fatalf("apply with the legacy ID: %v", err)
@@ -285,13 +285,13 @@ func TestSyncDeletionTakesOverLegacyInventory(t *testing.T) {
 	}
 	f.publish(map[string]string{"b.yaml": cmB})
 	f.startDaemon(env.Config)
-	s := f.createSync(time.Minute, func(s *status.Sync) { s.Spec.Suspend = true })
-	f.waitSync("holding the finalizer", func(s *status.Sync) bool { return controllerutil.ContainsFinalizer(s, status.Finalizer) })
+	s := f.createSync(time.Minute, func(s *v1alpha1.Sync) { s.Spec.Suspend = true })
+	f.waitSync("holding the finalizer", func(s *v1alpha1.Sync) bool { return controllerutil.ContainsFinalizer(s, v1alpha1.Finalizer) })
 	if err := f.c.Delete(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return apierrors.IsNotFound(f.c.Get(ctx, client.ObjectKeyFromObject(s), &status.Sync{})), nil
+		return apierrors.IsNotFound(f.c.Get(ctx, client.ObjectKeyFromObject(s), &v1alpha1.Sync{})), nil
 	})
 	if err != nil {
 		t.Fatal("the Sync was never finalized")
@@ -330,19 +330,19 @@ func TestSyncDeletionEndsWhenMigrationIsRefused(t *testing.T) {
 	}
 	f.publish(map[string]string{"b.yaml": cmB})
 	f.startDaemon(env.Config, func(o *runOptions) { o.deletionGrace = 3 * time.Second })
-	s := f.createSync(time.Minute, func(s *status.Sync) { s.Spec.Suspend, s.Spec.ServiceAccountName = true, "deployer" })
-	f.waitSync("holding the finalizer", func(s *status.Sync) bool { return controllerutil.ContainsFinalizer(s, status.Finalizer) })
+	s := f.createSync(time.Minute, func(s *v1alpha1.Sync) { s.Spec.Suspend, s.Spec.ServiceAccountName = true, "deployer" })
+	f.waitSync("holding the finalizer", func(s *v1alpha1.Sync) bool { return controllerutil.ContainsFinalizer(s, v1alpha1.Finalizer) })
 	if err := f.c.Delete(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	var saw string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		cur := &status.Sync{}
+		cur := &v1alpha1.Sync{}
 		err := f.c.Get(ctx, client.ObjectKeyFromObject(s), cur)
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}
-		if c := meta.FindStatusCondition(cur.Status.Conditions, status.ConditionReady); c != nil && c.Status == metav1.ConditionFalse {
+		if c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionFalse {
 			saw = c.Reason + ": " + c.Message
 		}
 		return false, nil

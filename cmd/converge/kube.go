@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/engine"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // kubeFlags are the standard kubectl connection flags (--kubeconfig, --context, -n, ...),
@@ -73,7 +73,7 @@ func (f *kubeFlags) clients(withEngine bool) (client.Client, *engine.Engine, err
 // newScheme knows the built-in kinds, CRDs and Sync.
 func newScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, status.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(s); err != nil {
 			panic(err) // a programming error: the schemes are static
 		}

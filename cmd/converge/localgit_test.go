@@ -8,22 +8,22 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // setURL points the fixture's Sync at url.
 func (f *fixture) setURL(url string) {
 	f.t.Helper()
-	f.updateSync("app", func(s *status.Sync) { s.Spec.Source.Git.URL = url })
+	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.Source.Git.URL = url })
 }
 
 // refused reports a Sync stalled on a refused fetch of its current generation.
-func refused(want string) func(*status.Sync) bool {
-	return func(s *status.Sync) bool {
-		ready := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady)
+func refused(want string) func(*v1alpha1.Sync) bool {
+	return func(s *v1alpha1.Sync) bool {
+		ready := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 		return s.Status.ObservedGeneration == s.Generation && ready != nil &&
 			ready.Status == "False" && ready.Reason == reasonFetchFailed && strings.Contains(ready.Message, want) &&
-			meta.IsStatusConditionTrue(s.Status.Conditions, status.ConditionStalled)
+			meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionStalled)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // resultSuccess is the result label of a reconcile that left the Sync Ready; a failed
@@ -164,7 +165,7 @@ type partialDeleter interface {
 }
 
 // sourceLoaded records the duration of one fetch and render.
-func (r *recorder) sourceLoaded(s *status.Sync, d time.Duration, revision string, committed time.Time) {
+func (r *recorder) sourceLoaded(s *v1alpha1.Sync, d time.Duration, revision string, committed time.Time) {
 	r.loadDuration.WithLabelValues(s.Namespace, s.Name).Observe(d.Seconds())
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -179,7 +180,7 @@ type commitTime struct {
 
 // applied records the objects of one engine Apply at revision and its refusals and
 // conflicts. A configured object at the revision last applied successfully is drift.
-func (r *recorder) applied(s *status.Sync, revision string, res *engine.Result, err error) {
+func (r *recorder) applied(s *v1alpha1.Sync, revision string, res *engine.Result, err error) {
 	ns, name := s.Namespace, s.Name
 	conflicts := 0
 	if res != nil {
@@ -209,7 +210,7 @@ func (r *recorder) applied(s *status.Sync, revision string, res *engine.Result, 
 
 // reconciled records one reconcile of s (as read before it) that ended in o, started at
 // start; writeErr is the status write's error.
-func (r *recorder) reconciled(s *status.Sync, o status.Outcome, start time.Time, writeErr error) {
+func (r *recorder) reconciled(s *v1alpha1.Sync, o status.Outcome, start time.Time, writeErr error) {
 	ns, name := s.Namespace, s.Name
 	now := r.now()
 	r.reconcileDuration.WithLabelValues(ns, name).Observe(now.Sub(start).Seconds())
@@ -225,12 +226,12 @@ func (r *recorder) reconciled(s *status.Sync, o status.Outcome, start time.Time,
 	if writeErr != nil {
 		r.statusFailures.WithLabelValues(ns, name).Inc()
 	}
-	r.setCondition(s, status.ConditionReady, o.Ready)
+	r.setCondition(s, v1alpha1.ConditionReady, o.Ready)
 	stalled := metav1.ConditionFalse
 	if o.Stalled {
 		stalled = metav1.ConditionTrue
 	}
-	r.setCondition(s, status.ConditionStalled, stalled)
+	r.setCondition(s, v1alpha1.ConditionStalled, stalled)
 	r.suspended.WithLabelValues(ns, name).Set(0)
 	r.interval.WithLabelValues(ns, name).Set(s.Spec.Interval.Seconds())
 	if o.AppliedRevision != "" {
@@ -245,7 +246,7 @@ func (r *recorder) reconciled(s *status.Sync, o status.Outcome, start time.Time,
 // observeLeadTime observes, once per revision, the time from the first reconcile that saw it
 // to the first that left the Sync Ready at it. A revision that was already applied when the
 // daemon first saw it (a restart) is not observed.
-func (r *recorder) observeLeadTime(s *status.Sync, o status.Outcome, start, now time.Time) {
+func (r *recorder) observeLeadTime(s *v1alpha1.Sync, o status.Outcome, start, now time.Time) {
 	if o.AttemptedRevision == "" {
 		return
 	}
@@ -275,7 +276,7 @@ func (r *recorder) commitTimeOf(key types.NamespacedName, revision string) time.
 	return time.Time{}
 }
 
-func (r *recorder) setCondition(s *status.Sync, typ string, st metav1.ConditionStatus) {
+func (r *recorder) setCondition(s *v1alpha1.Sync, typ string, st metav1.ConditionStatus) {
 	for _, v := range []metav1.ConditionStatus{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown} {
 		val := 0.0
 		if v == st {
@@ -286,7 +287,7 @@ func (r *recorder) setCondition(s *status.Sync, typ string, st metav1.ConditionS
 }
 
 // suspend records that s is suspended; its other metrics keep their last values.
-func (r *recorder) suspend(s *status.Sync) {
+func (r *recorder) suspend(s *v1alpha1.Sync) {
 	r.suspended.WithLabelValues(s.Namespace, s.Name).Set(1)
 }
 

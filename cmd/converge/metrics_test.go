@@ -32,13 +32,14 @@ import (
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 const monitoringDir = "../../deploy/monitoring"
 
 // testSync is a Sync as the reconciler reads it, last applied at revision "main@sha1:1".
-func testSync() *status.Sync {
-	s := &status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"}}
+func testSync() *v1alpha1.Sync {
+	s := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"}}
 	s.Spec.Interval = metav1.Duration{Duration: time.Minute}
 	s.Status.LastAppliedRevision = "main@sha1:1"
 	return s
@@ -63,7 +64,7 @@ func observeAll(t *testing.T, rec *recorder) {
 		Pruned:  []engine.Change{cmChange("b", engine.ActionPruned, nil)},
 	}, fmt.Errorf("prune: %w", engine.ErrPruneRefused))
 	rec.reconciled(s, status.Outcome{Ready: metav1.ConditionTrue, AttemptedRevision: "main@sha1:2", AppliedRevision: "main@sha1:2",
-		Inventory: &status.InventoryStatus{Entries: 3}}, time.Now().Add(-time.Second), errors.New("status write failed"))
+		Inventory: &v1alpha1.InventoryStatus{Entries: 3}}, time.Now().Add(-time.Second), errors.New("status write failed"))
 	rec.suspend(s)
 	_ = conflictCounting{Client: conflictClient{}, rec: rec}.Status().Patch(context.Background(), s, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
@@ -422,8 +423,8 @@ func TestMetricsProvenByPrometheus(t *testing.T) {
 
 	// A broken commit: the not-ready, failure and stale-apply alerts fire (their expressions).
 	rev2 := f.publish(map[string]string{"bad.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: x}\n"})
-	f.waitSync("Ready=False on the broken commit", func(s *status.Sync) bool {
-		return s.Status.LastAttemptedRevision == rev2 && meta.IsStatusConditionFalse(s.Status.Conditions, status.ConditionReady)
+	f.waitSync("Ready=False on the broken commit", func(s *v1alpha1.Sync) bool {
+		return s.Status.LastAttemptedRevision == rev2 && meta.IsStatusConditionFalse(s.Status.Conditions, v1alpha1.ConditionReady)
 	})
 	for _, alert := range []string{"ConvergeSyncNotReady", "ConvergeReconcileFailures", "ConvergeNoSuccessfulApply"} {
 		prom.waitFor(alert+" during the broken commit", m.alert(t, alert), hasSeries(f.ns, "app"))
@@ -434,8 +435,8 @@ func TestMetricsProvenByPrometheus(t *testing.T) {
 	// The fix removes b and c, over a prune budget of 1: the prune is refused.
 	setPruneBudget(t, f, 1) // observed before the next commit, which the daemon must not prune
 	rev3 := f.publish(map[string]string{"bad.yaml": "", "b.yaml": "", "c.yaml": ""})
-	f.waitSync("refusing the prune", func(s *status.Sync) bool {
-		r := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady)
+	f.waitSync("refusing the prune", func(s *v1alpha1.Sync) bool {
+		r := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 		return s.Status.LastAttemptedRevision == rev3 && r != nil && r.Status == metav1.ConditionFalse && strings.Contains(r.Message, "prune refused")
 	})
 	prom.waitFor("ConvergePruneRefused", m.alert(t, "ConvergePruneRefused"), hasSeries(f.ns, "app"))
@@ -465,7 +466,7 @@ func TestMetricsProvenByPrometheus(t *testing.T) {
 // generation.
 func setPruneBudget(t *testing.T, f *fixture, budget int) {
 	t.Helper()
-	s := &status.Sync{}
+	s := &v1alpha1.Sync{}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "app"}, s); err != nil {
 			return err
@@ -476,7 +477,7 @@ func setPruneBudget(t *testing.T, f *fixture, budget int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.waitSync("observing the prune budget", func(got *status.Sync) bool {
+	f.waitSync("observing the prune budget", func(got *v1alpha1.Sync) bool {
 		return got.Generation >= s.Generation && got.Status.ObservedGeneration == got.Generation
 	})
 }

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // quickStart creates and owns one Sync from `converge run` flags.
@@ -40,11 +40,11 @@ func (q *quickStart) apply(ctx context.Context, c client.Client, namespace strin
 	if err := ensureNamespace(ctx, c, namespace); err != nil {
 		return err
 	}
-	s := &status.Sync{
-		TypeMeta:   metav1.TypeMeta{APIVersion: status.GroupVersion.String(), Kind: "Sync"},
+	s := &v1alpha1.Sync{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Sync"},
 		ObjectMeta: metav1.ObjectMeta{Name: q.name, Namespace: namespace},
-		Spec: status.SyncSpec{
-			Source:   status.Source{Git: &status.GitSource{URL: q.gitURL, Ref: status.GitRef{Branch: q.branch, Tag: q.tag, SemVer: q.semver, Commit: q.commit}}},
+		Spec: v1alpha1.SyncSpec{
+			Source:   v1alpha1.Source{Git: &v1alpha1.GitSource{URL: q.gitURL, Ref: v1alpha1.GitRef{Branch: q.branch, Tag: q.tag, SemVer: q.semver, Commit: q.commit}}},
 			Path:     q.path,
 			Interval: metav1.Duration{Duration: q.interval},
 			Prune:    q.prune,

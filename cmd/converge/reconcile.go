@@ -23,6 +23,7 @@ import (
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
 	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // Condition reasons written by the daemon.
@@ -55,7 +56,7 @@ type reconciler struct {
 func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("sync", req.NamespacedName)
 	ctx = logr.NewContext(ctx, log)
-	s := &status.Sync{}
+	s := &v1alpha1.Sync{}
 	if err := r.client.Get(ctx, req.NamespacedName, s); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.metrics.forget(req.NamespacedName)
@@ -68,8 +69,8 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.drift.forget(req.NamespacedName)
 		return r.finalize(ctx, s)
 	}
-	if !controllerutil.ContainsFinalizer(s, status.Finalizer) {
-		if err := r.patchFinalizers(ctx, s, func(s *status.Sync) { controllerutil.AddFinalizer(s, status.Finalizer) }); err != nil {
+	if !controllerutil.ContainsFinalizer(s, v1alpha1.Finalizer) {
+		if err := r.patchFinalizers(ctx, s, func(s *v1alpha1.Sync) { controllerutil.AddFinalizer(s, v1alpha1.Finalizer) }); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -108,8 +109,8 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // sync does the work of one reconcile and describes it as an Outcome. failed reports a
 // failure that deserves a retry with back-off; a non-nil crash means a test crash point
 // fired and nothing more may be written.
-func (r *reconciler) sync(ctx context.Context, s *status.Sync) (o status.Outcome, failed bool, crash error) {
-	o = status.Outcome{UID: s.UID, Generation: s.Generation, HandledRequest: s.Annotations[status.RequestedAtAnnotation]}
+func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outcome, failed bool, crash error) {
+	o = status.Outcome{UID: s.UID, Generation: s.Generation, HandledRequest: s.Annotations[v1alpha1.RequestedAtAnnotation]}
 	src, err := r.source(ctx, s)
 	if err != nil {
 		return r.fail(s, o, reasonFetchFailed, err, false), true, nil
@@ -146,7 +147,7 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (o status.Outcome
 	r.metrics.applied(s, bundle.Revision, res, err)
 	sum := res.Summary() // zero for a nil result
 	if res != nil {
-		o.Summary = &status.Summary{Created: sum.Created, Configured: sum.Configured, Unchanged: sum.Unchanged,
+		o.Summary = &v1alpha1.Summary{Created: sum.Created, Configured: sum.Configured, Unchanged: sum.Unchanged,
 			Pruned: sum.Pruned, Skipped: sum.Skipped, Failed: sum.Failed, NotReady: sum.NotReady}
 		r.recordEvents(s, bundle.Revision, sum)
 		if res.Inventory != nil {
@@ -167,14 +168,14 @@ func (r *reconciler) sync(ctx context.Context, s *status.Sync) (o status.Outcome
 	return o, false, nil
 }
 
-func (r *reconciler) fail(s *status.Sync, o status.Outcome, reason string, err error, terminal bool) status.Outcome {
+func (r *reconciler) fail(s *v1alpha1.Sync, o status.Outcome, reason string, err error, terminal bool) status.Outcome {
 	o.Ready, o.Reason, o.Message, o.Stalled = metav1.ConditionFalse, reason, err.Error(), terminal
 	r.events.Event(s, corev1.EventTypeWarning, reason, truncate(err.Error(), 1024))
 	return o
 }
 
 // source turns the Sync spec and its secret into a sources.Source.
-func (r *reconciler) source(ctx context.Context, s *status.Sync) (sources.Source, error) {
+func (r *reconciler) source(ctx context.Context, s *v1alpha1.Sync) (sources.Source, error) {
 	g := s.Spec.Source.Git
 	if g == nil {
 		return sources.Source{}, errors.New("spec.source.git is required")
@@ -207,14 +208,14 @@ func (r *reconciler) source(ctx context.Context, s *status.Sync) (sources.Source
 // The ID is in the Syncs' own ID namespace (sync_<ns>_<name>): no "converge apply
 // --inventory" or "converge install" can share it. Legacy is the ID of earlier versions,
 // taken over by the engine's Migrate.
-func inventoryRef(s *status.Sync) inventory.Ref {
+func inventoryRef(s *v1alpha1.Sync) inventory.Ref {
 	return inventory.Ref{Namespace: s.Namespace, Name: truncate(s.Name, 230) + "-inventory",
 		ID: inventory.ID(inventory.OwnerSync, s.Namespace, s.Name), Legacy: inventory.LegacyID(s.Namespace, s.Name)}
 }
 
 // migrateInventory takes over the Sync's inventory stored under its legacy ID, before an
 // apply or a deletion works on it under the new ID.
-func migrateInventory(ctx context.Context, eng *engine.Engine, s *status.Sync) (inventory.Ref, error) {
+func migrateInventory(ctx context.Context, eng *engine.Engine, s *v1alpha1.Sync) (inventory.Ref, error) {
 	ref, err := eng.Migrate(ctx, inventoryRef(s), inventory.DefaultMigrateOptions())
 	if err != nil {
 		return ref, fmt.Errorf("sync %s/%s: %w", s.Namespace, s.Name, err)
@@ -222,7 +223,7 @@ func migrateInventory(ctx context.Context, eng *engine.Engine, s *status.Sync) (
 	return ref, nil
 }
 
-func applyOptions(s *status.Sync) engine.ApplyOptions {
+func applyOptions(s *v1alpha1.Sync) engine.ApplyOptions {
 	opts := engine.DefaultApplyOptions()
 	opts.Prune, opts.Wait = s.Spec.Prune, s.Spec.Wait
 	opts.AllowEmpty, opts.PruneBudget, opts.Force = s.Spec.AllowEmpty, s.Spec.PruneBudget, s.Spec.Force
@@ -237,7 +238,7 @@ func applyOptions(s *status.Sync) engine.ApplyOptions {
 // next is when to reconcile again: the interval with ±10% jitter after success or a terminal
 // failure, an exponential back-off from retryInterval (capped at the interval) after a
 // transient failure.
-func (r *reconciler) next(s *status.Sync, retry bool) time.Duration {
+func (r *reconciler) next(s *v1alpha1.Sync, retry bool) time.Duration {
 	interval := s.Spec.Interval.Duration
 	if interval <= 0 {
 		interval = 5 * time.Minute
@@ -254,7 +255,7 @@ func (r *reconciler) next(s *status.Sync, retry bool) time.Duration {
 	return min(d, interval)
 }
 
-func (r *reconciler) recordEvents(s *status.Sync, revision string, sum engine.Summary) {
+func (r *reconciler) recordEvents(s *v1alpha1.Sync, revision string, sum engine.Summary) {
 	if sum.Created+sum.Configured > 0 {
 		r.events.Eventf(s, corev1.EventTypeNormal, "Applied", "revision %s: %d created, %d configured", revision, sum.Created, sum.Configured)
 	}
@@ -264,7 +265,7 @@ func (r *reconciler) recordEvents(s *status.Sync, revision string, sum engine.Su
 }
 
 // patchFinalizers changes metadata.finalizers with an optimistic lock.
-func (r *reconciler) patchFinalizers(ctx context.Context, s *status.Sync, mutate func(*status.Sync)) error {
+func (r *reconciler) patchFinalizers(ctx context.Context, s *v1alpha1.Sync, mutate func(*v1alpha1.Sync)) error {
 	base := s.DeepCopy()
 	mutate(s)
 	err := r.client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/converge-dev/converge/sources"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // TestDaemonRenderTimeout: the daemon's load stops a render that does not end at
@@ -60,10 +60,10 @@ func TestDaemonRenderIsIsolated(t *testing.T) {
 		"plugins/kustomization.yaml": "resources: [patch.yaml]\n",
 		"plugins/patch.yaml":         "apiVersion: builtin\nkind: PatchTransformer\nmetadata: {name: p}\npath: " + url + "/p.yaml\ntarget: {kind: ConfigMap}\n",
 	})
-	s := f.waitSync("Ready=False on the remote patch", func(s *status.Sync) bool {
-		return s.Status.LastAttemptedRevision == rev2 && meta.IsStatusConditionFalse(s.Status.Conditions, status.ConditionReady)
+	s := f.waitSync("Ready=False on the remote patch", func(s *v1alpha1.Sync) bool {
+		return s.Status.LastAttemptedRevision == rev2 && meta.IsStatusConditionFalse(s.Status.Conditions, v1alpha1.ConditionReady)
 	})
-	ready := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady)
+	ready := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 	if ready.Reason != reasonBuildFailed || !strings.Contains(ready.Message, "plugins/patch.yaml: path: remote bases are disabled") || hits.Load() != 0 {
 		t.Errorf("Ready = %s %q after %d requests; want %s naming plugins/patch.yaml and no request", ready.Reason, ready.Message, hits.Load(), reasonBuildFailed)
 	}
@@ -73,11 +73,11 @@ func TestDaemonRenderIsIsolated(t *testing.T) {
 
 	t.Setenv("CONVERGE_RENDER_TEST_HANG", ".") // the root kustomization's build blocks
 	rev3 := f.publish(map[string]string{"kustomization.yaml": "resources: [a.yaml]\n", "plugins/kustomization.yaml": "", "plugins/patch.yaml": ""})
-	s = f.waitSync("Ready=False on the stuck render", func(s *status.Sync) bool {
-		r := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady)
+	s = f.waitSync("Ready=False on the stuck render", func(s *v1alpha1.Sync) bool {
+		r := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 		return s.Status.LastAttemptedRevision == rev3 && r != nil && strings.Contains(r.Message, "RenderTimeout")
 	})
-	ready = meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady)
+	ready = meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 	if ready.Reason != reasonBuildFailed || !strings.Contains(ready.Message, "kustomization.yaml: kustomize build stopped") {
 		t.Errorf("Ready = %s %q; want %s, RenderTimeout naming kustomization.yaml", ready.Reason, ready.Message, reasonBuildFailed)
 	}

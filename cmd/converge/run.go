@@ -27,6 +27,7 @@ import (
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // runOptions are the flags of `converge run`.
@@ -216,7 +217,7 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		grace:   o.deletionGrace,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&status.Sync{}, builder.WithPredicates(syncChanged{}))
+		For(&v1alpha1.Sync{}, builder.WithPredicates(syncChanged{}))
 	if drift != nil {
 		b = b.WatchesRawSource(drift.source())
 	}
@@ -261,7 +262,7 @@ func (syncChanged) Update(e event.UpdateEvent) bool {
 	}
 	return o.GetUID() != n.GetUID() || // a relist can fold a delete and a re-create into one update
 		o.GetGeneration() != n.GetGeneration() ||
-		o.GetAnnotations()[status.RequestedAtAnnotation] != n.GetAnnotations()[status.RequestedAtAnnotation] ||
+		o.GetAnnotations()[v1alpha1.RequestedAtAnnotation] != n.GetAnnotations()[v1alpha1.RequestedAtAnnotation] ||
 		!n.GetDeletionTimestamp().IsZero()
 }
 

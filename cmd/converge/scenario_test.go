@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 
 	"github.com/converge-dev/converge/e2e/fault"
 )
@@ -92,12 +92,12 @@ func TestS10GitAndDiscoveryOutages(t *testing.T) {
 	discovery := &failing{match: isDiscovery}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { discovery.next = rt; return discovery })
 	f.startDaemon(cfg)
-	s := f.createSync(time.Second, func(s *status.Sync) { s.Spec.Source.Git.URL = gitProxy.URL + "/app.git" })
+	s := f.createSync(time.Second, func(s *v1alpha1.Sync) { s.Spec.Source.Git.URL = gitProxy.URL + "/app.git" })
 	f.waitSync("Ready at the first commit", readyAt(rev1))
 
-	notReadyAt := func(rev string) func(*status.Sync) bool {
-		return func(s *status.Sync) bool {
-			return meta.IsStatusConditionFalse(s.Status.Conditions, status.ConditionReady) && s.Status.LastAppliedRevision == rev
+	notReadyAt := func(rev string) func(*v1alpha1.Sync) bool {
+		return func(s *v1alpha1.Sync) bool {
+			return meta.IsStatusConditionFalse(s.Status.Conditions, v1alpha1.ConditionReady) && s.Status.LastAppliedRevision == rev
 		}
 	}
 	kept := func(name, during string) {

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 func newStatusCommand(kube *kubeFlags) *cobra.Command {
@@ -32,7 +32,7 @@ func newStatusCommand(kube *kubeFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			list := &status.SyncList{}
+			list := &v1alpha1.SyncList{}
 			opts := []client.ListOption{}
 			if !all {
 				opts = append(opts, client.InNamespace(kube.namespace()))
@@ -61,7 +61,7 @@ func newStatusCommand(kube *kubeFlags) *cobra.Command {
 }
 
 // printSyncs writes a table like `flux get kustomizations`.
-func printSyncs(w io.Writer, items []status.Sync, withNamespace bool) {
+func printSyncs(w io.Writer, items []v1alpha1.Sync, withNamespace bool) {
 	sort.Slice(items, func(i, j int) bool {
 		if items[i].Namespace != items[j].Namespace {
 			return items[i].Namespace < items[j].Namespace
@@ -75,7 +75,7 @@ func printSyncs(w io.Writer, items []status.Sync, withNamespace bool) {
 	fmt.Fprintln(tw, "NAME\tREADY\tREVISION\tSUSPENDED\tAGE\tMESSAGE")
 	for _, s := range items {
 		ready, msg := "Unknown", "not reconciled yet"
-		if c := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady); c != nil {
+		if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); c != nil {
 			ready, msg = string(c.Status), c.Message
 		}
 		if s.Status.ObservedGeneration != s.Generation && ready != "Unknown" {
@@ -117,7 +117,7 @@ prints the Sync. It exits non-zero when the Sync is not Ready afterwards.`,
 			key := client.ObjectKey{Namespace: kube.namespace(), Name: args[0]}
 			s, err := requestReconcile(cmd.Context(), c, key, timeout)
 			if s != nil {
-				printSyncs(cmd.OutOrStdout(), []status.Sync{*s}, false)
+				printSyncs(cmd.OutOrStdout(), []v1alpha1.Sync{*s}, false)
 			}
 			return err
 		},
@@ -127,8 +127,8 @@ prints the Sync. It exits non-zero when the Sync is not Ready afterwards.`,
 }
 
 // requestReconcile annotates key and waits until the daemon handled the request.
-func requestReconcile(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration) (*status.Sync, error) {
-	s := &status.Sync{}
+func requestReconcile(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration) (*v1alpha1.Sync, error) {
+	s := &v1alpha1.Sync{}
 	if err := c.Get(ctx, key, s); err != nil {
 		return nil, fmt.Errorf("sync %s: %w", key, err)
 	}
@@ -140,7 +140,7 @@ func requestReconcile(ctx context.Context, c client.Client, key client.ObjectKey
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
-	s.Annotations[status.RequestedAtAnnotation] = requested
+	s.Annotations[v1alpha1.RequestedAtAnnotation] = requested
 	if err := c.Patch(ctx, s, client.MergeFrom(base)); err != nil {
 		return nil, fmt.Errorf("sync %s: request reconcile: %w", key, err)
 	}
@@ -153,7 +153,7 @@ func requestReconcile(ctx context.Context, c client.Client, key client.ObjectKey
 	if err != nil {
 		return s, fmt.Errorf("sync %s: the daemon did not handle the request within %s (is `converge run` running?)", key, timeout)
 	}
-	if !meta.IsStatusConditionTrue(s.Status.Conditions, status.ConditionReady) {
+	if !meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionReady) {
 		return s, errors.New("reconciled, but the Sync is not Ready")
 	}
 	return s, nil

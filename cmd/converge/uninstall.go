@@ -25,7 +25,7 @@ import (
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // uninstallFlags are the flags of "converge uninstall".
@@ -196,8 +196,8 @@ func stopDaemon(ctx context.Context, c client.Client, timeout time.Duration) (bo
 }
 
 // listSyncs lists every Sync; none when the CRD is not installed.
-func listSyncs(ctx context.Context, c client.Client) ([]status.Sync, error) {
-	list := &status.SyncList{}
+func listSyncs(ctx context.Context, c client.Client) ([]v1alpha1.Sync, error) {
+	list := &v1alpha1.SyncList{}
 	err := c.List(ctx, list)
 	if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
 		return nil, nil
@@ -208,7 +208,7 @@ func listSyncs(ctx context.Context, c client.Client) ([]status.Sync, error) {
 	return list.Items, nil
 }
 
-func describeSyncs(syncs []status.Sync) string {
+func describeSyncs(syncs []v1alpha1.Sync) string {
 	namespaces := map[string]bool{}
 	for _, s := range syncs {
 		namespaces[s.Namespace] = true
@@ -227,15 +227,15 @@ func releaseSyncs(ctx context.Context, c client.Client) error {
 	for _, s := range syncs {
 		key := client.ObjectKeyFromObject(&s)
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cur := &status.Sync{}
+			cur := &v1alpha1.Sync{}
 			if err := c.Get(ctx, key, cur); err != nil {
 				return err
 			}
-			if !controllerutil.ContainsFinalizer(cur, status.Finalizer) {
+			if !controllerutil.ContainsFinalizer(cur, v1alpha1.Finalizer) {
 				return nil
 			}
 			base := cur.DeepCopy()
-			controllerutil.RemoveFinalizer(cur, status.Finalizer)
+			controllerutil.RemoveFinalizer(cur, v1alpha1.Finalizer)
 			return c.Patch(ctx, cur, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 		})
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -307,13 +307,13 @@ func waitCRDGone(ctx context.Context, c client.Client, timeout time.Duration) er
 	held := 0
 	if syncs, lerr := listSyncs(ctx, c); lerr == nil {
 		for _, s := range syncs {
-			if controllerutil.ContainsFinalizer(&s, status.Finalizer) {
+			if controllerutil.ContainsFinalizer(&s, v1alpha1.Finalizer) {
 				held++
 			}
 		}
 	}
 	return fmt.Errorf("crd %s still terminating after %s; %d Syncs carry %s again (is a daemon still running elsewhere?): %w",
-		syncCRDName, timeout, held, status.Finalizer, err)
+		syncCRDName, timeout, held, v1alpha1.Finalizer, err)
 }
 
 // isTerminal reports whether stream (stdin, stdout) is a terminal, not a pipe, a file or

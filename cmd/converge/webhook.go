@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // webhookTokenKey is the key of the Secret named by spec.webhook.secretRef, as in a Flux
@@ -146,7 +146,7 @@ func (w *webhook) handle(rw http.ResponseWriter, req *http.Request) {
 // secretOf reads the Sync and the token of the Secret it names (see tokenOf). It returns a
 // nil secret and the reason (for the log only, never shown to the caller) when there is none.
 func (w *webhook) secretOf(ctx context.Context, key client.ObjectKey) (types.UID, []byte, string) {
-	s := &status.Sync{}
+	s := &v1alpha1.Sync{}
 	if err := w.syncs.Get(ctx, key, s); err != nil {
 		// Not an error log: any caller can name a namespace outside the cache.
 		return "", nil, "cannot read the Sync: " + err.Error()
@@ -187,12 +187,12 @@ func (w *webhook) tokenOf(ctx context.Context, key, ref client.ObjectKey) (token
 func (w *webhook) request(ctx context.Context, key client.ObjectKey, uid types.UID) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid":         uid,
-		"annotations": map[string]string{status.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
+		"annotations": map[string]string{v1alpha1.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
 	}})
 	if err != nil {
 		return err
 	}
-	s := &status.Sync{}
+	s := &v1alpha1.Sync{}
 	s.Namespace, s.Name = key.Namespace, key.Name
 	return w.client.Patch(ctx, s, client.RawPatch(types.MergePatchType, patch))
 }

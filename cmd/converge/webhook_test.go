@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/cluster"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // hookFixture is a webhook receiver served against the real API server, with Syncs that
@@ -58,8 +58,8 @@ func newHookFixture(t *testing.T, opts webhookOptions, mutate ...func(*webhook))
 func (h *hookFixture) sync(name, token string) {
 	h.t.Helper()
 	ctx := context.Background()
-	s := &status.Sync{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns}, Spec: status.SyncSpec{
-		Source:   status.Source{Git: &status.GitSource{URL: h.git.RepoURL("app")}},
+	s := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns}, Spec: v1alpha1.SyncSpec{
+		Source:   v1alpha1.Source{Git: &v1alpha1.GitSource{URL: h.git.RepoURL("app")}},
 		Interval: metav1.Duration{Duration: time.Hour}, Suspend: true}}
 	if token != "" {
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-webhook", Namespace: h.ns},
@@ -67,7 +67,7 @@ func (h *hookFixture) sync(name, token string) {
 		if err := h.c.Create(ctx, sec); err != nil {
 			h.t.Fatal(err)
 		}
-		s.Spec.Webhook = &status.Webhook{SecretRef: status.LocalObjectReference{Name: sec.Name}}
+		s.Spec.Webhook = &v1alpha1.Webhook{SecretRef: v1alpha1.LocalObjectReference{Name: sec.Name}}
 	}
 	if err := h.c.Create(ctx, s); err != nil {
 		h.t.Fatal(err)
@@ -104,11 +104,11 @@ func (h *hookFixture) post(name string, body []byte, headers map[string]string) 
 
 func (h *hookFixture) requestedAt(name string) string {
 	h.t.Helper()
-	s := &status.Sync{}
+	s := &v1alpha1.Sync{}
 	if err := h.c.Get(context.Background(), client.ObjectKey{Namespace: h.ns, Name: name}, s); err != nil {
 		h.t.Fatal(err)
 	}
-	return s.Annotations[status.RequestedAtAnnotation]
+	return s.Annotations[v1alpha1.RequestedAtAnnotation]
 }
 
 func github(secret string, body []byte, delivery string) map[string]string {

@@ -22,7 +22,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // syncNamespace holds every Sync of the daemon mode and their inventories. It is not part
@@ -35,7 +35,7 @@ type syncSpec struct{ name, path string }
 // newSyncClient returns a client that knows Syncs and can watch them.
 func newSyncClient(cfg *rest.Config) (client.WithWatch, error) {
 	scheme := runtime.NewScheme()
-	if err := status.AddToScheme(scheme); err != nil {
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})
@@ -44,24 +44,24 @@ func newSyncClient(cfg *rest.Config) (client.WithWatch, error) {
 // newSync returns the Sync of s on repoURL's main branch: prune on, no readiness wait (the
 // API profile runs no controllers, so a Deployment would never become available), objects
 // deleted with the Sync.
-func newSync(s syncSpec, repoURL string, interval time.Duration) *status.Sync {
-	return &status.Sync{
+func newSync(s syncSpec, repoURL string, interval time.Duration) *v1alpha1.Sync {
+	return &v1alpha1.Sync{
 		ObjectMeta: metav1.ObjectMeta{Namespace: syncNamespace, Name: s.name},
-		Spec: status.SyncSpec{
-			Source:         status.Source{Git: &status.GitSource{URL: repoURL, Ref: status.GitRef{Branch: "main"}}},
+		Spec: v1alpha1.SyncSpec{
+			Source:         v1alpha1.Source{Git: &v1alpha1.GitSource{URL: repoURL, Ref: v1alpha1.GitRef{Branch: "main"}}},
 			Path:           s.path,
 			Interval:       metav1.Duration{Duration: interval},
 			Prune:          true,
 			Wait:           false,
-			DeletionPolicy: status.DeletionPolicyDelete,
+			DeletionPolicy: v1alpha1.DeletionPolicyDelete,
 		},
 	}
 }
 
 // syncReady reports whether s is Ready at revision for its current generation.
-func syncReady(s *status.Sync, revision string) bool {
+func syncReady(s *v1alpha1.Sync, revision string) bool {
 	return s.Status.ObservedGeneration == s.Generation && s.Status.LastAppliedRevision == revision &&
-		meta.IsStatusConditionTrue(s.Status.Conditions, status.ConditionReady)
+		meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionReady)
 }
 
 // syncWatch follows the Syncs of syncNamespace and records when each wanted one is first
@@ -73,7 +73,7 @@ type syncWatch struct {
 	want     map[string]bool
 	ready    map[string]time.Duration
 	failed   map[string]string // name → "reason: message" of its first Ready=False
-	last     map[string]*status.Sync
+	last     map[string]*v1alpha1.Sync
 	w        watch.Interface
 }
 
@@ -81,7 +81,7 @@ type syncWatch struct {
 // Times are measured from start.
 func openSyncWatch(ctx context.Context, c client.WithWatch, names []string, revision string, start time.Time) (*syncWatch, error) {
 	sw := &syncWatch{c: c, revision: revision, start: start, want: map[string]bool{},
-		ready: map[string]time.Duration{}, failed: map[string]string{}, last: map[string]*status.Sync{}}
+		ready: map[string]time.Duration{}, failed: map[string]string{}, last: map[string]*v1alpha1.Sync{}}
 	for _, n := range names {
 		sw.want[n] = true
 	}
@@ -90,14 +90,14 @@ func openSyncWatch(ctx context.Context, c client.WithWatch, names []string, revi
 
 // open lists the Syncs, observes each, and watches from the list's resourceVersion.
 func (sw *syncWatch) open(ctx context.Context) error {
-	list := &status.SyncList{}
+	list := &v1alpha1.SyncList{}
 	if err := sw.c.List(ctx, list, client.InNamespace(syncNamespace)); err != nil {
 		return fmt.Errorf("list Syncs: %w", err)
 	}
 	for i := range list.Items {
 		sw.observe(&list.Items[i])
 	}
-	w, err := sw.c.Watch(ctx, &status.SyncList{}, client.InNamespace(syncNamespace),
+	w, err := sw.c.Watch(ctx, &v1alpha1.SyncList{}, client.InNamespace(syncNamespace),
 		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
 	if err != nil {
 		return fmt.Errorf("watch Syncs: %w", err)
@@ -107,7 +107,7 @@ func (sw *syncWatch) open(ctx context.Context) error {
 }
 
 // observe records what s says.
-func (sw *syncWatch) observe(s *status.Sync) {
+func (sw *syncWatch) observe(s *v1alpha1.Sync) {
 	if !sw.want[s.Name] {
 		return
 	}
@@ -119,7 +119,7 @@ func (sw *syncWatch) observe(s *status.Sync) {
 		sw.ready[s.Name] = time.Since(sw.start)
 		return
 	}
-	if c := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady); c != nil &&
+	if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); c != nil &&
 		c.Status == metav1.ConditionFalse && sw.failed[s.Name] == "" && s.Status.ObservedGeneration == s.Generation {
 		sw.failed[s.Name] = c.Reason + ": " + truncateString(c.Message, 300)
 	}
@@ -144,7 +144,7 @@ func (sw *syncWatch) wait(ctx context.Context, timeout time.Duration) error {
 				}
 				continue
 			}
-			if s, ok := ev.Object.(*status.Sync); ok && ev.Type != watch.Deleted {
+			if s, ok := ev.Object.(*v1alpha1.Sync); ok && ev.Type != watch.Deleted {
 				sw.observe(s)
 			}
 		}
@@ -166,7 +166,7 @@ func (sw *syncWatch) pending() string {
 		desc := "never seen"
 		if s := sw.last[n]; s != nil {
 			desc = fmt.Sprintf("generation %d observed %d, applied %q", s.Generation, s.Status.ObservedGeneration, s.Status.LastAppliedRevision)
-			if c := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady); c != nil {
+			if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); c != nil {
 				desc += fmt.Sprintf(", Ready=%s %s: %s", c.Status, c.Reason, truncateString(c.Message, 300))
 			}
 		}
@@ -208,7 +208,7 @@ func createSyncs(ctx context.Context, c client.Client, specs []syncSpec, repoURL
 // policy (deleted every object of their inventories) and dropped their finalizers.
 func deleteSyncs(ctx context.Context, c client.Client, specs []syncSpec, timeout time.Duration) error {
 	for _, s := range specs {
-		err := c.Delete(ctx, &status.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: syncNamespace, Name: s.name}})
+		err := c.Delete(ctx, &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: syncNamespace, Name: s.name}})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete Sync %s: %w", s.name, err)
 		}
@@ -219,7 +219,7 @@ func deleteSyncs(ctx context.Context, c client.Client, specs []syncSpec, timeout
 	}
 	left := 0
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		list := &status.SyncList{}
+		list := &v1alpha1.SyncList{}
 		if err := c.List(ctx, list, client.InNamespace(syncNamespace)); err != nil {
 			return false, nil
 		}

@@ -41,7 +41,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/cli-utils/pkg/object"
 
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // OwnerAnnotation is the annotation whose value names the inventory that owns an object
@@ -145,7 +145,7 @@ func Start(ctx context.Context, cfg *rest.Config, opts Options) (*Checker, error
 	var wg sync.WaitGroup
 	wg.Go(func() { c.follow(ctx, cmWatch, c.applyEvent) })
 	if opts.Sync != "" {
-		syncs := dyn.Resource(status.GroupVersion.WithResource("syncs")).Namespace(opts.Namespace)
+		syncs := dyn.Resource(v1alpha1.GroupVersion.WithResource("syncs")).Namespace(opts.Namespace)
 		c.syncs = syncs
 		first, err := syncs.List(ctx, metav1.ListOptions{}) // nil while the CRD is not served
 		if err != nil {

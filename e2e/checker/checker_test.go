@@ -21,7 +21,7 @@ import (
 
 	"github.com/converge-dev/converge/deploy"
 	"github.com/converge-dev/converge/e2e/cluster"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 var env *cluster.Cluster
@@ -42,9 +42,9 @@ func TestCheckerReportsViolations(t *testing.T) {
 		t.Fatal(err)
 	}
 	installCRD(t, dyn)
-	syncs := dyn.Resource(status.GroupVersion.WithResource("syncs")).Namespace(ns)
+	syncs := dyn.Resource(v1alpha1.GroupVersion.WithResource("syncs")).Namespace(ns)
 	sync := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": status.GroupVersion.String(), "kind": "Sync",
+		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Sync",
 		"metadata": map[string]any{"name": "app"},
 		"spec":     map[string]any{"source": map[string]any{"git": map[string]any{"url": "https://git.example/a.git"}}, "interval": "1m"},
 	}}
@@ -152,7 +152,7 @@ func installCRD(t *testing.T, dyn dynamic.Interface) {
 	}
 	// The API server serves the new resource a moment after Established.
 	_ = wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(status.GroupVersion.WithResource("syncs")).List(ctx, metav1.ListOptions{Limit: 1})
+		_, err := dyn.Resource(v1alpha1.GroupVersion.WithResource("syncs")).List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil, nil
 	})
 }

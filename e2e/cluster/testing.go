@@ -97,7 +97,7 @@ func sanitize(s string) string {
 }
 
 // Client returns an uncached controller-runtime client straight to the API server, with the
-// built-in kinds and whatever adds registers (status.AddToScheme, apiextensionsv1.AddToScheme…).
+// built-in kinds and whatever adds registers (v1alpha1.AddToScheme, apiextensionsv1.AddToScheme…).
 func (c *Cluster) Client(t testing.TB, adds ...func(*runtime.Scheme) error) client.Client {
 	t.Helper()
 	scheme := runtime.NewScheme()

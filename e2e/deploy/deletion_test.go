@@ -16,7 +16,7 @@ import (
 	"github.com/converge-dev/converge/e2e/binary"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/gitserver"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // TestNamespaceDeletionEnds deletes the namespace of a Sync that applies as its own
@@ -55,10 +55,10 @@ func TestNamespaceDeletionEnds(t *testing.T) {
 		"--leader-elect=false", "--metrics-addr", "0", "--health-addr", "0", "--git-cache-dir", t.TempDir(),
 		"--deletion-grace", "5s")
 	waitFor(t, "the Sync CRD", func(ctx context.Context) bool {
-		s := &status.Sync{
+		s := &v1alpha1.Sync{
 			ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
-			Spec: status.SyncSpec{
-				Source:             status.Source{Git: &status.GitSource{URL: srv.RepoURL("app"), Ref: status.GitRef{Branch: "main"}}},
+			Spec: v1alpha1.SyncSpec{
+				Source:             v1alpha1.Source{Git: &v1alpha1.GitSource{URL: srv.RepoURL("app"), Ref: v1alpha1.GitRef{Branch: "main"}}},
 				Path:               ".",
 				Interval:           metav1.Duration{Duration: time.Hour},
 				Prune:              true,
@@ -67,7 +67,7 @@ func TestNamespaceDeletionEnds(t *testing.T) {
 		}
 		return c.Create(ctx, s) == nil
 	})
-	waitSync(t, c, ns, "app", func(s *status.Sync) bool { return s.Status.LastAppliedRevision == rev })
+	waitSync(t, c, ns, "app", func(s *v1alpha1.Sync) bool { return s.Status.LastAppliedRevision == rev })
 
 	for _, o := range []client.Object{rb, sa} {
 		if err := c.Delete(ctx, o); err != nil {
@@ -81,7 +81,7 @@ func TestNamespaceDeletionEnds(t *testing.T) {
 		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})), nil
 	})
 	if err != nil {
-		s := &status.Sync{}
+		s := &v1alpha1.Sync{}
 		_ = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, s)
 		t.Fatalf("namespace %s still there after 2 minutes; Sync finalizers %v, conditions %+v", ns, s.Finalizers, s.Status.Conditions)
 	}

@@ -32,7 +32,7 @@ import (
 	"github.com/converge-dev/converge/e2e/binary"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/gitserver"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 var env *cluster.Cluster
@@ -209,8 +209,8 @@ func testDaemonAsServiceAccount(t *testing.T, f *fixture) {
 
 	createSync(t, c, ns, "app", srv.RepoURL("app"))
 	createSync(t, c, ns, "forbidden", srv.RepoURL("forbidden"))
-	s := waitSync(t, c, ns, "app", func(s *status.Sync) bool {
-		return s.Status.LastAppliedRevision == rev && meta.IsStatusConditionTrue(s.Status.Conditions, status.ConditionReady)
+	s := waitSync(t, c, ns, "app", func(s *v1alpha1.Sync) bool {
+		return s.Status.LastAppliedRevision == rev && meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionReady)
 	})
 	if s.Status.ObservedGeneration != s.Generation {
 		t.Errorf("observedGeneration %d, generation %d", s.Status.ObservedGeneration, s.Generation)
@@ -219,10 +219,10 @@ func testDaemonAsServiceAccount(t *testing.T, f *fixture) {
 		t.Errorf("the Sync's ConfigMap: %v", err)
 	}
 
-	s = waitSync(t, c, ns, "forbidden", func(s *status.Sync) bool {
-		return meta.IsStatusConditionFalse(s.Status.Conditions, status.ConditionReady) && s.Status.LastAttemptedRevision != ""
+	s = waitSync(t, c, ns, "forbidden", func(s *v1alpha1.Sync) bool {
+		return meta.IsStatusConditionFalse(s.Status.Conditions, v1alpha1.ConditionReady) && s.Status.LastAttemptedRevision != ""
 	})
-	ready := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady)
+	ready := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 	t.Logf("Sync forbidden: Ready=False %s: %s", ready.Reason, ready.Message)
 	for _, want := range []string{"forbidden", "priorityclasses", "system:serviceaccount:converge-system:converge"} {
 		if !strings.Contains(ready.Message, want) {
@@ -253,7 +253,7 @@ func testDaemonAsServiceAccount(t *testing.T, f *fixture) {
 	if err := daemon.Stop(); err != nil {
 		t.Error(err)
 	}
-	s = &status.Sync{}
+	s = &v1alpha1.Sync{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, s); err != nil || len(s.Finalizers) == 0 {
 		t.Errorf("Sync app has no finalizer (%v): the uninstall step would not test their removal", err)
 	}
@@ -327,10 +327,10 @@ func serviceAccountKubeconfig(t *testing.T) string {
 
 func createSync(t *testing.T, c client.Client, ns, name, url string) {
 	t.Helper()
-	s := &status.Sync{
+	s := &v1alpha1.Sync{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: status.SyncSpec{
-			Source:   status.Source{Git: &status.GitSource{URL: url, Ref: status.GitRef{Branch: "main"}}},
+		Spec: v1alpha1.SyncSpec{
+			Source:   v1alpha1.Source{Git: &v1alpha1.GitSource{URL: url, Ref: v1alpha1.GitRef{Branch: "main"}}},
 			Path:     ".",
 			Interval: metav1.Duration{Duration: time.Minute},
 			Prune:    true,
@@ -343,9 +343,9 @@ func createSync(t *testing.T, c client.Client, ns, name, url string) {
 	}
 }
 
-func waitSync(t *testing.T, c client.Client, ns, name string, cond func(*status.Sync) bool) *status.Sync {
+func waitSync(t *testing.T, c client.Client, ns, name string, cond func(*v1alpha1.Sync) bool) *v1alpha1.Sync {
 	t.Helper()
-	s := &status.Sync{}
+	s := &v1alpha1.Sync{}
 	waitFor(t, "Sync "+name, func(ctx context.Context) bool {
 		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s) == nil && cond(s)
 	})
@@ -375,7 +375,7 @@ func publish(t *testing.T, srv *gitserver.Server, repo, file, content string) st
 }
 
 func adminClient(t *testing.T) client.Client {
-	return env.Client(t, apiextensionsv1.AddToScheme, status.AddToScheme)
+	return env.Client(t, apiextensionsv1.AddToScheme, v1alpha1.AddToScheme)
 }
 
 func nonEmpty(parts ...string) []string {

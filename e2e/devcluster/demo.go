@@ -19,7 +19,7 @@ import (
 
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/gitserver"
-	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // demo is the `make run` experience on top of a running control plane: a git server on
@@ -94,7 +94,7 @@ func report(dir string, timeout time.Duration) error {
 		return err
 	}
 	scheme := runtime.NewScheme()
-	if err := status.AddToScheme(scheme); err != nil {
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
@@ -108,18 +108,18 @@ func report(dir string, timeout time.Duration) error {
 			want = v
 		}
 	}
-	s := &status.Sync{}
+	s := &v1alpha1.Sync{}
 	key := client.ObjectKey{Namespace: demoNamespace, Name: demoSync}
 	waitErr := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, s); err != nil {
 			return false, nil
 		}
 		return s.Status.ObservedGeneration == s.Generation && s.Status.LastAppliedRevision == want &&
-			meta.IsStatusConditionTrue(s.Status.Conditions, status.ConditionReady), nil
+			meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionReady), nil
 	})
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nNAMESPACE\tNAME\tREADY\tREVISION\tMESSAGE")
-	ready := meta.FindStatusCondition(s.Status.Conditions, status.ConditionReady)
+	ready := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 	st, msg := "Unknown", "not reconciled yet"
 	if ready != nil {
 		st, msg = string(ready.Status), ready.Message
