@@ -12,7 +12,7 @@ RUN_DIR := $(CURDIR)/.run
 CONTROLPLANE_BIN = $(shell e2e/tools/build.sh --dir)
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build deps controlplane test test-faults vet unit cluster cluster-down run run-publish stop clean help bench bench-quick
+.PHONY: all build deps controlplane test test-faults vet unit cluster cluster-down run run-publish stop clean help bench bench-quick generate verify-generate
 
 all: build
 
@@ -25,6 +25,26 @@ build: ## build bin/converge and bin/devcluster
 
 controlplane: ## build etcd, kube-apiserver, controllers, scheduler, kwok (cached in ~/.cache/converge)
 	@e2e/tools/build.sh >/dev/null
+
+# controller-gen turns the Sync API (status/v1alpha1: types, markers, doc comments) into
+# zz_generated.deepcopy.go and the CRD deploy/crd/converge.dev_syncs.yaml. `go run pkg@version`
+# builds it from its own go.mod, so its dependencies never enter ours (no tool directive that
+# would pull controller-tools into the k8s.io pins); Go's build cache keeps the build, so only
+# the first run compiles it (a few minutes), later runs take seconds.
+CONTROLLER_GEN_VERSION := v0.23.0
+CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+API_PATHS := paths=./status/v1alpha1/...
+
+generate: ## regenerate the Sync API's deepcopy and CRD (deploy/crd) from status/v1alpha1
+	$(CONTROLLER_GEN) object $(API_PATHS) crd $(API_PATHS) output:crd:dir=deploy/crd
+
+verify-generate: ## fail when the generated deepcopy or CRD differ from status/v1alpha1 (CI runs it)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(CONTROLLER_GEN) object $(API_PATHS) output:object:dir=$$tmp crd $(API_PATHS) output:crd:dir=$$tmp && \
+	[ "$$(ls $$tmp)" = "$$(printf 'converge.dev_syncs.yaml\nzz_generated.deepcopy.go')" ] || { echo "controller-gen wrote: $$(ls $$tmp); update the Makefile's generate targets"; exit 1; }; \
+	diff -u status/v1alpha1/zz_generated.deepcopy.go $$tmp/zz_generated.deepcopy.go && \
+	diff -u deploy/crd/converge.dev_syncs.yaml $$tmp/converge.dev_syncs.yaml || \
+	{ echo "the generated API files differ from status/v1alpha1: run 'make generate' and commit the result"; exit 1; }
 
 vet: ## go vet every package
 	go vet ./...

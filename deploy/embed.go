@@ -12,7 +12,8 @@ import (
 	"io/fs"
 )
 
-// SyncCRD is the CustomResourceDefinition of converge.dev/v1alpha1 Sync.
+// SyncCRD is the CustomResourceDefinition of converge.dev/v1alpha1 Sync, generated from the
+// Go types in status/v1alpha1 by `make generate` (never edited by hand).
 //
 //go:embed crd/converge.dev_syncs.yaml
 var SyncCRD []byte

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,7 +73,7 @@ func (r *reconciler) finalize(ctx context.Context, s *v1alpha1.Sync) (ctrl.Resul
 		denied := deniedErr(err)
 		left := r.deletionGrace() - time.Since(s.DeletionTimestamp.Time)
 		if !denied || left > 0 {
-			msg := fmt.Sprintf("deletion policy %s: %v", policyOf(s), err)
+			msg := fmt.Sprintf("deletion policy %s: %v", s.Spec.DeletionPolicy, err)
 			r.events.Event(s, corev1.EventTypeWarning, reason, truncate(msg, 1024))
 			r.deletionStatus(ctx, s, reason, msg)
 			if denied {
@@ -86,7 +85,7 @@ func (r *reconciler) finalize(ctx context.Context, s *v1alpha1.Sync) (ctrl.Resul
 			return ctrl.Result{}, fmt.Errorf("finalize %s/%s: %w", s.Namespace, s.Name, err)
 		}
 		msg := fmt.Sprintf("deletion policy %s not carried out, permission denied for %s since %s; left behind: %s; last error: %v",
-			policyOf(s), identity(s), r.deletionGrace(), leftBehind(s, res), err)
+			s.Spec.DeletionPolicy, identity(s), r.deletionGrace(), leftBehind(s, res), err)
 		logr.FromContextOrDiscard(ctx).Info("finalizer dropped without cleanup", "err", err)
 		r.events.Event(s, corev1.EventTypeWarning, reasonCleanupAbandoned, truncate(msg, 1024))
 		r.deletionStatus(ctx, s, reasonCleanupAbandoned, msg)
@@ -172,10 +171,6 @@ func deniedErr(err error) bool {
 	}
 	walk(err)
 	return found
-}
-
-func policyOf(s *v1alpha1.Sync) string {
-	return cmp.Or(s.Spec.DeletionPolicy, v1alpha1.DeletionPolicyDelete)
 }
 
 func identity(s *v1alpha1.Sync) string {

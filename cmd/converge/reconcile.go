@@ -196,11 +196,7 @@ func (r *reconciler) source(ctx context.Context, s *v1alpha1.Sync) (sources.Sour
 			SSHKnownHosts: sec.Data["known_hosts"],
 		}
 	}
-	path := s.Spec.Path
-	if path == "" {
-		path = "."
-	}
-	return sources.Source{Git: repo, Path: path}, nil
+	return sources.Source{Git: repo, Path: s.Spec.Path}, nil
 }
 
 // inventoryRef is where a Sync's inventory lives: a ConfigMap beside the Sync, identified by
@@ -239,6 +235,8 @@ func applyOptions(s *v1alpha1.Sync) engine.ApplyOptions {
 // failure, an exponential back-off from retryInterval (capped at the interval) after a
 // transient failure.
 func (r *reconciler) next(s *v1alpha1.Sync, retry bool) time.Duration {
+	// The CRD defaults an absent interval to 5m; this only guards an explicit 0s, which the
+	// schema accepts and Go clients before the field was omitzero stored, from a hot loop.
 	interval := s.Spec.Interval.Duration
 	if interval <= 0 {
 		interval = 5 * time.Minute

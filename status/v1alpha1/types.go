@@ -36,57 +36,109 @@ const (
 )
 
 // Sync keeps the objects rendered from a git path applied to the cluster.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=converge
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status",description="Whether the last reconcile applied the source"
+// +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].message",description="The Ready condition's message"
+// +kubebuilder:printcolumn:name="Revision",type="string",JSONPath=".status.lastAppliedRevision",description="The last revision applied successfully"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 type Sync struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   SyncSpec   `json:"spec"`
+	// Spec is what the user declares: where the manifests come from and how to apply them.
+	// +required
+	Spec SyncSpec `json:"spec"`
+	// Status is what the daemon observed and did; only the daemon writes it.
+	// +optional
 	Status SyncStatus `json:"status,omitempty"`
 }
 
 // SyncList is a list of Syncs.
+//
+// +kubebuilder:object:root=true
 type SyncList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Sync `json:"items"`
+	// Items are the Syncs of the list.
+	Items []Sync `json:"items"`
 }
 
 // SyncSpec is what a user declares.
 type SyncSpec struct {
+	// Source says where the manifests come from.
+	// +required
 	Source Source `json:"source"`
 	// Path inside the source: a folder with kustomization.yaml is built with kustomize,
-	// any other folder is read as plain YAML.
+	// any other folder is read as plain YAML. Empty means the root.
+	// +kubebuilder:default="."
+	// +optional
 	Path string `json:"path,omitempty"`
-	// Interval between reconciles (resync and drift correction), with jitter.
-	Interval metav1.Duration `json:"interval"`
-	// RetryInterval is the first back-off after a failure (doubling, capped at Interval).
+	// Interval between reconciles (resync and drift correction), with ±10% jitter, as a
+	// duration such as 30s, 5m or 1h30m. It also caps the back-off after failures.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +optional
+	Interval metav1.Duration `json:"interval,omitzero"`
+	// RetryInterval is the first back-off after a failure, doubling on each further failure
+	// and capped at Interval; unset means 30s.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +optional
 	RetryInterval *metav1.Duration `json:"retryInterval,omitempty"`
-	// Timeout bounds the readiness wait.
+	// Timeout bounds the wait for applied objects to become ready; unset means the engine's
+	// default.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
-	// Prune deletes objects that left the source.
+	// Prune deletes objects that left the source (only objects this Sync's inventory owns).
+	// +kubebuilder:default=true
+	// +optional
 	Prune bool `json:"prune"`
 	// Wait waits for applied objects to become Current before Ready=True.
+	// +kubebuilder:default=true
+	// +optional
 	Wait bool `json:"wait"`
 	// TargetNamespace sets the namespace of every namespaced object.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
 	TargetNamespace string `json:"targetNamespace,omitempty"`
-	// ServiceAccountName is impersonated for apply and prune.
+	// ServiceAccountName is impersonated for apply and prune; unset means the daemon's own
+	// identity.
+	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 	// Suspend stops reconciles until unset.
+	// +kubebuilder:default=false
+	// +optional
 	Suspend bool `json:"suspend,omitempty"`
-	// DeletionPolicy is Delete (prune the inventory when the Sync is deleted) or Orphan.
+	// DeletionPolicy is Delete (prune the inventory when the Sync is deleted) or Orphan
+	// (leave the objects in the cluster).
+	// +kubebuilder:validation:Enum=Delete;Orphan
+	// +kubebuilder:default=Delete
+	// +optional
 	DeletionPolicy string `json:"deletionPolicy,omitempty"`
 	// PruneBudget refuses a prune of more objects than this; 0 means unlimited.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
 	PruneBudget int `json:"pruneBudget,omitempty"`
 	// AllowEmpty allows an empty render to prune everything.
+	// +optional
 	AllowEmpty bool `json:"allowEmpty,omitempty"`
 	// Force recreates objects whose immutable fields changed (only objects this Sync's
 	// inventory owns).
+	// +optional
 	Force bool `json:"force,omitempty"`
 	// Adopt takes over objects without an owner annotation that another tool (Helm, kubectl
 	// apply) manages; without it they fail with a message naming the tool, untouched.
+	// +optional
 	Adopt bool `json:"adopt,omitempty"`
-	// Webhook lets a push notification on /hooks/<namespace>/<name> ask for a reconcile now.
-	// Without it the webhook never triggers this Sync.
+	// Webhook lets a push notification on /hooks/<namespace>/<name> ask for a reconcile now,
+	// signed with this Sync's own Secret. Without it the webhook never triggers this Sync.
+	// +optional
 	Webhook *Webhook `json:"webhook,omitempty"`
 }
 
@@ -95,66 +147,113 @@ type SyncSpec struct {
 // GitLab's X-Gitlab-Token. Each Sync has its own, so one tenant's secret never triggers
 // another tenant's Sync.
 type Webhook struct {
-	// SecretRef names a Secret in the Sync's namespace with the key "token".
+	// SecretRef names a Secret in the Sync's namespace whose key "token" is the GitHub HMAC
+	// secret or the GitLab token.
+	// +kubebuilder:validation:XValidation:rule="size(self.name) > 0",message="must name a Secret",fieldPath=".name"
+	// +required
 	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
 // Source says where the manifests come from.
 type Source struct {
+	// Git is a git repository and the ref to follow.
+	// +required
 	Git *GitSource `json:"git,omitempty"`
 }
 
 // GitSource is a git repository and ref.
 type GitSource struct {
+	// URL of the repository: https://, ssh://, git@host:path or (with converge run
+	// --allow-local-git) file://.
+	// +kubebuilder:validation:MinLength=1
+	// +required
 	URL string `json:"url"`
+	// Ref selects the commit to apply; branch main when empty.
+	// +optional
 	Ref GitRef `json:"ref,omitempty"`
 	// SecretRef names a Secret in the Sync's namespace with username/password, bearerToken,
 	// or identity (SSH private key) and known_hosts.
+	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 }
 
-// GitRef selects a commit: exactly one of Branch, Tag, SemVer or Commit (Branch defaults to main).
+// GitRef selects a commit: at most one of Branch, Tag, SemVer or Commit; none means branch
+// main.
+//
+// +kubebuilder:validation:MaxProperties=1
 type GitRef struct {
+	// Branch follows the head of a branch.
+	// +optional
 	Branch string `json:"branch,omitempty"`
-	Tag    string `json:"tag,omitempty"`
+	// Tag applies the commit of a tag.
+	// +optional
+	Tag string `json:"tag,omitempty"`
+	// SemVer applies the highest tag matching a semver constraint, such as ">=1.2.0 <2.0.0".
+	// +optional
 	SemVer string `json:"semver,omitempty"`
+	// Commit applies one commit, by its full 40-character SHA-1.
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{40}$`
+	// +optional
 	Commit string `json:"commit,omitempty"`
 }
 
 // LocalObjectReference names an object in the same namespace.
 type LocalObjectReference struct {
+	// Name of the object.
+	// +required
 	Name string `json:"name"`
 }
 
 // SyncStatus is what the status writer records.
 type SyncStatus struct {
 	// ObservedGeneration is the generation the conditions describe; it is never lowered.
-	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
-	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions are Ready, Reconciling and Stalled, as kstatus reads them.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// LastAppliedRevision is the last revision applied successfully.
+	// +optional
 	LastAppliedRevision string `json:"lastAppliedRevision,omitempty"`
 	// LastAttemptedRevision is the revision of the last reconcile, successful or not.
+	// +optional
 	LastAttemptedRevision string `json:"lastAttemptedRevision,omitempty"`
 	// LastHandledRequest mirrors the converge.dev/requestedAt annotation once handled.
-	LastHandledRequest string           `json:"lastHandledRequest,omitempty"`
-	Inventory          *InventoryStatus `json:"inventory,omitempty"`
-	Summary            *Summary         `json:"summary,omitempty"`
+	// +optional
+	LastHandledRequest string `json:"lastHandledRequest,omitempty"`
+	// Inventory names the inventory ConfigMap of this Sync and keeps a recovery copy of it.
+	// +optional
+	Inventory *InventoryStatus `json:"inventory,omitempty"`
+	// Summary counts what the last apply that changed something did.
+	// +optional
+	Summary *Summary `json:"summary,omitempty"`
 }
 
 // InventoryStatus names the inventory ConfigMap and its size.
 type InventoryStatus struct {
-	Name    string `json:"name"`
-	Entries int    `json:"entries"`
+	// Name of the inventory ConfigMap, in the Sync's namespace.
+	// +optional
+	Name string `json:"name"`
+	// Entries is the number of objects the inventory records.
+	// +optional
+	Entries int `json:"entries"`
 	// Objects is a recovery copy of the inventory as recorded after the last apply (capped,
 	// objects outside the Sync's namespace first). It is written after the apply, so it is
 	// a hint to find what we own when the ConfigMap was lost, never the write-ahead record.
+	// +optional
 	Objects []InventoryObject `json:"objects,omitempty"`
 }
 
 // InventoryObject is one entry of the recovery copy: the object's ns_name_group_kind (as
 // in the ConfigMap) and the UID recorded for it.
 type InventoryObject struct {
-	ID  string `json:"id"`
+	// ID is the object's ns_name_group_kind.
+	// +required
+	ID string `json:"id"`
+	// UID is the object's UID when it was recorded.
+	// +optional
 	UID string `json:"uid,omitempty"`
 }
 
@@ -164,11 +263,26 @@ type InventoryObject struct {
 // after a prune, and a daemon restart does not rewrite "created" as "unchanged". NotReady is
 // the exception: it counts the objects not ready at the latest reconcile.
 type Summary struct {
-	Created    int `json:"created"`
+	// Created counts objects created.
+	// +optional
+	Created int `json:"created"`
+	// Configured counts objects changed.
+	// +optional
 	Configured int `json:"configured"`
-	Unchanged  int `json:"unchanged"`
-	Pruned     int `json:"pruned"`
-	Skipped    int `json:"skipped,omitempty"`
-	Failed     int `json:"failed"`
-	NotReady   int `json:"notReady"`
+	// Unchanged counts objects applied without a change.
+	// +optional
+	Unchanged int `json:"unchanged"`
+	// Pruned counts objects deleted because they left the source.
+	// +optional
+	Pruned int `json:"pruned"`
+	// Skipped counts objects left alone on purpose (reconcile disabled by annotation, an
+	// object kept rather than pruned).
+	// +optional
+	Skipped int `json:"skipped,omitempty"`
+	// Failed counts objects whose apply or prune failed.
+	// +optional
+	Failed int `json:"failed"`
+	// NotReady counts objects not ready at the latest reconcile.
+	// +optional
+	NotReady int `json:"notReady"`
 }

@@ -1,0 +1,247 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/converge-dev/converge/deploy"
+	"github.com/converge-dev/converge/e2e/cluster"
+	"github.com/converge-dev/converge/status/v1alpha1"
+)
+
+// These tests hold the generated CRD (deploy/crd, from the markers in types.go) to what the
+// API server accepts, rejects and defaults, so a marker lost or changed in the types shows
+// here rather than in a user's cluster.
+
+var env *cluster.Cluster
+
+func TestMain(m *testing.M) { cluster.Main(m, cluster.API, &env) }
+
+var installOnce sync.Once
+
+// setup installs deploy.SyncCRD once and returns a client and a fresh namespace.
+func setup(t *testing.T) (client.Client, string) {
+	t.Helper()
+	cluster.Require(t, env)
+	c := env.Client(t, v1alpha1.AddToScheme, apiextensionsv1.AddToScheme)
+	installOnce.Do(func() {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(deploy.SyncCRD, crd); err != nil {
+			t.Fatalf("deploy.SyncCRD: %v", err)
+		}
+		if err := c.Create(t.Context(), crd); err != nil {
+			t.Fatalf("create CRD: %v", err)
+		}
+	})
+	// The kind is served once a list of it succeeds.
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return c.List(ctx, &v1alpha1.SyncList{}) == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("Syncs not served: %v", err)
+	}
+	return c, env.Namespace(t)
+}
+
+// minimal is the least a user writes: a name and a git URL.
+func minimal(ns, name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(),
+		"kind":       "Sync",
+		"metadata":   map[string]any{"name": name, "namespace": ns},
+		"spec":       map[string]any{"source": map[string]any{"git": map[string]any{"url": "https://git.example/apps.git"}}},
+	}}
+	return u
+}
+
+func set(t *testing.T, u *unstructured.Unstructured, value any, path ...string) {
+	t.Helper()
+	if err := unstructured.SetNestedField(u.Object, value, path...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSchemaRejects sends invalid Syncs: each is refused as Invalid, naming the field.
+func TestSchemaRejects(t *testing.T) {
+	c, ns := setup(t)
+	cases := []struct {
+		name  string
+		edit  func(*unstructured.Unstructured)
+		field string
+	}{
+		{"interval not a duration", func(u *unstructured.Unstructured) { set(t, u, "5 minutes", "spec", "interval") }, "spec.interval"},
+		{"interval without unit", func(u *unstructured.Unstructured) { set(t, u, "300", "spec", "interval") }, "spec.interval"},
+		{"interval in days", func(u *unstructured.Unstructured) { set(t, u, "1d", "spec", "interval") }, "spec.interval"},
+		{"retryInterval negative", func(u *unstructured.Unstructured) { set(t, u, "-1s", "spec", "retryInterval") }, "spec.retryInterval"},
+		{"timeout not a duration", func(u *unstructured.Unstructured) { set(t, u, "soon", "spec", "timeout") }, "spec.timeout"},
+		{"deletionPolicy unknown", func(u *unstructured.Unstructured) { set(t, u, "Keep", "spec", "deletionPolicy") }, "spec.deletionPolicy"},
+		{"deletionPolicy lower case", func(u *unstructured.Unstructured) { set(t, u, "orphan", "spec", "deletionPolicy") }, "spec.deletionPolicy"},
+		{"deletionPolicy empty", func(u *unstructured.Unstructured) { set(t, u, "", "spec", "deletionPolicy") }, "spec.deletionPolicy"},
+		{"pruneBudget negative", func(u *unstructured.Unstructured) { set(t, u, int64(-1), "spec", "pruneBudget") }, "spec.pruneBudget"},
+		{"targetNamespace too long", func(u *unstructured.Unstructured) { set(t, u, strings.Repeat("a", 64), "spec", "targetNamespace") }, "spec.targetNamespace"},
+		{"url empty", func(u *unstructured.Unstructured) { set(t, u, "", "spec", "source", "git", "url") }, "spec.source.git.url"},
+		{"git missing", func(u *unstructured.Unstructured) { set(t, u, map[string]any{}, "spec", "source") }, "spec.source.git"},
+		{"two refs", func(u *unstructured.Unstructured) {
+			set(t, u, map[string]any{"branch": "main", "tag": "v1"}, "spec", "source", "git", "ref")
+		}, "spec.source.git.ref"},
+		{"short commit", func(u *unstructured.Unstructured) { set(t, u, "abc123", "spec", "source", "git", "ref", "commit") }, "spec.source.git.ref.commit"},
+		{"webhook secret unnamed", func(u *unstructured.Unstructured) {
+			set(t, u, map[string]any{"name": ""}, "spec", "webhook", "secretRef")
+		}, "spec.webhook.secretRef.name"},
+		{"webhook without secretRef", func(u *unstructured.Unstructured) { set(t, u, map[string]any{}, "spec", "webhook") }, "spec.webhook.secretRef"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			u := minimal(ns, "bad")
+			tc.edit(u)
+			err := c.Create(t.Context(), u)
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("create: got %v, want Invalid naming %s", err, tc.field)
+			}
+			if !causedBy(err, tc.field) {
+				t.Fatalf("create: %v\nnames no cause %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// causedBy reports whether an Invalid error lists field among its causes.
+func causedBy(err error, field string) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) || st.Status().Details == nil {
+		return false
+	}
+	for _, cause := range st.Status().Details.Causes {
+		if cause.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
+// TestSchemaAccepts sends Syncs the hand-written CRD accepted (every field set, and the edge
+// values a user may have stored: a zero interval, fractional and compound durations, an
+// empty path, a git secretRef with an empty name); the generated CRD accepts them too.
+func TestSchemaAccepts(t *testing.T) {
+	c, ns := setup(t)
+	full := minimal(ns, "full")
+	set(t, full, map[string]any{
+		"source": map[string]any{"git": map[string]any{
+			"url":       "ssh://git@git.example/apps.git",
+			"ref":       map[string]any{"commit": strings.Repeat("0a", 20)},
+			"secretRef": map[string]any{"name": "git"},
+		}},
+		"path": "overlays/prod", "interval": "1h30m", "retryInterval": "1.5s", "timeout": "250ms",
+		"prune": false, "wait": false, "targetNamespace": strings.Repeat("a", 63),
+		"serviceAccountName": "deployer", "suspend": true, "deletionPolicy": "Orphan",
+		"pruneBudget": int64(0), "allowEmpty": true, "force": true, "adopt": true,
+		"webhook": map[string]any{"secretRef": map[string]any{"name": "hook"}},
+	}, "spec")
+	edge := minimal(ns, "edge")
+	set(t, edge, "0s", "spec", "interval")
+	set(t, edge, "", "spec", "path")
+	set(t, edge, map[string]any{}, "spec", "source", "git", "ref")
+	set(t, edge, map[string]any{"name": ""}, "spec", "source", "git", "secretRef")
+	for _, u := range []*unstructured.Unstructured{full, edge} {
+		if err := c.Create(t.Context(), u); err != nil {
+			t.Fatalf("create %s: %v", u.GetName(), err)
+		}
+	}
+	got := &v1alpha1.Sync{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(full), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Interval.Duration != 90*time.Minute || got.Spec.Webhook == nil || got.Spec.DeletionPolicy != v1alpha1.DeletionPolicyOrphan ||
+		got.Spec.Prune || got.Spec.Wait || !got.Spec.Adopt || got.Spec.Source.Git.Ref.Commit == "" {
+		t.Fatalf("spec did not round-trip (a field pruned by the schema?): %+v", got.Spec)
+	}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(edge), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Interval.Duration != 0 || got.Spec.Path != "" {
+		t.Fatalf("explicit values were replaced: interval %s, path %q", got.Spec.Interval.Duration, got.Spec.Path)
+	}
+}
+
+// TestStatusRoundTrip writes a full status through the status subresource and reads it back:
+// the schema keeps every field (the inventory's recovery copy above all), and a write to
+// the Sync itself does not change the status.
+func TestStatusRoundTrip(t *testing.T) {
+	c, ns := setup(t)
+	s := &v1alpha1.Sync{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec:       v1alpha1.SyncSpec{Source: v1alpha1.Source{Git: &v1alpha1.GitSource{URL: "https://git.example/apps.git"}}},
+	}
+	if err := c.Create(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	want := v1alpha1.SyncStatus{
+		ObservedGeneration: s.Generation,
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue,
+			Reason: "ReconciliationSucceeded", Message: "applied", ObservedGeneration: s.Generation, LastTransitionTime: now}},
+		LastAppliedRevision: "main@sha1:abc", LastAttemptedRevision: "main@sha1:abc", LastHandledRequest: "now",
+		Inventory: &v1alpha1.InventoryStatus{Name: "web-inventory", Entries: 2, Objects: []v1alpha1.InventoryObject{
+			{ID: "apps_web__ConfigMap", UID: "u1"}, {ID: "_apps__Namespace"}}},
+		Summary: &v1alpha1.Summary{Created: 1, Configured: 2, Unchanged: 3, Pruned: 4, Skipped: 5, Failed: 6, NotReady: 7},
+	}
+	s.Status = want
+	if err := c.Status().Update(t.Context(), s); err != nil {
+		t.Fatalf("status update: %v", err)
+	}
+	s.Spec.Suspend = true
+	s.Status = v1alpha1.SyncStatus{}
+	if err := c.Update(t.Context(), s); err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	got := &v1alpha1.Sync{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(s), got); err != nil {
+		t.Fatal(err)
+	}
+	gotJSON, _ := yaml.Marshal(got.Status)
+	wantJSON, _ := yaml.Marshal(want)
+	if string(gotJSON) != string(wantJSON) {
+		t.Fatalf("status read back:\n%s\nwant:\n%s", gotJSON, wantJSON)
+	}
+}
+
+// TestDefaults checks that the API server fills in every default, for a Sync written as YAML
+// (no field but the source) and for one built in Go, whose zero Interval is left out of the
+// request; the daemon relies on these and has no defaults of its own.
+func TestDefaults(t *testing.T) {
+	c, ns := setup(t)
+	if err := c.Create(t.Context(), minimal(ns, "yaml")); err != nil {
+		t.Fatal(err)
+	}
+	goSync := &v1alpha1.Sync{
+		ObjectMeta: metav1.ObjectMeta{Name: "go", Namespace: ns},
+		Spec:       v1alpha1.SyncSpec{Source: v1alpha1.Source{Git: &v1alpha1.GitSource{URL: "https://git.example/apps.git"}}, Prune: true, Wait: true},
+	}
+	if err := c.Create(t.Context(), goSync); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"yaml", "go"} {
+		got := &v1alpha1.Sync{}
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, got); err != nil {
+			t.Fatal(err)
+		}
+		sp := got.Spec
+		if sp.Path != "." || sp.Interval.Duration != 5*time.Minute || sp.DeletionPolicy != v1alpha1.DeletionPolicyDelete ||
+			!sp.Prune || !sp.Wait || sp.Suspend {
+			t.Errorf("%s: defaults not filled in: path %q interval %s deletionPolicy %q prune %t wait %t suspend %t",
+				name, sp.Path, sp.Interval.Duration, sp.DeletionPolicy, sp.Prune, sp.Wait, sp.Suspend)
+		}
+	}
+}
