@@ -45,7 +45,7 @@ func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts AbandonOpt
 	if err := validateRef(ref); err != nil {
 		return res, err
 	}
-	inv, found, err := e.load(ctx, ref, opts.Recover)
+	inv, claim, err := e.load(ctx, ref, opts.Recover)
 	if err != nil {
 		return res, err
 	}
@@ -56,7 +56,7 @@ func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts AbandonOpt
 	g.SetLimit(max(opts.Concurrency, 1))
 	for i, en := range entries {
 		g.Go(func() error {
-			c, ok := e.abandonOne(ctx, ref, en)
+			c, ok := e.abandonOne(ctx, claim, en)
 			if ok && e.opts.Hooks.AfterAbandon != nil {
 				j := int(released.Add(1))
 				if err := e.opts.Hooks.AfterAbandon(j, c.ID); err != nil {
@@ -78,15 +78,20 @@ func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts AbandonOpt
 	if len(errs) > 0 {
 		return res, errors.Join(errs...) // the ConfigMap stays: a retry finishes (I2)
 	}
-	if !found {
+	if !claim.Found {
 		return res, nil
 	}
-	return res, e.store.Delete(ctx, ref)
+	if err := e.store.Delete(ctx, ref); err != nil {
+		return res, err
+	}
+	e.migrated.forget(ref.ID) // a set recreated under this ID starts over
+	return res, nil
 }
 
-// abandonOne removes our owner annotation from the object en names, if it still carries
-// it. released reports a removal that landed.
-func (e *Engine) abandonOne(ctx context.Context, ref inventory.Ref, en inventory.Entry) (c Change, released bool) {
+// abandonOne removes our owner annotation from the object en names, if it is still ours
+// (claim.Owns: our ID, or the legacy ID of a migration under way with the recorded UID).
+// released reports a removal that landed.
+func (e *Engine) abandonOne(ctx context.Context, claim inventory.Claim, en inventory.Entry) (c Change, released bool) {
 	c = Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped}
 	fail := func(err error) (Change, bool) {
 		c.Action, c.Message, c.Err = ActionFailed, err.Error(), fmt.Errorf("%s: abandon: %w", c.ID, err)
@@ -99,14 +104,14 @@ func (e *Engine) abandonOne(ctx context.Context, ref inventory.Ref, en inventory
 	case live == nil:
 		c.Message = "already deleted"
 		return c, false
-	case live.GetAnnotations()[OwnerAnnotation] != ref.ID:
+	case !claim.Owns(live.GetAnnotations()[OwnerAnnotation], live.GetUID(), en.UID):
 		c.Message = "not ours: nothing to release"
 		return c, false
 	case en.UID != "" && en.UID != live.GetUID():
 		c.Message = "recreated by someone else: left alone"
 		return c, false
 	}
-	patch, err := inventory.OwnerPatch(live.GetUID(), ref.ID, "")
+	patch, err := inventory.OwnerPatch(live.GetUID(), live.GetAnnotations()[OwnerAnnotation], "")
 	if err != nil {
 		return fail(err)
 	}
@@ -126,23 +131,10 @@ func (e *Engine) abandonOne(ctx context.Context, ref inventory.Ref, en inventory
 		// A test operation failed (the object changed hands between the read and the
 		// patch) or the request failed: decide on what the API server shows now.
 		cur, gerr := e.getByID(ctx, e.client, en.Object)
-		if gerr == nil && (cur == nil || cur.GetUID() != live.GetUID() || cur.GetAnnotations()[OwnerAnnotation] != ref.ID) {
+		if gerr == nil && (cur == nil || cur.GetUID() != live.GetUID() || !claim.Owns(cur.GetAnnotations()[OwnerAnnotation], cur.GetUID(), en.UID)) {
 			c.Message = "no longer ours: left alone"
 			return c, false
 		}
 		return fail(err)
 	}
-}
-
-// load reads the stored inventory of ref. When its ConfigMap does not exist (deleted by
-// hand, or by the deletion of its namespace) and recover is given, it returns recover
-// instead: a copy kept elsewhere, possibly a run behind, which is safe to act on because
-// every delete or release still checks the owner annotation and the UID (I1). found reports
-// whether the ConfigMap exists.
-func (e *Engine) load(ctx context.Context, ref inventory.Ref, recover *inventory.Inventory) (inv *inventory.Inventory, found bool, err error) {
-	inv, found, err = e.store.Lookup(ctx, ref)
-	if err != nil || found || recover.Len() == 0 {
-		return inv, found, err
-	}
-	return recover.Clone(), false, nil
 }

@@ -137,7 +137,9 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 func (r *applyRun) mayTakeOver(it *item, live *unstructured.Unstructured) error {
 	owner := live.GetAnnotations()[OwnerAnnotation]
 	switch {
-	case owner != "" && owner != r.ref.ID: // I11: never adopt an object another inventory owns
+	case owner != "" && r.claim.Owns(owner, live.GetUID(), r.old.UID(it.id)):
+		return nil
+	case owner != "": // I11: never adopt an object another inventory owns
 		return terminal(&NotOwnedError{Object: Describe(it.id), Owner: owner})
 	case owner == "" && !r.opts.Adopt && !r.recorded(it.id, live):
 		if m := foreignManager(live, r.fieldManager()); m != "" {
@@ -167,11 +169,7 @@ func ownerInfo(it *item, live *unstructured.Unstructured, manager string) string
 // A recovered copy (ApplyOptions.Recover) records nothing here: it would let whoever can
 // write a Sync's status skip spec.adopt.
 func (r *applyRun) recorded(id object.ObjMetadata, live *unstructured.Unstructured) bool {
-	if !r.stored {
-		return false
-	}
-	uid := r.old.UID(id)
-	return uid != "" && uid == live.GetUID()
+	return r.claim.Recorded(live.GetUID(), r.old.UID(id))
 }
 
 // send applies it for real over live (nil: a create), on the condition that the object is

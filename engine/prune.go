@@ -47,11 +47,11 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 	if err := validateRef(ref); err != nil {
 		return res, err
 	}
-	inv, found, err := e.load(ctx, ref, opts.Recover)
+	inv, claim, err := e.load(ctx, ref, opts.Recover)
 	if err != nil {
 		return res, err
 	}
-	pc := pruneCall{ref: ref, concurrency: opts.Concurrency, deleted: new(atomic.Int64)}
+	pc := pruneCall{ref: ref, claim: claim, concurrency: opts.Concurrency, deleted: new(atomic.Int64)}
 	for _, stage := range pruneStages(inv.Entries()) {
 		pr := e.pruneStage(ctx, pc, stage)
 		res.Pruned = append(res.Pruned, pr.changes...)
@@ -61,7 +61,7 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 		for _, id := range pr.dropped {
 			inv.Remove(id)
 		}
-		if len(pr.dropped) > 0 && found {
+		if len(pr.dropped) > 0 && claim.Found {
 			inv, err = e.store.Update(ctx, ref, func(s *inventory.Inventory) *inventory.Inventory {
 				n := s.Clone()
 				for _, id := range pr.dropped {
@@ -80,10 +80,14 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 	if inv.Len() > 0 {
 		return res, fmt.Errorf("inventory %s: %d objects still tracked", ref, inv.Len())
 	}
-	if !found {
+	if !claim.Found {
 		return res, nil
 	}
-	return res, e.store.Delete(ctx, ref)
+	if err := e.store.Delete(ctx, ref); err != nil {
+		return res, err
+	}
+	e.migrated.forget(ref.ID) // a set recreated under this ID starts over
+	return res, nil
 }
 
 // pruneResult is the outcome of deleting a list of inventory entries.
@@ -97,6 +101,7 @@ type pruneResult struct {
 // pruneCall is the settings of one prune or Delete.
 type pruneCall struct {
 	ref         inventory.Ref
+	claim       inventory.Claim // which live objects are ours
 	dryRun      bool
 	concurrency int
 	deleted     *atomic.Int64 // successful deletes so far, for Hooks.AfterPrune
@@ -153,7 +158,7 @@ func (e *Engine) pruneStage(ctx context.Context, pc pruneCall, entries []invento
 				outs[i].change = Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped, Message: "aborted"}
 				return nil
 			}
-			c, drop := e.pruneOne(ctx, pc.ref, en, pc.dryRun)
+			c, drop := e.pruneOne(ctx, pc.claim, en, pc.dryRun)
 			outs[i] = one{change: c, drop: drop}
 			pc.progress.step()
 			if c.Action == ActionPruned && !pc.dryRun && e.opts.Hooks.AfterPrune != nil {
@@ -183,8 +188,10 @@ func (e *Engine) pruneStage(ctx context.Context, pc pruneCall, entries []invento
 	return pr
 }
 
-// pruneOne deletes one inventory entry if it is still ours: it exists, carries our owner
-// annotation, has no prune-disabled annotation, and its UID is the one we recorded (I1).
+// pruneOne deletes one inventory entry if it is still ours: it exists, its owner annotation
+// makes it ours (claim.Owns: our ID, or the legacy ID of a migration under way with the
+// recorded UID), it has no prune-disabled annotation, and its UID is the one we recorded
+// (I1).
 // drop says whether the entry leaves the inventory; a failed delete keeps it (I3).
 //
 // With the watch cache the object is read from the cache and deleted with a resourceVersion
@@ -195,26 +202,26 @@ func (e *Engine) pruneStage(ctx context.Context, pc pruneCall, entries []invento
 // An entry that leaves the inventory leaves the memo too: the cache may still show the
 // deleted copy at the very resourceVersion the memo recorded, and an object declared again
 // must then be applied, not found unchanged.
-func (e *Engine) pruneOne(ctx context.Context, ref inventory.Ref, en inventory.Entry, dryRun bool) (c Change, drop bool) {
+func (e *Engine) pruneOne(ctx context.Context, claim inventory.Claim, en inventory.Entry, dryRun bool) (c Change, drop bool) {
 	defer func() {
 		if drop && e.memo != nil {
 			e.memo.forget(en.Object)
 		}
 	}()
 	if e.cache != nil {
-		c, drop, retry := e.pruneOneFrom(ctx, true, ref, en, dryRun)
+		c, drop, retry := e.pruneOneFrom(ctx, true, claim, en, dryRun)
 		if !retry {
 			return c, drop
 		}
 	}
-	c, drop, _ = e.pruneOneFrom(ctx, false, ref, en, dryRun)
+	c, drop, _ = e.pruneOneFrom(ctx, false, claim, en, dryRun)
 	return c, drop
 }
 
 // pruneOneFrom is pruneOne reading from the watch cache (cached) or the API server. retry
 // asks for a second attempt from the API server: the cached view was not found, out of date,
 // or would drop the entry.
-func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Ref, en inventory.Entry,
+func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, claim inventory.Claim, en inventory.Entry,
 	dryRun bool) (c Change, drop, retry bool) {
 	var reader client.Reader = e.client
 	if cached {
@@ -236,14 +243,16 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Re
 		return c, true, false
 	}
 	uid := live.GetUID()
-	if cached && (live.GetAnnotations()[OwnerAnnotation] != ref.ID || live.GetAnnotations()[PruneAnnotation] == PruneDisabled ||
+	owner := live.GetAnnotations()[OwnerAnnotation]
+	ours := claim.Owns(owner, uid, en.UID)
+	if cached && (!ours || live.GetAnnotations()[PruneAnnotation] == PruneDisabled ||
 		(en.UID != "" && en.UID != uid) || live.GetDeletionTimestamp() != nil) {
 		return c, false, true // an entry leaves the inventory only on the API server's word
 	}
 	switch {
-	case live.GetAnnotations()[OwnerAnnotation] != ref.ID:
+	case !ours:
 		c.Message = fmt.Sprintf("not deleted: owning-inventory annotation is %q, not %q; dropped from the inventory",
-			live.GetAnnotations()[OwnerAnnotation], ref.ID)
+			owner, claim.ID)
 		return c, true, false
 	case live.GetAnnotations()[PruneAnnotation] == PruneDisabled:
 		c.Message = "not deleted: prune disabled by annotation " + PruneAnnotation + "; dropped from the inventory"
@@ -281,7 +290,7 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Re
 		c.Message = "already deleted"
 		return c, true, false
 	case apierrors.IsConflict(err):
-		return e.afterDeleteConflict(ctx, ref, en, uid, c, err)
+		return e.afterDeleteConflict(ctx, claim, en, uid, c, err)
 	default:
 		c.Action, c.Message = ActionFailed, err.Error()
 		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), err)
@@ -293,7 +302,7 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Re
 // object again: an entry leaves the inventory only when the API server shows the object gone,
 // replaced (another UID) or no longer ours; otherwise the delete failed and the entry stays
 // for the next run (I2, I3). A status code alone never drops an entry.
-func (e *Engine) afterDeleteConflict(ctx context.Context, ref inventory.Ref, en inventory.Entry, uid types.UID,
+func (e *Engine) afterDeleteConflict(ctx context.Context, claim inventory.Claim, en inventory.Entry, uid types.UID,
 	c Change, delErr error) (Change, bool, bool) {
 	cur, err := e.getByID(ctx, e.client, en.Object)
 	switch {
@@ -307,7 +316,7 @@ func (e *Engine) afterDeleteConflict(ctx context.Context, ref inventory.Ref, en 
 	case cur.GetUID() != uid:
 		c.Message = "not deleted: UID precondition failed (recreated by someone else); dropped from the inventory"
 		return c, true, false
-	case cur.GetAnnotations()[OwnerAnnotation] != ref.ID:
+	case !claim.Owns(cur.GetAnnotations()[OwnerAnnotation], cur.GetUID(), en.UID):
 		c.Message = "not deleted: no longer carries our owning-inventory annotation; dropped from the inventory"
 		return c, true, false
 	}
