@@ -18,6 +18,9 @@ import (
 //     Delete and Abandon all ask it.
 //   - An object whose owner annotation names another inventory is never taken over
 //     (ErrNotOwned).
+//   - An object carrying our legacy ID that our ConfigMap did not record with its UID (the
+//     inventory was lost before the upgrade) is taken over only with ApplyOptions.Adopt;
+//     otherwise it fails with ErrNotAdopted and a message saying how to adopt it or let it go.
 //   - An object without an owner annotation that the stored inventory recorded (same UID) is
 //     ours: someone removed the annotation, and the apply puts it back.
 //   - Any other object without an owner annotation is adopted only when nobody else deploys it:

@@ -40,7 +40,9 @@ type ApplyOptions struct {
 	// Adopt takes over objects that carry no owner annotation but that another tool manages
 	// (another field manager, or kubectl's last-applied-configuration: Helm, kubectl apply).
 	// Without it such an object fails with ErrNotAdopted and is left alone. Objects only
-	// Converge's field manager wrote are adopted either way.
+	// Converge's field manager wrote are adopted either way. It also takes over objects that
+	// carry the inventory's legacy ID (inventory.Ref.Legacy) without being recorded in its
+	// ConfigMap (an inventory lost before the upgrade); never objects of another inventory.
 	Adopt bool
 	// ForceConflicts takes ownership of fields another field manager owns. Without it such
 	// conflicts fail the object.

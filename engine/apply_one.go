@@ -139,6 +139,14 @@ func (r *applyRun) mayTakeOver(it *item, live *unstructured.Unstructured) error 
 	switch {
 	case owner != "" && r.claim.Owns(owner, live.GetUID(), r.old.UID(it.id)):
 		return nil
+	case owner != "" && owner == r.ref.Legacy:
+		// This inventory's legacy ID on an object its ConfigMap did not record (the inventory
+		// was lost before the upgrade, or someone else wrote the annotation): not ours on the
+		// annotation's word alone, anyone may write it.
+		if r.opts.Adopt {
+			return nil
+		}
+		return terminal(notRecordedError(it.id, owner, r.ref))
 	case owner != "": // I11: never adopt an object another inventory owns
 		return terminal(&NotOwnedError{Object: Describe(it.id), Owner: owner})
 	case owner == "" && !r.opts.Adopt && !r.recorded(it.id, live):

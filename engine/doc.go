@@ -51,7 +51,8 @@
 // under its legacy ID over before an Apply or a Delete, object by object: until every object
 // carries the new ID, one still carrying the legacy ID with the UID the legacy ConfigMap
 // recorded is ours to apply, prune, delete and release (inventory.Claim.Owns, the one rule
-// every ownership decision asks).
+// every ownership decision asks). One carrying the legacy ID without that record is adopted
+// only with ApplyOptions.Adopt.
 //
 // Field conflicts: applies do not force ownership unless ApplyOptions.ForceConflicts; a
 // conflict with another field manager fails the object. This is why the engine drives the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -272,6 +273,53 @@ func TestCrashDuringMigration(t *testing.T) {
 			wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "b"), cmID(h.ns, "c"))
 		})
 	}
+}
+
+// TestLostLegacyInventory: a set of an earlier version whose inventory ConfigMap was lost
+// before the upgrade. Its objects carry the legacy ID, which anyone may write, so they are
+// not taken over silently: the run fails them with a message that names the object, the
+// annotation and its value, and says how to take it over (adoption) or let it go (the
+// kubectl command). With adoption they are taken over; an object carrying another
+// inventory's ID still is not (I11). Before, the message only said the object was owned by
+// the legacy inventory, and adoption could not take it over: it failed forever.
+func TestLostLegacyInventory(t *testing.T) {
+	h, legacy := legacyHarness(t, Hooks{})
+	h.applyLegacy(legacy, configMap(h.ns, "a", map[string]any{"v": "1"}))
+	if err := inventory.NewStore(h.plain).Delete(h.ctx, legacy); err != nil {
+		t.Fatal(err)
+	}
+	h.replaceCM("other", "sync_"+h.ns+"_other")
+	if _, err := h.eng.Migrate(h.ctx, h.ref, inventory.DefaultMigrateOptions()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	a := configMap(h.ns, "a", map[string]any{"v": "2"})
+	_, err := h.eng.Apply(h.ctx, h.set(a), testOpts())
+	want := "ConfigMap " + h.ns + "/a: apply: not adopted: ConfigMap " + h.ns + "/a carries config.k8s.io/owning-inventory=" + h.ref.Legacy +
+		", the ID an earlier version of Converge gave this inventory, but the inventory ConfigMap " + h.ns + "/app-inventory" +
+		" does not record this object with its UID (the inventory was lost before the upgrade, or someone else wrote the annotation);" +
+		" to take it over, allow adoption (Sync spec.adopt, converge apply --adopt), or remove the annotation by hand:" +
+		" kubectl annotate configmap a -n " + h.ns + " config.k8s.io/owning-inventory-"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Apply error:\n got %v\nwant %s", err, want)
+	}
+	if !errors.Is(err, ErrNotAdopted) || !IsTerminal(err) {
+		t.Errorf("error is not a terminal %v: %v", ErrNotAdopted, err)
+	}
+	if got := h.liveCM("a"); got.GetAnnotations()[OwnerAnnotation] != h.ref.Legacy || got.Object["data"].(map[string]any)["v"] != "1" {
+		t.Errorf("a was changed without adoption: %v", got.Object)
+	}
+
+	opts := testOpts()
+	opts.Adopt = true
+	_, err = h.eng.Apply(h.ctx, h.set(a, configMap(h.ns, "other", nil)), opts)
+	if !errors.Is(err, ErrNotOwned) || !strings.Contains(err.Error(), "ConfigMap "+h.ns+"/other") {
+		t.Errorf("Apply with adoption = %v, want other refused (%v)", err, ErrNotOwned)
+	}
+	want2 := map[string]string{"a": h.ref.ID, "other": "sync_" + h.ns + "_other"}
+	if diff := cmp.Diff(want2, h.owners()); diff != "" {
+		t.Errorf("owners after adoption (-want +got):\n%s", diff)
+	}
+	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "a"))
 }
 
 // TestMigrateMemoForgets checks that an engine's memory of settled migrations is never

@@ -27,7 +27,9 @@
 // and release: the owner annotation is the inventory's ID, or, while the mark is there, the
 // legacy ID on an object whose UID the ConfigMap recorded. The legacy ID was shared by a Sync
 // and "converge apply --inventory" of the same namespace/name, and anyone may write an
-// annotation, so the recorded UID, not the annotation, says the object is ours.
+// annotation, so the recorded UID, not the annotation, says the object is ours; an object
+// carrying the legacy ID that the ConfigMap does not record (a legacy inventory lost before
+// the upgrade) is taken over only by an explicit adoption.
 //
 // Concurrency. Store reads go to the API server, never to a cache. Write updates with the
 // resourceVersion it read as a precondition and, on a conflict, re-reads and retries
