@@ -15,23 +15,20 @@ import (
 	"github.com/converge-dev/converge/inventory"
 )
 
-// AbandonOptions are the per-call settings of Abandon.
-type AbandonOptions struct {
-	// Concurrency bounds the patches in flight. Zero or less means 1.
-	Concurrency int
-	// Recover is a copy of the inventory kept elsewhere (the Sync status), used only when
-	// the inventory ConfigMap does not exist. See inventory's doc.
-	Recover *inventory.Inventory
-}
+// AbandonOptions is DeleteOptions: Abandon takes the settings of Delete.
+//
+// Deprecated: use DeleteOptions.
+type AbandonOptions = DeleteOptions
 
-// DefaultAbandonOptions patches 8 objects at a time.
-func DefaultAbandonOptions() AbandonOptions {
-	return AbandonOptions{Concurrency: 8}
-}
+// DefaultAbandonOptions is DefaultDeleteOptions.
+//
+// Deprecated: use DefaultDeleteOptions.
+func DefaultAbandonOptions() DeleteOptions { return DefaultDeleteOptions() }
 
 // Abandon lets go of every object of the inventory of ref without deleting it, as
 // cli-utils does for an abandoned object: it removes our owner annotation from each object
-// that still carries it with ref.ID, then deletes the inventory ConfigMap. Afterwards no
+// that is still ours (inventory.Claim.Owns: it carries ref.ID, or ref.Legacy with the
+// recorded UID while a migration is under way), then deletes the inventory ConfigMap. Afterwards no
 // inventory claims the objects: another set adopts them without an ownership conflict, and
 // a set recreated under the same inventory ID starts empty, so it never prunes them.
 //
@@ -40,7 +37,7 @@ func DefaultAbandonOptions() AbandonOptions {
 // by someone else or taken over by another inventory (the same guard as a delete's, I1).
 // The ConfigMap goes last: a crash part-way leaves it in place (I2 holds: every object
 // still annotated is still inventoried), and a retry skips the objects already released.
-func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts AbandonOptions) (*Result, error) {
+func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts DeleteOptions) (*Result, error) {
 	res := &Result{}
 	if err := validateRef(ref); err != nil {
 		return res, err

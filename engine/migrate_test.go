@@ -208,7 +208,7 @@ func TestPartialMigrationDeleteAndAbandon(t *testing.T) {
 			if policy == "delete" {
 				_, err = h.eng.Delete(h.ctx, h.ref, DefaultDeleteOptions())
 			} else {
-				_, err = h.eng.Abandon(h.ctx, h.ref, DefaultAbandonOptions())
+				_, err = h.eng.Abandon(h.ctx, h.ref, DefaultDeleteOptions())
 				want["a"], want["b"] = "", ""
 			}
 			if err != nil {

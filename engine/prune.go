@@ -19,22 +19,26 @@ import (
 	"github.com/converge-dev/converge/inventory"
 )
 
-// DeleteOptions are the per-call settings of Delete.
+// DeleteOptions are the per-call settings of Delete and of Abandon. Both carry out a
+// deletion policy (Delete, Orphan) over the same inventory in the same way, one deleting
+// each object and the other releasing it: the same bound on requests in flight, the same
+// recovery copy for a lost ConfigMap. A setting that only one of them could use would earn
+// the other its own type again.
 type DeleteOptions struct {
-	// Concurrency bounds the deletes in flight. Zero or less means 1.
+	// Concurrency bounds the deletes (Abandon: the patches) in flight. Zero or less means 1.
 	Concurrency int
 	// Recover is a copy of the inventory kept elsewhere (the Sync status), used only when
 	// the inventory ConfigMap does not exist. See inventory's doc.
 	Recover *inventory.Inventory
 }
 
-// DefaultDeleteOptions deletes 8 objects at a time.
+// DefaultDeleteOptions deletes (or releases) 8 objects at a time.
 func DefaultDeleteOptions() DeleteOptions {
 	return DeleteOptions{Concurrency: 8}
 }
 
-// Delete deletes every object of the inventory of ref that still carries our owner
-// annotation and UID (I1), in reverse dependency order, one stage at a time. After each
+// Delete deletes every object of the inventory of ref that is still ours (inventory.Claim.Owns)
+// with the recorded UID (I1), in reverse dependency order, one stage at a time. After each
 // stage it records the confirmed deletions in the inventory, so a crash resumes where it
 // stopped; it stops at a stage with a failed delete, whose objects stay in the inventory
 // (I3). It deletes the inventory ConfigMap once the inventory is empty (I12).

@@ -47,8 +47,8 @@
 // every listable kind of the cluster in every namespace (annotations are not selectable),
 // which a tenant's service account may not do, and would cost a full scan per recovery.
 // Lookup tells a missing ConfigMap from an empty one; only a missing one is recovered, the
-// copy's entries becoming prune or delete candidates again (the engine's ApplyOptions,
-// DeleteOptions and AbandonOptions Recover field), and an Apply writes them back into a
+// copy's entries becoming prune or delete candidates again (the engine's ApplyOptions and
+// DeleteOptions Recover field), and an Apply writes them back into a
 // new ConfigMap at its write-ahead.
 //
 // Bounds of the copy. It is written with the status, after the apply, so it is a recovery
