@@ -188,7 +188,7 @@ func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstru
 	if live != nil {
 		pre = precondition{uid: live.GetUID()}
 	}
-	applied, err := r.e.apply(ctx, it.obj, r.fieldManager(), r.forceConflicts(live), pre)
+	applied, err := r.e.apply(ctx, it.obj, applyAs{manager: r.fieldManager(), force: r.forceConflicts(live)}, pre)
 	if err != nil {
 		// A create that meets an existing object conflicts, on its field managers or its
 		// precondition: either way the object must be read (and its owner checked) again.
@@ -277,7 +277,7 @@ func (r *applyRun) fromCacheApply(ctx context.Context, it *item, cached *metav1.
 	if cached != nil {
 		pre = precondition{uid: cached.GetUID()}
 	}
-	applied, err := r.e.apply(ctx, it.obj, r.fieldManager(), r.opts.ForceConflicts, pre)
+	applied, err := r.e.apply(ctx, it.obj, applyAs{manager: r.fieldManager(), force: r.opts.ForceConflicts}, pre)
 	if err != nil {
 		return out, cached, false, nil
 	}
@@ -306,7 +306,7 @@ func (r *applyRun) dryRun(ctx context.Context, it *item, live *unstructured.Unst
 	*unstructured.Unstructured, *unstructured.Unstructured, error) {
 	dry := it.obj.DeepCopy()
 	force := r.forceConflicts(live)
-	err := r.e.serverSideApply(ctx, dry, r.fieldManager(), true, force)
+	err := r.e.dryRunApply(ctx, dry, applyAs{manager: r.fieldManager(), force: force})
 	if err != nil && live != nil && isImmutable(err) {
 		if !r.forced(it, live) {
 			return nil, live, terminal(fmt.Errorf("immutable field changed; set annotation %s: %s on the object or ApplyOptions.Force to recreate it: %w",
@@ -323,7 +323,7 @@ func (r *applyRun) dryRun(ctx context.Context, it *item, live *unstructured.Unst
 		}
 		live = nil
 		dry = it.obj.DeepCopy()
-		err = r.e.serverSideApply(ctx, dry, r.fieldManager(), true, false)
+		err = r.e.dryRunApply(ctx, dry, applyAs{manager: r.fieldManager()})
 	}
 	if err != nil {
 		if r.opts.DryRun && live == nil && apierrors.IsNotFound(err) && r.newNamespaces[it.id.Namespace] {
