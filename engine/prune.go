@@ -162,8 +162,8 @@ func (e *Engine) pruneStage(ctx context.Context, pc pruneCall, entries []invento
 				outs[i].change = Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped, Message: "aborted"}
 				return nil
 			}
-			c, drop := e.pruneOne(ctx, pc.claim, en, pc.dryRun)
-			outs[i] = one{change: c, drop: drop}
+			c, dropped := e.pruneOne(ctx, pc, en)
+			outs[i] = one{change: c, drop: dropped}
 			pc.progress.step()
 			if c.Action == ActionPruned && !pc.dryRun && e.opts.Hooks.AfterPrune != nil {
 				j := int(pc.deleted.Add(1))
@@ -196,7 +196,7 @@ func (e *Engine) pruneStage(ctx context.Context, pc pruneCall, entries []invento
 // makes it ours (claim.Owns: our ID, or the legacy ID of a migration under way with the
 // recorded UID), it has no prune-disabled annotation, and its UID is the one we recorded
 // (I1).
-// drop says whether the entry leaves the inventory; a failed delete keeps it (I3).
+// dropped says whether the entry leaves the inventory; a failed delete keeps it (I3).
 //
 // With the watch cache the object is read from the cache and deleted with a resourceVersion
 // precondition too, so the delete lands only on exactly what was checked: one request in the
@@ -206,27 +206,44 @@ func (e *Engine) pruneStage(ctx context.Context, pc pruneCall, entries []invento
 // An entry that leaves the inventory leaves the memo too: the cache may still show the
 // deleted copy at the very resourceVersion the memo recorded, and an object declared again
 // must then be applied, not found unchanged.
-func (e *Engine) pruneOne(ctx context.Context, claim inventory.Claim, en inventory.Entry, dryRun bool) (c Change, drop bool) {
+func (e *Engine) pruneOne(ctx context.Context, pc pruneCall, en inventory.Entry) (c Change, dropped bool) {
 	defer func() {
-		if drop && e.memo != nil {
+		if dropped && e.memo != nil {
 			e.memo.forget(en.Object)
 		}
 	}()
 	if e.cache != nil {
-		c, drop, retry := e.pruneOneFrom(ctx, true, claim, en, dryRun)
-		if !retry {
-			return c, drop
+		c, v := e.pruneOneFrom(ctx, fromCache, pc, en)
+		if v != askServer {
+			return c, v == drop
 		}
 	}
-	c, drop, _ = e.pruneOneFrom(ctx, false, claim, en, dryRun)
-	return c, drop
+	c, v := e.pruneOneFrom(ctx, fromServer, pc, en)
+	return c, v == drop
 }
 
-// pruneOneFrom is pruneOne reading from the watch cache (cached) or the API server. retry
-// asks for a second attempt from the API server: the cached view was not found, out of date,
-// or would drop the entry.
-func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, claim inventory.Claim, en inventory.Entry,
-	dryRun bool) (c Change, drop, retry bool) {
+// source is where pruneOneFrom reads the object it decides on.
+type source int
+
+const (
+	fromServer source = iota // the API server (uncached client)
+	fromCache                // the watch cache: one DELETE with a resourceVersion precondition
+)
+
+// verdict is what pruneOneFrom decided about an inventory entry.
+type verdict int
+
+const (
+	keep      verdict = iota // the entry stays in the inventory: a failed delete (I3), a dry-run
+	drop                     // the entry leaves the inventory: deleted, gone, or not ours
+	askServer                // the cached view cannot decide: read the API server (fromCache only)
+)
+
+// pruneOneFrom is pruneOne reading from src. From the cache, it answers askServer when the
+// cached view was not found, out of date, or would drop the entry: an entry leaves the
+// inventory only on the API server's word.
+func (e *Engine) pruneOneFrom(ctx context.Context, src source, pc pruneCall, en inventory.Entry) (c Change, v verdict) {
+	claim, cached := pc.claim, src == fromCache
 	var reader client.Reader = e.client
 	if cached {
 		reader = e.cache
@@ -235,41 +252,41 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, claim inventory.
 	log := logr.FromContextOrDiscard(ctx).WithValues("object", c.ID)
 	live, err := e.getByID(ctx, reader, en.Object)
 	if cached && (err != nil || live == nil) {
-		return c, false, true
+		return c, askServer
 	}
 	if err != nil {
 		c.Action, c.Message = ActionFailed, err.Error()
 		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), err)
-		return c, false, false
+		return c, keep
 	}
 	if live == nil {
 		c.Message = "already deleted"
-		return c, true, false
+		return c, drop
 	}
 	uid := live.GetUID()
 	owner := live.GetAnnotations()[OwnerAnnotation]
 	ours := claim.Owns(owner, uid, en.UID)
 	if cached && (!ours || live.GetAnnotations()[PruneAnnotation] == PruneDisabled ||
 		(en.UID != "" && en.UID != uid) || live.GetDeletionTimestamp() != nil) {
-		return c, false, true // an entry leaves the inventory only on the API server's word
+		return c, askServer // an entry leaves the inventory only on the API server's word
 	}
 	switch {
 	case !ours:
 		c.Message = fmt.Sprintf("not deleted: owning-inventory annotation is %q, not %q; dropped from the inventory",
 			owner, claim.ID)
-		return c, true, false
+		return c, drop
 	case live.GetAnnotations()[PruneAnnotation] == PruneDisabled:
 		c.Message = "not deleted: prune disabled by annotation " + PruneAnnotation + "; dropped from the inventory"
-		return c, true, false
+		return c, drop
 	case en.UID != "" && en.UID != uid:
 		c.Message = fmt.Sprintf("not deleted: recreated by someone else (UID %s, recorded %s); dropped from the inventory", uid, en.UID)
-		return c, true, false
+		return c, drop
 	case live.GetDeletionTimestamp() != nil:
 		c.Action, c.Message = ActionPruned, "already terminating"
-		return c, true, false
-	case dryRun:
+		return c, drop
+	case pc.dryRun:
 		c.Action, c.Message = ActionPruned, "would prune"
-		return c, false, false
+		return c, keep
 	}
 	pre := client.Preconditions{UID: &uid}
 	if cached {
@@ -285,20 +302,20 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, claim inventory.
 	err = e.client.Delete(ctx, target, pre, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	switch {
 	case cached && (apierrors.IsConflict(err) || apierrors.IsNotFound(err)):
-		return c, false, true
+		return c, askServer
 	case err == nil:
 		c.Action = ActionPruned
 		log.V(1).Info("pruned")
-		return c, true, false
+		return c, drop
 	case apierrors.IsNotFound(err):
 		c.Message = "already deleted"
-		return c, true, false
+		return c, drop
 	case apierrors.IsConflict(err):
 		return e.afterDeleteConflict(ctx, claim, en, uid, c, err)
 	default:
 		c.Action, c.Message = ActionFailed, err.Error()
 		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), err)
-		return c, false, false
+		return c, keep
 	}
 }
 
@@ -307,26 +324,26 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, claim inventory.
 // replaced (another UID) or no longer ours; otherwise the delete failed and the entry stays
 // for the next run (I2, I3). A status code alone never drops an entry.
 func (e *Engine) afterDeleteConflict(ctx context.Context, claim inventory.Claim, en inventory.Entry, uid types.UID,
-	c Change, delErr error) (Change, bool, bool) {
+	c Change, delErr error) (Change, verdict) {
 	cur, err := e.getByID(ctx, e.client, en.Object)
 	switch {
 	case err != nil:
 		c.Action, c.Message = ActionFailed, delErr.Error()
 		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), delErr)
-		return c, false, false
+		return c, keep
 	case cur == nil:
 		c.Message = "already deleted"
-		return c, true, false
+		return c, drop
 	case cur.GetUID() != uid:
 		c.Message = "not deleted: UID precondition failed (recreated by someone else); dropped from the inventory"
-		return c, true, false
+		return c, drop
 	case !claim.Owns(cur.GetAnnotations()[OwnerAnnotation], cur.GetUID(), en.UID):
 		c.Message = "not deleted: no longer carries our owning-inventory annotation; dropped from the inventory"
-		return c, true, false
+		return c, drop
 	}
 	c.Action, c.Message = ActionFailed, delErr.Error()
 	c.Err = fmt.Errorf("%s: prune: %w", c.describe(), delErr)
-	return c, false, false
+	return c, keep
 }
 
 // getByID reads the metadata of the object id names (all a prune decides on); nil when it
