@@ -237,3 +237,31 @@ func TestClaimOwns(t *testing.T) {
 		}
 	}
 }
+
+// TestLookupHonoursOnlyItsOwnLegacyID checks that the migration mark of a ConfigMap counts
+// only with the inventory's own legacy ID: a ConfigMap its tenant marked with another
+// inventory's ID (to claim the objects that carry it) claims nothing under that ID.
+func TestLookupHonoursOnlyItsOwnLegacyID(t *testing.T) {
+	cluster.Require(t, env)
+	ctx := testCtx(t)
+	ns := env.Namespace(t)
+	s, _, plain := newStore(t)
+	ref := Ref{Namespace: ns, Name: "app-inventory", ID: ID(OwnerSync, ns, "app"), Legacy: LegacyID(ns, "app")}
+	for _, tc := range []struct{ mark, want string }{
+		{LegacyID(ns, "other"), ""},
+		{ref.Legacy, ref.Legacy},
+	} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ref.Name,
+			Labels: map[string]string{IDLabel: ref.ID}, Annotations: map[string]string{MigratingAnnotation: tc.mark}}}
+		if err := plain.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		_, claim, err := s.Lookup(ctx, ref)
+		if err != nil || claim.MigratingFrom != tc.want || !claim.Found {
+			t.Errorf("mark %q: Lookup claim %+v, %v; want MigratingFrom %q", tc.mark, claim, err, tc.want)
+		}
+		if err := plain.Delete(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
