@@ -15,23 +15,20 @@ import (
 	"github.com/converge-dev/converge/inventory"
 )
 
-// AbandonOptions are the per-call settings of Abandon.
-type AbandonOptions struct {
-	// Concurrency bounds the patches in flight. Zero or less means 1.
-	Concurrency int
-	// Recover is a copy of the inventory kept elsewhere (the Sync status), used only when
-	// the inventory ConfigMap does not exist. See inventory's doc.
-	Recover *inventory.Inventory
-}
+// AbandonOptions is DeleteOptions: Abandon takes the settings of Delete.
+//
+// Deprecated: use DeleteOptions.
+type AbandonOptions = DeleteOptions
 
-// DefaultAbandonOptions patches 8 objects at a time.
-func DefaultAbandonOptions() AbandonOptions {
-	return AbandonOptions{Concurrency: 8}
-}
+// DefaultAbandonOptions is DefaultDeleteOptions.
+//
+// Deprecated: use DefaultDeleteOptions.
+func DefaultAbandonOptions() DeleteOptions { return DefaultDeleteOptions() }
 
 // Abandon lets go of every object of the inventory of ref without deleting it, as
 // cli-utils does for an abandoned object: it removes our owner annotation from each object
-// that still carries it with ref.ID, then deletes the inventory ConfigMap. Afterwards no
+// that is still ours (inventory.Claim.Owns: it carries ref.ID, or ref.Legacy with the
+// recorded UID while a migration is under way), then deletes the inventory ConfigMap. Afterwards no
 // inventory claims the objects: another set adopts them without an ownership conflict, and
 // a set recreated under the same inventory ID starts empty, so it never prunes them.
 //
@@ -40,12 +37,12 @@ func DefaultAbandonOptions() AbandonOptions {
 // by someone else or taken over by another inventory (the same guard as a delete's, I1).
 // The ConfigMap goes last: a crash part-way leaves it in place (I2 holds: every object
 // still annotated is still inventoried), and a retry skips the objects already released.
-func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts AbandonOptions) (*Result, error) {
+func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts DeleteOptions) (*Result, error) {
 	res := &Result{}
 	if err := validateRef(ref); err != nil {
 		return res, err
 	}
-	inv, found, err := e.load(ctx, ref, opts.Recover)
+	inv, claim, err := e.load(ctx, ref, opts.Recover)
 	if err != nil {
 		return res, err
 	}
@@ -56,7 +53,7 @@ func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts AbandonOpt
 	g.SetLimit(max(opts.Concurrency, 1))
 	for i, en := range entries {
 		g.Go(func() error {
-			c, ok := e.abandonOne(ctx, ref, en)
+			c, ok := e.abandonOne(ctx, claim, en)
 			if ok && e.opts.Hooks.AfterAbandon != nil {
 				j := int(released.Add(1))
 				if err := e.opts.Hooks.AfterAbandon(j, c.ID); err != nil {
@@ -78,15 +75,20 @@ func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts AbandonOpt
 	if len(errs) > 0 {
 		return res, errors.Join(errs...) // the ConfigMap stays: a retry finishes (I2)
 	}
-	if !found {
+	if !claim.Found {
 		return res, nil
 	}
-	return res, e.store.Delete(ctx, ref)
+	if err := e.store.Delete(ctx, ref); err != nil {
+		return res, err
+	}
+	e.migrated.forget(ref.ID) // a set recreated under this ID starts over
+	return res, nil
 }
 
-// abandonOne removes our owner annotation from the object en names, if it still carries
-// it. released reports a removal that landed.
-func (e *Engine) abandonOne(ctx context.Context, ref inventory.Ref, en inventory.Entry) (c Change, released bool) {
+// abandonOne removes our owner annotation from the object en names, if it is still ours
+// (claim.Owns: our ID, or the legacy ID of a migration under way with the recorded UID).
+// released reports a removal that landed.
+func (e *Engine) abandonOne(ctx context.Context, claim inventory.Claim, en inventory.Entry) (c Change, released bool) {
 	c = Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped}
 	fail := func(err error) (Change, bool) {
 		c.Action, c.Message, c.Err = ActionFailed, err.Error(), fmt.Errorf("%s: abandon: %w", c.ID, err)
@@ -99,14 +101,14 @@ func (e *Engine) abandonOne(ctx context.Context, ref inventory.Ref, en inventory
 	case live == nil:
 		c.Message = "already deleted"
 		return c, false
-	case live.GetAnnotations()[OwnerAnnotation] != ref.ID:
+	case !claim.Owns(live.GetAnnotations()[OwnerAnnotation], live.GetUID(), en.UID):
 		c.Message = "not ours: nothing to release"
 		return c, false
 	case en.UID != "" && en.UID != live.GetUID():
 		c.Message = "recreated by someone else: left alone"
 		return c, false
 	}
-	patch, err := inventory.OwnerPatch(live.GetUID(), ref.ID, "")
+	patch, err := inventory.OwnerPatch(live.GetUID(), live.GetAnnotations()[OwnerAnnotation], "")
 	if err != nil {
 		return fail(err)
 	}
@@ -126,23 +128,10 @@ func (e *Engine) abandonOne(ctx context.Context, ref inventory.Ref, en inventory
 		// A test operation failed (the object changed hands between the read and the
 		// patch) or the request failed: decide on what the API server shows now.
 		cur, gerr := e.getByID(ctx, e.client, en.Object)
-		if gerr == nil && (cur == nil || cur.GetUID() != live.GetUID() || cur.GetAnnotations()[OwnerAnnotation] != ref.ID) {
+		if gerr == nil && (cur == nil || cur.GetUID() != live.GetUID() || !claim.Owns(cur.GetAnnotations()[OwnerAnnotation], cur.GetUID(), en.UID)) {
 			c.Message = "no longer ours: left alone"
 			return c, false
 		}
 		return fail(err)
 	}
-}
-
-// load reads the stored inventory of ref. When its ConfigMap does not exist (deleted by
-// hand, or by the deletion of its namespace) and recover is given, it returns recover
-// instead: a copy kept elsewhere, possibly a run behind, which is safe to act on because
-// every delete or release still checks the owner annotation and the UID (I1). found reports
-// whether the ConfigMap exists.
-func (e *Engine) load(ctx context.Context, ref inventory.Ref, recover *inventory.Inventory) (inv *inventory.Inventory, found bool, err error) {
-	inv, found, err = e.store.Lookup(ctx, ref)
-	if err != nil || found || recover.Len() == 0 {
-		return inv, found, err
-	}
-	return recover.Clone(), false, nil
 }

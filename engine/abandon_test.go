@@ -31,7 +31,7 @@ func TestAbandonReleasesOnlyOurs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if _, err := h.eng.Abandon(h.ctx, h.ref, DefaultAbandonOptions()); err != nil {
+		if _, err := h.eng.Abandon(h.ctx, h.ref, DefaultDeleteOptions()); err != nil {
 			t.Fatalf("Abandon: %v", err)
 		}
 	}

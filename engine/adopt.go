@@ -12,8 +12,15 @@ import (
 
 // Who may take over a live object, and who may delete it to recreate it (I1, I11).
 //
+//   - Whether an owner annotation makes an object ours is decided by one rule,
+//     inventory.Claim.Owns: our inventory ID, or the legacy ID our inventory is being
+//     migrated from on an object whose UID the legacy ConfigMap recorded. Apply, prune,
+//     Delete and Abandon all ask it.
 //   - An object whose owner annotation names another inventory is never taken over
 //     (ErrNotOwned).
+//   - An object carrying our legacy ID that our ConfigMap did not record with its UID (the
+//     inventory was lost before the upgrade) is taken over only with ApplyOptions.Adopt;
+//     otherwise it fails with ErrNotAdopted and a message saying how to adopt it or let it go.
 //   - An object without an owner annotation that the stored inventory recorded (same UID) is
 //     ours: someone removed the annotation, and the apply puts it back.
 //   - Any other object without an owner annotation is adopted only when nobody else deploys it:
@@ -23,7 +30,7 @@ import (
 //     ApplyOptions.Adopt. Objects only Converge's field manager wrote — an install from before
 //     the owner annotation, a Namespace `converge install` created — are adopted as before.
 //   - A forced recreate (ApplyOptions.Force, the force annotation) deletes only an object our
-//     inventory owns: it carries our owner annotation, it is in the stored inventory, and its
+//     inventory owns: its owner annotation is ours (Claim.Owns), it is in the stored inventory, and its
 //     UID is the one recorded there (when one is recorded).
 
 // lastAppliedAnnotation is kubectl's client-side apply record.
@@ -66,7 +73,7 @@ func (r *applyRun) notOursToRecreate(id object.ObjMetadata, live *unstructured.U
 	case owner == "":
 		return fmt.Sprintf("%s carries no %s annotation yet (it is not ours until an apply without the immutable change adopts it; or delete it yourself)",
 			Describe(id), OwnerAnnotation)
-	case owner != r.ref.ID:
+	case !r.claim.Owns(owner, live.GetUID(), r.old.UID(id)):
 		return fmt.Sprintf("%s is owned by %s", Describe(id), inventory.Describe(owner))
 	case !r.old.Has(id):
 		return fmt.Sprintf("%s is not in this inventory", Describe(id))

@@ -40,7 +40,9 @@ type ApplyOptions struct {
 	// Adopt takes over objects that carry no owner annotation but that another tool manages
 	// (another field manager, or kubectl's last-applied-configuration: Helm, kubectl apply).
 	// Without it such an object fails with ErrNotAdopted and is left alone. Objects only
-	// Converge's field manager wrote are adopted either way.
+	// Converge's field manager wrote are adopted either way. It also takes over objects that
+	// carry the inventory's legacy ID (inventory.Ref.Legacy) without being recorded in its
+	// ConfigMap (an inventory lost before the upgrade); never objects of another inventory.
 	Adopt bool
 	// ForceConflicts takes ownership of fields another field manager owns. Without it such
 	// conflicts fail the object.
@@ -114,9 +116,9 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 	if err != nil {
 		return res, err
 	}
-	old, found := &inventory.Inventory{}, true
+	old, claim := &inventory.Inventory{}, inventory.Claim{Found: true}
 	if !noInventory {
-		if old, found, err = e.load(ctx, set.Inventory, opts.Recover); err != nil {
+		if old, claim, err = e.load(ctx, set.Inventory, opts.Recover); err != nil {
 			return res, err
 		}
 	}
@@ -132,11 +134,11 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 	}
 	stored := old
 	if !opts.DryRun {
-		if stored, err = e.writeAhead(ctx, set.Inventory, old, desired, !found && old.Len() > 0); err != nil {
+		if stored, err = e.writeAhead(ctx, set.Inventory, old, desired, !claim.Found && old.Len() > 0); err != nil {
 			return res, err
 		}
 	}
-	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, stored: found, items: items, progress: newProgress(opts.Progress)}
+	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, claim: claim, items: items, progress: newProgress(opts.Progress)}
 	if e.cache != nil && !opts.DryRun {
 		// New objects are applied without reading the cache: the informers of their kinds
 		// start when the run ends, off its critical path, so the next run (and the drift
@@ -153,7 +155,7 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 			logr.FromContextOrDiscard(ctx).Info("prune skipped: the apply did not fully succeed",
 				"inventory", set.Inventory.ID)
 		} else {
-			pr := e.prune(ctx, pruneCall{ref: set.Inventory, dryRun: opts.DryRun, concurrency: opts.Concurrency,
+			pr := e.prune(ctx, pruneCall{ref: set.Inventory, claim: claim, dryRun: opts.DryRun, concurrency: opts.Concurrency,
 				deleted: new(atomic.Int64), progress: r.progress}, candidates.Entries())
 			res.Pruned = pr.changes
 			rec.errs = append(rec.errs, pr.errs...)
@@ -300,10 +302,11 @@ type applyRun struct {
 	ref  inventory.Ref
 	opts ApplyOptions
 	old  *inventory.Inventory
-	// stored says old was read from the inventory ConfigMap, not recovered from the copy
-	// in a Sync's status (ApplyOptions.Recover), which anyone who may write that status can
-	// forge: only a stored UID makes an object ours (recorded).
-	stored   bool
+	// claim decides which live objects are ours (inventory.Claim.Owns). Its Found says old
+	// was read from the inventory ConfigMap, not recovered from the copy in a Sync's status
+	// (ApplyOptions.Recover), which anyone who may write that status can forge: only a
+	// stored UID makes an object ours (recorded).
+	claim    inventory.Claim
 	items    []*item
 	applied  atomic.Int64 // successful applies, for Hooks.AfterApply
 	progress *progress    // nil: no progress reports

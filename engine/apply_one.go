@@ -137,7 +137,17 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 func (r *applyRun) mayTakeOver(it *item, live *unstructured.Unstructured) error {
 	owner := live.GetAnnotations()[OwnerAnnotation]
 	switch {
-	case owner != "" && owner != r.ref.ID: // I11: never adopt an object another inventory owns
+	case owner != "" && r.claim.Owns(owner, live.GetUID(), r.old.UID(it.id)):
+		return nil
+	case owner != "" && owner == r.ref.Legacy:
+		// This inventory's legacy ID on an object its ConfigMap did not record (the inventory
+		// was lost before the upgrade, or someone else wrote the annotation): not ours on the
+		// annotation's word alone, anyone may write it.
+		if r.opts.Adopt {
+			return nil
+		}
+		return terminal(notRecordedError(it.id, owner, r.ref))
+	case owner != "": // I11: never adopt an object another inventory owns
 		return terminal(&NotOwnedError{Object: Describe(it.id), Owner: owner})
 	case owner == "" && !r.opts.Adopt && !r.recorded(it.id, live):
 		if m := foreignManager(live, r.fieldManager()); m != "" {
@@ -167,11 +177,7 @@ func ownerInfo(it *item, live *unstructured.Unstructured, manager string) string
 // A recovered copy (ApplyOptions.Recover) records nothing here: it would let whoever can
 // write a Sync's status skip spec.adopt.
 func (r *applyRun) recorded(id object.ObjMetadata, live *unstructured.Unstructured) bool {
-	if !r.stored {
-		return false
-	}
-	uid := r.old.UID(id)
-	return uid != "" && uid == live.GetUID()
+	return r.claim.Recorded(live.GetUID(), r.old.UID(id))
 }
 
 // send applies it for real over live (nil: a create), on the condition that the object is
@@ -182,7 +188,7 @@ func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstru
 	if live != nil {
 		pre = precondition{uid: live.GetUID()}
 	}
-	applied, err := r.e.apply(ctx, it.obj, r.fieldManager(), r.forceConflicts(live), pre)
+	applied, err := r.e.apply(ctx, it.obj, applyAs{manager: r.fieldManager(), force: r.forceConflicts(live)}, pre)
 	if err != nil {
 		// A create that meets an existing object conflicts, on its field managers or its
 		// precondition: either way the object must be read (and its owner checked) again.
@@ -271,7 +277,7 @@ func (r *applyRun) fromCacheApply(ctx context.Context, it *item, cached *metav1.
 	if cached != nil {
 		pre = precondition{uid: cached.GetUID()}
 	}
-	applied, err := r.e.apply(ctx, it.obj, r.fieldManager(), r.opts.ForceConflicts, pre)
+	applied, err := r.e.apply(ctx, it.obj, applyAs{manager: r.fieldManager(), force: r.opts.ForceConflicts}, pre)
 	if err != nil {
 		return out, cached, false, nil
 	}
@@ -300,7 +306,7 @@ func (r *applyRun) dryRun(ctx context.Context, it *item, live *unstructured.Unst
 	*unstructured.Unstructured, *unstructured.Unstructured, error) {
 	dry := it.obj.DeepCopy()
 	force := r.forceConflicts(live)
-	err := r.e.serverSideApply(ctx, dry, r.fieldManager(), true, force)
+	err := r.e.dryRunApply(ctx, dry, applyAs{manager: r.fieldManager(), force: force})
 	if err != nil && live != nil && isImmutable(err) {
 		if !r.forced(it, live) {
 			return nil, live, terminal(fmt.Errorf("immutable field changed; set annotation %s: %s on the object or ApplyOptions.Force to recreate it: %w",
@@ -317,7 +323,7 @@ func (r *applyRun) dryRun(ctx context.Context, it *item, live *unstructured.Unst
 		}
 		live = nil
 		dry = it.obj.DeepCopy()
-		err = r.e.serverSideApply(ctx, dry, r.fieldManager(), true, false)
+		err = r.e.dryRunApply(ctx, dry, applyAs{manager: r.fieldManager()})
 	}
 	if err != nil {
 		if r.opts.DryRun && live == nil && apierrors.IsNotFound(err) && r.newNamespaces[it.id.Namespace] {

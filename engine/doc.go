@@ -48,7 +48,11 @@
 // recreate deletes only an object the inventory owns (annotation and recorded UID).
 // A DryRun of a Set without an inventory (the zero Ref) is a plain diff: every object is
 // diffed with its owner as it is, and nothing is pruned. Migrate takes an inventory stored
-// under its legacy ID over before an Apply or a Delete.
+// under its legacy ID over before an Apply or a Delete, object by object: until every object
+// carries the new ID, one still carrying the legacy ID with the UID the legacy ConfigMap
+// recorded is ours to apply, prune, delete and release (inventory.Claim.Owns, the one rule
+// every ownership decision asks). One carrying the legacy ID without that record is adopted
+// only with ApplyOptions.Adopt.
 //
 // Field conflicts: applies do not force ownership unless ApplyOptions.ForceConflicts; a
 // conflict with another field manager fails the object. This is why the engine drives the

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -62,6 +61,8 @@ type Hooks struct {
 	// AfterAbandon runs after Abandon removed the owner annotation of the j-th object (j
 	// counts from 1).
 	AfterAbandon func(j int, id string) error
+	// Migrate are the crash points of Migrate, used when its options name none.
+	Migrate inventory.MigrateHooks
 }
 
 // Options configures an Engine.
@@ -105,7 +106,7 @@ type Engine struct {
 	memo   *memo       // nil without Watch
 	// migrated holds the inventory IDs Migrate has settled (taken over, or nothing to take
 	// over): a long-lived engine reads each inventory for its migration once, not per run.
-	migrated sync.Map
+	migrated settled
 }
 
 // New builds an Engine for cfg: an uncached controller-runtime client whose RESTMapper

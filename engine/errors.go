@@ -2,10 +2,13 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/cli-utils/pkg/object"
 
 	"github.com/converge-dev/converge/inventory"
 )
@@ -20,8 +23,9 @@ var ErrPruneRefused = errors.New("prune refused")
 var ErrNotOwned = errors.New("owned by another inventory")
 
 // ErrNotAdopted is wrapped by the error of an object without an owner annotation that
-// another tool manages (another field manager, or kubectl's last-applied-configuration),
-// which the engine does not take over without ApplyOptions.Adopt. It is terminal.
+// another tool manages (another field manager, or kubectl's last-applied-configuration), or
+// of an object carrying the inventory's legacy ID that its ConfigMap does not record, which
+// the engine does not take over without ApplyOptions.Adopt. It is terminal.
 var ErrNotAdopted = errors.New("not adopted")
 
 // NotOwnedError is the error of an object another inventory owns. It names the object as
@@ -41,6 +45,30 @@ func (e *NotOwnedError) Error() string {
 
 // Is makes errors.Is(err, ErrNotOwned) hold.
 func (e *NotOwnedError) Is(target error) bool { return target == ErrNotOwned }
+
+// notRecordedError is the error of an object that carries ref's legacy ID (ref.Legacy) in
+// its owner annotation while ref's inventory ConfigMap does not record it with its UID: the
+// inventory of an earlier version was lost before the upgrade (deleted by hand, or with its
+// namespace), or someone else wrote the annotation. Taking it over on the annotation's word
+// would let anyone who can write that value hand an object to this inventory, so the error
+// says how a person takes it over (adoption) or lets it go (the kubectl command that removes
+// the annotation). It matches ErrNotAdopted.
+func notRecordedError(id object.ObjMetadata, owner string, ref inventory.Ref) error {
+	resource := strings.ToLower(id.GroupKind.Kind)
+	if id.GroupKind.Group != "" {
+		resource += "." + id.GroupKind.Group
+	}
+	kubectl := "kubectl annotate " + resource + " " + id.Name
+	if id.Namespace != "" {
+		kubectl += " -n " + id.Namespace
+	}
+	kubectl += " " + inventory.OwnerAnnotation + "-"
+	return fmt.Errorf("%w: %s carries %s=%s, the ID an earlier version of Converge gave this inventory, "+
+		"but the inventory ConfigMap %s does not record this object with its UID (the inventory was lost before the upgrade, "+
+		"or someone else wrote the annotation); to take it over, allow adoption (Sync spec.adopt, converge apply --adopt), "+
+		"or remove the annotation by hand: %s",
+		ErrNotAdopted, Describe(id), inventory.OwnerAnnotation, owner, ref, kubectl)
+}
 
 // terminalError marks an error that retrying with the same input cannot fix.
 type terminalError struct{ err error }

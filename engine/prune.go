@@ -19,22 +19,26 @@ import (
 	"github.com/converge-dev/converge/inventory"
 )
 
-// DeleteOptions are the per-call settings of Delete.
+// DeleteOptions are the per-call settings of Delete and of Abandon. Both carry out a
+// deletion policy (Delete, Orphan) over the same inventory in the same way, one deleting
+// each object and the other releasing it: the same bound on requests in flight, the same
+// recovery copy for a lost ConfigMap. A setting that only one of them could use would earn
+// the other its own type again.
 type DeleteOptions struct {
-	// Concurrency bounds the deletes in flight. Zero or less means 1.
+	// Concurrency bounds the deletes (Abandon: the patches) in flight. Zero or less means 1.
 	Concurrency int
 	// Recover is a copy of the inventory kept elsewhere (the Sync status), used only when
 	// the inventory ConfigMap does not exist. See inventory's doc.
 	Recover *inventory.Inventory
 }
 
-// DefaultDeleteOptions deletes 8 objects at a time.
+// DefaultDeleteOptions deletes (or releases) 8 objects at a time.
 func DefaultDeleteOptions() DeleteOptions {
 	return DeleteOptions{Concurrency: 8}
 }
 
-// Delete deletes every object of the inventory of ref that still carries our owner
-// annotation and UID (I1), in reverse dependency order, one stage at a time. After each
+// Delete deletes every object of the inventory of ref that is still ours (inventory.Claim.Owns)
+// with the recorded UID (I1), in reverse dependency order, one stage at a time. After each
 // stage it records the confirmed deletions in the inventory, so a crash resumes where it
 // stopped; it stops at a stage with a failed delete, whose objects stay in the inventory
 // (I3). It deletes the inventory ConfigMap once the inventory is empty (I12).
@@ -47,11 +51,11 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 	if err := validateRef(ref); err != nil {
 		return res, err
 	}
-	inv, found, err := e.load(ctx, ref, opts.Recover)
+	inv, claim, err := e.load(ctx, ref, opts.Recover)
 	if err != nil {
 		return res, err
 	}
-	pc := pruneCall{ref: ref, concurrency: opts.Concurrency, deleted: new(atomic.Int64)}
+	pc := pruneCall{ref: ref, claim: claim, concurrency: opts.Concurrency, deleted: new(atomic.Int64)}
 	for _, stage := range pruneStages(inv.Entries()) {
 		pr := e.pruneStage(ctx, pc, stage)
 		res.Pruned = append(res.Pruned, pr.changes...)
@@ -61,7 +65,7 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 		for _, id := range pr.dropped {
 			inv.Remove(id)
 		}
-		if len(pr.dropped) > 0 && found {
+		if len(pr.dropped) > 0 && claim.Found {
 			inv, err = e.store.Update(ctx, ref, func(s *inventory.Inventory) *inventory.Inventory {
 				n := s.Clone()
 				for _, id := range pr.dropped {
@@ -80,10 +84,14 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 	if inv.Len() > 0 {
 		return res, fmt.Errorf("inventory %s: %d objects still tracked", ref, inv.Len())
 	}
-	if !found {
+	if !claim.Found {
 		return res, nil
 	}
-	return res, e.store.Delete(ctx, ref)
+	if err := e.store.Delete(ctx, ref); err != nil {
+		return res, err
+	}
+	e.migrated.forget(ref.ID) // a set recreated under this ID starts over
+	return res, nil
 }
 
 // pruneResult is the outcome of deleting a list of inventory entries.
@@ -97,6 +105,7 @@ type pruneResult struct {
 // pruneCall is the settings of one prune or Delete.
 type pruneCall struct {
 	ref         inventory.Ref
+	claim       inventory.Claim // which live objects are ours
 	dryRun      bool
 	concurrency int
 	deleted     *atomic.Int64 // successful deletes so far, for Hooks.AfterPrune
@@ -153,8 +162,8 @@ func (e *Engine) pruneStage(ctx context.Context, pc pruneCall, entries []invento
 				outs[i].change = Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped, Message: "aborted"}
 				return nil
 			}
-			c, drop := e.pruneOne(ctx, pc.ref, en, pc.dryRun)
-			outs[i] = one{change: c, drop: drop}
+			c, dropped := e.pruneOne(ctx, pc, en)
+			outs[i] = one{change: c, drop: dropped}
 			pc.progress.step()
 			if c.Action == ActionPruned && !pc.dryRun && e.opts.Hooks.AfterPrune != nil {
 				j := int(pc.deleted.Add(1))
@@ -183,9 +192,11 @@ func (e *Engine) pruneStage(ctx context.Context, pc pruneCall, entries []invento
 	return pr
 }
 
-// pruneOne deletes one inventory entry if it is still ours: it exists, carries our owner
-// annotation, has no prune-disabled annotation, and its UID is the one we recorded (I1).
-// drop says whether the entry leaves the inventory; a failed delete keeps it (I3).
+// pruneOne deletes one inventory entry if it is still ours: it exists, its owner annotation
+// makes it ours (claim.Owns: our ID, or the legacy ID of a migration under way with the
+// recorded UID), it has no prune-disabled annotation, and its UID is the one we recorded
+// (I1).
+// dropped says whether the entry leaves the inventory; a failed delete keeps it (I3).
 //
 // With the watch cache the object is read from the cache and deleted with a resourceVersion
 // precondition too, so the delete lands only on exactly what was checked: one request in the
@@ -195,27 +206,44 @@ func (e *Engine) pruneStage(ctx context.Context, pc pruneCall, entries []invento
 // An entry that leaves the inventory leaves the memo too: the cache may still show the
 // deleted copy at the very resourceVersion the memo recorded, and an object declared again
 // must then be applied, not found unchanged.
-func (e *Engine) pruneOne(ctx context.Context, ref inventory.Ref, en inventory.Entry, dryRun bool) (c Change, drop bool) {
+func (e *Engine) pruneOne(ctx context.Context, pc pruneCall, en inventory.Entry) (c Change, dropped bool) {
 	defer func() {
-		if drop && e.memo != nil {
+		if dropped && e.memo != nil {
 			e.memo.forget(en.Object)
 		}
 	}()
 	if e.cache != nil {
-		c, drop, retry := e.pruneOneFrom(ctx, true, ref, en, dryRun)
-		if !retry {
-			return c, drop
+		c, v := e.pruneOneFrom(ctx, fromCache, pc, en)
+		if v != askServer {
+			return c, v == drop
 		}
 	}
-	c, drop, _ = e.pruneOneFrom(ctx, false, ref, en, dryRun)
-	return c, drop
+	c, v := e.pruneOneFrom(ctx, fromServer, pc, en)
+	return c, v == drop
 }
 
-// pruneOneFrom is pruneOne reading from the watch cache (cached) or the API server. retry
-// asks for a second attempt from the API server: the cached view was not found, out of date,
-// or would drop the entry.
-func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Ref, en inventory.Entry,
-	dryRun bool) (c Change, drop, retry bool) {
+// source is where pruneOneFrom reads the object it decides on.
+type source int
+
+const (
+	fromServer source = iota // the API server (uncached client)
+	fromCache                // the watch cache: one DELETE with a resourceVersion precondition
+)
+
+// verdict is what pruneOneFrom decided about an inventory entry.
+type verdict int
+
+const (
+	keep      verdict = iota // the entry stays in the inventory: a failed delete (I3), a dry-run
+	drop                     // the entry leaves the inventory: deleted, gone, or not ours
+	askServer                // the cached view cannot decide: read the API server (fromCache only)
+)
+
+// pruneOneFrom is pruneOne reading from src. From the cache, it answers askServer when the
+// cached view was not found, out of date, or would drop the entry: an entry leaves the
+// inventory only on the API server's word.
+func (e *Engine) pruneOneFrom(ctx context.Context, src source, pc pruneCall, en inventory.Entry) (c Change, v verdict) {
+	claim, cached := pc.claim, src == fromCache
 	var reader client.Reader = e.client
 	if cached {
 		reader = e.cache
@@ -224,39 +252,41 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Re
 	log := logr.FromContextOrDiscard(ctx).WithValues("object", c.ID)
 	live, err := e.getByID(ctx, reader, en.Object)
 	if cached && (err != nil || live == nil) {
-		return c, false, true
+		return c, askServer
 	}
 	if err != nil {
 		c.Action, c.Message = ActionFailed, err.Error()
 		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), err)
-		return c, false, false
+		return c, keep
 	}
 	if live == nil {
 		c.Message = "already deleted"
-		return c, true, false
+		return c, drop
 	}
 	uid := live.GetUID()
-	if cached && (live.GetAnnotations()[OwnerAnnotation] != ref.ID || live.GetAnnotations()[PruneAnnotation] == PruneDisabled ||
+	owner := live.GetAnnotations()[OwnerAnnotation]
+	ours := claim.Owns(owner, uid, en.UID)
+	if cached && (!ours || live.GetAnnotations()[PruneAnnotation] == PruneDisabled ||
 		(en.UID != "" && en.UID != uid) || live.GetDeletionTimestamp() != nil) {
-		return c, false, true // an entry leaves the inventory only on the API server's word
+		return c, askServer // an entry leaves the inventory only on the API server's word
 	}
 	switch {
-	case live.GetAnnotations()[OwnerAnnotation] != ref.ID:
+	case !ours:
 		c.Message = fmt.Sprintf("not deleted: owning-inventory annotation is %q, not %q; dropped from the inventory",
-			live.GetAnnotations()[OwnerAnnotation], ref.ID)
-		return c, true, false
+			owner, claim.ID)
+		return c, drop
 	case live.GetAnnotations()[PruneAnnotation] == PruneDisabled:
 		c.Message = "not deleted: prune disabled by annotation " + PruneAnnotation + "; dropped from the inventory"
-		return c, true, false
+		return c, drop
 	case en.UID != "" && en.UID != uid:
 		c.Message = fmt.Sprintf("not deleted: recreated by someone else (UID %s, recorded %s); dropped from the inventory", uid, en.UID)
-		return c, true, false
+		return c, drop
 	case live.GetDeletionTimestamp() != nil:
 		c.Action, c.Message = ActionPruned, "already terminating"
-		return c, true, false
-	case dryRun:
+		return c, drop
+	case pc.dryRun:
 		c.Action, c.Message = ActionPruned, "would prune"
-		return c, false, false
+		return c, keep
 	}
 	pre := client.Preconditions{UID: &uid}
 	if cached {
@@ -272,20 +302,20 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Re
 	err = e.client.Delete(ctx, target, pre, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	switch {
 	case cached && (apierrors.IsConflict(err) || apierrors.IsNotFound(err)):
-		return c, false, true
+		return c, askServer
 	case err == nil:
 		c.Action = ActionPruned
 		log.V(1).Info("pruned")
-		return c, true, false
+		return c, drop
 	case apierrors.IsNotFound(err):
 		c.Message = "already deleted"
-		return c, true, false
+		return c, drop
 	case apierrors.IsConflict(err):
-		return e.afterDeleteConflict(ctx, ref, en, uid, c, err)
+		return e.afterDeleteConflict(ctx, claim, en, uid, c, err)
 	default:
 		c.Action, c.Message = ActionFailed, err.Error()
 		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), err)
-		return c, false, false
+		return c, keep
 	}
 }
 
@@ -293,27 +323,27 @@ func (e *Engine) pruneOneFrom(ctx context.Context, cached bool, ref inventory.Re
 // object again: an entry leaves the inventory only when the API server shows the object gone,
 // replaced (another UID) or no longer ours; otherwise the delete failed and the entry stays
 // for the next run (I2, I3). A status code alone never drops an entry.
-func (e *Engine) afterDeleteConflict(ctx context.Context, ref inventory.Ref, en inventory.Entry, uid types.UID,
-	c Change, delErr error) (Change, bool, bool) {
+func (e *Engine) afterDeleteConflict(ctx context.Context, claim inventory.Claim, en inventory.Entry, uid types.UID,
+	c Change, delErr error) (Change, verdict) {
 	cur, err := e.getByID(ctx, e.client, en.Object)
 	switch {
 	case err != nil:
 		c.Action, c.Message = ActionFailed, delErr.Error()
 		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), delErr)
-		return c, false, false
+		return c, keep
 	case cur == nil:
 		c.Message = "already deleted"
-		return c, true, false
+		return c, drop
 	case cur.GetUID() != uid:
 		c.Message = "not deleted: UID precondition failed (recreated by someone else); dropped from the inventory"
-		return c, true, false
-	case cur.GetAnnotations()[OwnerAnnotation] != ref.ID:
+		return c, drop
+	case !claim.Owns(cur.GetAnnotations()[OwnerAnnotation], cur.GetUID(), en.UID):
 		c.Message = "not deleted: no longer carries our owning-inventory annotation; dropped from the inventory"
-		return c, true, false
+		return c, drop
 	}
 	c.Action, c.Message = ActionFailed, delErr.Error()
 	c.Err = fmt.Errorf("%s: prune: %w", c.describe(), delErr)
-	return c, false, false
+	return c, keep
 }
 
 // getByID reads the metadata of the object id names (all a prune decides on); nil when it

@@ -39,13 +39,20 @@ func (e *Engine) get(ctx context.Context, u *unstructured.Unstructured) (*unstru
 	return live, nil
 }
 
-// apply server-side applies u for real with field manager manager, taking conflicting
-// fields when force, and returns the server's answer as metadata only: the engine keeps only
+// applyAs is how an apply claims the fields it sends: as field manager manager, and, with
+// force, taking the fields that other managers own (client.ForceOwnership) rather than
+// failing on the conflict. A named field, so a call site never reads apply(…, true).
+type applyAs struct {
+	manager string
+	force   bool
+}
+
+// apply server-side applies u for real as as says, and returns the server's answer as metadata only: the engine keeps only
 // the resourceVersion, UID and generation of an apply, and a metadata answer (protobuf) costs
 // the API server and the engine a fraction of the full object's JSON. u is not modified; it
 // never carries a resourceVersion or UID of its own (prepare strips them): pre adds them, so
 // that the apply lands only on the object the run checked (precondition).
-func (e *Engine) apply(ctx context.Context, u *unstructured.Unstructured, manager string, force bool, pre precondition) (*metav1.PartialObjectMetadata, error) {
+func (e *Engine) apply(ctx context.Context, u *unstructured.Unstructured, as applyAs, pre precondition) (*metav1.PartialObjectMetadata, error) {
 	gvk := u.GroupVersionKind()
 	m, err := e.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
@@ -63,7 +70,7 @@ func (e *Engine) apply(ctx context.Context, u *unstructured.Unstructured, manage
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
 		ri = mc.Resource(m.Resource).Namespace(u.GetNamespace())
 	}
-	return ri.Patch(ctx, u.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: manager, Force: &force})
+	return ri.Patch(ctx, u.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: as.manager, Force: &as.force})
 }
 
 // precondition is what an apply requires of the live object, so that it lands only on the
@@ -168,15 +175,13 @@ func (m *metadataClients) forResource(gvr schema.GroupVersionResource) (metadata
 	return c, nil
 }
 
-// serverSideApply applies u with field manager manager; u becomes the server's full answer
-// (used for dry-runs, whose answer is compared with the live object).
-func (e *Engine) serverSideApply(ctx context.Context, u *unstructured.Unstructured, manager string, dryRun, force bool) error {
-	opts := []client.ApplyOption{client.FieldOwner(manager)}
-	if force {
+// dryRunApply server-side dry-runs the apply of u as as says; u becomes the server's full
+// answer, which the run compares with the live object. It was serverSideApply(…, dryRun,
+// force), only ever called with dryRun true: the real applies go through apply.
+func (e *Engine) dryRunApply(ctx context.Context, u *unstructured.Unstructured, as applyAs) error {
+	opts := []client.ApplyOption{client.FieldOwner(as.manager), client.DryRunAll}
+	if as.force {
 		opts = append(opts, client.ForceOwnership)
-	}
-	if dryRun {
-		opts = append(opts, client.DryRunAll)
 	}
 	return e.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...)
 }

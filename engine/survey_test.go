@@ -63,7 +63,7 @@ func TestStaleListingIsReadAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := object.ObjMetadata{Namespace: h.ns, Name: "cm-00", GroupKind: schema.GroupKind{Kind: "ConfigMap"}}
-	r := &applyRun{e: h.eng, ref: h.ref, opts: opts, old: old, items: items,
+	r := &applyRun{e: h.eng, ref: h.ref, claim: inventory.Claim{ID: h.ref.ID}, opts: opts, old: old, items: items,
 		surveyed: map[object.ObjMetadata]*unstructured.Unstructured{id: listed}}
 	var it *item
 	for _, i := range items {
@@ -103,7 +103,7 @@ func TestListedMissingIsCheckedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := object.ObjMetadata{Namespace: h.ns, Name: "taken", GroupKind: schema.GroupKind{Kind: "ConfigMap"}}
-	r := &applyRun{e: h.eng, ref: h.ref, opts: opts, old: &inventory.Inventory{}, items: items,
+	r := &applyRun{e: h.eng, ref: h.ref, claim: inventory.Claim{ID: h.ref.ID}, opts: opts, old: &inventory.Inventory{}, items: items,
 		surveyed: map[object.ObjMetadata]*unstructured.Unstructured{id: nil}}
 	out, err := r.applyOne(h.ctx, items[0])
 	if err != nil {

@@ -18,6 +18,19 @@
 // <ns>_<name> for all three (LegacyID); Store.Migrate moves such an inventory, and the
 // annotation of each object it lists that still carries the legacy ID, to the new ID.
 //
+// Migration. Store.Migrate first relabels the ConfigMap with the new ID and marks it
+// converge.dev/migrating-from: <legacy ID> (MigratingAnnotation), one write; then it
+// re-annotates the objects one by one; then it removes the mark. An object that cannot be
+// re-annotated (a conflict, a kind the caller may not patch) does not hold the others or the
+// set up, and the next Migrate tries it again. Which live objects are an inventory's own is
+// decided by one rule, Claim.Owns, asked by the migration and by every apply, prune, delete
+// and release: the owner annotation is the inventory's ID, or, while the mark is there, the
+// legacy ID on an object whose UID the ConfigMap recorded. The legacy ID was shared by a Sync
+// and "converge apply --inventory" of the same namespace/name, and anyone may write an
+// annotation, so the recorded UID, not the annotation, says the object is ours; an object
+// carrying the legacy ID that the ConfigMap does not record (a legacy inventory lost before
+// the upgrade) is taken over only by an explicit adoption.
+//
 // Concurrency. Store reads go to the API server, never to a cache. Write updates with the
 // resourceVersion it read as a precondition and, on a conflict, re-reads and retries
 // (retry.RetryOnConflict); a write that would not change the stored data sends nothing.
@@ -34,8 +47,8 @@
 // every listable kind of the cluster in every namespace (annotations are not selectable),
 // which a tenant's service account may not do, and would cost a full scan per recovery.
 // Lookup tells a missing ConfigMap from an empty one; only a missing one is recovered, the
-// copy's entries becoming prune or delete candidates again (the engine's ApplyOptions,
-// DeleteOptions and AbandonOptions Recover field), and an Apply writes them back into a
+// copy's entries becoming prune or delete candidates again (the engine's ApplyOptions and
+// DeleteOptions Recover field), and an Apply writes them back into a
 // new ConfigMap at its write-ahead.
 //
 // Bounds of the copy. It is written with the status, after the apply, so it is a recovery

@@ -3,10 +3,13 @@ package inventory
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +23,17 @@ import (
 // applies; Migrate rewrites it.
 const OwnerAnnotation = "config.k8s.io/owning-inventory"
 
+// MigratingAnnotation marks an inventory ConfigMap whose migration from a legacy ID (its
+// value) has started and not finished: some object it lists may still carry the legacy ID
+// in its owner annotation, and is ours when the ConfigMap recorded its UID (Claim.Owns).
+const MigratingAnnotation = "converge.dev/migrating-from"
+
+// ErrMigrationPending is wrapped by Migrate's error when the inventory is migrated (it
+// carries the new ID) but some of its objects could not be re-annotated yet: they stay
+// ours by Claim.Owns, and the next Migrate tries them again. Callers may go on with the
+// inventory under the new ID.
+var ErrMigrationPending = errors.New("migration not finished")
+
 // MigrateOptions are the per-call settings of Migrate.
 type MigrateOptions struct {
 	// DryRun writes nothing. When the inventory is still stored under ref.Legacy, Migrate
@@ -31,6 +45,17 @@ type MigrateOptions struct {
 	FieldManager string
 	// Concurrency bounds the object reads and patches in flight. Zero or less means 1.
 	Concurrency int
+	// Hooks are test-only crash points.
+	Hooks MigrateHooks
+}
+
+// MigrateHooks are crash points for tests. A hook that returns an error stops Migrate at
+// once, as a crash would: no further patch or ConfigMap write. Nil hooks are skipped.
+type MigrateHooks struct {
+	// AfterRelabel runs after the ConfigMap got the new ID and MigratingAnnotation.
+	AfterRelabel func() error
+	// AfterReown runs after the j-th object got the new owner annotation (j counts from 1).
+	AfterReown func(j int, id string) error
 }
 
 // DefaultMigrateOptions patches 8 objects at a time as the field manager "converge".
@@ -38,93 +63,229 @@ func DefaultMigrateOptions() MigrateOptions {
 	return MigrateOptions{FieldManager: "converge", Concurrency: 8}
 }
 
-// Migrate takes over the inventory ref.Legacy stored in ref's ConfigMap: every object it
-// lists whose owner annotation is ref.Legacy (and whose UID is the recorded one, when one
-// is recorded) gets the annotation ref.ID, then the ConfigMap's label becomes ref.ID. It
-// returns the Ref to use: ref, or under DryRun the legacy one (see MigrateOptions.DryRun).
+// Migrate takes over the inventory ref.Legacy stored in ref's ConfigMap under ref.ID, and
+// moves the owner annotation of each object it lists from ref.Legacy to ref.ID. It returns
+// the Ref to use: ref, or under DryRun the legacy one while the ConfigMap still carries the
+// legacy ID (see MigrateOptions.DryRun).
 //
-// Nothing is pruned, re-created or dropped: the objects stay where they are with their
-// entries; only the ID changes. Objects the legacy inventory lists but another owner
-// annotates are left as they are (the apply reports them, the prune drops them), as before.
-// The label is written last, with the resourceVersion read before the objects were
-// patched: a crash or a concurrent writer leaves the ConfigMap under the legacy label, and
-// the next call patches what is left (a patched object is skipped). A ConfigMap that does
-// not exist, already carries ref.ID, or carries another ID is left alone (Get reports the
-// last case).
+// Steps, each safe to crash after:
+//
+//  1. The ConfigMap's label becomes ref.ID and it gets MigratingAnnotation: ref.Legacy, in
+//     one write with the resourceVersion just read. From then on the inventory is ref's,
+//     with all its entries (nothing is dropped, pruned or re-created), and each object it
+//     lists that carries ref.Legacy with the UID it recorded is ours (Claim.Owns): the
+//     engine applies, prunes, deletes and releases it as if it carried ref.ID.
+//  2. Each such object gets ref.ID, one JSON patch per object that tests the UID and the
+//     annotation it read, so an object replaced or taken over meanwhile never changes
+//     hands. Objects are settled one by one: one that cannot be patched (a conflict, a
+//     refusal for its kind) stays ours by the rule above and does not hold the others up.
+//  3. Once every object is settled (re-annotated, gone, or not the legacy owner's), the
+//     annotation is removed and the legacy ID means nothing to ref any more.
+//
+// When step 2 leaves objects unpatched, Migrate returns an error wrapping
+// ErrMigrationPending (the inventory is usable under ref.ID), and the next call resumes at
+// step 2. A ConfigMap that does not exist, carries ref.ID without the annotation, or carries
+// another ID is left alone (Get reports the last case).
 func (s *Store) Migrate(ctx context.Context, ref Ref, opts MigrateOptions) (Ref, error) {
 	if ref.Legacy == "" || ref.Legacy == ref.ID {
 		return ref, nil
 	}
 	legacy := ref
 	legacy.ID = ref.Legacy
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cm, err := s.get(ctx, ref)
-		if err != nil || cm == nil || cm.Labels[IDLabel] != ref.Legacy {
-			return err
+	wrap := func(err error) error {
+		return fmt.Errorf("inventory %s: migrate from %q to %q: %w", ref, ref.Legacy, ref.ID, err)
+	}
+	cm, err := s.get(ctx, ref)
+	if err != nil || cm == nil {
+		return ref, err
+	}
+	switch {
+	case cm.Labels[IDLabel] == ref.Legacy && opts.DryRun:
+		return legacy, nil
+	case cm.Labels[IDLabel] == ref.Legacy:
+		if cm, err = s.relabel(ctx, ref, cm); err != nil {
+			return ref, wrap(err)
 		}
-		if opts.DryRun {
-			ref = legacy
-			return nil
+		if cm == nil { // taken elsewhere meanwhile (another ID, or deleted): nothing of ours
+			return ref, nil
 		}
-		inv, err := decode(legacy, cm)
-		if err != nil {
-			return err
+		if err := callHook(opts.Hooks.AfterRelabel); err != nil {
+			return ref, wrap(err)
 		}
-		if err := s.reownAll(ctx, ref, inv, opts); err != nil {
-			return err
-		}
-		cm.Labels[IDLabel] = ref.ID
-		return s.c.Update(ctx, cm) // carries the resourceVersion read above
-	})
+	case cm.Labels[IDLabel] != ref.ID || cm.Annotations[MigratingAnnotation] != ref.Legacy || opts.DryRun:
+		return ref, nil
+	}
+	inv, err := decode(ref, cm)
 	if err != nil {
-		return ref, fmt.Errorf("inventory %s: migrate from %q to %q: %w", ref, ref.Legacy, ref.ID, err)
+		return ref, wrap(err)
+	}
+	claim := Claim{ID: ref.ID, Found: true, MigratingFrom: ref.Legacy}
+	pending, err := s.reownAll(ctx, claim, inv, opts)
+	if err != nil {
+		return ref, wrap(err)
+	}
+	if len(pending) > 0 {
+		return ref, wrap(fmt.Errorf("%w: %d objects still carry %s=%s: %w",
+			ErrMigrationPending, len(pending), OwnerAnnotation, ref.Legacy, errors.Join(pending...)))
+	}
+	if err := s.finish(ctx, ref); err != nil {
+		return ref, wrap(err)
 	}
 	return ref, nil
 }
 
-// reownAll moves the owner annotation of the objects of inv from ref.Legacy to ref.ID.
-func (s *Store) reownAll(ctx context.Context, ref Ref, inv *Inventory, opts MigrateOptions) error {
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(opts.Concurrency, 1))
-	for _, e := range inv.Entries() {
-		g.Go(func() error { return s.reown(gctx, ref, e, opts) })
+// relabel gives cm (read with the legacy label) the label ref.ID and MigratingAnnotation:
+// ref.Legacy. On a conflict it re-reads the ConfigMap and tries again while it still carries
+// the legacy label; it returns the ConfigMap as written, or nil when it no longer carries
+// the legacy label (another writer migrated it, or it is gone).
+func (s *Store) relabel(ctx context.Context, ref Ref, cm *corev1.ConfigMap) (*corev1.ConfigMap, error) {
+	first := true
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if !first {
+			cur, err := s.get(ctx, ref)
+			if err != nil {
+				return err
+			}
+			if cur == nil || cur.Labels[IDLabel] != ref.Legacy {
+				cm = nil
+				return nil
+			}
+			cm = cur
+		}
+		first = false
+		cm.Labels[IDLabel] = ref.ID
+		if cm.Annotations == nil {
+			cm.Annotations = map[string]string{}
+		}
+		cm.Annotations[MigratingAnnotation] = ref.Legacy
+		return s.c.Update(ctx, cm) // carries the resourceVersion read
+	})
+	if err != nil {
+		return nil, fmt.Errorf("relabel: %w", err)
 	}
-	return g.Wait()
+	return cm, nil
 }
 
-// reown moves the owner annotation of e's object from ref.Legacy to ref.ID, if it is there
-// and the object is the one recorded. The patch tests the annotation and the UID it read, so
-// an object changed or replaced meanwhile is never taken.
-func (s *Store) reown(ctx context.Context, ref Ref, e Entry, opts MigrateOptions) error {
+// finish removes MigratingAnnotation from ref's ConfigMap, re-reading it on a conflict (an
+// apply may write its entries meanwhile).
+func (s *Store) finish(ctx context.Context, ref Ref) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm, err := s.get(ctx, ref)
+		if err != nil || cm == nil || cm.Labels[IDLabel] != ref.ID || cm.Annotations[MigratingAnnotation] != ref.Legacy {
+			return err
+		}
+		delete(cm.Annotations, MigratingAnnotation)
+		return s.c.Update(ctx, cm)
+	})
+	if err != nil {
+		return fmt.Errorf("finish: %w", err)
+	}
+	return nil
+}
+
+// reownAll moves the owner annotation of the objects of inv that claim owns under the
+// legacy ID to claim.ID. pending holds one error per object that still carries the legacy
+// ID and could not be patched; err is a crash point's error, which stops it at once.
+func (s *Store) reownAll(ctx context.Context, claim Claim, inv *Inventory, opts MigrateOptions) (pending []error, err error) {
+	entries := inv.Entries()
+	errs := make([]error, len(entries))
+	var reowned atomic.Int64
+	var abort atomic.Pointer[error]
+	var g errgroup.Group // workers never fail: errors go into errs
+	g.SetLimit(max(opts.Concurrency, 1))
+	for i, e := range entries {
+		g.Go(func() error {
+			if abort.Load() != nil {
+				return nil
+			}
+			done, err := s.reown(ctx, claim, e, opts)
+			if err != nil {
+				errs[i] = err
+				return nil
+			}
+			if done && opts.Hooks.AfterReown != nil {
+				j := int(reowned.Add(1))
+				if err := opts.Hooks.AfterReown(j, e.Object.String()); err != nil {
+					err = fmt.Errorf("aborted by hook after re-owning %d (%s): %w", j, e.Object, err)
+					abort.CompareAndSwap(nil, &err)
+				}
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	if p := abort.Load(); p != nil {
+		return nil, *p
+	}
+	for _, err := range errs {
+		if err != nil {
+			pending = append(pending, err)
+		}
+	}
+	return pending, nil
+}
+
+// reown moves the owner annotation of e's object from claim.MigratingFrom to claim.ID when
+// claim owns the object under the legacy ID (Claim.Owns). done reports a patch that landed;
+// err an object that still carries the legacy ID, is still ours, and could not be patched.
+// An object gone, re-annotated, replaced or taken over meanwhile is settled: not ours to
+// take (or already done).
+func (s *Store) reown(ctx context.Context, claim Claim, e Entry, opts MigrateOptions) (done bool, err error) {
 	mapping, err := s.c.RESTMapper().RESTMapping(e.Object.GroupKind)
 	if meta.IsNoMatchError(err) {
-		return nil // its kind is gone, and so is the object
+		return false, nil // its kind is gone, and so is the object
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", e.Object, err)
+		return false, fmt.Errorf("%s: %w", e.Object, err)
 	}
-	obj := &metav1.PartialObjectMetadata{}
-	obj.SetGroupVersionKind(mapping.GroupVersionKind)
-	err = s.c.Get(ctx, client.ObjectKey{Namespace: e.Object.Namespace, Name: e.Object.Name}, obj)
+	legacyOwned := func(obj *metav1.PartialObjectMetadata) bool {
+		owner := obj.GetAnnotations()[OwnerAnnotation]
+		return owner == claim.MigratingFrom && claim.Owns(owner, obj.GetUID(), e.UID)
+	}
+	read := func() (*metav1.PartialObjectMetadata, error) {
+		obj := &metav1.PartialObjectMetadata{}
+		obj.SetGroupVersionKind(mapping.GroupVersionKind)
+		err := s.c.Get(ctx, client.ObjectKey{Namespace: e.Object.Namespace, Name: e.Object.Name}, obj)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return obj, err
+	}
+	obj, err := read()
 	switch {
-	case apierrors.IsNotFound(err):
-		return nil
 	case err != nil:
-		return fmt.Errorf("%s: read: %w", e.Object, err)
-	case obj.GetAnnotations()[OwnerAnnotation] != ref.Legacy, e.UID != "" && e.UID != obj.GetUID():
-		return nil // not the legacy owner's (any more): not ours to take
+		return false, fmt.Errorf("%s: read: %w", e.Object, err)
+	case obj == nil || !legacyOwned(obj):
+		return false, nil
 	}
-	patch, err := OwnerPatch(obj.GetUID(), ref.Legacy, ref.ID)
+	patch, err := OwnerPatch(obj.GetUID(), claim.MigratingFrom, claim.ID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var po []client.PatchOption
 	if opts.FieldManager != "" {
 		po = append(po, client.FieldOwner(opts.FieldManager))
 	}
-	err = s.c.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, patch), po...)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("%s: owner annotation: %w", e.Object, err)
+	perr := s.c.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, patch), po...)
+	if perr == nil {
+		return true, nil
+	}
+	// A test operation failed (the object changed since it was read) or the patch was
+	// refused: settled only if the API server shows it is no longer the legacy owner's.
+	cur, err := read()
+	if err == nil && (cur == nil || !legacyOwned(cur)) {
+		return false, nil
+	}
+	return false, fmt.Errorf("%s: owner annotation: %w", e.Object, perr)
+}
+
+// callHook runs a test crash point.
+func callHook(h func() error) error {
+	if h == nil {
+		return nil
+	}
+	if err := h(); err != nil {
+		return fmt.Errorf("aborted by hook: %w", err)
 	}
 	return nil
 }

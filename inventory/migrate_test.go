@@ -1,12 +1,16 @@
 package inventory
 
 import (
+	"errors"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/cluster"
@@ -14,7 +18,8 @@ import (
 
 // TestMigrate checks the takeover of a legacy inventory: a dry-run writes nothing and
 // answers with the legacy Ref; the migration re-annotates exactly the objects the legacy
-// owner holds (not another owner's, not one recreated under another UID, not a missing one),
+// owner holds with the recorded UID (not another owner's, not one recreated under another
+// UID, not one listed without a UID, not a missing one),
 // relabels the same ConfigMap and keeps every entry; a second call sends no write; and a
 // ConfigMap of another owner is left alone and reported in words by Get.
 func TestMigrate(t *testing.T) {
@@ -66,13 +71,18 @@ func TestMigrate(t *testing.T) {
 		}
 		owners[cm.Name] = live.Annotations[OwnerAnnotation]
 	}
-	want := map[string]string{"ours": ref.ID, "unknown-uid": ref.ID, "theirs": "sync_" + ns + "_other", "replaced": ref.Legacy}
+	// unknown-uid: listed without a UID, so nothing says it is the legacy inventory's own
+	// object rather than one that carries its ID (Claim.Owns); it stays as it is.
+	want := map[string]string{"ours": ref.ID, "unknown-uid": ref.Legacy, "theirs": "sync_" + ns + "_other", "replaced": ref.Legacy}
 	if diff := cmp.Diff(want, owners); diff != "" {
 		t.Errorf("owner annotations (-want +got):\n%s", diff)
 	}
 	inv := &corev1.ConfigMap{}
 	if err := plain.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, inv); err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := inv.Annotations[MigratingAnnotation]; ok {
+		t.Errorf("a finished migration left the annotation %s", MigratingAnnotation)
 	}
 	if inv.UID != invBefore.UID || inv.Labels[IDLabel] != ref.ID || !cmp.Equal(inv.Data, invBefore.Data) {
 		t.Errorf("inventory: UID %s (was %s), label %q, data %v (was %v); want the same ConfigMap, relabelled, same entries",
@@ -96,5 +106,162 @@ func TestMigrate(t *testing.T) {
 	_, err = s.Get(ctx, other)
 	if err == nil || !strings.Contains(err.Error(), "holds the inventory of converge apply --inventory "+ns+"/app, not of Sync "+ns+"/app") {
 		t.Errorf("Get of another owner's ConfigMap: %v", err)
+	}
+}
+
+// TestMigratePerObject checks that one object that cannot be re-annotated (a conflict, a
+// refusal for its kind) does not hold the migration up: the inventory is taken over at once
+// (new label, every entry, MigratingAnnotation), every other object is re-annotated, Migrate
+// reports ErrMigrationPending, Lookup's Claim owns the object left behind (its recorded UID
+// with the legacy ID) but not a look-alike the legacy inventory did not record, and the next
+// Migrate finishes: the object is re-annotated and the annotation removed. Before, the
+// migration failed as a whole and left the ConfigMap under the legacy ID, so the set could
+// not be applied, pruned or deleted until every object could be patched.
+func TestMigratePerObject(t *testing.T) {
+	cluster.Require(t, env)
+	for _, status := range []int{http.StatusConflict, http.StatusForbidden} {
+		t.Run(http.StatusText(status), func(t *testing.T) {
+			ctx := testCtx(t)
+			ns := env.Namespace(t)
+			s, rec, plain := newStore(t)
+			ref := Ref{Namespace: ns, Name: "app-inventory", ID: ID(OwnerSync, ns, "app"), Legacy: LegacyID(ns, "app")}
+			create := func(name, owner string) *corev1.ConfigMap {
+				t.Helper()
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+					Annotations: map[string]string{OwnerAnnotation: owner}}}
+				if err := plain.Create(ctx, cm); err != nil {
+					t.Fatal(err)
+				}
+				return cm
+			}
+			a, b, stuck := create("a", ref.Legacy), create("b", ref.Legacy), create("stuck", ref.Legacy)
+			forged := create("forged", ref.Legacy) // carries the legacy ID, never recorded
+			legacy := ref
+			legacy.ID = ref.Legacy
+			if err := s.Write(ctx, legacy, New(e(ns, "a", a.UID), e(ns, "b", b.UID), e(ns, "stuck", stuck.UID))); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			refuse := true
+			rec.fail = func(r *http.Request) int {
+				mu.Lock()
+				defer mu.Unlock()
+				if refuse && r.Method == http.MethodPatch && strings.HasSuffix(r.URL.Path, "/configmaps/stuck") {
+					return status
+				}
+				return 0
+			}
+			owners := func() map[string]string {
+				t.Helper()
+				out := map[string]string{}
+				for _, cm := range []*corev1.ConfigMap{a, b, stuck, forged} {
+					live := &corev1.ConfigMap{}
+					if err := plain.Get(ctx, client.ObjectKeyFromObject(cm), live); err != nil {
+						t.Fatal(err)
+					}
+					out[cm.Name] = live.Annotations[OwnerAnnotation]
+				}
+				return out
+			}
+
+			got, err := s.Migrate(ctx, ref, DefaultMigrateOptions())
+			if !errors.Is(err, ErrMigrationPending) || got != ref || !strings.Contains(err.Error(), ns+"_stuck__ConfigMap") {
+				t.Fatalf("Migrate with one object refused = %+v, %v; want %+v and %v naming the object", got, err, ref, ErrMigrationPending)
+			}
+			want := map[string]string{"a": ref.ID, "b": ref.ID, "stuck": ref.Legacy, "forged": ref.Legacy}
+			if diff := cmp.Diff(want, owners()); diff != "" {
+				t.Errorf("owner annotations after a partial migration (-want +got):\n%s", diff)
+			}
+			inv, claim, err := s.Lookup(ctx, ref)
+			if err != nil || inv.Len() != 3 {
+				t.Fatalf("Lookup under the new ID = %v, %v; want the 3 legacy entries", inv.Entries(), err)
+			}
+			if diff := cmp.Diff(Claim{ID: ref.ID, Found: true, MigratingFrom: ref.Legacy}, claim); diff != "" {
+				t.Errorf("claim during the migration (-want +got):\n%s", diff)
+			}
+			if !claim.Owns(ref.Legacy, stuck.UID, inv.UID(cm(ns, "stuck"))) {
+				t.Error("the object left under the legacy ID is not ours")
+			}
+			if claim.Owns(ref.Legacy, forged.UID, inv.UID(cm(ns, "forged"))) {
+				t.Error("an object the legacy inventory did not record is ours")
+			}
+
+			mu.Lock()
+			refuse = false
+			mu.Unlock()
+			if got, err := s.Migrate(ctx, ref, DefaultMigrateOptions()); err != nil || got != ref {
+				t.Fatalf("second Migrate = %+v, %v; want %+v, nil", got, err, ref)
+			}
+			want["stuck"] = ref.ID
+			if diff := cmp.Diff(want, owners()); diff != "" {
+				t.Errorf("owner annotations after the migration finished (-want +got):\n%s", diff)
+			}
+			if _, claim, err := s.Lookup(ctx, ref); err != nil || claim.MigratingFrom != "" {
+				t.Errorf("Lookup after the migration finished: claim %+v, %v; want no legacy ID", claim, err)
+			}
+			before := rec.count("PATCH") + rec.count("PUT")
+			if _, err := s.Migrate(ctx, ref, DefaultMigrateOptions()); err != nil || rec.count("PATCH")+rec.count("PUT") != before {
+				t.Errorf("third Migrate: %v, %d writes; want none", err, rec.count("PATCH")+rec.count("PUT")-before)
+			}
+		})
+	}
+}
+
+// TestClaimOwns checks the ownership rule every decision asks (Claim.Owns): our ID; the
+// legacy ID only during the migration, only with the UID the ConfigMap recorded, never
+// from a recovered copy; nothing else.
+func TestClaimOwns(t *testing.T) {
+	migrating := Claim{ID: "sync_apps_prod", Found: true, MigratingFrom: "apps_prod"}
+	recovered := migrating
+	recovered.Found = false
+	for _, tc := range []struct {
+		name          string
+		claim         Claim
+		annotation    string
+		uid, recorded types.UID
+		want          bool
+	}{
+		{"our ID", migrating, "sync_apps_prod", "u1", "", true},
+		{"our ID, other UID", migrating, "sync_apps_prod", "u2", "u1", true},
+		{"legacy ID, recorded UID", migrating, "apps_prod", "u1", "u1", true},
+		{"legacy ID, other UID", migrating, "apps_prod", "u2", "u1", false},
+		{"legacy ID, no UID recorded", migrating, "apps_prod", "u1", "", false},
+		{"legacy ID, recovered copy", recovered, "apps_prod", "u1", "u1", false},
+		{"legacy ID, migration finished", Claim{ID: "sync_apps_prod", Found: true}, "apps_prod", "u1", "u1", false},
+		{"another inventory", migrating, "cli_apps_prod", "u1", "u1", false},
+		{"no annotation", migrating, "", "u1", "u1", false},
+		{"no annotation, no ID", Claim{}, "", "u1", "u1", false},
+	} {
+		if got := tc.claim.Owns(tc.annotation, tc.uid, tc.recorded); got != tc.want {
+			t.Errorf("%s: Owns = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestLookupHonoursOnlyItsOwnLegacyID checks that the migration mark of a ConfigMap counts
+// only with the inventory's own legacy ID: a ConfigMap its tenant marked with another
+// inventory's ID (to claim the objects that carry it) claims nothing under that ID.
+func TestLookupHonoursOnlyItsOwnLegacyID(t *testing.T) {
+	cluster.Require(t, env)
+	ctx := testCtx(t)
+	ns := env.Namespace(t)
+	s, _, plain := newStore(t)
+	ref := Ref{Namespace: ns, Name: "app-inventory", ID: ID(OwnerSync, ns, "app"), Legacy: LegacyID(ns, "app")}
+	for _, tc := range []struct{ mark, want string }{
+		{LegacyID(ns, "other"), ""},
+		{ref.Legacy, ref.Legacy},
+	} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ref.Name,
+			Labels: map[string]string{IDLabel: ref.ID}, Annotations: map[string]string{MigratingAnnotation: tc.mark}}}
+		if err := plain.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		_, claim, err := s.Lookup(ctx, ref)
+		if err != nil || claim.MigratingFrom != tc.want || !claim.Found {
+			t.Errorf("mark %q: Lookup claim %+v, %v; want MigratingFrom %q", tc.mark, claim, err, tc.want)
+		}
+		if err := plain.Delete(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 
@@ -31,25 +32,36 @@ func NewStore(c client.Client) *Store {
 
 // Get returns the stored inventory of ref. A missing ConfigMap is an empty inventory, not
 // an error. A ConfigMap whose inventory-id label differs from ref.ID is an error: it
-// belongs to another set.
+// belongs to another set (or, labelled ref.Legacy, is not migrated yet: ErrNotMigrated).
 func (s *Store) Get(ctx context.Context, ref Ref) (*Inventory, error) {
 	inv, _, err := s.Lookup(ctx, ref)
 	return inv, err
 }
 
-// Lookup is Get that also reports whether the ConfigMap exists: a missing ConfigMap and an
-// empty one mean the same set, but only a missing one was lost (deleted by hand, or by the
-// deletion of its namespace) and may be recovered from a copy kept elsewhere.
-func (s *Store) Lookup(ctx context.Context, ref Ref) (inv *Inventory, found bool, err error) {
+// Lookup is Get that also returns what the ConfigMap says about ownership (Claim): whether
+// it exists (a missing ConfigMap and an empty one mean the same set, but only a missing one
+// was lost, deleted by hand or by the deletion of its namespace, and may be recovered from a
+// copy kept elsewhere), and whether its migration from ref.Legacy is under way
+// (MigratingAnnotation with the value ref.Legacy; any other value is ignored, so a ConfigMap
+// cannot claim the objects of a legacy ID that is not its own).
+func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) {
+	claim := Claim{ID: ref.ID}
 	cm, err := s.get(ctx, ref)
 	if err != nil {
-		return nil, false, err
+		return nil, claim, err
 	}
 	if cm == nil {
-		return &Inventory{}, false, nil
+		return &Inventory{}, claim, nil
 	}
-	inv, err = decode(ref, cm)
-	return inv, err == nil, err
+	inv, err := decode(ref, cm)
+	if err != nil {
+		return nil, claim, err
+	}
+	claim.Found = true
+	if from := cm.Annotations[MigratingAnnotation]; ref.Legacy != "" && from == ref.Legacy {
+		claim.MigratingFrom = from
+	}
+	return inv, claim, nil
 }
 
 // Write stores inv as the inventory of ref, whatever is stored now. See Update.
@@ -137,9 +149,18 @@ func (s *Store) get(ctx context.Context, ref Ref) (*corev1.ConfigMap, error) {
 	return cm, nil
 }
 
+// ErrNotMigrated is wrapped by the error of a read of an inventory whose ConfigMap still
+// carries its legacy ID (Ref.Legacy): Migrate has not taken it over yet. It is transient:
+// the owner's next run migrates it.
+var ErrNotMigrated = errors.New("inventory not migrated")
+
 // foreign is the error about a ConfigMap of ref that holds the inventory id of another
-// owner, named in words (Describe).
+// owner, named in words (Describe), or of ref itself under its legacy ID (ErrNotMigrated).
 func foreign(ref Ref, id string) error {
+	if ref.Legacy != "" && id == ref.Legacy {
+		return fmt.Errorf("%w: the ConfigMap is still labelled %s=%s, the ID an earlier version gave this inventory; it is taken over (migrated) before the next run",
+			ErrNotMigrated, IDLabel, id)
+	}
 	if id == "" {
 		return fmt.Errorf("the ConfigMap has no label %s: it is not an inventory; rename the inventory or remove the ConfigMap", IDLabel)
 	}

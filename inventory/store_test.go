@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -38,7 +39,8 @@ func (c *recorder) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.mu.Unlock()
 	if fail != nil {
 		if code := fail(r); code > 0 {
-			body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409,"message":"injected"}`
+			reason := map[int]string{http.StatusConflict: "Conflict", http.StatusForbidden: "Forbidden"}[code]
+			body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":%q,"code":%d,"message":"injected"}`, reason, code)
 			return &http.Response{StatusCode: code, Header: http.Header{"Content-Type": {"application/json"}},
 				Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
 		}

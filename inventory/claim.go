@@ -1,0 +1,56 @@
+package inventory
+
+import "k8s.io/apimachinery/pkg/types"
+
+// Claim is what an inventory's store says about which live objects are the inventory's
+// own. Every ownership decision (the migration's re-owning, an apply's take-over, a prune,
+// a delete, an abandon) asks Owns, so a legacy owner annotation is honoured by the same rule
+// everywhere, and only while its migration lasts.
+type Claim struct {
+	// ID is the inventory's ID (Ref.ID).
+	ID string
+	// Found says the inventory's ConfigMap exists, so the UIDs it records were written by the
+	// engine (or by whoever may write that ConfigMap). Entries recovered from a copy kept
+	// elsewhere (the Sync status) come with Found false: their UIDs never make an object ours.
+	Found bool
+	// MigratingFrom is the legacy ID (Ref.Legacy) of an inventory whose migration has
+	// started but not finished: the ConfigMap carries the new label and MigratingAnnotation
+	// with this value. Empty otherwise.
+	MigratingFrom string
+}
+
+// Recorded reports whether the inventory's ConfigMap recorded exactly this object: a UID
+// is recorded for it (recorded) and equals the live object's (uid). A UID from a recovered
+// copy never counts (Found is false then).
+func (c Claim) Recorded(uid, recorded types.UID) bool {
+	return c.Found && recorded != "" && recorded == uid
+}
+
+// Owns reports whether a live object whose owner annotation is annotation (OwnerAnnotation,
+// "" when absent) and whose UID is uid is the inventory's own, given the UID the inventory
+// recorded for it (recorded, "" when none):
+//
+//   - the annotation names the inventory (ID): ours, whatever the UID (callers that delete
+//     still require the recorded UID, I1);
+//   - the annotation is the legacy ID the inventory is being migrated from (MigratingFrom)
+//     and the legacy ConfigMap being migrated recorded this very UID (Recorded): ours. The
+//     legacy ID was shared by a Sync and "converge apply --inventory" of the same
+//     namespace/name, and anyone may write an annotation value: the recorded UID is what
+//     says that this inventory, and not the other one, created or took the object;
+//   - anything else (no annotation, another inventory's ID, the legacy ID on an object the
+//     legacy ConfigMap did not record with this UID, or the legacy ID once the migration
+//     has finished): not ours.
+//
+// An object without annotation that the ConfigMap recorded is not "owned" here: an apply may
+// put the annotation back (Recorded), but nothing deletes or releases it on that ground.
+func (c Claim) Owns(annotation string, uid, recorded types.UID) bool {
+	switch {
+	case annotation == "":
+		return false
+	case annotation == c.ID:
+		return true
+	case c.MigratingFrom != "" && annotation == c.MigratingFrom:
+		return c.Recorded(uid, recorded)
+	}
+	return false
+}
