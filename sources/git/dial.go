@@ -15,6 +15,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/plumbing/transport/client"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"golang.org/x/net/proxy"
 )
 
@@ -27,7 +28,7 @@ import (
 // the request's context (which net/http hands to the dialer, redirects included), over SSH
 // in a proxy URL of a scheme registered here (go-git's SSH dial takes no context, but
 // honours FetchOptions.ProxyOptions through golang.org/x/net/proxy). A connection made
-// without a policy (go-git used outside Fetch) gets the strict one.
+// without a policy (go-git used outside Fetch) gets the strict one, over both.
 
 // dialPolicy is what one fetch may connect to.
 type dialPolicy struct {
@@ -143,6 +144,7 @@ func installTransports() {
 		}})
 		client.InstallProtocol("http", guarded)
 		client.InstallProtocol("https", guarded)
+		client.InstallProtocol("ssh", sshTransport{gitssh.DefaultClient})
 		// git:// is not offered (authMethod refuses it); without a transport no caller of
 		// go-git in this process can reach it unguarded either.
 		client.InstallProtocol("git", nil)
@@ -173,6 +175,27 @@ func (t *policyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.local.RoundTrip(req)
 	}
 	return t.strict.RoundTrip(req)
+}
+
+// sshTransport is go-git's SSH transport with the strict policy for an endpoint that
+// names no proxy (a session opened without Fetch's ProxyOptions).
+type sshTransport struct{ transport.Transport }
+
+func (t sshTransport) NewUploadPackSession(ep *transport.Endpoint, auth transport.AuthMethod) (transport.UploadPackSession, error) {
+	return t.Transport.NewUploadPackSession(strictByDefault(ep), auth)
+}
+
+func (t sshTransport) NewReceivePackSession(ep *transport.Endpoint, auth transport.AuthMethod) (transport.ReceivePackSession, error) {
+	return t.Transport.NewReceivePackSession(strictByDefault(ep), auth)
+}
+
+func strictByDefault(ep *transport.Endpoint) *transport.Endpoint {
+	if ep.Proxy.URL != "" {
+		return ep
+	}
+	guarded := *ep
+	guarded.Proxy = dialPolicy{}.proxyOptions("ssh")
+	return &guarded
 }
 
 // contextDialer gives go-git's SSH dial the proxy.ContextDialer it requires.

@@ -10,6 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	gogit "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/storage/memory"
 )
 
 // TestFetchRefusesLocalAddresses: a URL whose address is on the daemon's machine or link
@@ -121,6 +126,35 @@ func TestFetchRefusesRedirectToLocalAddress(t *testing.T) {
 	}
 	if !errors.Is(err, ErrLocalURL) || !strings.Contains(err.Error(), "loopback address refused") || !strings.Contains(err.Error(), repo.URL) {
 		t.Fatalf("Fetch error %v, want the loopback address refused for %s", err, repo.URL)
+	}
+}
+
+// TestGoGitOutsideFetchIsStrict: once a Fetcher exists, go-git used without Fetch (no
+// policy in the request's context or the endpoint) gets the strict policy, over HTTP and
+// SSH: the process-wide transports fail closed.
+func TestGoGitOutsideFetchIsStrict(t *testing.T) {
+	r := newTestRepo(t)
+	r.commit("one", map[string]string{"v.txt": "one"})
+	r.push()
+	httpURL, log := serveHTTP(t, r.root, nil)
+	srv := serveSSH(t, r.root)
+	sshURL := "ssh://git@" + srv.addr + "/repo.git"
+	sshAuth, err := authMethod(sshURL, Auth{SSHPrivateKey: srv.clientKey, SSHKnownHosts: srv.knownHosts}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	NewFetcher(t.TempDir())
+	for url, auth := range map[string]transport.AuthMethod{httpURL: nil, sshURL: sshAuth} {
+		remote := gogit.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{url}})
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		_, err := remote.ListContext(ctx, &gogit.ListOptions{Auth: auth})
+		cancel()
+		if _, ok := refusedAddress(err); !ok {
+			t.Errorf("go-git list of %s: %v, want an AddressError", url, err)
+		}
+	}
+	if seen := log.take(); len(seen) != 0 {
+		t.Errorf("go-git reached the loopback server: %v", seen)
 	}
 }
 
