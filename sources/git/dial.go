@@ -48,7 +48,8 @@ func dialPolicyFrom(ctx context.Context) dialPolicy {
 	return p
 }
 
-// sshDialScheme names the proxy URL that carries an SSH fetch's policy to guardedDialer.
+// sshDialScheme names the proxy URL that carries an SSH fetch's policy to the dialer
+// installTransports registers for it.
 const sshDialScheme = "converge-dial"
 
 // proxyOptions returns the go-git proxy options that route an SSH fetch through the guard.
