@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -172,10 +173,26 @@ type policyTransport struct {
 }
 
 func (t *policyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	rt := t.strict
 	if dialPolicyFrom(req.Context()).allowLocal {
-		return t.local.RoundTrip(req)
+		rt = t.local
 	}
-	return t.strict.RoundTrip(req)
+	resp, err := rt.RoundTrip(req)
+	if err == nil && resp.StatusCode >= http.StatusBadRequest {
+		// go-git reads an error answer's whole body into its error message (the Sync's
+		// status): a server must not fill the daemon's memory, or a status, that way.
+		resp.Body = limitedBody{io.LimitReader(resp.Body, maxErrorBody), resp.Body}
+	}
+	return resp, err
+}
+
+// maxErrorBody bounds what is read of an HTTP error answer: far more than a git server's
+// message ("Repository not found").
+const maxErrorBody = 4 << 10
+
+type limitedBody struct {
+	io.Reader
+	io.Closer
 }
 
 // sshTransport is go-git's SSH transport with the strict policy for an endpoint that

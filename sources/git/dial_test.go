@@ -3,6 +3,7 @@ package git
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -155,6 +156,22 @@ func TestGoGitOutsideFetchIsStrict(t *testing.T) {
 	}
 	if seen := log.take(); len(seen) != 0 {
 		t.Errorf("go-git reached the loopback server: %v", seen)
+	}
+}
+
+// TestFetchErrorBodyBounded: a server's error answer is read only up to maxErrorBody, so
+// an endless 404 can neither fill the daemon's memory nor the Sync's status. Before, go-git
+// read the whole body into the error message.
+func TestFetchErrorBodyBounded(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte("Repository not found. "))
+		_, _ = w.Write([]byte(strings.Repeat("x", 8<<20)))
+	}))
+	t.Cleanup(srv.Close)
+	_, err := NewFetcher(t.TempDir()).Fetch(t.Context(), Repository{URL: srv.URL + "/repo.git"}, loopbackOptions())
+	if err == nil || !strings.Contains(err.Error(), "Repository not found.") || len(err.Error()) > maxErrorBody+1024 {
+		t.Fatalf("Fetch error of %d bytes (%.200s…), want the server's message cut at %d bytes", len(fmt.Sprint(err)), err, maxErrorBody)
 	}
 }
 
