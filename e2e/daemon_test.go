@@ -48,7 +48,7 @@ func TestBinaryQuickStartAndHandover(t *testing.T) {
 		return []string{"run", "--kubeconfig", env.Kubeconfig, "-n", ns, "--watch-namespace", ns,
 			"--git-url", srv.RepoURL("app"), "--ref", "main", "--path", ".", "--name", "app", "--interval", "2s",
 			"--metrics-addr", "0", "--health-addr", healthAddr, "--leader-election-namespace", ns,
-			"--git-cache-dir", t.TempDir()}
+			"--git-cache-dir", t.TempDir(), "--allow-local-git"}
 	}
 	a := binary.Start(t, args(health)...)
 

@@ -88,7 +88,7 @@ func TestBinaryConvergesThroughAPIFaults(t *testing.T) {
 	health := cluster.FreeAddr()
 	daemon := binary.Start(t, "run", "--kubeconfig", kubeconfig, "-n", ns, "--watch-namespace", ns,
 		"--git-url", repo.srv.RepoURL("app"), "--ref", "main", "--path", ".", "--name", "app", "--interval", "2s",
-		"--leader-elect=false", "--metrics-addr", "0", "--health-addr", health, "--git-cache-dir", t.TempDir())
+		"--leader-elect=false", "--metrics-addr", "0", "--health-addr", health, "--git-cache-dir", t.TempDir(), "--allow-local-git")
 	start := time.Now()
 	waitSyncReady(t, c, ns, rev1)
 	t.Logf("%s: Ready at the first revision", time.Since(start).Round(time.Millisecond))

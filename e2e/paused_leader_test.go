@@ -49,7 +49,7 @@ func TestBinaryPausedLeaderIsFenced(t *testing.T) {
 			"--git-url", repo.srv.RepoURL("app"), "--ref", "main", "--path", ".", "--name", "app", "--interval", "1s",
 			"--leader-election-namespace", ns, "--leader-election-lease-duration", "4s",
 			"--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "500ms",
-			"--concurrent", "1", "--metrics-addr", "0", "--health-addr", cluster.FreeAddr(), "--git-cache-dir", t.TempDir()}
+			"--concurrent", "1", "--metrics-addr", "0", "--health-addr", cluster.FreeAddr(), "--git-cache-dir", t.TempDir(), "--allow-local-git"}
 	}
 
 	rev1 := repo.publish(version("1"))

@@ -91,9 +91,6 @@ func (in *buildInput) run(ctx context.Context) (resources [][]byte, err error) {
 			resources, err = nil, fail(fmt.Errorf("kustomize build panicked: %v", r))
 		}
 	}()
-	if err := testHang(ctx, in.rel); err != nil {
-		return nil, err
-	}
 	ko := krusty.MakeDefaultOptions() // no plugins, no Helm, input order kept
 	ko.LoadRestrictions = types.LoadRestrictionsRootOnly
 	m, err := krusty.MakeKustomizer(ko).Run(in.fsys, in.dir)

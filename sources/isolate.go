@@ -28,11 +28,7 @@ import (
 // (PATH is empty, GIT_ALLOW_PROTOCOL allows nothing), whatever field names the URL; the
 // parent kills the child when the context ends, so a stuck build really stops; and each
 // child has its own kyaml state, so builds of different Syncs need no common lock.
-const (
-	childEnv = "CONVERGE_RENDER_CHILD"
-	// testHangEnv names a unit (slash path) whose build blocks, for tests only.
-	testHangEnv = "CONVERGE_RENDER_TEST_HANG"
-)
+const childEnv = "CONVERGE_RENDER_CHILD"
 
 // hookInstalled records that this binary calls ServeChild, so it can serve as a child.
 var hookInstalled atomic.Bool
@@ -183,7 +179,7 @@ func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions,
 // daemon's others (its kubeconfig, tokens, GOMEMLIMIT, proxies) are none of a build's
 // business. With remote bases, git and HTTP fetches also keep what they need to run.
 var (
-	childEnvKept       = []string{"HOME", "TMPDIR", "GOCOVERDIR", testHangEnv}
+	childEnvKept       = []string{"HOME", "TMPDIR", "GOCOVERDIR"}
 	childEnvKeptRemote = []string{"PATH", "GIT_ALLOW_PROTOCOL", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
 		"http_proxy", "https_proxy", "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR"}
 )
@@ -279,16 +275,6 @@ func refusedURLs() []string {
 	refused.Lock()
 	defer refused.Unlock()
 	return refused.urls
-}
-
-// testHang blocks the build of rel until ctx ends when the test-only environment variable
-// names it: a stand-in for a build that never returns.
-func testHang(ctx context.Context, rel string) error {
-	if v := os.Getenv(testHangEnv); v == "" || v != rel {
-		return nil
-	}
-	<-ctx.Done()
-	return ctx.Err()
 }
 
 // cappedBuffer keeps what is written to it up to max bytes; past that it records that it

@@ -38,6 +38,14 @@ func serveAuth(t *testing.T, root string) string {
 	return srv.URL
 }
 
+// loopbackLoadOptions are the default options with AllowLocal: the test git servers listen
+// on loopback, which a fetch refuses otherwise.
+func loopbackLoadOptions() LoadOptions {
+	opts := DefaultLoadOptions()
+	opts.Fetch.AllowLocal = true
+	return opts
+}
+
 // TestLoadPrivateCommitNeedsCredentials: a Sync without the credentials cannot get the
 // render of a private commit another Sync's credentials fetched, not even by naming the
 // commit: the fetch comes before the render cache and fails. Before, the fetcher served the
@@ -56,7 +64,7 @@ func TestLoadPrivateCommitNeedsCredentials(t *testing.T) {
 	l := NewLoader(t.TempDir())
 	alice := git.Auth{Username: "alice", Password: "s3cret"}
 
-	b, err := l.Load(t.Context(), Source{Git: git.Repository{URL: url, Ref: git.Ref{Branch: "main"}, Auth: alice}, Path: "app"}, DefaultLoadOptions())
+	b, err := l.Load(t.Context(), Source{Git: git.Repository{URL: url, Ref: git.Ref{Branch: "main"}, Auth: alice}, Path: "app"}, loopbackLoadOptions())
 	if err != nil || len(b.Objects) != 1 {
 		t.Fatalf("Load with credentials = %v, %v; want one object", b, err)
 	}
@@ -67,7 +75,7 @@ func TestLoadPrivateCommitNeedsCredentials(t *testing.T) {
 		for _, ref := range []git.Ref{{Branch: "main"}, {Commit: head}} {
 			t.Run(name+" "+ref.String(), func(t *testing.T) {
 				src := Source{Git: git.Repository{URL: url, Ref: ref, Auth: auth}, Path: "app"}
-				b, err := l.Load(t.Context(), src, DefaultLoadOptions())
+				b, err := l.Load(t.Context(), src, loopbackLoadOptions())
 				if b != nil || err == nil {
 					t.Fatalf("Load = %+v, %v; want no bundle and an error", b, err)
 				}
@@ -92,7 +100,7 @@ func TestLoadRenderLimitsRaiseExportLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := Source{Git: git.Repository{URL: srv.RepoURL("big"), Ref: git.Ref{Branch: "main"}}, Path: "app"}
-	opts := DefaultLoadOptions()
+	opts := loopbackLoadOptions()
 	opts.Fetch.MaxFiles, opts.Render.Limits.MaxFiles = 2, 2
 	if _, err := NewLoader(t.TempDir()).Load(t.Context(), src, opts); !errors.Is(err, git.ErrTooLarge) {
 		t.Fatalf("Load over the export limit: %v, want %v", err, git.ErrTooLarge)

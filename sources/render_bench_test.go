@@ -92,3 +92,46 @@ func benchmarkRender(b *testing.B, n int, kustomize bool) {
 func BenchmarkRenderPlain1000(b *testing.B)     { benchmarkRender(b, 1000, false) }
 func BenchmarkRenderPlain10000(b *testing.B)    { benchmarkRender(b, 10000, false) }
 func BenchmarkRenderKustomize1000(b *testing.B) { benchmarkRender(b, 1000, true) }
+
+// benchmarkRenderApps renders a plain folder of apps folders, each its own kustomization
+// of perApp objects: every kustomize build copies the whole source first (memoryCopy), so
+// the bytes read grow with apps × source size.
+func benchmarkRenderApps(b *testing.B, apps, perApp int) {
+	dir := b.TempDir()
+	for a := range apps {
+		app := fmt.Sprintf("app-%03d", a)
+		var docs []string
+		for i := range perApp {
+			docs = append(docs, manifest(a*perApp+i))
+		}
+		files := map[string]string{
+			"objects.yaml":       strings.Join(docs, "---\n"),
+			"kustomization.yaml": "resources: [objects.yaml]\nlabels:\n- pairs: {owner: bench}\n",
+		}
+		for name, content := range files {
+			path := filepath.Join(dir, app, name)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	opts := DefaultRenderOptions()
+	opts.Limits.MaxTotalSize = 1 << 40 // measure the copies, not the limit
+	b.ResetTimer()
+	for b.Loop() {
+		objs, err := Render(b.Context(), dir, ".", opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(objs) != apps*perApp {
+			b.Fatalf("rendered %d objects, want %d", len(objs), apps*perApp)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(apps*perApp), "ns/object")
+}
+
+func BenchmarkRenderApps50x20(b *testing.B)  { benchmarkRenderApps(b, 50, 20) }
+func BenchmarkRenderApps200x20(b *testing.B) { benchmarkRenderApps(b, 200, 20) }

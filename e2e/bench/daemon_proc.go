@@ -67,7 +67,7 @@ func startDaemon(ctx context.Context, o daemonOptions) (*daemon, error) {
 		done: make(chan struct{}), http: &http.Client{Timeout: 10 * time.Second}}
 	d.cmd = exec.Command(o.bin, "run", "--kubeconfig", o.kubeconfig,
 		"--metrics-addr", metrics, "--health-addr", health, "--leader-elect=false", "--pprof",
-		"--concurrent", strconv.Itoa(o.concurrent), "--git-cache-dir", o.cacheDir)
+		"--concurrent", strconv.Itoa(o.concurrent), "--git-cache-dir", o.cacheDir, "--allow-local-git")
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the benchmark
 	d.startedAt = time.Now()

@@ -53,7 +53,7 @@ func TestNamespaceDeletionEnds(t *testing.T) {
 	t.Cleanup(func() { removeSyncCRD(t, c) })
 	binary.Start(t, "run", "--kubeconfig", env.Kubeconfig, "-n", ns, "--watch-namespace", ns,
 		"--leader-elect=false", "--metrics-addr", "0", "--health-addr", "0", "--git-cache-dir", t.TempDir(),
-		"--deletion-grace", "5s")
+		"--deletion-grace", "5s", "--allow-local-git")
 	waitFor(t, "the Sync CRD", func(ctx context.Context) bool {
 		s := &v1alpha1.Sync{
 			ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},

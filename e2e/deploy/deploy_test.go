@@ -205,7 +205,7 @@ func testDaemonAsServiceAccount(t *testing.T, f *fixture) {
 	health := cluster.FreeAddr()
 	daemon := binary.Start(t, "run", "--kubeconfig", serviceAccountKubeconfig(t),
 		"--install-crd=false", "--leader-elect=true", "--leader-election-namespace=converge-system",
-		"--metrics-addr=0", "--health-addr="+health, "--git-cache-dir="+t.TempDir())
+		"--metrics-addr=0", "--health-addr="+health, "--git-cache-dir="+t.TempDir(), "--allow-local-git")
 
 	createSync(t, c, ns, "app", srv.RepoURL("app"))
 	createSync(t, c, ns, "forbidden", srv.RepoURL("forbidden"))

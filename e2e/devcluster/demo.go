@@ -60,7 +60,8 @@ func (d demo) start(c *cluster.Cluster) (stop func(), err error) {
 	cmd := exec.Command(d.converge, "run", "--kubeconfig", c.Kubeconfig, "-n", demoNamespace,
 		"--git-url", srv.RepoURL("examples"), "--ref", "main", "--path", demoPath, "--name", demoSync,
 		"--interval", "30s", "--metrics-addr", metricsAddr, "--health-addr", healthAddr,
-		"--git-cache-dir", filepath.Join(c.Dir, "converge-cache"))
+		"--git-cache-dir", filepath.Join(c.Dir, "converge-cache"),
+		"--allow-local-git") // the demo's git server listens on loopback
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -10,7 +10,10 @@
 // fetched is never served to another; branch and tag fetches are shallow. Each fetched
 // commit is exported once into its own directory, which callers treat as read-only. The
 // export trusts nothing in the commit: it writes through an os.Root, never under a symlink
-// of the same commit, and within the file count and size limits of FetchOptions.
+// of the same commit, and within the file count and size limits of FetchOptions. Every
+// connection is checked where it is dialed, on the resolved address: loopback, link-local,
+// unspecified and multicast addresses are refused unless FetchOptions.AllowLocal (see
+// dial.go for how the guard reaches go-git's process-wide transports).
 //
 // It must not import kube clients, kustomize or the rest of Converge: it only knows git.
 package git

@@ -31,6 +31,7 @@ type Fetcher struct {
 
 // NewFetcher returns a Fetcher that keeps its repositories and checkouts under cacheDir.
 func NewFetcher(cacheDir string) *Fetcher {
+	installTransports()
 	return &Fetcher{cacheDir: cacheDir, locks: map[string]chan struct{}{}}
 }
 
@@ -81,12 +82,22 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	if err != nil {
 		return nil, err
 	}
-	c := &cache{dir: filepath.Join(f.cacheDir, key), url: repo.URL, auth: auth, fetcher: f}
+	ep, err := transport.NewEndpoint(repo.URL) // checkURL parsed it already
+	if err != nil {
+		return nil, err
+	}
+	policy := dialPolicy{allowLocal: opts.AllowLocal}
+	ctx = withDialPolicy(ctx, policy)
+	c := &cache{dir: filepath.Join(f.cacheDir, key), url: repo.URL, auth: auth, proxy: policy.proxyOptions(ep.Protocol), fetcher: f}
 	var t target
 	if repo.Ref.Commit != "" {
 		t, err = c.commit(ctx, repo.Ref)
 	} else {
 		t, err = c.ref(ctx, repo.Ref)
+	}
+	if ae, ok := refusedAddress(err); ok {
+		// go-git's wrapping names the request URL, credentials included: name ours.
+		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, ae)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
@@ -126,9 +137,11 @@ func (f *Fetcher) count(lookup, transfer int) {
 // branches and tags, a full one for commits the server will not serve by SHA, and exported
 // checkouts.
 type cache struct {
-	dir     string
-	url     string
-	auth    transport.AuthMethod
+	dir  string
+	url  string
+	auth transport.AuthMethod
+	// proxy carries the fetch's dial policy to the SSH transport (see dialPolicy).
+	proxy   transport.ProxyOptions
 	fetcher *Fetcher
 }
 
@@ -150,7 +163,7 @@ func (c *cache) ref(ctx context.Context, ref Ref) (target, error) {
 	// Force: a force-pushed branch replaces the old head. Depth 1: only the tip is needed.
 	spec := config.RefSpec(fmt.Sprintf("+%s:%s", t.refName, t.refName))
 	err = remote.FetchContext(ctx, &gogit.FetchOptions{
-		RefSpecs: []config.RefSpec{spec}, Depth: 1, Auth: c.auth, Tags: gogit.NoTags, Force: true,
+		RefSpecs: []config.RefSpec{spec}, Depth: 1, Auth: c.auth, Tags: gogit.NoTags, Force: true, ProxyOptions: c.proxy,
 	})
 	c.fetcher.count(0, 1)
 	if err != nil && !errors.Is(err, gogit.NoErrAlreadyUpToDate) {
@@ -185,7 +198,7 @@ func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
 	dst := plumbing.ReferenceName("refs/converge/commits/" + ref.Commit)
 	err = r.FetchContext(ctx, &gogit.FetchOptions{
 		RefSpecs: []config.RefSpec{config.RefSpec(fmt.Sprintf("+%s:%s", ref.Commit, dst))},
-		Depth:    1, Auth: c.auth, Tags: gogit.NoTags, Force: true,
+		Depth:    1, Auth: c.auth, Tags: gogit.NoTags, Force: true, ProxyOptions: c.proxy,
 	})
 	c.fetcher.count(0, 1)
 	if err == nil || errors.Is(err, gogit.NoErrAlreadyUpToDate) {
@@ -194,10 +207,12 @@ func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
 		}
 	} else if classified := classify(err); classified != err {
 		return target{}, classified
+	} else if _, refused := refusedAddress(err); refused {
+		return target{}, err
 	}
 	err = full.FetchContext(ctx, &gogit.FetchOptions{
 		RefSpecs: []config.RefSpec{"+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"},
-		Auth:     c.auth, Tags: gogit.NoTags, Force: true,
+		Auth:     c.auth, Tags: gogit.NoTags, Force: true, ProxyOptions: c.proxy,
 	})
 	c.fetcher.count(0, 1)
 	if err != nil && !errors.Is(err, gogit.NoErrAlreadyUpToDate) {
@@ -216,7 +231,7 @@ func (c *cache) list(ctx context.Context, r *gogit.Repository) (*gogit.Remote, [
 	if err != nil {
 		return nil, nil, err
 	}
-	refs, err := remote.ListContext(ctx, &gogit.ListOptions{Auth: c.auth, PeelingOption: gogit.AppendPeeled})
+	refs, err := remote.ListContext(ctx, &gogit.ListOptions{Auth: c.auth, PeelingOption: gogit.AppendPeeled, ProxyOptions: c.proxy})
 	c.fetcher.count(1, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list refs: %w", classify(err))

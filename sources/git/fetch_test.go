@@ -14,11 +14,19 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// loopbackOptions are the default options with AllowLocal: the test servers listen on
+// loopback, which a fetch refuses otherwise (TestFetchRefusesLocalAddresses).
+func loopbackOptions() FetchOptions {
+	opts := DefaultFetchOptions()
+	opts.AllowLocal = true
+	return opts
+}
+
 func fetch(t *testing.T, f *Fetcher, repo Repository) (*Checkout, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	return f.Fetch(ctx, repo, DefaultFetchOptions())
+	return f.Fetch(ctx, repo, loopbackOptions())
 }
 
 func mustFetch(t *testing.T, f *Fetcher, repo Repository) *Checkout {
@@ -326,7 +334,7 @@ func TestFetchOldCheckoutsRemoved(t *testing.T) {
 	url, _ := serveHTTP(t, r.root, nil)
 	f := NewFetcher(t.TempDir())
 	repo := Repository{URL: url, Ref: Ref{Branch: "main"}}
-	opts := DefaultFetchOptions()
+	opts := loopbackOptions()
 	opts.KeepCheckouts = 2
 	var dirs []string
 	for i := range 3 {
@@ -358,7 +366,7 @@ func TestFetchCheckoutKeptForItsReader(t *testing.T) {
 	url, _ := serveHTTP(t, r.root, nil)
 	f := NewFetcher(t.TempDir())
 	repo := Repository{URL: url, Ref: Ref{Branch: "main"}}
-	opts := DefaultFetchOptions()
+	opts := loopbackOptions()
 	opts.KeepCheckouts = 1
 	r.commit("c", map[string]string{"v.txt": "read"})
 	r.push()
@@ -412,7 +420,7 @@ func TestFetchLocalAndConcurrent(t *testing.T) {
 		errs := make([]error, 4)
 		for i := range revs {
 			wg.Go(func() {
-				opts := DefaultFetchOptions()
+				opts := loopbackOptions()
 				opts.AllowLocal = true
 				co, err := f.Fetch(t.Context(), Repository{URL: url, Ref: Ref{Branch: "main"}}, opts)
 				errs[i] = err
@@ -439,7 +447,7 @@ func TestFetchCanceled(t *testing.T) {
 	url, _ := serveHTTP(t, r.root, nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	_, err := NewFetcher(t.TempDir()).Fetch(ctx, Repository{URL: url}, DefaultFetchOptions())
+	_, err := NewFetcher(t.TempDir()).Fetch(ctx, Repository{URL: url}, loopbackOptions())
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Fetch error = %v, want context.Canceled", err)
 	}

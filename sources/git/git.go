@@ -55,7 +55,8 @@ type Auth struct {
 // Repository names a remote repository and what to fetch from it.
 type Repository struct {
 	// URL is an https://, http://, ssh://, scp-like (git@host:org/repo) or, with
-	// FetchOptions.AllowLocal, a file:// URL or a local path.
+	// FetchOptions.AllowLocal, a file:// URL or a local path. Its host may be on this
+	// machine or its link (loopback, link-local, …) only with FetchOptions.AllowLocal.
 	URL  string
 	Ref  Ref
 	Auth Auth
@@ -82,10 +83,16 @@ type FetchOptions struct {
 	// KeepCheckouts is how many exported commits of one URL and credentials are kept on
 	// disk; older ones are removed after a fetch exports a new one. At least 1.
 	KeepCheckouts int
-	// AllowLocal lets the URL be a file:// URL or a local path. The daemon leaves it off
-	// unless its operator turns it on: a Sync naming a path could read any repository on
-	// the daemon's disk. The CLI and tests turn it on. A URL into the Fetcher's own cache
-	// is refused even then, since the cache holds what other credentials fetched.
+	// AllowLocal allows repositories on this machine: a file:// URL or a local path, and
+	// connections (HTTP, HTTPS, SSH, redirects included) to a loopback, link-local (cloud
+	// metadata, 169.254.169.254), unspecified or multicast address, however the host name
+	// resolves. The daemon leaves it off unless its operator turns it on
+	// (--allow-local-git): a Sync's URL is tenant input, and could otherwise read any
+	// repository on the daemon's disk or reach the daemon's own ports and the node's
+	// metadata service. Private addresses (10/8, 192.168/16, fc00::/7, …) are allowed
+	// either way: in-cluster git servers live there. The CLI and tests turn it on. A URL
+	// into the Fetcher's own cache is refused even then, since the cache holds what other
+	// credentials fetched.
 	AllowLocal bool
 	// MaxFiles bounds the files (symlinks included) a commit may hold; a larger commit is
 	// refused before it is written out. Zero means no limit.
@@ -129,8 +136,9 @@ var (
 	ErrUnknownHostKey = errors.New("ssh host key not accepted by known_hosts")
 	// ErrAuth reports rejected or missing credentials.
 	ErrAuth = errors.New("authentication failed")
-	// ErrLocalURL reports a file:// URL or local path where local repositories are not
-	// allowed (FetchOptions.AllowLocal), or a URL into the fetcher's own cache.
+	// ErrLocalURL reports a file:// URL, a local path or a connection to an address on this
+	// machine or its link (see AddressError) where local repositories are not allowed
+	// (FetchOptions.AllowLocal), or a URL into the fetcher's own cache.
 	ErrLocalURL = errors.New("local repository not allowed")
 	// ErrTooLarge reports a commit over an export limit of FetchOptions.
 	ErrTooLarge = errors.New("repository too large")

@@ -293,7 +293,10 @@ func serveSession(t *testing.T, ch ssh.Channel, reqs <-chan *ssh.Request, root s
 		if err != nil {
 			return
 		}
-		go func() { _, _ = io.Copy(stdin, ch) }()
+		go func() {
+			_, _ = io.Copy(stdin, ch)
+			_ = stdin.Close() // the client went away: end upload-pack, which would wait for more
+		}()
 		status := uint32(0)
 		if err := cmd.Run(); err != nil {
 			t.Logf("ssh server: git upload-pack: %v", err)

@@ -340,7 +340,7 @@ func TestExportLimits(t *testing.T) {
 			r.push()
 			url, _ := serveHTTP(t, r.root, nil)
 			cacheDir := t.TempDir()
-			opts := DefaultFetchOptions()
+			opts := loopbackOptions()
 			if tt.opts != nil {
 				tt.opts(&opts)
 			}

@@ -1,0 +1,234 @@
+package git
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/plumbing/transport/client"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"golang.org/x/net/proxy"
+)
+
+// A Sync's URL is tenant input, so every connection a fetch opens is checked where it is
+// dialed, on the resolved address: a name that resolves (or re-resolves, DNS rebinding) to
+// a refused address and an HTTP redirect to one are refused alike.
+//
+// go-git picks its transports from a process-wide table (client.InstallProtocol), so the
+// guard is installed there once, and each fetch carries its own policy to it: over HTTP in
+// the request's context (which net/http hands to the dialer, redirects included), over SSH
+// in a proxy URL of a scheme registered here (go-git's SSH dial takes no context, but
+// honours FetchOptions.ProxyOptions through golang.org/x/net/proxy). A connection made
+// without a policy (go-git used outside Fetch) gets the strict one, over both.
+
+// dialPolicy is what one fetch may connect to.
+type dialPolicy struct {
+	// allowLocal also allows the addresses refusal lists (FetchOptions.AllowLocal).
+	allowLocal bool
+}
+
+type dialPolicyKey struct{}
+
+// withDialPolicy returns ctx carrying p for the HTTP transport's dialer.
+func withDialPolicy(ctx context.Context, p dialPolicy) context.Context {
+	return context.WithValue(ctx, dialPolicyKey{}, p)
+}
+
+func dialPolicyFrom(ctx context.Context) dialPolicy {
+	p, _ := ctx.Value(dialPolicyKey{}).(dialPolicy)
+	return p
+}
+
+// sshDialScheme names the proxy URL that carries an SSH fetch's policy to the dialer
+// installTransports registers for it.
+const sshDialScheme = "converge-dial"
+
+// proxyOptions returns the go-git proxy options that route an SSH fetch through the guard.
+// Other protocols get none: their guard is in the HTTP transport, and an HTTP proxy URL of
+// this scheme would not work there.
+func (p dialPolicy) proxyOptions(protocol string) transport.ProxyOptions {
+	if protocol != "ssh" {
+		return transport.ProxyOptions{}
+	}
+	host := "strict"
+	if p.allowLocal {
+		host = "local"
+	}
+	return transport.ProxyOptions{URL: sshDialScheme + "://" + host}
+}
+
+// Addresses refused unless AllowLocal: the machine itself and its link, where the daemon's
+// own ports (metrics, health, webhook) and cloud metadata services answer. Private ranges
+// (10/8, 172.16/12, 192.168/16, fc00::/7) stay allowed: in-cluster git servers live there.
+var refusedPrefixes = []struct {
+	prefix netip.Prefix
+	kind   string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "unspecified"}, // "this network": Linux routes 0.0.0.0 to the host
+	{netip.MustParsePrefix("::/128"), "unspecified"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
+	{netip.MustParsePrefix("::1/128"), "loopback"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local"}, // 169.254.169.254: cloud metadata
+	{netip.MustParsePrefix("fe80::/10"), "link-local"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast"},
+	{netip.MustParsePrefix("255.255.255.255/32"), "broadcast"},
+	// Metadata services outside the link-local range (AWS over IPv6, Alibaba Cloud).
+	{netip.MustParsePrefix("fd00:ec2::254/128"), "cloud metadata"},
+	{netip.MustParsePrefix("100.100.100.200/32"), "cloud metadata"},
+}
+
+// AddressError reports a connection a fetch refused to open: the address is on the
+// daemon's machine or link (see FetchOptions.AllowLocal). It wraps ErrLocalURL.
+type AddressError struct {
+	// Addr is the resolved address and port that was refused.
+	Addr netip.AddrPort
+	// Kind says why: "loopback", "link-local", "unspecified", "multicast", ….
+	Kind string
+}
+
+func (e *AddressError) Error() string {
+	return fmt.Sprintf("connect to %s: %s address refused: %v (repositories on this machine or its link; the daemon allows them with --allow-local-git)", e.Addr, e.Kind, ErrLocalURL)
+}
+
+// Unwrap makes a refused address an ErrLocalURL: terminal, like a refused file:// URL.
+func (e *AddressError) Unwrap() error { return ErrLocalURL }
+
+// checkAddress refuses the addresses of refusedPrefixes, IPv4-mapped IPv6 forms included.
+func checkAddress(ap netip.AddrPort) error {
+	a := ap.Addr().Unmap().WithZone("")
+	for _, r := range refusedPrefixes {
+		if r.prefix.Contains(a) {
+			return &AddressError{Addr: ap, Kind: r.kind}
+		}
+	}
+	return nil
+}
+
+// control is a net.Dialer Control: it runs after name resolution, on the address about
+// to be connected, so no resolver trick gets around it.
+func control(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w: not an IP address", address, ErrLocalURL)
+	}
+	return checkAddress(ap)
+}
+
+// dialer returns the dialer of a policy.
+func (p dialPolicy) dialer() *net.Dialer {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	if !p.allowLocal {
+		d.Control = control
+	}
+	return d
+}
+
+var installOnce sync.Once
+
+// installTransports puts the guarded HTTP and SSH transports in go-git's protocol table
+// and registers the SSH policy scheme, once per process, before any fetch.
+func installTransports() {
+	installOnce.Do(func() {
+		guarded := githttp.NewClient(&http.Client{Transport: &policyTransport{
+			strict: httpTransport(dialPolicy{}),
+			local:  httpTransport(dialPolicy{allowLocal: true}),
+		}})
+		client.InstallProtocol("http", guarded)
+		client.InstallProtocol("https", guarded)
+		client.InstallProtocol("ssh", sshTransport{gitssh.DefaultClient})
+		// git:// is not offered (authMethod refuses it); without a transport no caller of
+		// go-git in this process can reach it unguarded either.
+		client.InstallProtocol("git", nil)
+		proxy.RegisterDialerType(sshDialScheme, func(u *url.URL, _ proxy.Dialer) (proxy.Dialer, error) {
+			p := dialPolicy{allowLocal: u.Host == "local"}
+			// ALL_PROXY and NO_PROXY keep working as go-git's own SSH dial honours them;
+			// the guard then checks the proxy's address, and the proxy decides the rest.
+			return contextDialer{proxy.FromEnvironmentUsing(p.dialer())}, nil
+		})
+	})
+}
+
+// httpTransport is http.DefaultTransport with p's dialer. Each policy has its own
+// transport, so a kept-alive connection one policy allowed is never reused by another.
+func httpTransport(p dialPolicy) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = p.dialer().DialContext
+	return t
+}
+
+// policyTransport sends each request through the transport of the policy in its context.
+type policyTransport struct {
+	strict, local *http.Transport
+}
+
+func (t *policyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	rt := t.strict
+	if dialPolicyFrom(req.Context()).allowLocal {
+		rt = t.local
+	}
+	resp, err := rt.RoundTrip(req)
+	if err == nil && resp.StatusCode >= http.StatusBadRequest {
+		// go-git reads an error answer's whole body into its error message (the Sync's
+		// status): a server must not fill the daemon's memory, or a status, that way.
+		resp.Body = limitedBody{io.LimitReader(resp.Body, maxErrorBody), resp.Body}
+	}
+	return resp, err
+}
+
+// maxErrorBody bounds what is read of an HTTP error answer: far more than a git server's
+// message ("Repository not found").
+const maxErrorBody = 4 << 10
+
+type limitedBody struct {
+	io.Reader
+	io.Closer
+}
+
+// sshTransport is go-git's SSH transport with the strict policy for an endpoint that
+// names no proxy (a session opened without Fetch's ProxyOptions).
+type sshTransport struct{ transport.Transport }
+
+func (t sshTransport) NewUploadPackSession(ep *transport.Endpoint, auth transport.AuthMethod) (transport.UploadPackSession, error) {
+	return t.Transport.NewUploadPackSession(strictByDefault(ep), auth)
+}
+
+func (t sshTransport) NewReceivePackSession(ep *transport.Endpoint, auth transport.AuthMethod) (transport.ReceivePackSession, error) {
+	return t.Transport.NewReceivePackSession(strictByDefault(ep), auth)
+}
+
+func strictByDefault(ep *transport.Endpoint) *transport.Endpoint {
+	if ep.Proxy.URL != "" {
+		return ep
+	}
+	guarded := *ep
+	guarded.Proxy = dialPolicy{}.proxyOptions("ssh")
+	return &guarded
+}
+
+// contextDialer gives go-git's SSH dial the proxy.ContextDialer it requires.
+type contextDialer struct{ proxy.Dialer }
+
+func (d contextDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if cd, ok := d.Dialer.(proxy.ContextDialer); ok {
+		return cd.DialContext(ctx, network, address)
+	}
+	return d.Dial(network, address)
+}
+
+// refusedAddress returns the AddressError in err's chain, if any.
+func refusedAddress(err error) (*AddressError, bool) {
+	var ae *AddressError
+	ok := errors.As(err, &ae)
+	return ae, ok
+}
