@@ -26,14 +26,13 @@ import (
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/fault"
 	"github.com/converge-dev/converge/e2e/gitserver"
-	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 var env *cluster.Cluster
 
 func TestMain(m *testing.M) {
-	sources.ServeChild() // renders are isolated: this binary serves as their child
+	serveRenderChild() // renders are isolated: this binary serves as their child
 	cluster.Main(m, cluster.API, &env)
 }
 
@@ -381,7 +380,8 @@ func TestDaemonLeaderElection(t *testing.T) {
 func (f *fixture) startStoppableDaemon(cfg *rest.Config, mutate ...func(*runOptions)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	o := runOptions{metricsAddr: "0", healthAddr: "0", installCRD: true, watchCache: true, driftReconcile: true, watchNamespace: f.ns, concurrency: 2, cacheDir: f.t.TempDir()}
+	o := runOptions{metricsAddr: "0", healthAddr: "0", installCRD: true, watchCache: true, driftReconcile: true, watchNamespace: f.ns, concurrency: 2, cacheDir: f.t.TempDir(),
+		allowLocalGit: true} // the fixture's git server listens on loopback
 	for _, m := range mutate {
 		m(&o)
 	}

@@ -27,10 +27,11 @@ func refused(want string) func(*v1alpha1.Sync) bool {
 	}
 }
 
-// TestDaemonRefusesLocalGit: a Sync naming a file:// URL or a local path is refused by a
-// daemon without --allow-local-git (terminal, nothing pruned), and one naming the daemon's
-// git cache is refused even with it. Before, the daemon fetched both: any repository on its
-// disk, the cached fetches of other Syncs' credentials included.
+// TestDaemonRefusesLocalGit: a Sync naming a file:// URL, a local path or a git server on
+// loopback is refused by a daemon without --allow-local-git (terminal, nothing pruned), and
+// one naming the daemon's git cache is refused even with it. Before, the daemon fetched all
+// of them: any repository on its disk, the cached fetches of other Syncs' credentials
+// included, and any server on its own machine.
 func TestDaemonRefusesLocalGit(t *testing.T) {
 	for _, allow := range []bool{false, true} {
 		name := map[bool]string{false: "default", true: "allow-local-git"}[allow]
@@ -38,12 +39,20 @@ func TestDaemonRefusesLocalGit(t *testing.T) {
 			f := newFixture(t)
 			rev := f.publish(map[string]string{"b.yaml": cmB})
 			cacheDir := t.TempDir()
-			f.startDaemon(env.Config, func(o *runOptions) { o.cacheDir, o.allowLocalGit = cacheDir, allow })
+			stop := f.startStoppableDaemon(env.Config, func(o *runOptions) { o.cacheDir = cacheDir })
 			f.createSync(time.Minute)
 			f.waitSync("Ready", readyAt(rev))
 			bare := filepath.Join(f.git.Root, "app.git")
 
 			if !allow {
+				// The fixture's git server listens on loopback: a daemon without the flag
+				// refuses it where it dials, and prunes nothing.
+				stop()
+				f.startDaemon(env.Config, func(o *runOptions) { o.cacheDir, o.allowLocalGit = cacheDir, false })
+				f.waitSync("refused the loopback server", refused("loopback address refused"))
+				if _, err := f.configMap("b"); err != nil {
+					t.Errorf("configmap b after a refused fetch: %v, want it kept", err)
+				}
 				for _, url := range []string{"file://" + bare, bare} {
 					f.setURL(url)
 					f.waitSync("refused "+url, refused("file:// URLs and local paths are for the CLI and tests (the daemon allows them with --allow-local-git)"))

@@ -19,7 +19,8 @@ const defaultBuildTimeout = 2 * time.Minute
 type renderSettings struct {
 	timeout time.Duration  // 0: defaultBuildTimeout
 	limits  sources.Limits // zero fields: the defaults
-	// allowLocalGit lets Syncs name file:// URLs and local paths (--allow-local-git).
+	// allowLocalGit lets Syncs name file:// URLs, local paths and git servers on this
+	// machine or its link (--allow-local-git; see git.FetchOptions.AllowLocal).
 	allowLocalGit bool
 }
 

@@ -25,6 +25,7 @@ func TestDaemonRenderTimeout(t *testing.T) {
 	for name, content := range map[string]string{
 		"stuck/kustomization.yaml": "resources: [cm.yaml]\n",
 		"stuck/cm.yaml":            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+		"stuck/" + hangMarker:      "the build blocks (test binary only, see serveRenderChild)\n",
 	} {
 		p := filepath.Join(dir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -34,7 +35,6 @@ func TestDaemonRenderTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Setenv("CONVERGE_RENDER_TEST_HANG", "stuck") // the build blocks (test-only hook)
 	rs := renderSettings{timeout: time.Second}
 	_, err := rs.load(t.Context(), sources.NewLoader(t.TempDir()), sources.Source{Dir: dir, Path: "stuck"})
 	if err == nil || !strings.Contains(err.Error(), "RenderTimeout: fetch and render did not finish within 1s") ||
@@ -71,8 +71,8 @@ func TestDaemonRenderIsIsolated(t *testing.T) {
 		t.Errorf("a refused render pruned configmap a: %v", err)
 	}
 
-	t.Setenv("CONVERGE_RENDER_TEST_HANG", ".") // the root kustomization's build blocks
-	rev3 := f.publish(map[string]string{"kustomization.yaml": "resources: [a.yaml]\n", "plugins/kustomization.yaml": "", "plugins/patch.yaml": ""})
+	// The root kustomization's build blocks (test binary only, see serveRenderChild).
+	rev3 := f.publish(map[string]string{"kustomization.yaml": "resources: [a.yaml]\n", hangMarker: "hang\n", "plugins/kustomization.yaml": "", "plugins/patch.yaml": ""})
 	s = f.waitSync("Ready=False on the stuck render", func(s *v1alpha1.Sync) bool {
 		r := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 		return s.Status.LastAttemptedRevision == rev3 && r != nil && strings.Contains(r.Message, "RenderTimeout")

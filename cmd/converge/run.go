@@ -96,7 +96,7 @@ authoring).`,
 	f.StringVar(&o.watchNamespace, "watch-namespace", "", "reconcile only the Syncs of this namespace (default: all namespaces)")
 	f.IntVar(&o.concurrency, "concurrent", 4, "Syncs reconciled in parallel")
 	f.StringVar(&o.cacheDir, "git-cache-dir", filepath.Join(os.TempDir(), "converge-cache"), "where git repositories are cached")
-	f.BoolVar(&o.allowLocalGit, "allow-local-git", false, "let Syncs name file:// URLs and local paths (any repository on the daemon's disk; never the git cache)")
+	f.BoolVar(&o.allowLocalGit, "allow-local-git", false, "let Syncs reach repositories on this machine: file:// URLs and local paths (never the git cache) and git servers on loopback, link-local (169.254.169.254), unspecified or multicast addresses")
 	f.DurationVar(&o.buildTimeout, "build-timeout", defaultBuildTimeout, "time allowed to fetch and render one Sync's source; a render still running is stopped")
 	addLimitFlags(f, &o.limits)
 	o.quick.addFlags(cmd)
