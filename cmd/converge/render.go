@@ -22,6 +22,8 @@ type renderSettings struct {
 	// allowLocalGit lets Syncs name file:// URLs, local paths and git servers on this
 	// machine or its link (--allow-local-git; see git.FetchOptions.AllowLocal).
 	allowLocalGit bool
+	// maxFetchSize bounds the bytes one fetch downloads (--max-fetch-size); 0: the default.
+	maxFetchSize int64
 }
 
 // load fetches and renders src within the build timeout. Kustomize builds are isolated:
@@ -32,6 +34,9 @@ func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src source
 	opts.Render.Isolate = true
 	opts.Render.Limits = rs.limits
 	opts.Fetch.AllowLocal = rs.allowLocalGit
+	if rs.maxFetchSize > 0 {
+		opts.Fetch.MaxFetchSize = rs.maxFetchSize
+	}
 	timeout := rs.timeout
 	if timeout <= 0 {
 		timeout = defaultBuildTimeout

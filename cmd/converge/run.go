@@ -26,6 +26,7 @@ import (
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/sources/git"
 	"github.com/converge-dev/converge/status"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
@@ -50,6 +51,7 @@ type runOptions struct {
 	cacheDir                string
 	allowLocalGit           bool
 	buildTimeout            time.Duration
+	maxFetchSize            int64
 	limits                  sources.Limits
 	quick                   quickStart
 	crash                   crashPoints // test-only crash points
@@ -98,6 +100,7 @@ authoring).`,
 	f.StringVar(&o.cacheDir, "git-cache-dir", filepath.Join(os.TempDir(), "converge-cache"), "where git repositories are cached")
 	f.BoolVar(&o.allowLocalGit, "allow-local-git", false, "let Syncs reach repositories on this machine: file:// URLs and local paths (never the git cache) and git servers on loopback, link-local (169.254.169.254), unspecified or multicast addresses")
 	f.DurationVar(&o.buildTimeout, "build-timeout", defaultBuildTimeout, "time allowed to fetch and render one Sync's source; a render still running is stopped")
+	f.Int64Var(&o.maxFetchSize, "max-fetch-size", git.DefaultMaxFetchSize, "refuse a git fetch that downloads more bytes than this (ref listings and packs, HTTP and SSH)")
 	addLimitFlags(f, &o.limits)
 	o.quick.addFlags(cmd)
 	return cmd
@@ -206,7 +209,7 @@ func serve(ctx context.Context, cfg *rest.Config, namespace string, o runOptions
 		client:  mgr.GetClient(),
 		live:    mgr.GetAPIReader(),
 		loader:  sources.NewLoader(o.cacheDir),
-		render:  renderSettings{timeout: o.buildTimeout, limits: o.limits, allowLocalGit: o.allowLocalGit},
+		render:  renderSettings{timeout: o.buildTimeout, limits: o.limits, allowLocalGit: o.allowLocalGit, maxFetchSize: o.maxFetchSize},
 		engines: newEngineSet(ctx, cfg, engOpts, o.watchCache),
 		drift:   drift,
 		crash:   o.crash,

@@ -35,6 +35,9 @@ import (
 type dialPolicy struct {
 	// allowLocal also allows the addresses refusal lists (FetchOptions.AllowLocal).
 	allowLocal bool
+	// budget counts the bytes the fetch reads from the network (FetchOptions.MaxFetchSize);
+	// nil means no limit.
+	budget *fetchBudget
 }
 
 type dialPolicyKey struct{}
@@ -53,19 +56,21 @@ func dialPolicyFrom(ctx context.Context) dialPolicy {
 // installTransports registers for it.
 const sshDialScheme = "converge-dial"
 
-// proxyOptions returns the go-git proxy options that route an SSH fetch through the guard.
-// Other protocols get none: their guard is in the HTTP transport, and an HTTP proxy URL of
-// this scheme would not work there.
-func (p dialPolicy) proxyOptions(protocol string) transport.ProxyOptions {
+// proxyOptions returns the go-git proxy options that route an SSH fetch through the guard
+// with p, and release, which forgets p once the fetch is over. Other protocols get none:
+// their guard is in the HTTP transport, and an HTTP proxy URL of this scheme would not work
+// there.
+func (p dialPolicy) proxyOptions(protocol string) (opts transport.ProxyOptions, release func()) {
 	if protocol != "ssh" {
-		return transport.ProxyOptions{}
+		return transport.ProxyOptions{}, func() {}
 	}
-	host := "strict"
-	if p.allowLocal {
-		host = "local"
-	}
-	return transport.ProxyOptions{URL: sshDialScheme + "://" + host}
+	token, release := registerSSH(p)
+	return transport.ProxyOptions{URL: sshDialScheme + "://" + token}, release
 }
+
+// strictProxy routes an SSH session opened without Fetch's policy through the guard with
+// the strict policy (no token is registered under "strict").
+var strictProxy = transport.ProxyOptions{URL: sshDialScheme + "://strict"}
 
 // Addresses refused unless AllowLocal: the machine itself and its link, where the daemon's
 // own ports (metrics, health, webhook) and cloud metadata services answer. Private ranges
@@ -151,10 +156,10 @@ func installTransports() {
 		// go-git in this process can reach it unguarded either.
 		client.InstallProtocol("git", nil)
 		proxy.RegisterDialerType(sshDialScheme, func(u *url.URL, _ proxy.Dialer) (proxy.Dialer, error) {
-			p := dialPolicy{allowLocal: u.Host == "local"}
+			p := sshPolicy(u.Host)
 			// ALL_PROXY and NO_PROXY keep working as go-git's own SSH dial honours them;
 			// the guard then checks the proxy's address, and the proxy decides the rest.
-			return contextDialer{proxy.FromEnvironmentUsing(p.dialer())}, nil
+			return contextDialer{proxy.FromEnvironmentUsing(p.dialer()), p.budget}, nil
 		})
 	})
 }
@@ -178,6 +183,9 @@ func (t *policyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		rt = t.local
 	}
 	resp, err := rt.RoundTrip(req)
+	if b := dialPolicyFrom(req.Context()).budget; err == nil && b != nil {
+		resp.Body = budgetBody{budgetReader{resp.Body, b}, resp.Body}
+	}
 	if err == nil && resp.StatusCode >= http.StatusBadRequest {
 		// go-git reads an error answer's whole body into its error message (the Sync's
 		// status): a server must not fill the daemon's memory, or a status, that way.
@@ -212,18 +220,29 @@ func strictByDefault(ep *transport.Endpoint) *transport.Endpoint {
 		return ep
 	}
 	guarded := *ep
-	guarded.Proxy = dialPolicy{}.proxyOptions("ssh")
+	guarded.Proxy = strictProxy
 	return &guarded
 }
 
-// contextDialer gives go-git's SSH dial the proxy.ContextDialer it requires.
-type contextDialer struct{ proxy.Dialer }
+// contextDialer gives go-git's SSH dial the proxy.ContextDialer it requires, and counts
+// what the connection reads against the fetch's budget.
+type contextDialer struct {
+	proxy.Dialer
+	budget *fetchBudget
+}
 
 func (d contextDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	var conn net.Conn
+	var err error
 	if cd, ok := d.Dialer.(proxy.ContextDialer); ok {
-		return cd.DialContext(ctx, network, address)
+		conn, err = cd.DialContext(ctx, network, address)
+	} else {
+		conn, err = d.Dial(network, address)
 	}
-	return d.Dial(network, address)
+	if err != nil || d.budget == nil {
+		return conn, err
+	}
+	return budgetConn{conn, d.budget}, nil
 }
 
 // refusedAddress returns the AddressError in err's chain, if any.

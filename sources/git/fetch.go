@@ -86,14 +86,23 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	if err != nil {
 		return nil, err
 	}
-	policy := dialPolicy{allowLocal: opts.AllowLocal}
+	policy := dialPolicy{allowLocal: opts.AllowLocal, budget: newFetchBudget(opts.MaxFetchSize)}
 	ctx = withDialPolicy(ctx, policy)
-	c := &cache{dir: filepath.Join(f.cacheDir, key), url: repo.URL, auth: auth, proxy: policy.proxyOptions(ep.Protocol), fetcher: f}
+	proxyOpts, release := policy.proxyOptions(ep.Protocol)
+	defer release()
+	c := &cache{dir: filepath.Join(f.cacheDir, key), url: repo.URL, auth: auth, proxy: proxyOpts, fetcher: f}
 	var t target
 	if repo.Ref.Commit != "" {
 		t, err = c.commit(ctx, repo.Ref)
 	} else {
 		t, err = c.ref(ctx, repo.Ref)
+	}
+	if err != nil {
+		removePartialPacks(filepath.Join(c.dir, "shallow.git"))
+		removePartialPacks(filepath.Join(c.dir, "full.git"))
+	}
+	if policy.budget.exceeded() {
+		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, policy.budget.err())
 	}
 	if ae, ok := refusedAddress(err); ok {
 		// go-git's wrapping names the request URL, credentials included: name ours.

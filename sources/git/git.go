@@ -101,6 +101,10 @@ type FetchOptions struct {
 	MaxFileSize int64
 	// MaxTotalSize bounds the sum of the sizes of a commit's files. Zero means no limit.
 	MaxTotalSize int64
+	// MaxFetchSize bounds the bytes one fetch reads from the remote (ref listings and packs,
+	// over HTTP and SSH): a remote cannot stream an endless pack into the cache. A fetch
+	// over it fails (terminal ErrTooLarge) and leaves no partial pack. Zero means no limit.
+	MaxFetchSize int64
 }
 
 // Default export limits: far above a repository of manifests, low enough that a hostile or
@@ -109,6 +113,10 @@ const (
 	DefaultMaxFiles     = 20_000
 	DefaultMaxFileSize  = 8 << 20   // 8 MiB
 	DefaultMaxTotalSize = 256 << 20 // 256 MiB
+	// DefaultMaxFetchSize bounds what one fetch downloads: packs are compressed, and a
+	// commit-pinned fetch may need every branch and tag, so it sits well above the export
+	// limit.
+	DefaultMaxFetchSize = 1 << 30 // 1 GiB
 )
 
 // DefaultFetchOptions returns a two-minute timeout, three kept checkouts, the default
@@ -117,6 +125,7 @@ func DefaultFetchOptions() FetchOptions {
 	return FetchOptions{
 		Timeout: 2 * time.Minute, KeepCheckouts: 3,
 		MaxFiles: DefaultMaxFiles, MaxFileSize: DefaultMaxFileSize, MaxTotalSize: DefaultMaxTotalSize,
+		MaxFetchSize: DefaultMaxFetchSize,
 	}
 }
 
