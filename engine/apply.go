@@ -316,6 +316,8 @@ type applyRun struct {
 	// surveyed is what the API server just listed about the items of the current chunk
 	// (survey): their live objects, or nil for those that do not exist.
 	surveyed map[object.ObjMetadata]*unstructured.Unstructured
+	// sizes is how many objects of each kind and namespace the survey last listed.
+	sizes surveySizes
 }
 
 // viaCache reports whether the run decides from the watch cache and the memo first
@@ -348,9 +350,10 @@ func (r *applyRun) applyStages(ctx context.Context) ([]outcome, error) {
 		// Objects are surveyed chunk by chunk, so the LIST's answer is never older than one
 		// chunk's applies (the race with another set creating the same object stays as short
 		// as a GET's would be, give or take a chunk).
+		shares := r.surveyShares(r.items[start:end])
 		for cs := start; cs < end; cs += surveyChunk {
 			ce := min(cs+surveyChunk, end)
-			r.surveyed = r.survey(ctx, r.items[cs:ce])
+			r.surveyed = r.survey(ctx, r.items[cs:ce], shares)
 			if err := r.applyRange(ctx, outs, cs, ce); err != nil {
 				return outs[:ce], err
 			}

@@ -140,3 +140,40 @@ func TestSurveyListsInFullOnlyAGoodShare(t *testing.T) {
 			l, g, h.rt.Counts())
 	}
 }
+
+// TestSurveySplitKindRequests checks the CLI's re-apply and prune of a kind that spans two
+// survey chunks (surveyChunk objects each): the chunk that holds only a few of the kind's
+// objects lists them in full like the first (the set holds the whole kind), instead of
+// reading each with a GET, and skips the names-only LIST the first chunk already took.
+func TestSurveySplitKindRequests(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	opts := testOpts()
+	opts.Concurrency = 16
+	n := surveyChunk + 10
+	objs := manyCMs(h.ns, "1", n)
+	h.apply(opts, objs...)
+
+	h.rt.Reset()
+	if s := h.apply(opts, objs...).Summary(); s.Unchanged != n {
+		t.Errorf("re-apply: %+v, want %d unchanged", s, n)
+	}
+	// The inventory's GET; per chunk one full LIST of two pages (511 ConfigMaps with the
+	// inventory), and one names-only LIST for the first.
+	p, g, l := h.rt.Count("patch"), h.rt.CountResource("get", "configmaps", ""), h.rt.Count("list")
+	if p != n || g != 1 || l != 6 {
+		t.Errorf("re-apply of %d unchanged objects in two chunks: %d PATCH (dry-runs), %d GET, %d LIST; want %d, 1 (the inventory), 6: %v",
+			n, p, g, l, n, h.rt.Counts())
+	}
+
+	kept := objs[:n-5]
+	h.rt.Reset()
+	res := h.apply(opts, kept...)
+	if s := res.Summary(); s.Unchanged != n-5 || s.Pruned != 5 {
+		t.Errorf("prune: %+v, want %d unchanged and 5 pruned", s, n-5)
+	}
+	// The inventory's two reads (load, record) and one GET per pruned object (I1: its owner
+	// and UID are checked on the API server's word just before its delete).
+	if g, l := h.rt.CountResource("get", "configmaps", ""), h.rt.Count("list"); g != 2+5 || l != 6 {
+		t.Errorf("prune of 5 of %d objects: %d GET, %d LIST; want 7, 6: %v", n, g, l, h.rt.Counts())
+	}
+}
