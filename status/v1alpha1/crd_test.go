@@ -86,6 +86,15 @@ func TestSchemaRejects(t *testing.T) {
 		{"interval in days", func(u *unstructured.Unstructured) { set(t, u, "1d", "spec", "interval") }, "spec.interval"},
 		{"retryInterval negative", func(u *unstructured.Unstructured) { set(t, u, "-1s", "spec", "retryInterval") }, "spec.retryInterval"},
 		{"timeout not a duration", func(u *unstructured.Unstructured) { set(t, u, "soon", "spec", "timeout") }, "spec.timeout"},
+		// Durations Go cannot hold failed the daemon's decoding of every Sync (a watch of all
+		// Syncs stopped); below 1s a Sync reconciles in a hot loop; a long timeout holds a worker.
+		{"interval over Go's range", func(u *unstructured.Unstructured) { set(t, u, "3000000h", "spec", "interval") }, "spec.interval"},
+		{"interval of many digits", func(u *unstructured.Unstructured) { set(t, u, "99999999999999999999s", "spec", "interval") }, "spec.interval"},
+		{"interval zero", func(u *unstructured.Unstructured) { set(t, u, "0s", "spec", "interval") }, "spec.interval"},
+		{"interval 1ms", func(u *unstructured.Unstructured) { set(t, u, "1ms", "spec", "interval") }, "spec.interval"},
+		{"retryInterval 1ms", func(u *unstructured.Unstructured) { set(t, u, "1ms", "spec", "retryInterval") }, "spec.retryInterval"},
+		{"retryInterval over Go's range", func(u *unstructured.Unstructured) { set(t, u, "3000000h", "spec", "retryInterval") }, "spec.retryInterval"},
+		{"timeout over 1h", func(u *unstructured.Unstructured) { set(t, u, "1000h", "spec", "timeout") }, "spec.timeout"},
 		{"deletionPolicy unknown", func(u *unstructured.Unstructured) { set(t, u, "Keep", "spec", "deletionPolicy") }, "spec.deletionPolicy"},
 		{"deletionPolicy lower case", func(u *unstructured.Unstructured) { set(t, u, "orphan", "spec", "deletionPolicy") }, "spec.deletionPolicy"},
 		{"deletionPolicy empty", func(u *unstructured.Unstructured) { set(t, u, "", "spec", "deletionPolicy") }, "spec.deletionPolicy"},
@@ -132,8 +141,9 @@ func causedBy(err error, field string) bool {
 }
 
 // TestSchemaAccepts sends Syncs the hand-written CRD accepted (every field set, and the edge
-// values a user may have stored: a zero interval, fractional and compound durations, an
-// empty path, a git secretRef with an empty name); the generated CRD accepts them too.
+// values a user may have stored: fractional and compound durations, an empty path, a git
+// secretRef with an empty name); the generated CRD accepts them too. A zero interval, once
+// accepted, is refused now (TestSchemaRejects); the daemon still reads a stored one as 5m.
 func TestSchemaAccepts(t *testing.T) {
 	c, ns := setup(t)
 	full := minimal(ns, "full")
@@ -143,14 +153,13 @@ func TestSchemaAccepts(t *testing.T) {
 			"ref":       map[string]any{"commit": strings.Repeat("0a", 20)},
 			"secretRef": map[string]any{"name": "git"},
 		}},
-		"path": "overlays/prod", "interval": "1h30m", "retryInterval": "1.5s", "timeout": "250ms",
+		"path": "overlays/prod", "interval": "1h30m", "retryInterval": "1.5s", "timeout": "59m30.5s",
 		"prune": false, "wait": false, "targetNamespace": strings.Repeat("a", 63),
 		"serviceAccountName": "deployer", "suspend": true, "deletionPolicy": "Orphan",
 		"pruneBudget": int64(0), "allowEmpty": true, "force": true, "adopt": true,
 		"webhook": map[string]any{"secretRef": map[string]any{"name": "hook"}},
 	}, "spec")
 	edge := minimal(ns, "edge")
-	set(t, edge, "0s", "spec", "interval")
 	set(t, edge, "", "spec", "path")
 	set(t, edge, map[string]any{}, "spec", "source", "git", "ref")
 	set(t, edge, map[string]any{"name": ""}, "spec", "source", "git", "secretRef")
@@ -170,7 +179,7 @@ func TestSchemaAccepts(t *testing.T) {
 	if err := c.Get(t.Context(), client.ObjectKeyFromObject(edge), got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Spec.Interval.Duration != 0 || got.Spec.Path != "" {
+	if got.Spec.Interval.Duration != 5*time.Minute || got.Spec.Path != "" {
 		t.Fatalf("explicit values were replaced: interval %s, path %q", got.Spec.Interval.Duration, got.Spec.Path)
 	}
 }

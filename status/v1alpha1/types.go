@@ -77,22 +77,30 @@ type SyncSpec struct {
 	// +optional
 	Path string `json:"path,omitempty"`
 	// Interval between reconciles (resync and drift correction), with ±10% jitter, as a
-	// duration such as 30s, 5m or 1h30m. It also caps the back-off after failures.
+	// duration such as 30s, 5m or 1h30m, from 1s to 8760h. It also caps the back-off after
+	// failures. A duration Go cannot hold (over about 290 years) is refused by the schema:
+	// stored, it would fail the daemon's decoding of every Sync.
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="must be an interval from 1s to 8760h (one year)"
 	// +optional
 	Interval metav1.Duration `json:"interval,omitzero"`
 	// RetryInterval is the first back-off after a failure, doubling on each further failure
 	// and capped at Interval; unset means 30s.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="must be a retry interval from 1s to 8760h"
 	// +optional
 	RetryInterval *metav1.Duration `json:"retryInterval,omitempty"`
-	// Timeout bounds the wait for applied objects to become ready; unset means the engine's
-	// default.
+	// Timeout bounds the wait for applied objects to become ready, at most 1h (the wait
+	// holds one of the daemon's workers); unset means the engine's default.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="must be a timeout from 1s to 1h"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// Prune deletes objects that left the source (only objects this Sync's inventory owns).
