@@ -21,14 +21,15 @@ import (
 // fetchBudget is what one fetch may still read from the network.
 type fetchBudget struct {
 	max  int64
+	what string // what was too large, for the error
 	left atomic.Int64
 }
 
-func newFetchBudget(max int64) *fetchBudget {
+func newFetchBudget(max int64, what string) *fetchBudget {
 	if max <= 0 {
 		return nil
 	}
-	b := &fetchBudget{max: max}
+	b := &fetchBudget{max: max, what: what}
 	b.left.Store(max)
 	return b
 }
@@ -49,8 +50,14 @@ func (b *fetchBudget) take(n int) error {
 func (b *fetchBudget) exceeded() bool { return b != nil && b.left.Load() < 0 }
 
 func (b *fetchBudget) err() error {
-	return fmt.Errorf("%w: more than %d bytes received from the remote (the daemon's --max-fetch-size)", ErrTooLarge, b.max)
+	return fmt.Errorf("%w: %s: more than %d bytes", ErrTooLarge, b.what, b.max)
 }
+
+// maxAdvertisement bounds one HTTP ref advertisement (GET …/info/refs), which go-git holds
+// in memory whole: far above a repository with 100,000 refs (about 7 MiB), far below what
+// would exhaust the daemon. An SSH advertisement is bounded only by MaxFetchSize: it
+// arrives on the session's stream, which the guard sees encrypted.
+const maxAdvertisement = 32 << 20
 
 // budgetReader counts what r reads against b.
 type budgetReader struct {

@@ -3,9 +3,14 @@ package git
 import (
 	"crypto/rand"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -36,7 +41,7 @@ func TestFetchSizeBounded(t *testing.T) {
 			opts := loopbackOptions()
 			opts.MaxFetchSize = 1 << 20
 			_, err := NewFetcher(cache).Fetch(t.Context(), tt.repo, opts)
-			if !errors.Is(err, ErrTooLarge) || !IsTerminal(err) || !strings.Contains(err.Error(), "more than 1048576 bytes received") {
+			if !errors.Is(err, ErrTooLarge) || !IsTerminal(err) || !strings.Contains(err.Error(), "received from the remote (--max-fetch-size): more than 1048576 bytes") {
 				t.Fatalf("Fetch = %v; want a terminal ErrTooLarge naming the 1048576-byte limit", err)
 			}
 			_ = filepath.WalkDir(cache, func(p string, d fs.DirEntry, err error) error {
@@ -50,5 +55,40 @@ func TestFetchSizeBounded(t *testing.T) {
 				t.Fatalf("Fetch under a larger limit, same cache: %v", err)
 			}
 		})
+	}
+}
+
+// TestFetchAdvertisementBounded: an HTTP ref advertisement, which go-git reads into memory
+// whole, is cut at maxAdvertisement whatever MaxFetchSize allows. Before, a remote listing
+// millions of refs drove the daemon's heap past its memory limit (attack review: 3 million
+// refs, 1 GiB of heap).
+func TestFetchAdvertisementBounded(t *testing.T) {
+	var sent atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/info/refs") {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
+		_, _ = io.WriteString(w, "001e# service=git-upload-pack\n0000")
+		for i := 0; sent.Load() < maxAdvertisement+(8<<20); i++ {
+			line := fmt.Sprintf("1%039x refs/heads/b%d\n", i, i)
+			if i == 0 {
+				line = fmt.Sprintf("1%039x refs/heads/b0\x00ofs-delta\n", i)
+			}
+			n, err := fmt.Fprintf(w, "%04x%s", len(line)+4, line)
+			if err != nil {
+				return // the client hung up
+			}
+			sent.Add(int64(n))
+		}
+		_, _ = io.WriteString(w, "0000")
+	}))
+	t.Cleanup(srv.Close)
+	opts := loopbackOptions()
+	opts.MaxFetchSize = 0 // no overall limit: the advertisement's own must hold
+	_, err := NewFetcher(t.TempDir()).Fetch(t.Context(), Repository{URL: srv.URL + "/repo.git", Ref: Ref{Branch: "main"}}, opts)
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "ref advertisement") {
+		t.Fatalf("Fetch = %v; want ErrTooLarge naming the ref advertisement", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -38,6 +39,9 @@ type dialPolicy struct {
 	// budget counts the bytes the fetch reads from the network (FetchOptions.MaxFetchSize);
 	// nil means no limit.
 	budget *fetchBudget
+	// advertisement counts the bytes of HTTP ref advertisements, which go-git reads into
+	// memory whole (maxAdvertisement); nil means no limit.
+	advertisement *fetchBudget
 }
 
 type dialPolicyKey struct{}
@@ -91,6 +95,7 @@ var refusedPrefixes = []struct {
 	// Metadata services outside the link-local range (AWS over IPv6, Alibaba Cloud).
 	{netip.MustParsePrefix("fd00:ec2::254/128"), "cloud metadata"},
 	{netip.MustParsePrefix("100.100.100.200/32"), "cloud metadata"},
+	{netip.MustParsePrefix("168.63.129.16/32"), "cloud metadata"}, // Azure WireServer
 }
 
 // AddressError reports a connection a fetch refused to open: the address is on the
@@ -183,8 +188,12 @@ func (t *policyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		rt = t.local
 	}
 	resp, err := rt.RoundTrip(req)
-	if b := dialPolicyFrom(req.Context()).budget; err == nil && b != nil {
-		resp.Body = budgetBody{budgetReader{resp.Body, b}, resp.Body}
+	p := dialPolicyFrom(req.Context())
+	if err == nil && p.budget != nil {
+		resp.Body = budgetBody{budgetReader{resp.Body, p.budget}, resp.Body}
+	}
+	if err == nil && p.advertisement != nil && strings.HasSuffix(req.URL.Path, "/info/refs") {
+		resp.Body = budgetBody{budgetReader{resp.Body, p.advertisement}, resp.Body}
 	}
 	if err == nil && resp.StatusCode >= http.StatusBadRequest {
 		// go-git reads an error answer's whole body into its error message (the Sync's

@@ -86,7 +86,9 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	if err != nil {
 		return nil, err
 	}
-	policy := dialPolicy{allowLocal: opts.AllowLocal, budget: newFetchBudget(opts.MaxFetchSize)}
+	policy := dialPolicy{allowLocal: opts.AllowLocal,
+		budget:        newFetchBudget(opts.MaxFetchSize, "received from the remote (--max-fetch-size)"),
+		advertisement: newFetchBudget(maxAdvertisement, "ref advertisement (refs listed by the remote)")}
 	ctx = withDialPolicy(ctx, policy)
 	proxyOpts, release := policy.proxyOptions(ep.Protocol)
 	defer release()
@@ -101,8 +103,10 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 		removePartialPacks(filepath.Join(c.dir, "shallow.git"))
 		removePartialPacks(filepath.Join(c.dir, "full.git"))
 	}
-	if policy.budget.exceeded() {
-		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, policy.budget.err())
+	for _, b := range []*fetchBudget{policy.budget, policy.advertisement} {
+		if b.exceeded() {
+			return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, b.err())
+		}
 	}
 	if ae, ok := refusedAddress(err); ok {
 		// go-git's wrapping names the request URL, credentials included: name ours.
