@@ -25,6 +25,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/engine"
 )
@@ -89,7 +90,7 @@ func writeSet(t *testing.T, dir, ns string, files map[string]string) {
 func resourceVersions(t *testing.T, ns string) map[string]string {
 	t.Helper()
 	list := &corev1.ConfigMapList{}
-	c, err := client.New(env.Config, client.Options{Scheme: newScheme()})
+	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestApplyCLICRDAndCustomResources(t *testing.T) {
 	}
 	writeSet(t, dir, ns, map[string]string{"crd.yaml": widgetCRD, "widget.yaml": widget})
 	t.Cleanup(func() { // the CRD is cluster-scoped: leave no trace for a later run
-		c, err := client.New(env.Config, client.Options{Scheme: newScheme()})
+		c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
 		if err == nil {
 			crd := &apiextensionsv1.CustomResourceDefinition{}
 			crd.Name = "widgets.cli.converge.dev"
@@ -242,7 +243,7 @@ func TestApplyCLICRDAndCustomResources(t *testing.T) {
 func TestApplyCLIFieldManager(t *testing.T) {
 	cluster.Require(t, env)
 	ns := env.Namespace(t)
-	c, err := client.New(env.Config, client.Options{Scheme: newScheme()})
+	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -68,4 +71,16 @@ func TestBuildIsUntrustedSafe(t *testing.T) {
 	if _, errOut, code := runOffline("build", "--max-objects", "2", plain); code != 0 {
 		t.Errorf("--max-objects 2: exit %d: %s", code, errOut)
 	}
+}
+
+// countingServer serves body to every request and counts them, so a test can check that
+// a render made none.
+func countingServer(t *testing.T, body string) (url string, hits *atomic.Int64) {
+	hits = new(atomic.Int64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, hits
 }

@@ -158,3 +158,11 @@ func requestReconcile(ctx context.Context, c client.Client, key client.ObjectKey
 	}
 	return s, nil
 }
+
+// truncate cuts s to n bytes and marks the cut with "…" (for display only).
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
