@@ -1,22 +1,15 @@
 package daemon
 
 import (
-	"context"
 	"errors"
-	"net/http"
-	"net/http/pprof"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/status"
@@ -86,71 +79,88 @@ func newMetricsRegistry() (*prometheus.Registry, *recorder, error) {
 
 // newRecorder creates the daemon's metrics and registers them on reg.
 func newRecorder(reg prometheus.Registerer) (*recorder, error) {
-	durations := prometheus.ExponentialBuckets(0.05, 2, 12) // 50ms … ~100s
 	r := &recorder{
-		reconcileDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "converge_reconcile_duration_seconds", Help: "Duration of a reconcile of a Sync, fetch to status write.", Buckets: durations,
-		}, syncLabels),
-		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "converge_reconciles_total", Help: "Reconciles of a Sync by result: success, or the Ready condition reason of a failure.",
-		}, withSync("result")),
-		loadDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "converge_source_load_duration_seconds", Help: "Duration of fetching and rendering the source of a Sync.", Buckets: durations,
-		}, syncLabels),
-		objectActions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "converge_object_actions_total", Help: "Objects handled by the apply of a Sync, by action: created, configured, unchanged, pruned, skipped, failed.",
-		}, withSync("action")),
-		condition: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "converge_sync_condition", Help: "A condition of a Sync as of its last reconcile: 1 for the current status (True, False or Unknown), 0 for the others.",
-		}, withSync("condition", "status")),
-		suspended: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "converge_sync_suspended", Help: "1 when the Sync is suspended, else 0.",
-		}, syncLabels),
-		interval: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "converge_sync_interval_seconds", Help: "The resync interval of a Sync (spec.interval).",
-		}, syncLabels),
-		lastApplied: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "converge_sync_last_applied_timestamp_seconds", Help: "Unix time of the last successful apply of a Sync by this daemon.",
-		}, syncLabels),
-		inventory: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "converge_inventory_entries", Help: "Objects in the inventory of a Sync after its last successful apply.",
-		}, syncLabels),
-		drift: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "converge_drift_corrections_total", Help: "Objects configured again at an unchanged revision (out-of-band drift taken back), by kind.",
-		}, withSync("kind")),
-		pruneRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "converge_prune_refusals_total", Help: "Applies whose prune was refused (empty render or over the prune budget).",
-		}, syncLabels),
-		applyConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "converge_apply_conflicts_total", Help: "Objects whose apply or prune got a 409 conflict.",
-		}, syncLabels),
-		statusConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "converge_status_write_conflicts_total", Help: "409 conflicts on Sync status writes; each is re-read and retried within the writer's bound.",
-		}, syncLabels),
-		statusFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "converge_status_write_failures_total", Help: "Sync status writes that failed after their retries.",
-		}, syncLabels),
-		leadTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "converge_revision_lead_time_seconds", Help: "Seconds from the daemon first seeing a revision of a Sync to the Sync being Ready at it.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 14), // 1s … ~2h
-		}, syncLabels),
-		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "converge_api_requests_total", Help: "Kubernetes API requests of the daemon by verb and HTTP code (\"error\" when no response came).",
-		}, []string{"verb", "code"}),
-		commitLeadTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "converge_commit_lead_time_seconds", Help: "Seconds from the commit time of a revision to the Sync being Ready at it (git sources).",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 16), // 1s … ~9h
-		}, syncLabels),
 		seen:        map[types.NamespacedName]seenRevision{},
 		commitTimes: map[types.NamespacedName]commitTime{},
 		now:         time.Now,
 	}
+	r.reconcileMetrics()
+	r.stateMetrics()
+	r.eventMetrics()
 	for _, c := range r.collectors() {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return r, nil
+}
+
+// reconcileMetrics defines the metrics of each reconcile: its duration and result, the
+// source load, the objects handled and the lead times.
+func (r *recorder) reconcileMetrics() {
+	durations := prometheus.ExponentialBuckets(0.05, 2, 12) // 50ms … ~100s
+	r.reconcileDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "converge_reconcile_duration_seconds", Help: "Duration of a reconcile of a Sync, fetch to status write.", Buckets: durations,
+	}, syncLabels)
+	r.reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_reconciles_total", Help: "Reconciles of a Sync by result: success, or the Ready condition reason of a failure.",
+	}, withSync("result"))
+	r.loadDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "converge_source_load_duration_seconds", Help: "Duration of fetching and rendering the source of a Sync.", Buckets: durations,
+	}, syncLabels)
+	r.objectActions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_object_actions_total", Help: "Objects handled by the apply of a Sync, by action: created, configured, unchanged, pruned, skipped, failed.",
+	}, withSync("action"))
+	r.leadTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "converge_revision_lead_time_seconds", Help: "Seconds from the daemon first seeing a revision of a Sync to the Sync being Ready at it.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 14), // 1s … ~2h
+	}, syncLabels)
+	r.commitLeadTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "converge_commit_lead_time_seconds", Help: "Seconds from the commit time of a revision to the Sync being Ready at it (git sources).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 16), // 1s … ~9h
+	}, syncLabels)
+}
+
+// stateMetrics defines the gauges of each Sync's state as of its last reconcile.
+func (r *recorder) stateMetrics() {
+	r.condition = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "converge_sync_condition", Help: "A condition of a Sync as of its last reconcile: 1 for the current status (True, False or Unknown), 0 for the others.",
+	}, withSync("condition", "status"))
+	r.suspended = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "converge_sync_suspended", Help: "1 when the Sync is suspended, else 0.",
+	}, syncLabels)
+	r.interval = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "converge_sync_interval_seconds", Help: "The resync interval of a Sync (spec.interval).",
+	}, syncLabels)
+	r.lastApplied = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "converge_sync_last_applied_timestamp_seconds", Help: "Unix time of the last successful apply of a Sync by this daemon.",
+	}, syncLabels)
+	r.inventory = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "converge_inventory_entries", Help: "Objects in the inventory of a Sync after its last successful apply.",
+	}, syncLabels)
+}
+
+// eventMetrics defines the counters of rarer events: drift taken back, prune refusals,
+// conflicts, failed status writes, and the API requests of the daemon.
+func (r *recorder) eventMetrics() {
+	r.drift = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_drift_corrections_total", Help: "Objects configured again at an unchanged revision (out-of-band drift taken back), by kind.",
+	}, withSync("kind"))
+	r.pruneRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_prune_refusals_total", Help: "Applies whose prune was refused (empty render or over the prune budget).",
+	}, syncLabels)
+	r.applyConflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_apply_conflicts_total", Help: "Objects whose apply or prune got a 409 conflict.",
+	}, syncLabels)
+	r.statusConflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_status_write_conflicts_total", Help: "409 conflicts on Sync status writes; each is re-read and retried within the writer's bound.",
+	}, syncLabels)
+	r.statusFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_status_write_failures_total", Help: "Sync status writes that failed after their retries.",
+	}, syncLabels)
+	r.apiRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_api_requests_total", Help: "Kubernetes API requests of the daemon by verb and HTTP code (\"error\" when no response came).",
+	}, []string{"verb", "code"})
 }
 
 func (r *recorder) collectors() []prometheus.Collector {
@@ -303,69 +313,4 @@ func (r *recorder) forget(key types.NamespacedName) {
 	delete(r.seen, key)
 	delete(r.commitTimes, key)
 	r.mu.Unlock()
-}
-
-// instrument wraps a transport of the daemon's rest.Config to count API requests.
-func (r *recorder) instrument(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		resp, err := rt.RoundTrip(req)
-		code := "error"
-		if err == nil {
-			code = strconv.Itoa(resp.StatusCode)
-		}
-		r.apiRequests.WithLabelValues(requestVerb(req), code).Inc()
-		return resp, err
-	})
-}
-
-// requestVerb is the lower-case HTTP method, or "watch" for a watch request; the Kubernetes
-// verb (get or list, update or patch) would need the URL parsed against discovery.
-func requestVerb(req *http.Request) string {
-	if req.Method == http.MethodGet && req.URL.Query().Get("watch") == "true" {
-		return "watch"
-	}
-	return strings.ToLower(req.Method)
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
-
-// conflictCounting is the client of the status writer: it counts the 409s of Sync status
-// patches, each of which the writer re-reads and retries.
-type conflictCounting struct {
-	client.Client
-	rec *recorder
-}
-
-func (c conflictCounting) Status() client.SubResourceWriter {
-	return statusConflictCounting{SubResourceWriter: c.Client.Status(), rec: c.rec}
-}
-
-type statusConflictCounting struct {
-	client.SubResourceWriter
-	rec *recorder
-}
-
-func (s statusConflictCounting) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	err := s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
-	if apierrors.IsConflict(err) {
-		s.rec.statusConflicts.WithLabelValues(obj.GetNamespace(), obj.GetName()).Inc()
-	}
-	return err
-}
-
-// newMetricsServer serves the daemon's registry on GET /metrics, on every replica (leader
-// or not), and with withPprof Go's profiles on /debug/pprof/.
-func newMetricsServer(addr string, reg *prometheus.Registry, withPprof bool) httpRunnable {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	if withPprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	return httpRunnable{addr: addr, handler: mux}
 }

@@ -35,7 +35,7 @@ import (
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
-const monitoringDir = "../../deploy/monitoring"
+const monitoringDir = "../../../deploy/monitoring"
 
 // testSync is a Sync as the reconciler reads it, last applied at revision "main@sha1:1".
 func testSync() *v1alpha1.Sync {
