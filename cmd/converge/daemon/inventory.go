@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
@@ -23,8 +26,23 @@ const maxStatusInventory = 5000
 // --inventory" or "converge install" can share it. Legacy is the ID of earlier versions,
 // taken over by the engine's Migrate.
 func InventoryRef(s *v1alpha1.Sync) inventory.Ref {
-	return inventory.Ref{Namespace: s.Namespace, Name: truncate(s.Name, 230) + "-inventory",
+	return inventory.Ref{Namespace: s.Namespace, Name: inventoryName(s.Name),
 		ID: inventory.ID(inventory.OwnerSync, s.Namespace, s.Name), Legacy: inventory.LegacyID(s.Namespace, s.Name)}
+}
+
+// maxWholeName is the longest Sync name kept whole in its inventory's ConfigMap name,
+// <name>-inventory. Longer names (up to the 253 of a DNS-1123 subdomain) are cut and end in
+// a hash of the whole name, so the ConfigMap name stays valid and unique.
+const maxWholeName = 230
+
+// inventoryName is the name of the inventory ConfigMap of the Sync named name.
+func inventoryName(name string) string {
+	if len(name) > maxWholeName {
+		sum := sha256.Sum256([]byte(name))
+		// A label of a DNS-1123 subdomain cannot start with "-": no "." before the hash.
+		name = strings.TrimRight(name[:maxWholeName-9], ".") + "-" + hex.EncodeToString(sum[:4])
+	}
+	return name + "-inventory"
 }
 
 // migrateInventory takes over the Sync's inventory stored under its legacy ID, before an
