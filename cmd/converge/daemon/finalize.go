@@ -47,6 +47,7 @@ const defaultDeletionGrace = 2 * time.Minute
 // without limit: they say nothing about the identity, and giving up on them would leak.
 func (r *reconciler) finalize(ctx context.Context, s *v1alpha1.Sync) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(s, v1alpha1.Finalizer) {
+		r.forget(client.ObjectKeyFromObject(s))
 		return ctrl.Result{}, nil
 	}
 	// A cache that lags may still show a Sync whose finalizer we dropped while another
@@ -98,7 +99,10 @@ func (r *reconciler) finalize(ctx context.Context, s *v1alpha1.Sync) (ctrl.Resul
 		return ctrl.Result{}, err
 	}
 	err = r.patchFinalizers(ctx, s, func(s *v1alpha1.Sync) { controllerutil.RemoveFinalizer(s, v1alpha1.Finalizer) })
-	return ctrl.Result{}, client.IgnoreNotFound(err)
+	if err = client.IgnoreNotFound(err); err == nil {
+		r.forget(client.ObjectKeyFromObject(s))
+	}
+	return ctrl.Result{}, err
 }
 
 // cleanup carries out the deletion policy with the Sync's identity: Delete deletes the

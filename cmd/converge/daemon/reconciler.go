@@ -107,8 +107,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	s := &v1alpha1.Sync{}
 	if err := r.client.Get(ctx, req.NamespacedName, s); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.metrics.forget(req.NamespacedName)
-			r.drift.forget(req.NamespacedName)
+			r.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -152,6 +151,17 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	log.Info("reconciled", "revision", outcome.AttemptedRevision, "ready", outcome.Ready,
 		"reason", outcome.Reason, "duration", time.Since(start).Round(time.Millisecond))
 	return ctrl.Result{RequeueAfter: r.next(s, failed && !outcome.Stalled)}, nil
+}
+
+// forget drops what the daemon keeps per Sync (its metric series, the drift trigger's
+// owners and pacing, the retry count, the status writer's record of its last write) once
+// the Sync is gone. Deletions trigger no reconcile (syncChanged), so finalize calls it when
+// the finalizer goes; a reconcile that finds no Sync calls it too.
+func (r *reconciler) forget(key types.NamespacedName) {
+	r.metrics.forget(key)
+	r.drift.forget(key)
+	r.retries.reset(key)
+	r.writer.Forget(key)
 }
 
 // sync does the work of one reconcile and describes it as an Outcome. failed reports a
