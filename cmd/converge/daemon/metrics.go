@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/status"
@@ -20,7 +20,8 @@ import (
 // reconcile is labelled with its condition reason (FetchFailed, BuildFailed, ...).
 const resultSuccess = "success"
 
-// recorder holds every metric of the daemon. It is registered on the daemon's own registry
+// recorder holds Converge's own metrics (controller-runtime's are beside them, see
+// newMetricsRegistry). It is registered on the daemon's own registry
 // (never the global one), so several daemons can run in one process. Label values are
 // bounded: a Sync's namespace and name, actions, kinds, reasons, HTTP verbs and codes; never
 // object names or revisions.
@@ -62,19 +63,18 @@ var syncLabels = []string{"namespace", "name"}
 
 func withSync(extra ...string) []string { return append(append([]string{}, syncLabels...), extra...) }
 
-// newMetricsRegistry returns the daemon's registry with the Go and process collectors and a
-// recorder registered on it.
-func newMetricsRegistry() (*prometheus.Registry, *recorder, error) {
+// newMetricsRegistry returns what the daemon serves on /metrics: controller-runtime's
+// registry (its reconcile totals and durations, work queues, leader election, client-go's REST
+// client requests, and the Go and process collectors) and the daemon's own registry with a
+// recorder registered on it. controller-runtime's registry is the process's (its metrics are
+// registered at init); the recorder's is not, so several daemons can run in one process.
+func newMetricsRegistry() (prometheus.Gatherer, *recorder, error) {
 	reg := prometheus.NewRegistry()
-	err := errors.Join(
-		reg.Register(collectors.NewGoCollector()),
-		reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})),
-	)
+	rec, err := newRecorder(reg)
 	if err != nil {
 		return nil, nil, err
 	}
-	rec, err := newRecorder(reg)
-	return reg, rec, err
+	return prometheus.Gatherers{ctrlmetrics.Registry, reg}, rec, nil
 }
 
 // newRecorder creates the daemon's metrics and registers them on reg.

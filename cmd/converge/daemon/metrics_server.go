@@ -10,7 +10,7 @@ import (
 
 // newMetricsServer serves the daemon's registry on GET /metrics, on every replica (leader
 // or not), and with withPprof Go's profiles on /debug/pprof/.
-func newMetricsServer(addr string, reg *prometheus.Registry, withPprof bool) httpRunnable {
+func newMetricsServer(addr string, reg prometheus.Gatherer, withPprof bool) httpRunnable {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if withPprof {

@@ -451,6 +451,12 @@ func TestMetricsProvenByPrometheus(t *testing.T) {
 	prom.waitFor("lead time of two revisions", `converge_revision_lead_time_seconds_count{`+sel+`} >= 2`, nonEmpty)
 	prom.waitFor("inventory of one object", `converge_inventory_entries{`+sel+`} == 1`, nonEmpty)
 	prom.waitFor("API requests by verb and code", `converge_api_requests_total{verb="patch",code="200"} > 0`, nonEmpty)
+	// controller-runtime's and client-go's metrics are served beside Converge's own.
+	for _, expr := range []string{`controller_runtime_reconcile_total{controller="sync",result="requeue_after"} > 0`,
+		`controller_runtime_reconcile_time_seconds_count{controller="sync"} > 0`, `workqueue_adds_total{name="sync"} > 0`,
+		`rest_client_requests_total{code="200"} > 0`} {
+		prom.waitFor("library metric "+expr, expr, nonEmpty)
+	}
 
 	// Every query parses and, after the run, every panel but the not-ready list and API errors
 	// shows data.

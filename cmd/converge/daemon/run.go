@@ -110,7 +110,7 @@ func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, e
 
 // addServers adds the Runnables that serve on every replica: /metrics (and pprof), the
 // webhook receiver, and the health checks.
-func addServers(mgr ctrl.Manager, reg *prometheus.Registry, o Options) error {
+func addServers(mgr ctrl.Manager, reg prometheus.Gatherer, o Options) error {
 	if o.MetricsAddr != "0" && o.MetricsAddr != "" {
 		if err := mgr.Add(newMetricsServer(o.MetricsAddr, reg, o.Pprof)); err != nil {
 			return err
