@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -83,10 +84,6 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 	}
 }
 
-// skipNameValidation: controller names are validated per process; tests run several
-// daemons in one process.
-var skipNameValidation = true
-
 // SetupWithManager registers the reconciler as the manager's controller of Syncs, with the
 // drift trigger as a second source of requests when there is one.
 func (r *reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -96,7 +93,8 @@ func (r *reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesRawSource(r.drift.source())
 	}
 	return b.
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.concurrency, SkipNameValidation: &skipNameValidation}).
+		// Names are validated per process; tests run several daemons in one process.
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.concurrency, SkipNameValidation: ptr.To(true)}).
 		Complete(r)
 }
 

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -97,10 +98,10 @@ func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, e
 		LeaderElectionID:              "converge-leader",
 		LeaderElectionNamespace:       o.LeaderNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 ptrDuration(o.LeaseDuration),
-		RenewDeadline:                 ptrDuration(o.RenewDeadline),
-		RetryPeriod:                   ptrDuration(o.RetryPeriod),
-		GracefulShutdownTimeout:       ptrDuration(30 * time.Second),
+		LeaseDuration:                 ptr.To(o.LeaseDuration),
+		RenewDeadline:                 ptr.To(o.RenewDeadline),
+		RetryPeriod:                   ptr.To(o.RetryPeriod),
+		GracefulShutdownTimeout:       ptr.To(30 * time.Second),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
@@ -131,5 +132,3 @@ func addServers(mgr ctrl.Manager, reg prometheus.Gatherer, o Options) error {
 	}
 	return mgr.AddReadyzCheck("ping", healthz.Ping)
 }
-
-func ptrDuration(d time.Duration) *time.Duration { return &d }
