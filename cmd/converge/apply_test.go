@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
+	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/engine"
 )
@@ -186,29 +187,8 @@ func TestApplyCLI(t *testing.T) {
 	})
 }
 
-const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.cli.converge.dev}
-spec:
-  group: cli.converge.dev
-  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec: {type: object, properties: {size: {type: integer}}}
-`
-
-const widget = `apiVersion: cli.converge.dev/v1
-kind: Widget
-metadata: {name: w, namespace: NS}
-spec: {size: 1}
-`
+// widgetCRD and widget are a CRD and one of its resources.
+const widgetCRD, widget = synctest.WidgetCRD, synctest.Widget
 
 // TestApplyCLICRDAndCustomResources applies a CRD and its custom resource in one set: the
 // dry-run reports both (the resource as created although its kind does not exist yet) and

@@ -3,11 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
+
+	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 )
 
 // runOffline runs converge without a cluster and returns stdout, stderr and the exit code.
@@ -52,7 +51,7 @@ func TestBuildBadInput(t *testing.T) {
 // TestBuildIsUntrustedSafe: `converge build` builds kustomizations in a render child (no
 // request reaches the test server whatever field names it) and enforces --max-objects.
 func TestBuildIsUntrustedSafe(t *testing.T) {
-	url, hits := countingServer(t, "k: v\n")
+	url, hits := synctest.CountingServer(t, "k: v\n")
 	dir := t.TempDir()
 	writeSet(t, dir, "x", map[string]string{
 		"kustomization.yaml": "resources: [cm.yaml]\nconfigMapGenerator: [{name: c, files: [" + url + "/f]}]\n",
@@ -71,16 +70,4 @@ func TestBuildIsUntrustedSafe(t *testing.T) {
 	if _, errOut, code := runOffline("build", "--max-objects", "2", plain); code != 0 {
 		t.Errorf("--max-objects 2: exit %d: %s", code, errOut)
 	}
-}
-
-// countingServer serves body to every request and counts them, so a test can check that
-// a render made none.
-func countingServer(t *testing.T, body string) (url string, hits *atomic.Int64) {
-	hits = new(atomic.Int64)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		hits.Add(1)
-		_, _ = w.Write([]byte(body))
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL, hits
 }

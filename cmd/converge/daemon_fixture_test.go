@@ -3,21 +3,16 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/cmd/converge/daemon"
 	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
+	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/gitserver"
 	"github.com/converge-dev/converge/sources"
@@ -62,24 +57,7 @@ func newFixture(t *testing.T) *fixture {
 // publish writes files (name → content, "" deletes) into the source folder and commits it.
 func (f *fixture) publish(files map[string]string) string {
 	f.t.Helper()
-	for name, content := range files {
-		p := filepath.Join(f.src, name)
-		if content == "" {
-			_ = os.Remove(p)
-			continue
-		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			f.t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(strings.ReplaceAll(content, "NS", f.ns)), 0o644); err != nil {
-			f.t.Fatal(err)
-		}
-	}
-	sha, err := f.git.Publish("app", "main", f.src, "test commit")
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return "main@sha1:" + sha
+	return synctest.Publish(f.t, f.git, f.src, f.ns, files)
 }
 
 // startDaemon runs the daemon in-process against cfg, reconciling only the fixture's
@@ -104,53 +82,18 @@ func (f *fixture) startDaemon(cfg *rest.Config) {
 
 func (f *fixture) createSync(interval time.Duration, mutate ...func(*v1alpha1.Sync)) *v1alpha1.Sync {
 	f.t.Helper()
-	// The daemon installs the CRD; wait until Syncs can be created.
-	s := &v1alpha1.Sync{
-		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: f.ns},
-		Spec: v1alpha1.SyncSpec{
-			Source:   v1alpha1.Source{Git: &v1alpha1.GitSource{URL: f.git.RepoURL("app"), Ref: v1alpha1.GitRef{Branch: "main"}}},
-			Path:     ".",
-			Interval: metav1.Duration{Duration: interval},
-			Prune:    true,
-			Wait:     true,
-			Timeout:  &metav1.Duration{Duration: 30 * time.Second},
-		},
-	}
-	for _, m := range mutate {
-		m(s)
-	}
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := f.c.Create(ctx, s)
-		return err == nil, nil
-	})
-	if err != nil {
-		f.t.Fatalf("create Sync: %v", err)
-	}
+	s := synctest.NewSync(f.ns, f.git.RepoURL("app"), interval, mutate...)
+	synctest.Create(f.t, f.c, s)
 	return s
 }
 
 // waitSync polls the Sync until cond holds, failing with the last status otherwise.
 func (f *fixture) waitSync(what string, cond func(*v1alpha1.Sync) bool) *v1alpha1.Sync {
 	f.t.Helper()
-	s := &v1alpha1.Sync{}
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "app"}, s); err != nil {
-			return false, nil
-		}
-		return cond(s), nil
-	})
-	if err != nil {
-		f.t.Fatalf("Sync never %s; generation %d, status %+v", what, s.Generation, s.Status)
-	}
-	return s
+	return synctest.Wait(f.t, f.c, client.ObjectKey{Namespace: f.ns, Name: "app"}, what, cond)
 }
 
-func readyAt(rev string) func(*v1alpha1.Sync) bool {
-	return func(s *v1alpha1.Sync) bool {
-		return s.Status.ObservedGeneration == s.Generation && s.Status.LastAppliedRevision == rev &&
-			meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionReady)
-	}
-}
+var readyAt = synctest.ReadyAt
 
 func (f *fixture) configMap(name string) (*corev1.ConfigMap, error) {
 	cm := &corev1.ConfigMap{}
@@ -158,13 +101,4 @@ func (f *fixture) configMap(name string) (*corev1.ConfigMap, error) {
 	return cm, err
 }
 
-const cmA = `apiVersion: v1
-kind: ConfigMap
-metadata: {name: a, namespace: NS}
-data: {version: "VERSION"}
-`
-const cmB = `apiVersion: v1
-kind: ConfigMap
-metadata: {name: b, namespace: NS}
-data: {k: v}
-`
+const cmA, cmB = synctest.ConfigMapA, synctest.ConfigMapB

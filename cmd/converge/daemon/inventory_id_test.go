@@ -11,47 +11,22 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/yaml"
 
+	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
-// objects parses YAML documents (NS is the namespace) into objects for the engine.
-func objects(t *testing.T, ns string, docs ...string) []*unstructured.Unstructured {
-	t.Helper()
-	var out []*unstructured.Unstructured
-	for _, d := range docs {
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(strings.ReplaceAll(d, "NS", ns)), &u.Object); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, u)
-	}
-	return out
-}
+var objects = synctest.Objects
 
 // newTestEngine is a one-shot engine on the test cluster, as the CLI builds.
-func newTestEngine(t *testing.T) *engine.Engine {
-	t.Helper()
-	eng, err := engine.New(env.Config, engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return eng
-}
+func newTestEngine(t *testing.T) *engine.Engine { return synctest.Engine(t, env.Config) }
 
-// quickApply is an engine apply with prune and without the readiness wait.
-func quickApply() engine.ApplyOptions {
-	opts := engine.DefaultApplyOptions()
-	opts.Wait = false
-	return opts
-}
+var quickApply = synctest.QuickApply
 
 // TestSyncDeletionTakesOverLegacyInventory: a Sync whose inventory carries the legacy ID is
 // deleted before it ever reconciled under the new ID (it is suspended): the deletion takes

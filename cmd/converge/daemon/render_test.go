@@ -3,17 +3,15 @@ package daemon
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 
+	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
@@ -48,7 +46,7 @@ func TestDaemonRenderTimeout(t *testing.T) {
 // naming the file and field, with no request and nothing pruned; a render that hangs is cut
 // at --build-timeout with RenderTimeout (I8, I13).
 func TestDaemonRenderIsIsolated(t *testing.T) {
-	url, hits := countingServer(t, "[]")
+	url, hits := synctest.CountingServer(t, "[]")
 	f := newFixture(t)
 	rev1 := f.publish(map[string]string{"kustomization.yaml": "resources: [a.yaml]\n", "a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
 	f.startDaemon(env.Config, func(o *Options) { o.BuildTimeout = 3 * time.Second })
@@ -81,16 +79,4 @@ func TestDaemonRenderIsIsolated(t *testing.T) {
 	if ready.Reason != reasonBuildFailed || !strings.Contains(ready.Message, "kustomization.yaml: kustomize build stopped") {
 		t.Errorf("Ready = %s %q; want %s, RenderTimeout naming kustomization.yaml", ready.Reason, ready.Message, reasonBuildFailed)
 	}
-}
-
-// countingServer serves body to every request and counts them, so a test can check that
-// a render made none.
-func countingServer(t *testing.T, body string) (url string, hits *atomic.Int64) {
-	hits = new(atomic.Int64)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		hits.Add(1)
-		_, _ = w.Write([]byte(body))
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL, hits
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/status/v1alpha1"
 
 	"github.com/converge-dev/converge/e2e/fault"
@@ -193,27 +194,5 @@ func TestS11StatusWriteForwardedThenDropped(t *testing.T) {
 	}
 }
 
-// widgetCRD and widget are a CRD and one of its resources (as in the CLI's tests).
-const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.cli.converge.dev}
-spec:
-  group: cli.converge.dev
-  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec: {type: object, properties: {size: {type: integer}}}
-`
-
-const widget = `apiVersion: cli.converge.dev/v1
-kind: Widget
-metadata: {name: w, namespace: NS}
-spec: {size: 1}
-`
+// widgetCRD and widget are a CRD and one of its resources.
+const widgetCRD, widget = synctest.WidgetCRD, synctest.Widget
