@@ -15,16 +15,6 @@ import (
 	"github.com/converge-dev/converge/inventory"
 )
 
-// AbandonOptions is DeleteOptions: Abandon takes the settings of Delete.
-//
-// Deprecated: use DeleteOptions.
-type AbandonOptions = DeleteOptions
-
-// DefaultAbandonOptions is DefaultDeleteOptions.
-//
-// Deprecated: use DefaultDeleteOptions.
-func DefaultAbandonOptions() DeleteOptions { return DefaultDeleteOptions() }
-
 // Abandon lets go of every object of the inventory of ref without deleting it, as
 // cli-utils does for an abandoned object: it removes our owner annotation from each object
 // that is still ours (inventory.Claim.Owns: it carries ref.ID, or ref.Legacy with the

@@ -84,6 +84,11 @@ func (w *Writer) behindOurWrite(key types.NamespacedName, base *v1alpha1.Sync) b
 	return ok && rv != base.ResourceVersion
 }
 
+// Forget drops what the writer remembers of its last write of the Sync key. The daemon calls
+// it once a Sync is deleted: a Write finds no deleted Sync to forget it by, so without it a
+// daemon that sees Syncs come and go keeps an entry for each.
+func (w *Writer) Forget(key types.NamespacedName) { w.forgetWrite(key) }
+
 // forgetWrite drops what recordWrite remembered for key.
 func (w *Writer) forgetWrite(key types.NamespacedName) {
 	w.mu.Lock()

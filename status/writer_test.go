@@ -141,6 +141,23 @@ func TestWriteRecordsOutcome(t *testing.T) {
 	}
 }
 
+// TestForgetDropsTheRecordOfAWrite checks Forget drops the resourceVersion a Write
+// remembered for a Sync (the daemon forgets a deleted Sync so; a Write never sees it again).
+func TestForgetDropsTheRecordOfAWrite(t *testing.T) {
+	c, _, key := setup(t)
+	w := &Writer{Live: c, Client: c}
+	if err := w.Write(context.Background(), key, ready(1, "main@sha1:0123456789012345678901234567890123456789")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := w.written[key]; !ok {
+		t.Fatalf("the write was not remembered")
+	}
+	w.Forget(key)
+	if n := len(w.written); n != 0 {
+		t.Errorf("after Forget the writer remembers %d writes, want 0", n)
+	}
+}
+
 // TestWriteSurvivesConflictsAndStaleCache is S01/S02: the first reads come from a frozen
 // cache, the first five status writes get 409, and another writer's condition is added
 // concurrently. observedGeneration still reaches the generation (I4), the other writer's

@@ -25,6 +25,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
+	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/engine"
 )
@@ -89,7 +91,7 @@ func writeSet(t *testing.T, dir, ns string, files map[string]string) {
 func resourceVersions(t *testing.T, ns string) map[string]string {
 	t.Helper()
 	list := &corev1.ConfigMapList{}
-	c, err := client.New(env.Config, client.Options{Scheme: newScheme()})
+	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,29 +187,8 @@ func TestApplyCLI(t *testing.T) {
 	})
 }
 
-const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.cli.converge.dev}
-spec:
-  group: cli.converge.dev
-  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec: {type: object, properties: {size: {type: integer}}}
-`
-
-const widget = `apiVersion: cli.converge.dev/v1
-kind: Widget
-metadata: {name: w, namespace: NS}
-spec: {size: 1}
-`
+// widgetCRD and widget are a CRD and one of its resources.
+const widgetCRD, widget = synctest.WidgetCRD, synctest.Widget
 
 // TestApplyCLICRDAndCustomResources applies a CRD and its custom resource in one set: the
 // dry-run reports both (the resource as created although its kind does not exist yet) and
@@ -222,7 +203,7 @@ func TestApplyCLICRDAndCustomResources(t *testing.T) {
 	}
 	writeSet(t, dir, ns, map[string]string{"crd.yaml": widgetCRD, "widget.yaml": widget})
 	t.Cleanup(func() { // the CRD is cluster-scoped: leave no trace for a later run
-		c, err := client.New(env.Config, client.Options{Scheme: newScheme()})
+		c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
 		if err == nil {
 			crd := &apiextensionsv1.CustomResourceDefinition{}
 			crd.Name = "widgets.cli.converge.dev"
@@ -242,7 +223,7 @@ func TestApplyCLICRDAndCustomResources(t *testing.T) {
 func TestApplyCLIFieldManager(t *testing.T) {
 	cluster.Require(t, env)
 	ns := env.Namespace(t)
-	c, err := client.New(env.Config, client.Options{Scheme: newScheme()})
+	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 )
 
 // runOffline runs converge without a cluster and returns stdout, stderr and the exit code.
@@ -49,7 +51,7 @@ func TestBuildBadInput(t *testing.T) {
 // TestBuildIsUntrustedSafe: `converge build` builds kustomizations in a render child (no
 // request reaches the test server whatever field names it) and enforces --max-objects.
 func TestBuildIsUntrustedSafe(t *testing.T) {
-	url, hits := countingServer(t, "k: v\n")
+	url, hits := synctest.CountingServer(t, "k: v\n")
 	dir := t.TempDir()
 	writeSet(t, dir, "x", map[string]string{
 		"kustomization.yaml": "resources: [cm.yaml]\nconfigMapGenerator: [{name: c, files: [" + url + "/f]}]\n",

@@ -11,16 +11,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/yaml"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon"
+	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
+	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
@@ -31,7 +28,7 @@ import (
 // naming the same namespace/name get three inventory IDs. Before, all three were
 // <namespace>_<name>.
 func TestInventoryRefsDistinct(t *testing.T) {
-	sync := inventoryRef(&v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: installName}})
+	sync := daemon.InventoryRef(&v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: installName}})
 	f := applyFlags{inventory: installNamespace + "/" + installName}
 	cli, err := f.inventoryRef()
 	if err != nil {
@@ -55,36 +52,12 @@ func cliErr(args ...string) (string, string, int) {
 	return runOffline(append([]string{"--kubeconfig", env.Kubeconfig}, args...)...)
 }
 
-// objects parses YAML documents (NS is the namespace) into objects for the engine.
-func objects(t *testing.T, ns string, docs ...string) []*unstructured.Unstructured {
-	t.Helper()
-	var out []*unstructured.Unstructured
-	for _, d := range docs {
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(strings.ReplaceAll(d, "NS", ns)), &u.Object); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, u)
-	}
-	return out
-}
+var objects = synctest.Objects
 
 // newTestEngine is a one-shot engine on the test cluster, as the CLI builds.
-func newTestEngine(t *testing.T) *engine.Engine {
-	t.Helper()
-	eng, err := engine.New(env.Config, engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return eng
-}
+func newTestEngine(t *testing.T) *engine.Engine { return synctest.Engine(t, env.Config) }
 
-// quickApply is an engine apply with prune and without the readiness wait.
-func quickApply() engine.ApplyOptions {
-	opts := engine.DefaultApplyOptions()
-	opts.Wait = false
-	return opts
-}
+var quickApply = synctest.QuickApply
 
 // uids maps the named ConfigMaps of ns to their UIDs and owner annotations.
 func uids(t *testing.T, c client.Client, ns string, names ...string) map[string]string {
@@ -122,7 +95,7 @@ func TestOwnersDoNotCollide(t *testing.T) {
 	eng := newTestEngine(t)
 	sync := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "prod"}}
 	y := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: z, namespace: NS}\ndata: {by: VALUE}\n"
-	set := engine.Set{Inventory: inventoryRef(sync), Objects: objects(t, ns,
+	set := engine.Set{Inventory: daemon.InventoryRef(sync), Objects: objects(t, ns,
 		strings.Replace(x, "VALUE", "sync", 1), strings.Replace(y, "VALUE", "sync", 1))}
 	_, err := eng.Apply(ctx, set, quickApply())
 	want := "ConfigMap " + ns + "/x is owned by converge apply --inventory " + ns + "/prod; not adopted"
@@ -140,7 +113,7 @@ func TestOwnersDoNotCollide(t *testing.T) {
 	if strings.Contains(out+errOut, "sync_") || strings.Contains(out+errOut, "cli_") {
 		t.Errorf("a message names an internal inventory ID:\n%s%s", out, errOut)
 	}
-	c, err := client.New(env.Config, client.Options{Scheme: newScheme()})
+	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +153,7 @@ func TestSyncTakesOverLegacyInventory(t *testing.T) {
 	if sum := s.Status.Summary; sum == nil || sum.Pruned != 0 || sum.Created != 0 || sum.Failed != 0 {
 		t.Errorf("summary %+v; want nothing created, pruned or failed", sum)
 	}
-	newID := inventoryRef(sync).ID
+	newID := daemon.InventoryRef(sync).ID
 	after := uids(t, f.c, f.ns, "a", "b")
 	for _, n := range []string{"a", "b"} {
 		uid, _, _ := strings.Cut(before[n], " ")
@@ -229,7 +202,7 @@ func TestApplyCLITakesOverLegacyInventory(t *testing.T) {
 	if _, err := newTestEngine(t).Apply(ctx, engine.Set{Inventory: legacy, Objects: objects(t, ns, a1, cmB)}, quickApply()); err != nil {
 		t.Fatalf("apply with the legacy ID: %v", err)
 	}
-	c, err := client.New(env.Config, client.Options{Scheme: newScheme()})
+	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,88 +242,5 @@ func TestApplyCLITakesOverLegacyInventory(t *testing.T) {
 	writeSet(t, dir, ns, map[string]string{"a.yaml": a1})
 	if out, errOut, code := cliErr(args...); code != 0 || !strings.Contains(out, "ConfigMap/"+ns+"/b pruned") {
 		t.Errorf("prune under the new ID: exit %d:\n%s%s", code, out, errOut)
-	}
-}
-
-// TestSyncDeletionTakesOverLegacyInventory: a Sync whose inventory carries the legacy ID is
-// deleted before it ever reconciled under the new ID (it is suspended): the deletion takes
-// the inventory over and deletes its objects and the inventory, instead of failing on an
-// inventory labelled with another ID.
-func TestSyncDeletionTakesOverLegacyInventory(t *testing.T) {
-	f := newFixture(t)
-	ctx := context.Background()
-	legacy := inventory.Ref{Namespace: f.ns, Name: "app-inventory", ID: inventory.LegacyID(f.ns, "app")}
-	if _, err := newTestEngine(t).Apply(ctx, engine.Set{Inventory: legacy, Objects: objects(t, f.ns, cmB)}, quickApply()); err != nil {
-		t.Fatalf("apply with the legacy ID: %v", err)
-	}
-	f.publish(map[string]string{"b.yaml": cmB})
-	f.startDaemon(env.Config)
-	s := f.createSync(time.Minute, func(s *v1alpha1.Sync) { s.Spec.Suspend = true })
-	f.waitSync("holding the finalizer", func(s *v1alpha1.Sync) bool { return controllerutil.ContainsFinalizer(s, v1alpha1.Finalizer) })
-	if err := f.c.Delete(ctx, s); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return apierrors.IsNotFound(f.c.Get(ctx, client.ObjectKeyFromObject(s), &v1alpha1.Sync{})), nil
-	})
-	if err != nil {
-		t.Fatal("the Sync was never finalized")
-	}
-	for _, name := range []string{"b", "app-inventory"} {
-		if _, err := f.configMap(name); !apierrors.IsNotFound(err) {
-			t.Errorf("configmap %s survived the deletion: %v", name, err)
-		}
-	}
-}
-
-// TestSyncDeletionEndsWhenMigrationIsRefused: a Sync whose inventory carries the legacy ID
-// is deleted, and its service account may delete ConfigMaps but not patch them, so the
-// migration to the new ID is refused (403). The refusal follows the deletion's rules: the
-// finalizer goes after --deletion-grace (here 3 s) with a CleanupAbandoned condition (I12).
-// Before, the migration error was only logged, the deletion read the still legacy-labelled
-// inventory as another owner's (an error no grace applies to), and the Sync never went.
-func TestSyncDeletionEndsWhenMigrationIsRefused(t *testing.T) {
-	f := newFixture(t)
-	ctx := context.Background()
-	legacy := inventory.Ref{Namespace: f.ns, Name: "app-inventory", ID: inventory.LegacyID(f.ns, "app")}
-	if _, err := newTestEngine(t).Apply(ctx, engine.Set{Inventory: legacy, Objects: objects(t, f.ns, cmB)}, quickApply()); err != nil {
-		t.Fatalf("apply with the legacy ID: %v", err)
-	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "deployer"}}
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "deployer"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
-			Verbs: []string{"get", "list", "watch", "delete"}}}}
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "deployer"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "deployer"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "deployer", Namespace: f.ns}}}
-	for _, o := range []client.Object{sa, role, rb} {
-		if err := f.c.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f.publish(map[string]string{"b.yaml": cmB})
-	f.startDaemon(env.Config, func(o *runOptions) { o.deletionGrace = 3 * time.Second })
-	s := f.createSync(time.Minute, func(s *v1alpha1.Sync) { s.Spec.Suspend, s.Spec.ServiceAccountName = true, "deployer" })
-	f.waitSync("holding the finalizer", func(s *v1alpha1.Sync) bool { return controllerutil.ContainsFinalizer(s, v1alpha1.Finalizer) })
-	if err := f.c.Delete(ctx, s); err != nil {
-		t.Fatal(err)
-	}
-	var saw string
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		cur := &v1alpha1.Sync{}
-		err := f.c.Get(ctx, client.ObjectKeyFromObject(s), cur)
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		if c := meta.FindStatusCondition(cur.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionFalse {
-			saw = c.Reason + ": " + c.Message
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("the Sync was never finalized although its migration was refused; last condition %q", saw)
-	}
-	if !strings.Contains(saw, "forbidden") {
-		t.Errorf("no Ready=False condition said the cleanup was refused before the finalizer went; last seen %q", saw)
 	}
 }

@@ -4,15 +4,12 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
 	"github.com/converge-dev/converge/engine"
-	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // kubeFlags are the standard kubectl connection flags (--kubeconfig, --context, -n, ...),
@@ -62,21 +59,10 @@ func (f *kubeFlags) clients(withEngine bool) (client.Client, *engine.Engine, err
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: newScheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil || !withEngine {
 		return c, nil, err
 	}
 	eng, err := engine.New(cfg, engine.Options{})
 	return c, eng, err
-}
-
-// newScheme knows the built-in kinds, CRDs and Sync.
-func newScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, v1alpha1.AddToScheme} {
-		if err := add(s); err != nil {
-			panic(err) // a programming error: the schemes are static
-		}
-	}
-	return s
 }

@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -314,13 +312,6 @@ func waitCRDGone(ctx context.Context, c client.Client, timeout time.Duration) er
 	}
 	return fmt.Errorf("crd %s still terminating after %s; %d Syncs carry %s again (is a daemon still running elsewhere?): %w",
 		syncCRDName, timeout, held, v1alpha1.Finalizer, err)
-}
-
-// isTerminal reports whether stream (stdin, stdout) is a terminal, not a pipe, a file or
-// /dev/null: prompts and colour are for people, not for logs.
-func isTerminal(stream any) bool {
-	f, ok := stream.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // confirm asks on w and reads one line from r; only "yes" confirms.

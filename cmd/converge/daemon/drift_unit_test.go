@@ -1,0 +1,44 @@
+package daemon
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// delays records AddAfter calls; the rest of the queue is not used by driftTrigger.
+type delays struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	got []time.Duration
+}
+
+func (q *delays) AddAfter(_ reconcile.Request, d time.Duration) { q.got = append(q.got, d) }
+
+// TestDriftPacing checks the pacing of drift-triggered reconciles on a clock the test moves:
+// a first change waits the debounce; changes while one is scheduled add nothing; after a slow
+// reconcile (10 s) the next one waits as long again, so changes that never stop cannot make
+// a hot loop (I10); unknown inventories are ignored.
+func TestDriftPacing(t *testing.T) {
+	now := time.Unix(1000, 0)
+	d := newDriftTrigger()
+	d.now = func() time.Time { return now }
+	q := &delays{}
+	d.queue = q
+	key := types.NamespacedName{Namespace: "ns", Name: "app"}
+	d.track("ns_app", key)
+
+	d.changed("ns_app")
+	d.changed("ns_app") // already scheduled
+	d.changed("other")  // not a Sync of this daemon
+	now = now.Add(driftDebounce)
+	d.reconciled(key, 10*time.Second) // the drift reconcile ran and took 10 s
+	now = now.Add(time.Second)
+	d.changed("ns_app")
+	want := []time.Duration{driftDebounce, 9 * time.Second}
+	if len(q.got) != len(want) || q.got[0] != want[0] || q.got[1] != want[1] {
+		t.Errorf("AddAfter delays = %v, want %v", q.got, want)
+	}
+}

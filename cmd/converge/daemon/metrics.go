@@ -1,0 +1,316 @@
+package daemon
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/converge-dev/converge/engine"
+	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
+)
+
+// resultSuccess is the result label of a reconcile that left the Sync Ready; a failed
+// reconcile is labelled with its condition reason (FetchFailed, BuildFailed, ...).
+const resultSuccess = "success"
+
+// recorder holds Converge's own metrics (controller-runtime's are beside them, see
+// newMetricsRegistry). It is registered on the daemon's own registry
+// (never the global one), so several daemons can run in one process. Label values are
+// bounded: a Sync's namespace and name, actions, kinds, reasons, HTTP verbs and codes; never
+// object names or revisions.
+type recorder struct {
+	reconcileDuration *prometheus.HistogramVec
+	reconciles        *prometheus.CounterVec
+	loadDuration      *prometheus.HistogramVec
+	objectActions     *prometheus.CounterVec
+	condition         *prometheus.GaugeVec
+	suspended         *prometheus.GaugeVec
+	interval          *prometheus.GaugeVec
+	lastApplied       *prometheus.GaugeVec
+	inventory         *prometheus.GaugeVec
+	drift             *prometheus.CounterVec
+	pruneRefusals     *prometheus.CounterVec
+	applyConflicts    *prometheus.CounterVec
+	statusConflicts   *prometheus.CounterVec
+	statusFailures    *prometheus.CounterVec
+	leadTime          *prometheus.HistogramVec
+	commitLeadTime    *prometheus.HistogramVec
+	apiRequests       *prometheus.CounterVec
+
+	mu          sync.Mutex
+	seen        map[types.NamespacedName]seenRevision
+	commitTimes map[types.NamespacedName]commitTime // of the revision last loaded
+	now         func() time.Time
+}
+
+// seenRevision is the revision a Sync last attempted, when the daemon first saw it, and
+// when it was committed (zero when unknown).
+type seenRevision struct {
+	revision  string
+	at        time.Time
+	committed time.Time
+	ready     bool // the lead time was observed, or the revision was applied before we saw it
+}
+
+var syncLabels = []string{"namespace", "name"}
+
+func withSync(extra ...string) []string { return append(append([]string{}, syncLabels...), extra...) }
+
+// newMetricsRegistry returns what the daemon serves on /metrics: controller-runtime's
+// registry (its reconcile totals and durations, work queues, leader election, client-go's REST
+// client requests, and the Go and process collectors) and the daemon's own registry with a
+// recorder registered on it. controller-runtime's registry is the process's (its metrics are
+// registered at init); the recorder's is not, so several daemons can run in one process.
+func newMetricsRegistry() (prometheus.Gatherer, *recorder, error) {
+	reg := prometheus.NewRegistry()
+	rec, err := newRecorder(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return prometheus.Gatherers{ctrlmetrics.Registry, reg}, rec, nil
+}
+
+// newRecorder creates the daemon's metrics and registers them on reg.
+func newRecorder(reg prometheus.Registerer) (*recorder, error) {
+	r := &recorder{
+		seen:        map[types.NamespacedName]seenRevision{},
+		commitTimes: map[types.NamespacedName]commitTime{},
+		now:         time.Now,
+	}
+	r.reconcileMetrics()
+	r.stateMetrics()
+	r.eventMetrics()
+	for _, c := range r.collectors() {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// reconcileMetrics defines the metrics of each reconcile: its duration and result, the
+// source load, the objects handled and the lead times.
+func (r *recorder) reconcileMetrics() {
+	durations := prometheus.ExponentialBuckets(0.05, 2, 12) // 50ms … ~100s
+	r.reconcileDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "converge_reconcile_duration_seconds", Help: "Duration of a reconcile of a Sync, fetch to status write.", Buckets: durations,
+	}, syncLabels)
+	r.reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_reconciles_total", Help: "Reconciles of a Sync by result: success, or the Ready condition reason of a failure.",
+	}, withSync("result"))
+	r.loadDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "converge_source_load_duration_seconds", Help: "Duration of fetching and rendering the source of a Sync.", Buckets: durations,
+	}, syncLabels)
+	r.objectActions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_object_actions_total", Help: "Objects handled by the apply of a Sync, by action: created, configured, unchanged, pruned, skipped, failed.",
+	}, withSync("action"))
+	r.leadTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "converge_revision_lead_time_seconds", Help: "Seconds from the daemon first seeing a revision of a Sync to the Sync being Ready at it.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 14), // 1s … ~2h
+	}, syncLabels)
+	r.commitLeadTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "converge_commit_lead_time_seconds", Help: "Seconds from the commit time of a revision to the Sync being Ready at it (git sources).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 16), // 1s … ~9h
+	}, syncLabels)
+}
+
+// stateMetrics defines the gauges of each Sync's state as of its last reconcile.
+func (r *recorder) stateMetrics() {
+	r.condition = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "converge_sync_condition", Help: "A condition of a Sync as of its last reconcile: 1 for the current status (True, False or Unknown), 0 for the others.",
+	}, withSync("condition", "status"))
+	r.suspended = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "converge_sync_suspended", Help: "1 when the Sync is suspended, else 0.",
+	}, syncLabels)
+	r.interval = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "converge_sync_interval_seconds", Help: "The resync interval of a Sync (spec.interval).",
+	}, syncLabels)
+	r.lastApplied = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "converge_sync_last_applied_timestamp_seconds", Help: "Unix time of the last successful apply of a Sync by this daemon.",
+	}, syncLabels)
+	r.inventory = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "converge_inventory_entries", Help: "Objects in the inventory of a Sync after its last successful apply.",
+	}, syncLabels)
+}
+
+// eventMetrics defines the counters of rarer events: drift taken back, prune refusals,
+// conflicts, failed status writes, and the API requests of the daemon.
+func (r *recorder) eventMetrics() {
+	r.drift = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_drift_corrections_total", Help: "Objects configured again at an unchanged revision (out-of-band drift taken back), by kind.",
+	}, withSync("kind"))
+	r.pruneRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_prune_refusals_total", Help: "Applies whose prune was refused (empty render or over the prune budget).",
+	}, syncLabels)
+	r.applyConflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_apply_conflicts_total", Help: "Objects whose apply or prune got a 409 conflict.",
+	}, syncLabels)
+	r.statusConflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_status_write_conflicts_total", Help: "409 conflicts on Sync status writes; each is re-read and retried within the writer's bound.",
+	}, syncLabels)
+	r.statusFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_status_write_failures_total", Help: "Sync status writes that failed after their retries.",
+	}, syncLabels)
+	r.apiRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_api_requests_total", Help: "Kubernetes API requests of the daemon by verb and HTTP code (\"error\" when no response came).",
+	}, []string{"verb", "code"})
+}
+
+func (r *recorder) collectors() []prometheus.Collector {
+	return []prometheus.Collector{r.reconcileDuration, r.reconciles, r.loadDuration, r.objectActions, r.condition,
+		r.suspended, r.interval, r.lastApplied, r.inventory, r.drift, r.pruneRefusals, r.applyConflicts,
+		r.statusConflicts, r.statusFailures, r.leadTime, r.commitLeadTime, r.apiRequests}
+}
+
+// partialDeleter is a metric vector whose series forget can drop by Sync.
+type partialDeleter interface {
+	DeletePartialMatch(prometheus.Labels) int
+}
+
+// sourceLoaded records the duration of one fetch and render.
+func (r *recorder) sourceLoaded(s *v1alpha1.Sync, d time.Duration, revision string, committed time.Time) {
+	r.loadDuration.WithLabelValues(s.Namespace, s.Name).Observe(d.Seconds())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.commitTimes[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = commitTime{revision, committed}
+}
+
+// commitTime is when a revision was committed (zero when unknown).
+type commitTime struct {
+	revision string
+	at       time.Time
+}
+
+// applied records the objects of one engine Apply at revision and its refusals and
+// conflicts. A configured object at the revision last applied successfully is drift.
+func (r *recorder) applied(s *v1alpha1.Sync, revision string, res *engine.Result, err error) {
+	ns, name := s.Namespace, s.Name
+	conflicts := 0
+	if res != nil {
+		drift := revision != "" && revision == s.Status.LastAppliedRevision
+		for _, list := range [][]engine.Change{res.Changes, res.Pruned} {
+			for _, c := range list {
+				r.objectActions.WithLabelValues(ns, name, string(c.Action)).Inc()
+				if drift && c.Action == engine.ActionConfigured {
+					r.drift.WithLabelValues(ns, name, c.Object.GroupKind.Kind).Inc()
+				}
+				if c.Err != nil && apierrors.IsConflict(c.Err) {
+					conflicts++
+				}
+			}
+		}
+	}
+	if conflicts == 0 && apierrors.IsConflict(err) {
+		conflicts = 1 // a conflict outside the objects, e.g. on the inventory
+	}
+	if conflicts > 0 {
+		r.applyConflicts.WithLabelValues(ns, name).Add(float64(conflicts))
+	}
+	if errors.Is(err, engine.ErrPruneRefused) {
+		r.pruneRefusals.WithLabelValues(ns, name).Inc()
+	}
+}
+
+// reconciled records one reconcile of s (as read before it) that ended in o, started at
+// start; writeErr is the status write's error.
+func (r *recorder) reconciled(s *v1alpha1.Sync, o status.Outcome, start time.Time, writeErr error) {
+	ns, name := s.Namespace, s.Name
+	now := r.now()
+	r.reconcileDuration.WithLabelValues(ns, name).Observe(now.Sub(start).Seconds())
+	result := resultSuccess
+	if o.Ready != metav1.ConditionTrue {
+		result = o.Reason
+	}
+	r.reconciles.WithLabelValues(ns, name, result).Inc()
+	// Rare events start at 0 so that rate() and increase() see their first one.
+	for _, c := range []*prometheus.CounterVec{r.pruneRefusals, r.applyConflicts, r.statusConflicts, r.statusFailures} {
+		c.WithLabelValues(ns, name)
+	}
+	if writeErr != nil {
+		r.statusFailures.WithLabelValues(ns, name).Inc()
+	}
+	r.setCondition(s, v1alpha1.ConditionReady, o.Ready)
+	stalled := metav1.ConditionFalse
+	if o.Stalled {
+		stalled = metav1.ConditionTrue
+	}
+	r.setCondition(s, v1alpha1.ConditionStalled, stalled)
+	r.suspended.WithLabelValues(ns, name).Set(0)
+	r.interval.WithLabelValues(ns, name).Set(s.Spec.Interval.Seconds())
+	if o.AppliedRevision != "" {
+		r.lastApplied.WithLabelValues(ns, name).Set(float64(now.UnixNano()) / 1e9)
+	}
+	if o.Inventory != nil {
+		r.inventory.WithLabelValues(ns, name).Set(float64(o.Inventory.Entries))
+	}
+	r.observeLeadTime(s, o, start, now)
+}
+
+// observeLeadTime observes, once per revision, the time from the first reconcile that saw it
+// to the first that left the Sync Ready at it. A revision that was already applied when the
+// daemon first saw it (a restart) is not observed.
+func (r *recorder) observeLeadTime(s *v1alpha1.Sync, o status.Outcome, start, now time.Time) {
+	if o.AttemptedRevision == "" {
+		return
+	}
+	key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen, ok := r.seen[key]
+	if !ok || seen.revision != o.AttemptedRevision {
+		seen = seenRevision{revision: o.AttemptedRevision, at: start, ready: o.AttemptedRevision == s.Status.LastAppliedRevision,
+			committed: r.commitTimeOf(key, o.AttemptedRevision)}
+	}
+	if !seen.ready && o.Ready == metav1.ConditionTrue && o.AppliedRevision == seen.revision {
+		r.leadTime.WithLabelValues(s.Namespace, s.Name).Observe(now.Sub(seen.at).Seconds())
+		if !seen.committed.IsZero() {
+			r.commitLeadTime.WithLabelValues(s.Namespace, s.Name).Observe(now.Sub(seen.committed).Seconds())
+		}
+		seen.ready = true
+	}
+	r.seen[key] = seen
+}
+
+// commitTimeOf returns the commit time of revision as last loaded; r.mu is held.
+func (r *recorder) commitTimeOf(key types.NamespacedName, revision string) time.Time {
+	if ct := r.commitTimes[key]; ct.revision == revision {
+		return ct.at
+	}
+	return time.Time{}
+}
+
+func (r *recorder) setCondition(s *v1alpha1.Sync, typ string, st metav1.ConditionStatus) {
+	for _, v := range []metav1.ConditionStatus{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown} {
+		val := 0.0
+		if v == st {
+			val = 1
+		}
+		r.condition.WithLabelValues(s.Namespace, s.Name, typ, string(v)).Set(val)
+	}
+}
+
+// suspend records that s is suspended; its other metrics keep their last values.
+func (r *recorder) suspend(s *v1alpha1.Sync) {
+	r.suspended.WithLabelValues(s.Namespace, s.Name).Set(1)
+}
+
+// forget drops every series of a deleted Sync.
+func (r *recorder) forget(key types.NamespacedName) {
+	labels := prometheus.Labels{"namespace": key.Namespace, "name": key.Name}
+	for _, c := range r.collectors() {
+		if v, ok := c.(partialDeleter); ok && c != r.apiRequests {
+			v.DeletePartialMatch(labels)
+		}
+	}
+	r.mu.Lock()
+	delete(r.seen, key)
+	delete(r.commitTimes, key)
+	r.mu.Unlock()
+}

@@ -1,0 +1,105 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/sources/git"
+)
+
+// Options configure the daemon. `converge run` binds its flags onto DefaultOptions(); a
+// zero field falls back to the default where one is noted.
+type Options struct {
+	// MetricsAddr is the address of /metrics; "" or "0" disables it.
+	MetricsAddr string
+	// Pprof also serves Go's profiles (/debug/pprof/) on MetricsAddr.
+	Pprof bool
+	// HealthAddr is the address of /healthz and /readyz ("0" disables it).
+	HealthAddr string
+
+	// LeaderElect elects a leader (a Lease) so only one replica reconciles.
+	LeaderElect bool
+	// LeaderNamespace is the namespace of the leader-election Lease; it is created if missing.
+	LeaderNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod are the leader-election timings
+	// (controller-runtime's defaults when zero). A leader paused longer than RenewDeadline
+	// sends no more writes and stops (the pause fence).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
+	// InstallCRD server-side applies the Sync CRD at start.
+	InstallCRD bool
+	// WatchCache keeps a watch cache of the managed kinds, so unchanged objects cost no
+	// request (needs list/watch RBAC on them).
+	WatchCache bool
+	// DriftReconcile, with WatchCache, reconciles a Sync within seconds when one of its
+	// objects is edited or deleted out of band, not only at its interval.
+	DriftReconcile bool
+	// WatchNamespace limits the daemon to the Syncs of one namespace ("" is all).
+	WatchNamespace string
+	// Concurrency is how many Syncs are reconciled in parallel.
+	Concurrency int
+	// DeletionGrace is how long a Sync's deletion may be refused with 401/403 before the
+	// finalizer is dropped anyway (defaultDeletionGrace when zero).
+	DeletionGrace time.Duration
+
+	// WebhookAddr is the address of the push webhook receiver ("" disables it).
+	WebhookAddr string
+
+	// CacheDir is where git repositories are cached.
+	CacheDir string
+	// AllowLocalGit lets Syncs name file:// URLs, local paths and git servers on this
+	// machine or its link (see git.FetchOptions.AllowLocal).
+	AllowLocalGit bool
+	// MaxFetchSize bounds the bytes one git fetch downloads (git.FetchOptions.MaxFetchSize).
+	MaxFetchSize int64
+	// BuildTimeout bounds one Sync's fetch and render (defaultBuildTimeout when zero).
+	BuildTimeout time.Duration
+	// Limits bound a render (zero fields: the sources package's defaults).
+	Limits sources.Limits
+
+	// QuickStart, when its GitURL is set, is a Sync the daemon creates and owns at start.
+	QuickStart QuickStart
+
+	webhook webhookOptions // zero: defaultWebhookOptions(); tests shorten it
+	crash   crashPoints    // test-only
+}
+
+// DefaultOptions are the defaults of `converge run`'s flags.
+func DefaultOptions() Options {
+	return Options{
+		MetricsAddr:     ":8080",
+		HealthAddr:      ":8081",
+		LeaderElect:     true,
+		LeaderNamespace: "converge-system",
+		LeaseDuration:   15 * time.Second,
+		RenewDeadline:   10 * time.Second,
+		RetryPeriod:     2 * time.Second,
+		InstallCRD:      true,
+		WatchCache:      true,
+		DriftReconcile:  true,
+		Concurrency:     4,
+		DeletionGrace:   defaultDeletionGrace,
+		CacheDir:        filepath.Join(os.TempDir(), "converge-cache"),
+		BuildTimeout:    defaultBuildTimeout,
+		MaxFetchSize:    git.DefaultMaxFetchSize,
+		Limits: sources.Limits{MaxFiles: sources.DefaultMaxFiles, MaxFileSize: sources.DefaultMaxFileSize,
+			MaxObjects: sources.DefaultMaxObjects, MaxTotalSize: sources.DefaultMaxTotalSize},
+		QuickStart: DefaultQuickStart(),
+		webhook:    defaultWebhookOptions(),
+	}
+}
+
+// defaultLeaderTimings fills unset leader-election timings with the flags' defaults
+// (controller-runtime's).
+func (o *Options) defaultLeaderTimings() {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&o.LeaseDuration, 15 * time.Second}, {&o.RenewDeadline, 10 * time.Second}, {&o.RetryPeriod, 2 * time.Second}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+}

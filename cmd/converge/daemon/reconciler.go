@@ -1,0 +1,295 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/converge-dev/converge/engine"
+	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/sources/git"
+	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
+)
+
+// Condition reasons written by the daemon.
+const (
+	reasonSucceeded   = "ReconciliationSucceeded"
+	reasonFetchFailed = "FetchFailed"
+	reasonBuildFailed = "BuildFailed"
+	reasonApplyFailed = "ApplyFailed"
+	reasonHealthCheck = "HealthCheckFailed"
+	reasonDeleteFail  = "DeleteFailed"
+)
+
+// reconciler runs fetch → render → apply → prune → readiness → status for one Sync.
+type reconciler struct {
+	client  client.Client // cached reads, metadata writes
+	live    client.Reader // uncached reads: secrets, conflict re-reads
+	loader  *sources.Loader
+	render  renderSettings
+	engines *engineSet
+	drift   *driftTrigger // nil: drift is corrected at the interval only
+	crash   crashPoints   // test-only
+	writer  *status.Writer
+	events  record.EventRecorder
+	retries *retryCounter
+	metrics *recorder
+	grace   time.Duration // deletion grace (finalize); zero means defaultDeletionGrace
+	// concurrency is how many Syncs are reconciled in parallel (MaxConcurrentReconciles).
+	concurrency int
+}
+
+// newReconciler wires the reconciler to the manager's clients: the cache for Syncs and
+// metadata writes, the API server for Secrets and re-reads, one engine per identity, the
+// drift trigger when the watch cache can report drift, and the status writer counting its
+// conflicts.
+func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metrics *recorder, o Options) *reconciler {
+	drift := newDriftTrigger()
+	engOpts := engine.Options{Hooks: o.crash.Engine}
+	if o.WatchCache && o.DriftReconcile {
+		engOpts.Changed = drift.changed
+	} else {
+		drift = nil
+	}
+	return &reconciler{
+		client:      mgr.GetClient(),
+		live:        mgr.GetAPIReader(),
+		loader:      sources.NewLoader(o.CacheDir),
+		render:      renderSettings{timeout: o.BuildTimeout, limits: o.Limits, allowLocalGit: o.AllowLocalGit, maxFetchSize: o.MaxFetchSize},
+		engines:     newEngineSet(ctx, cfg, engOpts, o.WatchCache),
+		drift:       drift,
+		crash:       o.crash,
+		writer:      &status.Writer{Cached: mgr.GetClient(), Live: mgr.GetAPIReader(), Client: conflictCounting{mgr.GetClient(), metrics}},
+		events:      mgr.GetEventRecorderFor("converge"), //nolint:staticcheck // the events/v1 recorder needs a newer RBAC story
+		retries:     &retryCounter{},
+		metrics:     metrics,
+		grace:       o.DeletionGrace,
+		concurrency: o.Concurrency,
+	}
+}
+
+// SetupWithManager registers the reconciler as the manager's controller of Syncs, with the
+// drift trigger as a second source of requests when there is one.
+func (r *reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.Sync{}, builder.WithPredicates(syncChanged{}))
+	if r.drift != nil {
+		b = b.WatchesRawSource(r.drift.source())
+	}
+	return b.
+		// Names are validated per process; tests run several daemons in one process.
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.concurrency, SkipNameValidation: ptr.To(true)}).
+		Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("sync", req.NamespacedName)
+	ctx = logr.NewContext(ctx, log)
+	s := &v1alpha1.Sync{}
+	if err := r.client.Get(ctx, req.NamespacedName, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !s.DeletionTimestamp.IsZero() {
+		r.metrics.forget(req.NamespacedName)
+		r.drift.forget(req.NamespacedName)
+		return r.finalize(ctx, s)
+	}
+	if !controllerutil.ContainsFinalizer(s, v1alpha1.Finalizer) {
+		if err := r.patchFinalizers(ctx, s, func(s *v1alpha1.Sync) { controllerutil.AddFinalizer(s, v1alpha1.Finalizer) }); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if s.Spec.Suspend {
+		log.V(1).Info("suspended")
+		r.metrics.suspend(s)
+		return ctrl.Result{}, nil
+	}
+	start := time.Now()
+	outcome, failed, crash := r.sync(ctx, s)
+	if crash == nil {
+		crash = r.crash.call(r.crash.BeforeStatusWrite, s)
+	}
+	if crash != nil {
+		return ctrl.Result{}, crash
+	}
+	// The status write is its own step: an apply failure never stops it, and its failure
+	// never undoes the apply.
+	err := r.writer.Write(ctx, req.NamespacedName, outcome)
+	if errors.Is(err, status.ErrReplaced) {
+		// The Sync this reconcile read was deleted and another took its name (I14): the
+		// outcome is not about it. Reconcile the new one from its own read.
+		log.Info("outcome dropped: the Sync was re-created", "uid", s.UID)
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	}
+	r.metrics.reconciled(s, outcome, start, err)
+	r.drift.reconciled(req.NamespacedName, time.Since(start))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	log.Info("reconciled", "revision", outcome.AttemptedRevision, "ready", outcome.Ready,
+		"reason", outcome.Reason, "duration", time.Since(start).Round(time.Millisecond))
+	return ctrl.Result{RequeueAfter: r.next(s, failed && !outcome.Stalled)}, nil
+}
+
+// forget drops what the daemon keeps per Sync (its metric series, the drift trigger's
+// owners and pacing, the retry count, the status writer's record of its last write) once
+// the Sync is gone. Deletions trigger no reconcile (syncChanged), so finalize calls it when
+// the finalizer goes; a reconcile that finds no Sync calls it too.
+func (r *reconciler) forget(key types.NamespacedName) {
+	r.metrics.forget(key)
+	r.drift.forget(key)
+	r.retries.reset(key)
+	r.writer.Forget(key)
+}
+
+// sync does the work of one reconcile and describes it as an Outcome. failed reports a
+// failure that deserves a retry with back-off; a non-nil crash means a test crash point
+// fired and nothing more may be written.
+func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outcome, failed bool, crash error) {
+	o = status.Outcome{UID: s.UID, Generation: s.Generation, HandledRequest: s.Annotations[v1alpha1.RequestedAtAnnotation]}
+	src, err := r.source(ctx, s)
+	if err != nil {
+		return r.fail(s, o, reasonFetchFailed, err, false), true, nil
+	}
+	loadStart := time.Now()
+	bundle, err := r.render.load(ctx, r.loader, src)
+	if bundle == nil {
+		r.metrics.sourceLoaded(s, time.Since(loadStart), "", time.Time{})
+		// A refused URL or an oversized commit is terminal: nothing is applied or pruned.
+		return r.fail(s, o, reasonFetchFailed, err, sources.IsTerminal(err)), true, nil
+	}
+	r.metrics.sourceLoaded(s, time.Since(loadStart), bundle.Revision, bundle.CommitTime)
+	o.AttemptedRevision = bundle.Revision
+	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty) {
+		// Bad input: nothing is applied or pruned; wait for a new revision (I8).
+		return r.fail(s, o, reasonBuildFailed, err, sources.IsTerminal(err)), true, nil
+	}
+	if err := r.crash.call(r.crash.AfterRender, s); err != nil {
+		return o, true, err
+	}
+	eng, err := r.engines.forSync(s)
+	if err != nil {
+		return r.fail(s, o, reasonApplyFailed, err, false), true, nil
+	}
+	ref, err := migrateInventory(ctx, eng, s)
+	if err != nil {
+		return r.fail(s, o, reasonApplyFailed, err, false), true, nil
+	}
+	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}
+	r.drift.track(set.Inventory.ID, client.ObjectKeyFromObject(s))
+	opts := applyOptions(s)
+	opts.Recover = recoveredInventory(s) // used only if the inventory ConfigMap was lost
+	res, err := eng.Apply(ctx, set, opts)
+	r.metrics.applied(s, bundle.Revision, res, err)
+	sum := res.Summary() // zero for a nil result
+	if res != nil {
+		o.Summary = &v1alpha1.Summary{Created: sum.Created, Configured: sum.Configured, Unchanged: sum.Unchanged,
+			Pruned: sum.Pruned, Skipped: sum.Skipped, Failed: sum.Failed, NotReady: sum.NotReady}
+		r.recordEvents(s, bundle.Revision, sum)
+		if res.Inventory != nil {
+			o.Inventory = inventoryStatus(set.Inventory, res.Inventory)
+		}
+	}
+	if err != nil {
+		reason := reasonApplyFailed
+		if sum.NotReady > 0 && sum.Failed == 0 {
+			reason = reasonHealthCheck
+		}
+		return r.fail(s, o, reason, err, engine.IsTerminal(err)), true, nil
+	}
+	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
+	o.Message = "Applied revision " + bundle.Revision
+	o.AppliedRevision = bundle.Revision
+	r.retries.reset(client.ObjectKeyFromObject(s))
+	return o, false, nil
+}
+
+func (r *reconciler) fail(s *v1alpha1.Sync, o status.Outcome, reason string, err error, terminal bool) status.Outcome {
+	o.Ready, o.Reason, o.Message, o.Stalled = metav1.ConditionFalse, reason, err.Error(), terminal
+	r.events.Event(s, corev1.EventTypeWarning, reason, truncate(err.Error(), 1024))
+	return o
+}
+
+// source turns the Sync spec and its secret into a sources.Source.
+func (r *reconciler) source(ctx context.Context, s *v1alpha1.Sync) (sources.Source, error) {
+	g := s.Spec.Source.Git
+	if g == nil {
+		return sources.Source{}, errors.New("spec.source.git is required")
+	}
+	repo := git.Repository{URL: g.URL, Ref: git.Ref{Branch: g.Ref.Branch, Tag: g.Ref.Tag, SemVer: g.Ref.SemVer, Commit: g.Ref.Commit}}
+	if repo.Ref == (git.Ref{}) {
+		repo.Ref.Branch = "main"
+	}
+	if g.SecretRef != nil {
+		sec := &corev1.Secret{}
+		key := types.NamespacedName{Namespace: s.Namespace, Name: g.SecretRef.Name}
+		if err := r.live.Get(ctx, key, sec); err != nil {
+			return sources.Source{}, fmt.Errorf("secret %s: %w", key, err)
+		}
+		repo.Auth = git.Auth{
+			Username: string(sec.Data["username"]), Password: string(sec.Data["password"]),
+			BearerToken: string(sec.Data["bearerToken"]), SSHPrivateKey: sec.Data["identity"],
+			SSHKnownHosts: sec.Data["known_hosts"],
+		}
+	}
+	return sources.Source{Git: repo, Path: s.Spec.Path}, nil
+}
+
+func applyOptions(s *v1alpha1.Sync) engine.ApplyOptions {
+	opts := engine.DefaultApplyOptions()
+	opts.Prune, opts.Wait = s.Spec.Prune, s.Spec.Wait
+	opts.AllowEmpty, opts.PruneBudget, opts.Force = s.Spec.AllowEmpty, s.Spec.PruneBudget, s.Spec.Force
+	opts.Adopt = s.Spec.Adopt
+	opts.DefaultNamespace, opts.TargetNamespace = s.Namespace, s.Spec.TargetNamespace
+	if s.Spec.Timeout != nil {
+		opts.Timeout = s.Spec.Timeout.Duration
+	}
+	return opts
+}
+
+func (r *reconciler) recordEvents(s *v1alpha1.Sync, revision string, sum engine.Summary) {
+	if sum.Created+sum.Configured > 0 {
+		r.events.Eventf(s, corev1.EventTypeNormal, "Applied", "revision %s: %d created, %d configured", revision, sum.Created, sum.Configured)
+	}
+	if sum.Pruned > 0 {
+		r.events.Eventf(s, corev1.EventTypeNormal, "Pruned", "revision %s: %d pruned", revision, sum.Pruned)
+	}
+}
+
+// patchFinalizers changes metadata.finalizers with an optimistic lock.
+func (r *reconciler) patchFinalizers(ctx context.Context, s *v1alpha1.Sync, mutate func(*v1alpha1.Sync)) error {
+	base := s.DeepCopy()
+	mutate(s)
+	err := r.client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("finalizer of %s/%s: %w (will retry)", s.Namespace, s.Name, err)
+	}
+	return err
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

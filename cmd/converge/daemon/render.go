@@ -1,0 +1,49 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/converge-dev/converge/sources"
+)
+
+// defaultBuildTimeout bounds one Sync's fetch and render, well under the default interval
+// (5m): a stuck or slow repository costs its own Sync a retry, never the daemon a worker.
+const defaultBuildTimeout = 2 * time.Minute
+
+// renderSettings are the daemon's render options (flags of `converge run`).
+type renderSettings struct {
+	timeout time.Duration  // 0: defaultBuildTimeout
+	limits  sources.Limits // zero fields: the defaults
+	// allowLocalGit lets Syncs name file:// URLs, local paths and git servers on this
+	// machine or its link (--allow-local-git; see git.FetchOptions.AllowLocal).
+	allowLocalGit bool
+	// maxFetchSize bounds the bytes one fetch downloads (--max-fetch-size); 0: the default.
+	maxFetchSize int64
+}
+
+// load fetches and renders src within the build timeout. Kustomize builds are isolated:
+// the repository is untrusted, so its render can reach no network and is stopped at the
+// timeout (see sources.RenderOptions.Isolate).
+func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src sources.Source) (*sources.Bundle, error) {
+	opts := sources.DefaultLoadOptions()
+	opts.Render.Isolate = true
+	opts.Render.Limits = rs.limits
+	opts.Fetch.AllowLocal = rs.allowLocalGit
+	if rs.maxFetchSize > 0 {
+		opts.Fetch.MaxFetchSize = rs.maxFetchSize
+	}
+	timeout := rs.timeout
+	if timeout <= 0 {
+		timeout = defaultBuildTimeout
+	}
+	lctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	b, err := l.Load(lctx, src, opts)
+	if err != nil && ctx.Err() == nil && errors.Is(lctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("RenderTimeout: fetch and render did not finish within %s (--build-timeout): %w", timeout, err)
+	}
+	return b, err
+}

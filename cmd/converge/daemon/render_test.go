@@ -1,0 +1,82 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
+	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/status/v1alpha1"
+)
+
+// TestDaemonRenderTimeout: the daemon's load stops a render that does not end at
+// --build-timeout, with a transient RenderTimeout error naming the kustomization.
+func TestDaemonRenderTimeout(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"stuck/kustomization.yaml": "resources: [cm.yaml]\n",
+		"stuck/cm.yaml":            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+		"stuck/" + hangMarker:      "the build blocks (test binary only, see serveRenderChild)\n",
+	} {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs := renderSettings{timeout: time.Second}
+	_, err := rs.load(t.Context(), sources.NewLoader(t.TempDir()), sources.Source{Dir: dir, Path: "stuck"})
+	if err == nil || !strings.Contains(err.Error(), "RenderTimeout: fetch and render did not finish within 1s") ||
+		!strings.Contains(err.Error(), "stuck/kustomization.yaml") || !errors.Is(err, context.DeadlineExceeded) || sources.IsTerminal(err) {
+		t.Errorf("load: %v; want a transient RenderTimeout naming stuck/kustomization.yaml", err)
+	}
+}
+
+// TestDaemonRenderIsIsolated: a Sync whose repository names a URL where only the render
+// child's transport stops it (a transformer config listed by a folder) reports BuildFailed
+// naming the file and field, with no request and nothing pruned; a render that hangs is cut
+// at --build-timeout with RenderTimeout (I8, I13).
+func TestDaemonRenderIsIsolated(t *testing.T) {
+	url, hits := synctest.CountingServer(t, "[]")
+	f := newFixture(t)
+	rev1 := f.publish(map[string]string{"kustomization.yaml": "resources: [a.yaml]\n", "a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	f.startDaemon(env.Config, func(o *Options) { o.BuildTimeout = 3 * time.Second })
+	f.createSync(2 * time.Second)
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+
+	rev2 := f.publish(map[string]string{
+		"kustomization.yaml":         "resources: [a.yaml]\ntransformers: [plugins]\n",
+		"plugins/kustomization.yaml": "resources: [patch.yaml]\n",
+		"plugins/patch.yaml":         "apiVersion: builtin\nkind: PatchTransformer\nmetadata: {name: p}\npath: " + url + "/p.yaml\ntarget: {kind: ConfigMap}\n",
+	})
+	s := f.waitSync("Ready=False on the remote patch", func(s *v1alpha1.Sync) bool {
+		return s.Status.LastAttemptedRevision == rev2 && meta.IsStatusConditionFalse(s.Status.Conditions, v1alpha1.ConditionReady)
+	})
+	ready := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+	if ready.Reason != reasonBuildFailed || !strings.Contains(ready.Message, "plugins/patch.yaml: path: remote bases are disabled") || hits.Load() != 0 {
+		t.Errorf("Ready = %s %q after %d requests; want %s naming plugins/patch.yaml and no request", ready.Reason, ready.Message, hits.Load(), reasonBuildFailed)
+	}
+	if _, err := f.configMap("a"); err != nil {
+		t.Errorf("a refused render pruned configmap a: %v", err)
+	}
+
+	// The root kustomization's build blocks (test binary only, see serveRenderChild).
+	rev3 := f.publish(map[string]string{"kustomization.yaml": "resources: [a.yaml]\n", hangMarker: "hang\n", "plugins/kustomization.yaml": "", "plugins/patch.yaml": ""})
+	s = f.waitSync("Ready=False on the stuck render", func(s *v1alpha1.Sync) bool {
+		r := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+		return s.Status.LastAttemptedRevision == rev3 && r != nil && strings.Contains(r.Message, "RenderTimeout")
+	})
+	ready = meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+	if ready.Reason != reasonBuildFailed || !strings.Contains(ready.Message, "kustomization.yaml: kustomize build stopped") {
+		t.Errorf("Ready = %s %q; want %s, RenderTimeout naming kustomization.yaml", ready.Reason, ready.Message, reasonBuildFailed)
+	}
+}

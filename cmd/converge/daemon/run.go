@@ -1,0 +1,134 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
+)
+
+// Run installs the CRD, applies the quick-start Sync and reconciles Syncs until ctx ends.
+// It returns the fence's error when the process was paused past the leader lease's renew
+// deadline (see pauseFence), so that the process exits and restarts as a follower.
+func Run(ctx context.Context, cfg *rest.Config, o Options) error {
+	ctrl.SetLogger(klog.NewKlogr())
+	reg, metrics, err := newMetricsRegistry()
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(metrics.instrument)
+	o.defaultLeaderTimings()
+	if o.LeaderElect {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		startPauseFence(ctx, cfg, o.RenewDeadline, cancel)
+	}
+	s := scheme.New()
+	if err := prepare(ctx, cfg, s, o); err != nil {
+		return err
+	}
+	mgr, err := newManager(cfg, s, o)
+	if err != nil {
+		return err
+	}
+	if err := addServers(mgr, reg, o); err != nil {
+		return err
+	}
+	if err := newReconciler(ctx, mgr, cfg, metrics, o).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return err
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, errFenced) {
+		return cause
+	}
+	return nil
+}
+
+// prepare does what must be done before the manager starts, with a direct client: the
+// CRD (the manager's cache watches Syncs), the leader-election namespace, the quick start.
+func prepare(ctx context.Context, cfg *rest.Config, s *runtime.Scheme, o Options) error {
+	direct, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	if o.InstallCRD {
+		if err := installSyncCRD(ctx, direct); err != nil {
+			return err
+		}
+	}
+	if o.LeaderElect {
+		if err := ensureNamespace(ctx, direct, o.LeaderNamespace); err != nil {
+			return err
+		}
+	}
+	return o.QuickStart.apply(ctx, direct)
+}
+
+// newManager is the controller-runtime manager: the cache (one namespace or all), the
+// health probes and leader election. Its own metrics server is off: the daemon serves its
+// own registry (addServers).
+func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, error) {
+	var cacheOpts cache.Options
+	if o.WatchNamespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.WatchNamespace: {}}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        s,
+		Cache:                         cacheOpts,
+		Metrics:                       metricsserver.Options{BindAddress: "0"}, // we serve our own registry
+		HealthProbeBindAddress:        o.HealthAddr,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              "converge-leader",
+		LeaderElectionNamespace:       o.LeaderNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 ptr.To(o.LeaseDuration),
+		RenewDeadline:                 ptr.To(o.RenewDeadline),
+		RetryPeriod:                   ptr.To(o.RetryPeriod),
+		GracefulShutdownTimeout:       ptr.To(30 * time.Second),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	return mgr, nil
+}
+
+// addServers adds the Runnables that serve on every replica: /metrics (and pprof), the
+// webhook receiver, and the health checks.
+func addServers(mgr ctrl.Manager, reg prometheus.Gatherer, o Options) error {
+	if o.MetricsAddr != "0" && o.MetricsAddr != "" {
+		if err := mgr.Add(newMetricsServer(o.MetricsAddr, reg, o.Pprof)); err != nil {
+			return err
+		}
+	}
+	if o.WebhookAddr != "" {
+		if o.webhook == (webhookOptions{}) {
+			o.webhook = defaultWebhookOptions()
+		}
+		hook := &webhook{addr: o.WebhookAddr, syncs: mgr.GetClient(), secrets: mgr.GetAPIReader(), client: mgr.GetClient(),
+			log: mgr.GetLogger().WithName("webhook"), opts: o.webhook}
+		if err := mgr.Add(hook.runnable()); err != nil {
+			return err
+		}
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.AddReadyzCheck("ping", healthz.Ping)
+}

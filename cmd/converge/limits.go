@@ -1,0 +1,15 @@
+package main
+
+import (
+	"github.com/spf13/pflag"
+
+	"github.com/converge-dev/converge/sources"
+)
+
+// addLimitFlags registers the render size limits on fs.
+func addLimitFlags(fs *pflag.FlagSet, l *sources.Limits) {
+	fs.IntVar(&l.MaxFiles, "max-files", sources.DefaultMaxFiles, "refuse a source with more files than this (hidden folders excepted)")
+	fs.Int64Var(&l.MaxFileSize, "max-file-size", sources.DefaultMaxFileSize, "refuse a source file larger than this many bytes")
+	fs.IntVar(&l.MaxObjects, "max-objects", sources.DefaultMaxObjects, "refuse a render with more objects than this")
+	fs.Int64Var(&l.MaxTotalSize, "max-total-size", sources.DefaultMaxTotalSize, "refuse a render that reads more bytes than this (files, symlinks each time, a copy per kustomize build)")
+}
