@@ -10,8 +10,10 @@ import (
 
 const module = "github.com/converge-dev/converge"
 
-// rules are the import directions of ../shared/STYLE.md §1 and DESIGN.md "Packages": a
-// package under the key prefix must not directly import any of the listed prefixes.
+// rules are the import directions between packages (a package knows only what it needs:
+// sources renders without a cluster, the engine knows neither git nor the Sync API, the API
+// types import only apimachinery): a package under the key prefix must not directly import
+// any of the listed prefixes.
 var rules = map[string][]string{
 	module + "/sources":   {module + "/engine", module + "/inventory", module + "/status", "k8s.io/client-go", "sigs.k8s.io/controller-runtime"},
 	module + "/engine":    {module + "/sources", module + "/status", "github.com/go-git", "sigs.k8s.io/kustomize", "github.com/prometheus"},

@@ -16,7 +16,7 @@ import (
 // memo remembers, per object, the hash of the desired object last applied (or verified
 // unchanged) and the resourceVersion the live object had right after. When both still match —
 // the same desired object, and the watch cache shows the live object at that very version —
-// applying would change nothing, so the engine sends nothing (PERFORMANCE.md lever 2). Any
+// applying would change nothing, so the engine sends nothing (a no-op reconcile costs no request per object). Any
 // change on either side (a new commit, an out-of-band edit, a controller's status update)
 // takes the full path: dry-run, compare, apply.
 type memo struct {

@@ -13,7 +13,7 @@ import (
 	"github.com/converge-dev/converge/e2e/fault"
 )
 
-// Scenarios of ../shared/RELIABILITY.md against the real API server. Each names the
+// The fault scenarios of docs/reliability.md against the real API server. Each names the
 // invariants it checks; docs/reliability.md maps every scenario to its tests.
 
 func cms(ns string, names ...string) []*unstructured.Unstructured {

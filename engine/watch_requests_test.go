@@ -10,8 +10,8 @@ import (
 	"github.com/converge-dev/converge/e2e/fault"
 )
 
-// TestWatchOneRequestPerObject checks the request budget of the watch path (PERFORMANCE.md
-// levers 1 and 2): a cold apply sends one apply per object and reads none from the API
+// TestWatchOneRequestPerObject checks the request budget of the watch path (the cold-apply and
+// no-op targets in docs/benchmarks.md): a cold apply sends one apply per object and reads none from the API
 // server; a change of k objects sends k applies; after a restart (empty memo, warm cluster)
 // a re-apply lists the objects once and verifies each with one dry-run, writing nothing (I7).
 func TestWatchOneRequestPerObject(t *testing.T) {

@@ -82,8 +82,8 @@ func (h *harness) settle(opts ApplyOptions, maxRequests int, objs []*unstructure
 }
 
 // TestWatchNoOpSendsNothing checks the watch-cache fast path: once converged, a re-apply of
-// the unchanged set (with readiness wait) costs only the inventory read and no write (I7,
-// PERFORMANCE.md no-op row), and reports every object unchanged.
+// the unchanged set (with readiness wait) costs only the inventory read and no write (I7;
+// the no-op target of docs/benchmarks.md: ≤ 10 requests, no write), and reports every object unchanged.
 func TestWatchNoOpSendsNothing(t *testing.T) {
 	h := newWatchHarness(t)
 	opts := testOpts()
@@ -187,7 +187,7 @@ func TestWatchRemembersWhatItApplied(t *testing.T) {
 
 // TestWatchReportsOutOfBandChanges checks Options.Changed: an out-of-band edit and a deletion
 // of managed objects are reported with the owner's inventory ID, so the daemon can correct
-// them without waiting for the interval (PERFORMANCE.md drift row).
+// them without waiting for the interval (the drift target of docs/benchmarks.md: corrected within 5 s of the edit).
 func TestWatchReportsOutOfBandChanges(t *testing.T) {
 	reports := make(chan string, 100)
 	h := newWatchHarness(t, func(id string) {

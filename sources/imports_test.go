@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestImports enforces the package boundary from DESIGN.md: sources never talks to a
+// TestImports enforces the package boundary (see e2e/layout_test.go): sources never talks to a
 // cluster and knows nothing of the engine, the inventory or the Sync status.
 func TestImports(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "./...").Output()

@@ -119,7 +119,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	if err != nil {
 		return fail(err)
 	}
-	_, eng, err := kube.clients(true)
+	_, eng, err := kube.clientAndEngine()
 	if err != nil {
 		return fail(err)
 	}

@@ -88,7 +88,7 @@ func (f *installFlags) run(cmd *cobra.Command, kube *kubeFlags) error {
 	if err != nil {
 		return &exitError{code: exitCodeError, err: err}
 	}
-	c, eng, err := kube.clients(true)
+	c, eng, err := kube.clientAndEngine()
 	if err != nil {
 		return &exitError{code: exitCodeError, err: err}
 	}

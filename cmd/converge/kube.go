@@ -48,20 +48,27 @@ func (f *kubeFlags) namespace() string {
 
 // syncClient returns a controller-runtime client that knows Syncs.
 func (f *kubeFlags) syncClient() (client.Client, error) {
-	c, _, err := f.clients(false)
-	return c, err
+	cfg, err := f.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	return newSyncClient(cfg)
 }
 
-// clients returns a client that knows Syncs and, with withEngine, a one-shot engine (no
-// watch cache: a CLI run is too short to profit from one) for the CLI verbs.
-func (f *kubeFlags) clients(withEngine bool) (client.Client, *engine.Engine, error) {
+func newSyncClient(cfg *rest.Config) (client.Client, error) {
+	return client.New(cfg, client.Options{Scheme: scheme.New()})
+}
+
+// clientAndEngine returns a client that knows Syncs and a one-shot engine (no watch cache:
+// a CLI run is too short to profit from one) for the CLI verbs that apply or delete.
+func (f *kubeFlags) clientAndEngine() (client.Client, *engine.Engine, error) {
 	cfg, err := f.restConfig()
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
-	if err != nil || !withEngine {
-		return c, nil, err
+	c, err := newSyncClient(cfg)
+	if err != nil {
+		return nil, nil, err
 	}
 	eng, err := engine.New(cfg, engine.Options{})
 	return c, eng, err

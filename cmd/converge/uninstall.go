@@ -75,7 +75,7 @@ func (f *uninstallFlags) run(cmd *cobra.Command, kube *kubeFlags) error {
 		return fail(fmt.Errorf("%w; stdin is not a terminal, so re-run with --yes once you have read the warning above", errNotConfirmed))
 	}
 	ctx := cmd.Context()
-	c, eng, err := kube.clients(true)
+	c, eng, err := kube.clientAndEngine()
 	if err != nil {
 		return fail(err)
 	}

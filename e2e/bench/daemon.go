@@ -1,7 +1,7 @@
 package main
 
 // The daemon mode (-daemon): the built `converge run` against the local control plane and a
-// local git server, measuring PERFORMANCE.md's "100 Syncs × 100 objects, one daemon" row.
+// local git server, measuring the "100 Syncs × 100 objects, one daemon" target.
 // See docs/benchmarks.md.
 
 import (

@@ -25,7 +25,7 @@ type DaemonReport struct {
 	SettleSeconds   float64     `json:"settleSeconds"`
 	Rows            []DaemonRow `json:"rows"`
 	// Ratio is the median wall time of the many-Syncs scenario over the single Sync's
-	// (PERFORMANCE.md: ≤ 2).
+	// (target ≤ 2, docs/benchmarks.md).
 	Ratio float64 `json:"ratio"`
 }
 
@@ -174,7 +174,7 @@ func (r *DaemonReport) table(w io.Writer) error {
 		return err
 	}
 	if len(r.Rows) == 2 {
-		fmt.Fprintf(w, "\n%s / %s, all Ready: %.2f× (PERFORMANCE.md target ≤ 2×)\n", r.Rows[1].Scenario, r.Rows[0].Scenario, r.Ratio)
+		fmt.Fprintf(w, "\n%s / %s, all Ready: %.2f× (target ≤ 2×)\n", r.Rows[1].Scenario, r.Rows[0].Scenario, r.Ratio)
 	}
 	for _, row := range r.Rows {
 		var notes []string

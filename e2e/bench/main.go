@@ -1,7 +1,7 @@
 // Command bench measures Converge's apply engine against a Flux-style baseline
 // (fluxcd/pkg/ssa ApplyAllStaged + DeleteAll, default options) and a bare parallel
 // server-side-apply floor, on a generated workload and a local control plane it starts
-// itself (e2e/cluster). See PERFORMANCE.md (the targets) and docs/benchmarks.md.
+// itself (e2e/cluster). See docs/benchmarks.md (the targets and the figures).
 //
 //	go run ./e2e/bench -objects 1000 -runs 3
 //	go run ./e2e/bench -daemon -objects 1000   # one daemon: 1 Sync against 100 Syncs
