@@ -69,6 +69,7 @@ func (f *fixture) startDaemon(cfg *rest.Config) {
 	o.MetricsAddr, o.HealthAddr, o.LeaderElect = "0", "0", false
 	o.WatchNamespace, o.Concurrency, o.CacheDir = f.ns, 2, f.t.TempDir()
 	o.QuickStart.Namespace = f.ns
+	o.AllowLocalGit = true // the fixture's git server listens on loopback
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- daemon.Run(ctx, cfg, o) }()
