@@ -193,7 +193,7 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 	if opts.Wait {
 		w := r.readyCandidates(outs)
 		w.health = health
-		w.ids = append(w.ids, e.healthIDs(opts.HealthChecks, w.ids, opts.DefaultNamespace)...)
+		e.addHealthChecks(&w, opts.HealthChecks, opts.DefaultNamespace)
 		r.progress.stage(StageWait, len(w.ids))
 		health, err := e.wait(ctx, w, opts.Timeout, r.progress)
 		res.Health = health

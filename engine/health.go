@@ -216,16 +216,17 @@ func (p *healthProgram) eval(vars map[string]any) (bool, error) {
 	return bool(b), nil
 }
 
-// healthIDs returns checks with the namespace of a namespaced kind filled in from
-// defaultNamespace when empty (and dropped for a cluster-scoped kind), without those already
-// in ids (applied objects are waited for anyway). Kinds the RESTMapper does not know are
-// kept as given: the wait reports them.
-func (e *Engine) healthIDs(checks []object.ObjMetadata, ids []object.ObjMetadata, defaultNamespace string) []object.ObjMetadata {
-	seen := make(map[object.ObjMetadata]bool, len(ids)+len(checks))
-	for _, id := range ids {
+// addHealthChecks adds checks to w: the namespace of a namespaced kind is filled in from
+// defaultNamespace when empty (and dropped for a cluster-scoped kind), and those already in
+// w (applied objects) are not added twice. Kinds the RESTMapper does not know are kept as
+// given: the wait reports them. Kinds kstatus judges from metadata alone (ConfigMap, Secret,
+// RBAC: readyOnExistence) are read as metadata only, so a health check on a Secret never
+// makes the watch cache hold Secret data.
+func (e *Engine) addHealthChecks(w *waitSet, checks []object.ObjMetadata, defaultNamespace string) {
+	seen := make(map[object.ObjMetadata]bool, len(w.ids)+len(checks))
+	for _, id := range w.ids {
 		seen[id] = true
 	}
-	var out []object.ObjMetadata
 	for _, id := range checks {
 		if m, err := e.mapper.RESTMapping(id.GroupKind); err == nil {
 			switch {
@@ -235,10 +236,17 @@ func (e *Engine) healthIDs(checks []object.ObjMetadata, ids []object.ObjMetadata
 				id.Namespace = defaultNamespace
 			}
 		}
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, id)
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		w.ids = append(w.ids, id)
+		// A Service's type is unknown here: it is read whole (a LoadBalancer waits for its
+		// ingress).
+		stub := &unstructured.Unstructured{}
+		stub.SetGroupVersionKind(id.GroupKind.WithVersion(""))
+		if id.GroupKind != (schema.GroupKind{Kind: "Service"}) && readyOnExistence(stub) {
+			w.byMeta[id] = true
 		}
 	}
-	return out
 }

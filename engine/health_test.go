@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -308,5 +309,34 @@ func TestHealthRulesCompute(t *testing.T) {
 	// Other kinds stay with kstatus.
 	if res, err := compute(obj("v1", "ConfigMap", "ns", "c", nil)); err != nil || res.Status.String() != "Current" {
 		t.Fatalf("ConfigMap: %v %v, want kstatus' Current", res, err)
+	}
+}
+
+// TestAddHealthChecks checks how health check IDs are completed: the default namespace for a
+// namespaced kind without one, none for a cluster-scoped kind, no duplicate of an applied
+// object, and metadata-only reads for kinds judged by existence (a Secret's data is never
+// cached for a health check).
+func TestAddHealthChecks(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	gk := func(group, kind string) schema.GroupKind { return schema.GroupKind{Group: group, Kind: kind} }
+	applied := object.ObjMetadata{GroupKind: gk("", "ConfigMap"), Namespace: h.ns, Name: "cm"}
+	w := waitSet{ids: []object.ObjMetadata{applied}, byMeta: map[object.ObjMetadata]bool{applied: true}}
+	h.eng.addHealthChecks(&w, []object.ObjMetadata{
+		{GroupKind: gk("", "Secret"), Name: "s"},
+		{GroupKind: gk("rbac.authorization.k8s.io", "ClusterRole"), Namespace: "elsewhere", Name: "r"},
+		{GroupKind: gk("apps", "Deployment"), Namespace: "other", Name: "d"},
+		{GroupKind: gk("", "ConfigMap"), Name: "cm"},
+	}, h.ns)
+	want := []object.ObjMetadata{
+		applied,
+		{GroupKind: gk("", "Secret"), Namespace: h.ns, Name: "s"},
+		{GroupKind: gk("rbac.authorization.k8s.io", "ClusterRole"), Name: "r"},
+		{GroupKind: gk("apps", "Deployment"), Namespace: "other", Name: "d"},
+	}
+	if fmt.Sprint(w.ids) != fmt.Sprint(want) {
+		t.Fatalf("ids %v, want %v", w.ids, want)
+	}
+	if !w.byMeta[want[1]] || !w.byMeta[want[2]] || w.byMeta[want[3]] {
+		t.Fatalf("byMeta %v: want the Secret and the ClusterRole only (and the applied ConfigMap)", w.byMeta)
 	}
 }
