@@ -191,9 +191,9 @@ func TestHealthExprRejected(t *testing.T) {
 }
 
 // TestHealthChecksExtraObject checks that spec.healthChecks objects of a kind the set does
-// not hold are waited for: missing, the wait times out naming it; once it exists and its
-// expression says current, the run is Ready. It is never applied, recorded or pruned. It
-// failed before: the set's ConfigMap alone was waited for.
+// not hold are waited for, also without Wait: missing, the wait times out naming it; once it
+// exists and its expression says current, the run is Ready. It is never applied, recorded or
+// pruned. It failed before: the set's ConfigMap alone was waited for (nothing without Wait).
 func TestHealthChecksExtraObject(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	group := healthGroup(h)
@@ -205,12 +205,15 @@ func TestHealthChecksExtraObject(t *testing.T) {
 	opts.HealthExprs = []HealthExpr{gadgetExpr(group)}
 	id := h.ns + "_ext_" + group + "_Gadget"
 
-	res, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "cm", nil)), opts)
+	// Without Wait, the health checks alone are waited for (as Flux does).
+	noWait := opts
+	noWait.Wait = false
+	res, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "cm", nil)), noWait)
 	if err == nil || !strings.Contains(err.Error(), "Gadget "+h.ns+"/ext") {
 		t.Fatalf("Apply error = %v, want a wait error naming the missing Gadget", err)
 	}
-	if got := healthOf(res, id); got.Status != "NotFound" {
-		t.Errorf("health %+v, want NotFound", got)
+	if got := healthOf(res, id); got.Status != "NotFound" || len(res.Health) != 1 {
+		t.Errorf("health %+v, want the Gadget alone, NotFound", res.Health)
 	}
 
 	if err := h.plain.Create(h.ctx, gadget(group, h.ns, "ext")); err != nil {
