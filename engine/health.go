@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	"github.com/google/cel-go/cel"
@@ -140,7 +141,15 @@ func CompileHealthExprs(exprs []HealthExpr) (*HealthRules, error) {
 func compileHealth(env *cel.Env, field, src string) (*healthProgram, error) {
 	ast, iss := env.Compile(src)
 	if iss.Err() != nil {
-		return nil, iss.Err()
+		// CEL quotes the source under each error with a caret; the position is in the
+		// error already, and a Sync's condition message stays one line per error.
+		var lines []string
+		for l := range strings.SplitSeq(iss.Err().Error(), "\n") {
+			if !strings.HasPrefix(l, " | ") {
+				lines = append(lines, l)
+			}
+		}
+		return nil, errors.New(strings.Join(lines, "; "))
 	}
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
 		return nil, fmt.Errorf("returns %s, not bool", t)

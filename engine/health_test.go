@@ -168,6 +168,8 @@ func TestHealthExprRejected(t *testing.T) {
 		{APIVersion: "example.com/v1", Kind: "Widget", Current: "status.ready == true"},
 		{APIVersion: "example.com/v1", Kind: "Gizmo", Current: "status.ready", Failed: "status.x == foo.bar"},
 		{APIVersion: "example.com/v1", Kind: "Doohickey", Current: "size(status.items)"},
+		{APIVersion: "example.com/v2", Kind: "Widget", Current: "true"},
+		{APIVersion: "example.com/v1", Kind: "Thingamajig", Failed: "true"},
 	}
 	_, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "new", nil)), opts)
 	if err == nil || !IsTerminal(err) {
@@ -176,13 +178,18 @@ func TestHealthExprRejected(t *testing.T) {
 	for _, want := range []string{
 		"healthCheckExprs[1] (example.com/v1 Gizmo).failed: ERROR: <input>:1:13: undeclared reference to 'foo'",
 		"healthCheckExprs[2] (example.com/v1 Doohickey).current: returns int, not bool",
+		"healthCheckExprs[3] (example.com/v2 Widget): Widget.example.com is already judged by healthCheckExprs[0]",
+		"healthCheckExprs[4] (example.com/v1 Thingamajig).current: required",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Apply error = %v\nwant it to contain %q", err, want)
 		}
 	}
-	if strings.Contains(err.Error(), "Widget") {
+	if strings.Contains(err.Error(), "healthCheckExprs[0] (") {
 		t.Errorf("the valid entry is named: %v", err)
+	}
+	if strings.Contains(err.Error(), "\n | ") {
+		t.Errorf("CEL's source quote is in the message (one line per error): %v", err)
 	}
 	if h.liveCM("new") != nil || h.liveCM("old") == nil {
 		t.Fatal("a rejected expression applied or pruned something")
