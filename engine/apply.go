@@ -52,6 +52,16 @@ type ApplyOptions struct {
 	Wait bool
 	// Timeout bounds the readiness wait, and the wait for CRDs to be Established.
 	Timeout time.Duration
+	// HealthChecks are more objects to wait for (Flux's spec.healthChecks): any kind, in the
+	// set or not. They are only read: neither applied nor pruned. A namespaced one without a
+	// namespace is looked for in DefaultNamespace; one that does not exist keeps the wait
+	// going until Timeout. Without Wait they alone are waited for, as Flux does.
+	HealthChecks []object.ObjMetadata
+	// HealthExprs judge the readiness of their kinds with CEL instead of kstatus (Flux's
+	// spec.healthCheckExprs), for the set's objects and HealthChecks alike. They are
+	// compiled first (CompileHealthExprs): one that does not compile fails the Apply with a
+	// terminal error before anything is written.
+	HealthExprs []HealthExpr
 	// DefaultNamespace is set on namespaced objects without a namespace. When empty, such an
 	// object is an error and nothing is applied or pruned.
 	DefaultNamespace string
@@ -106,6 +116,10 @@ func DefaultApplyOptions() ApplyOptions {
 // with the object ID. Invalid input returns an error before anything is written.
 func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result, error) {
 	res := &Result{}
+	rules, err := CompileHealthExprs(opts.HealthExprs)
+	if err != nil {
+		return res, err
+	}
 	// A dry-run without an inventory (the zero Ref) is a plain diff against the live objects:
 	// nothing is owned, adopted or pruned, and each object's owner is information.
 	noInventory := opts.DryRun && set.Inventory == (inventory.Ref{})
@@ -176,8 +190,14 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 		}
 		res.Inventory = recorded
 	}
-	if opts.Wait {
-		w := r.readyCandidates(outs)
+	if opts.Wait || len(opts.HealthChecks) > 0 {
+		// Without Wait, only the HealthChecks are waited for (as Flux does).
+		w := waitSet{byMeta: map[object.ObjMetadata]bool{}, applied: map[object.ObjMetadata]int64{}}
+		if opts.Wait {
+			w = r.readyCandidates(outs)
+		}
+		w.health = rules
+		e.addHealthChecks(&w, opts.HealthChecks, opts.DefaultNamespace)
 		r.progress.stage(StageWait, len(w.ids))
 		health, err := e.wait(ctx, w, opts.Timeout, r.progress)
 		res.Health = health

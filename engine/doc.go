@@ -27,7 +27,9 @@
 //     from the inventory; failed deletes stay in it (I1, I3).
 //  6. record the inventory (new with UIDs ∪ what could not be pruned), skipped when unchanged.
 //  7. optionally wait for kstatus readiness, judged on an object read at the generation the
-//     apply returned or newer (a lagging cache is InProgress, not Current).
+//     apply returned or newer (a lagging cache is InProgress, not Current). Kinds with CEL
+//     health expressions (ApplyOptions.HealthExprs, compiled before step 1) are judged by
+//     them instead; ApplyOptions.HealthChecks adds objects that are only waited for.
 //
 // Deletion: Delete deletes the inventory's objects (same checks as a prune) and then the
 // ConfigMap; Abandon releases them instead (owner annotation removed with a JSON patch that

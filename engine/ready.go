@@ -28,14 +28,17 @@ import (
 // Readiness is judged on the generation the run applied, never on an older copy (I6): an
 // object read at a metadata.generation below its entry in applied (the watch cache is behind
 // the apply's answer) is InProgress, whatever its old status says.
-func (e *Engine) newPoller(byMeta map[object.ObjMetadata]bool, applied map[object.ObjMetadata]int64) *polling.StatusPoller {
-	generic := []pollengine.StatusReader{statusreaders.NewGenericStatusReader(e.mapper, atGeneration(applied))}
+//
+// Kinds that health judges (HealthRules, the CEL expressions of ApplyOptions.HealthExprs)
+// are computed by their expressions instead of kstatus, behind the same generation rule.
+func (e *Engine) newPoller(w waitSet) *polling.StatusPoller {
+	generic := []pollengine.StatusReader{statusreaders.NewGenericStatusReader(e.mapper, atGeneration(w.applied, w.health))}
 	if e.cache == nil {
 		// From the API server: kstatus' caching reader, one LIST per kind and namespace per
 		// poll instead of a GET per object.
 		return polling.NewStatusPoller(e.client, e.mapper, polling.Options{CustomStatusReaders: generic})
 	}
-	r := readinessReader{Reader: e.cache, byMeta: byMeta}
+	r := readinessReader{Reader: e.cache, byMeta: w.byMeta}
 	return polling.NewStatusPoller(r, e.mapper, polling.Options{
 		CustomStatusReaders:  generic,
 		ClusterReaderFactory: pollengine.ClusterReaderFactoryFunc(clusterreader.NewDirectClusterReader),
@@ -45,14 +48,15 @@ func (e *Engine) newPoller(byMeta map[object.ObjMetadata]bool, applied map[objec
 // atGeneration is kstatus' Compute for objects that must be seen at least at the generation
 // applied names: a copy older than the apply's answer (a lagging watch cache, or a frozen one)
 // says nothing about the rollout just started, so it is InProgress. kstatus itself then
-// requires status.observedGeneration to reach metadata.generation.
-func atGeneration(applied map[object.ObjMetadata]int64) statusreaders.StatusFunc {
+// requires status.observedGeneration to reach metadata.generation, and so do health's
+// expressions (HealthRules.compute).
+func atGeneration(applied map[object.ObjMetadata]int64, health *HealthRules) statusreaders.StatusFunc {
 	return func(u *unstructured.Unstructured) (*status.Result, error) {
 		if want := applied[idOf(u)]; u.GetGeneration() < want {
 			return &status.Result{Status: status.InProgressStatus,
 				Message: fmt.Sprintf("generation %d applied, generation %d observed so far", want, u.GetGeneration())}, nil
 		}
-		return status.Compute(u)
+		return health.compute(u)
 	}
 }
 

@@ -34,6 +34,11 @@ func (e *Engine) wait(ctx context.Context, w waitSet, timeout time.Duration, pro
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
+	for id := range w.byMeta {
+		if w.health.judges(id.GroupKind) {
+			delete(w.byMeta, id) // its expressions read the whole object
+		}
+	}
 	set := make(fluxobject.ObjMetadataSet, 0, len(ids))
 	for _, id := range ids {
 		set = append(set, toFlux(id))
@@ -43,7 +48,7 @@ func (e *Engine) wait(ctx context.Context, w waitSet, timeout time.Duration, pro
 	latest := make(map[object.ObjMetadata]*event.ResourceStatus, len(ids))
 	var pollErr error
 	finished, current := false, 0
-	for ev := range e.newPoller(w.byMeta, w.applied).Poll(wctx, set, polling.PollOptions{PollInterval: e.opts.PollInterval}) {
+	for ev := range e.newPoller(w).Poll(wctx, set, polling.PollOptions{PollInterval: e.opts.PollInterval}) {
 		switch ev.Type {
 		case event.ErrorEvent:
 			pollErr = ev.Error
@@ -100,6 +105,9 @@ type waitSet struct {
 	// applied is, per object, the metadata.generation the run's apply (or read) returned:
 	// a copy of an older generation is not judged (atGeneration).
 	applied map[object.ObjMetadata]int64
+	// health judges the kinds that have CEL expressions (ApplyOptions.HealthExprs); nil
+	// leaves every kind to kstatus. Objects of those kinds are never read as metadata only.
+	health *HealthRules
 }
 
 // waitEstablished waits until the named CRDs report Established and the kinds of pending

@@ -110,6 +110,24 @@ func TestSchemaRejects(t *testing.T) {
 			set(t, u, map[string]any{"name": ""}, "spec", "webhook", "secretRef")
 		}, "spec.webhook.secretRef.name"},
 		{"webhook without secretRef", func(u *unstructured.Unstructured) { set(t, u, map[string]any{}, "spec", "webhook") }, "spec.webhook.secretRef"},
+		{"healthCheck without name", func(u *unstructured.Unstructured) {
+			set(t, u, []any{map[string]any{"kind": "Widget"}}, "spec", "healthChecks")
+		}, "spec.healthChecks[0].name"},
+		{"healthCheck kind empty", func(u *unstructured.Unstructured) {
+			set(t, u, []any{map[string]any{"kind": "", "name": "w"}}, "spec", "healthChecks")
+		}, "spec.healthChecks[0].kind"},
+		{"healthCheckExpr without current", func(u *unstructured.Unstructured) {
+			set(t, u, []any{map[string]any{"apiVersion": "example.com/v1", "kind": "Widget", "failed": "true"}}, "spec", "healthCheckExprs")
+		}, "spec.healthCheckExprs[0].current"},
+		{"healthCheckExpr current empty", func(u *unstructured.Unstructured) {
+			set(t, u, []any{map[string]any{"apiVersion": "example.com/v1", "kind": "Widget", "current": ""}}, "spec", "healthCheckExprs")
+		}, "spec.healthCheckExprs[0].current"},
+		{"healthCheckExpr without kind", func(u *unstructured.Unstructured) {
+			set(t, u, []any{map[string]any{"apiVersion": "example.com/v1", "current": "true"}}, "spec", "healthCheckExprs")
+		}, "spec.healthCheckExprs[0].kind"},
+		{"healthCheckExpr without apiVersion", func(u *unstructured.Unstructured) {
+			set(t, u, []any{map[string]any{"kind": "Widget", "current": "true"}}, "spec", "healthCheckExprs")
+		}, "spec.healthCheckExprs[0].apiVersion"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,6 +176,16 @@ func TestSchemaAccepts(t *testing.T) {
 		"serviceAccountName": "deployer", "suspend": true, "deletionPolicy": "Orphan",
 		"pruneBudget": int64(0), "allowEmpty": true, "force": true, "adopt": true,
 		"webhook": map[string]any{"secretRef": map[string]any{"name": "hook"}},
+		"healthChecks": []any{
+			map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "other"},
+			map[string]any{"kind": "ConfigMap", "name": "settings"},
+		},
+		"healthCheckExprs": []any{map[string]any{
+			"apiVersion": "example.com/v1", "kind": "Widget",
+			"current":    "status.conditions.exists(c, c.type == 'Synced' && c.status == 'True')",
+			"inProgress": "status.phase == 'Pending'",
+			"failed":     "status.conditions.exists(c, c.type == 'Synced' && c.status == 'False')",
+		}},
 	}, "spec")
 	edge := minimal(ns, "edge")
 	set(t, edge, "", "spec", "path")
@@ -173,7 +201,9 @@ func TestSchemaAccepts(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Spec.Interval.Duration != 90*time.Minute || got.Spec.Webhook == nil || got.Spec.DeletionPolicy != v1alpha1.DeletionPolicyOrphan ||
-		got.Spec.Prune || got.Spec.Wait || !got.Spec.Adopt || got.Spec.Source.Git.Ref.Commit == "" {
+		got.Spec.Prune || got.Spec.Wait || !got.Spec.Adopt || got.Spec.Source.Git.Ref.Commit == "" ||
+		len(got.Spec.HealthChecks) != 2 || got.Spec.HealthChecks[0].Namespace != "other" || got.Spec.HealthChecks[1].APIVersion != "" ||
+		len(got.Spec.HealthCheckExprs) != 1 || got.Spec.HealthCheckExprs[0].InProgress == "" || got.Spec.HealthCheckExprs[0].Failed == "" {
 		t.Fatalf("spec did not round-trip (a field pruned by the schema?): %+v", got.Spec)
 	}
 	if err := c.Get(t.Context(), client.ObjectKeyFromObject(edge), got); err != nil {

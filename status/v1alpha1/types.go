@@ -148,6 +148,63 @@ type SyncSpec struct {
 	// signed with this Sync's own Secret. Without it the webhook never triggers this Sync.
 	// +optional
 	Webhook *Webhook `json:"webhook,omitempty"`
+	// HealthChecks are more objects to wait for before Ready=True, of any kind, whether the
+	// source declares them or not; they are only read, never applied or pruned. As Flux's
+	// Kustomization spec.healthChecks.
+	// +optional
+	HealthChecks []HealthCheck `json:"healthChecks,omitempty"`
+	// HealthCheckExprs judge the readiness of the objects of a kind with CEL expressions
+	// instead of kstatus, for custom resources without a Ready condition. As Flux's
+	// Kustomization spec.healthCheckExprs: the same fields and expressions.
+	// +optional
+	HealthCheckExprs []HealthCheckExpr `json:"healthCheckExprs,omitempty"`
+}
+
+// HealthCheck names an object to wait for, as Flux's NamespacedObjectKindReference.
+type HealthCheck struct {
+	// APIVersion of the object, such as apps/v1; its group selects the kind. Empty means the
+	// core group.
+	// +optional
+	APIVersion string `json:"apiVersion,omitempty"`
+	// Kind of the object.
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Kind string `json:"kind"`
+	// Name of the object.
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Name string `json:"name"`
+	// Namespace of the object; empty means the Sync's namespace (ignored for cluster-scoped
+	// kinds).
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// HealthCheckExpr is the readiness of one kind as CEL expressions over the object, whose
+// top-level fields (apiVersion, kind, metadata, spec, status) are the variables. An object
+// whose status.observedGeneration differs from its metadata.generation is in progress;
+// otherwise the expressions are tried in the order inProgress, failed, current and the first
+// true one decides; none true is in progress. As Flux's CustomHealthCheck.
+type HealthCheckExpr struct {
+	// APIVersion of the kind the expressions judge, such as example.com/v1.
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	APIVersion string `json:"apiVersion"`
+	// Kind the expressions judge.
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Kind string `json:"kind"`
+	// Current is true when the object reached its desired state.
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Current string `json:"current"`
+	// InProgress is true while the object is still on its way.
+	// +optional
+	InProgress string `json:"inProgress,omitempty"`
+	// Failed is true when the object will not reach its desired state: the wait ends at
+	// once, Ready=False.
+	// +optional
+	Failed string `json:"failed,omitempty"`
 }
 
 // Webhook names the Secret that signs this Sync's push notifications, as a Flux Receiver

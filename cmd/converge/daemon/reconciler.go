@@ -10,10 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/cli-utils/pkg/object"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -263,6 +265,14 @@ func applyOptions(s *v1alpha1.Sync) engine.ApplyOptions {
 	opts.DefaultNamespace, opts.TargetNamespace = s.Namespace, s.Spec.TargetNamespace
 	if s.Spec.Timeout != nil {
 		opts.Timeout = s.Spec.Timeout.Duration
+	}
+	for _, hc := range s.Spec.HealthChecks {
+		opts.HealthChecks = append(opts.HealthChecks, object.ObjMetadata{Namespace: hc.Namespace, Name: hc.Name,
+			GroupKind: schema.FromAPIVersionAndKind(hc.APIVersion, hc.Kind).GroupKind()})
+	}
+	for _, x := range s.Spec.HealthCheckExprs {
+		opts.HealthExprs = append(opts.HealthExprs, engine.HealthExpr{APIVersion: x.APIVersion, Kind: x.Kind,
+			Current: x.Current, InProgress: x.InProgress, Failed: x.Failed})
 	}
 	return opts
 }
