@@ -40,6 +40,13 @@ type Options struct {
 	WatchNamespace string
 	// Concurrency is how many Syncs are reconciled in parallel.
 	Concurrency int
+	// DefaultServiceAccount is the service account, in the Sync's own namespace, that a
+	// Sync without spec.serviceAccountName impersonates for everything it does (apply,
+	// prune, readiness reads, deletion), as Flux's --default-service-account does. Empty
+	// (the default) is single-tenant: such a Sync acts with the daemon's rights, so anyone
+	// who may create a Sync can write anywhere the daemon can. Set it, with RBAC per
+	// namespace, when tenants share the daemon.
+	DefaultServiceAccount string
 	// DeletionGrace is how long a Sync's deletion may be refused with 401/403 before the
 	// finalizer is dropped anyway (defaultDeletionGrace when zero).
 	DeletionGrace time.Duration
