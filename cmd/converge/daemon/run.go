@@ -85,6 +85,11 @@ func prepare(ctx context.Context, cfg *rest.Config, s *runtime.Scheme, o Options
 			return err
 		}
 	}
+	if q := o.QuickStart; q.GitURL != "" && o.DefaultServiceAccount != "" {
+		// The quick start Sync sets no serviceAccountName: it is a tenant's Sync like any other.
+		ctrl.Log.WithName("quickstart").Info("the quick start Sync acts as the default service account: it needs a ServiceAccount and RBAC in its namespace",
+			"user", "system:serviceaccount:"+q.Namespace+":"+o.DefaultServiceAccount)
+	}
 	return o.QuickStart.apply(ctx, direct)
 }
 

@@ -14,16 +14,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
-// tenantSync is what a tenant with rights in its own namespace only may write: a
-// service account "deployer" allowed ConfigMaps there, and a repository declaring a
-// ConfigMap in its namespace and one in another namespace. It returns the fixture, the
-// other namespace and the revision.
-func tenantSync(t *testing.T) (*fixture, string, string) {
-	f := newFixture(t)
-	other := env.Namespace(t)
+// deployer creates what a tenant with rights in its own namespace only has: a service
+// account "deployer" allowed ConfigMaps in the fixture's namespace.
+func (f *fixture) deployer() {
+	f.t.Helper()
 	ctx := context.Background()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "deployer"}}
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "deployer"},
@@ -33,9 +31,18 @@ func tenantSync(t *testing.T) (*fixture, string, string) {
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "deployer", Namespace: f.ns}}}
 	for _, o := range []client.Object{sa, role, rb} {
 		if err := f.c.Create(ctx, o); err != nil {
-			t.Fatal(err)
+			f.t.Fatal(err)
 		}
 	}
+}
+
+// tenantSync is the deployer of a tenant and a repository declaring a ConfigMap in its
+// namespace and one in another namespace. It returns the fixture, the other namespace and
+// the revision.
+func tenantSync(t *testing.T) (*fixture, string, string) {
+	f := newFixture(t)
+	other := env.Namespace(t)
+	f.deployer()
 	rev := f.publish(map[string]string{"own.yaml": cmNamed("own", "NS"), "elsewhere.yaml": cmNamed("elsewhere", other)})
 	return f, other, rev
 }
@@ -134,5 +141,35 @@ func TestDaemonRefusesBadDefaultServiceAccount(t *testing.T) {
 	err := Run(context.Background(), env.Config, Options{DefaultServiceAccount: "system:serviceaccount:x:y"})
 	if err == nil || !strings.Contains(err.Error(), "--default-service-account") {
 		t.Fatalf("Run with an invalid default service account: %v", err)
+	}
+}
+
+// TestDaemonQuickStartWithDefaultServiceAccount: the quick start Sync (converge run
+// --git-url) sets no serviceAccountName; with --default-service-account it acts as that
+// service account of its namespace: refused (naming it) while the service account has no
+// rights there, Ready once its RBAC exists.
+func TestDaemonQuickStartWithDefaultServiceAccount(t *testing.T) {
+	f := newFixture(t)
+	rev := f.publish(map[string]string{"own.yaml": cmNamed("own", "NS")})
+	f.startDaemon(env.Config, func(o *Options) {
+		o.DefaultServiceAccount = "deployer"
+		o.QuickStart = QuickStart{GitURL: f.git.RepoURL("app"), Path: ".", Name: "quickstart", Namespace: f.ns, Interval: time.Hour, Prune: true}
+	})
+	key := client.ObjectKey{Namespace: f.ns, Name: "quickstart"}
+	user := "system:serviceaccount:" + f.ns + ":deployer"
+	synctest.Wait(t, f.c, key, "quick start refused to "+user, func(s *v1alpha1.Sync) bool {
+		c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, user)
+	})
+	f.deployer()
+	f.updateSync("quickstart", func(s *v1alpha1.Sync) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[v1alpha1.RequestedAtAnnotation] = "rbac-granted"
+	})
+	synctest.Wait(t, f.c, key, "quick start Ready as the service account", readyAt(rev))
+	if _, err := f.configMap("own"); err != nil {
+		t.Fatalf("the quick start Sync did not apply its ConfigMap: %v", err)
 	}
 }
