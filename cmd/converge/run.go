@@ -35,6 +35,9 @@ authoring).`,
 			if webhookSecretFile != "" {
 				return errWebhookSecretFileRemoved
 			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
 			cfg, err := kube.restConfig()
 			if err != nil {
 				return err

@@ -1,9 +1,13 @@
 package daemon
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
@@ -109,4 +113,15 @@ func (o *Options) defaultLeaderTimings() {
 			*d.v = d.def
 		}
 	}
+}
+
+// Validate reports an option the daemon cannot run with, naming its flag, so a typo stops
+// the daemon at start instead of failing every Sync later.
+func (o Options) Validate() error {
+	if sa := o.DefaultServiceAccount; sa != "" {
+		if errs := validation.IsDNS1123Subdomain(sa); len(errs) > 0 {
+			return fmt.Errorf("--default-service-account %q: not a service account name: %s", sa, strings.Join(errs, "; "))
+		}
+	}
+	return nil
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -27,10 +25,8 @@ import (
 // deadline (see pauseFence), so that the process exits and restarts as a follower.
 func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	ctrl.SetLogger(klog.NewKlogr())
-	if sa := o.DefaultServiceAccount; sa != "" {
-		if errs := validation.IsDNS1123Subdomain(sa); len(errs) > 0 {
-			return fmt.Errorf("--default-service-account %q: not a service account name: %s", sa, strings.Join(errs, "; "))
-		}
+	if err := o.Validate(); err != nil {
+		return err
 	}
 	reg, metrics, err := newMetricsRegistry()
 	if err != nil {
