@@ -13,3 +13,12 @@ func TestWebhookSecretFileRemoved(t *testing.T) {
 		t.Errorf("run with --webhook-secret-file: exit %d, %q; want an error naming spec.webhook.secretRef", code, errOut)
 	}
 }
+
+// TestRunDefaultServiceAccountFlag checks --default-service-account reaches the daemon's
+// options: a name no service account can have stops `converge run` naming the flag.
+func TestRunDefaultServiceAccountFlag(t *testing.T) {
+	_, errOut, code := runOffline("run", "--default-service-account", "system:serviceaccount:x:y")
+	if code == 0 || !strings.Contains(errOut, "--default-service-account") {
+		t.Errorf("run with an invalid --default-service-account: exit %d, %q; want an error naming the flag", code, errOut)
+	}
+}

@@ -80,7 +80,7 @@ func (r *reconciler) finalize(ctx context.Context, s *v1alpha1.Sync) (ctrl.Resul
 			return ctrl.Result{}, fmt.Errorf("finalize %s/%s: %w", s.Namespace, s.Name, err)
 		}
 		msg := fmt.Sprintf("deletion policy %s not carried out, permission denied for %s since %s; left behind: %s; last error: %v",
-			s.Spec.DeletionPolicy, identity(s), r.deletionGrace(), leftBehind(s, res), err)
+			s.Spec.DeletionPolicy, r.engines.identity(s), r.deletionGrace(), leftBehind(s, res), err)
 		logr.FromContextOrDiscard(ctx).Info("finalizer dropped without cleanup", "err", err)
 		r.events.Event(s, corev1.EventTypeWarning, reasonCleanupAbandoned, truncate(msg, 1024))
 		r.deletionStatus(ctx, s, reasonCleanupAbandoned, msg)
@@ -169,13 +169,6 @@ func deniedErr(err error) bool {
 	}
 	walk(err)
 	return found
-}
-
-func identity(s *v1alpha1.Sync) string {
-	if s.Spec.ServiceAccountName == "" {
-		return "the daemon"
-	}
-	return "system:serviceaccount:" + s.Namespace + ":" + s.Spec.ServiceAccountName
 }
 
 // leftBehind names the objects the cleanup did not handle, as Kind namespace/name: the

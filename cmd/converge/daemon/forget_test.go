@@ -31,7 +31,7 @@ func TestFinalizeForgetsTheSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &reconciler{client: f.c, live: f.c, engines: newEngineSet(ctx, env.Config, engine.Options{}, false),
+	r := &reconciler{client: f.c, live: f.c, engines: newEngineSet(ctx, env.Config, engine.Options{}, false, ""),
 		drift: newDriftTrigger(), writer: &status.Writer{Live: f.c, Client: f.c}, events: record.NewFakeRecorder(100),
 		retries: &retryCounter{}, metrics: rec}
 	s := f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Finalizers = []string{v1alpha1.Finalizer} })

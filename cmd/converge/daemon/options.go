@@ -1,9 +1,13 @@
 package daemon
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
@@ -40,6 +44,13 @@ type Options struct {
 	WatchNamespace string
 	// Concurrency is how many Syncs are reconciled in parallel.
 	Concurrency int
+	// DefaultServiceAccount is the service account, in the Sync's own namespace, that a
+	// Sync without spec.serviceAccountName impersonates for everything it does (apply,
+	// prune, readiness reads, deletion), as Flux's --default-service-account does. Empty
+	// (the default) is single-tenant: such a Sync acts with the daemon's rights, so anyone
+	// who may create a Sync can write anywhere the daemon can. Set it, with RBAC per
+	// namespace, when tenants share the daemon.
+	DefaultServiceAccount string
 	// DeletionGrace is how long a Sync's deletion may be refused with 401/403 before the
 	// finalizer is dropped anyway (defaultDeletionGrace when zero).
 	DeletionGrace time.Duration
@@ -102,4 +113,15 @@ func (o *Options) defaultLeaderTimings() {
 			*d.v = d.def
 		}
 	}
+}
+
+// Validate reports an option the daemon cannot run with, naming its flag, so a typo stops
+// the daemon at start instead of failing every Sync later.
+func (o Options) Validate() error {
+	if sa := o.DefaultServiceAccount; sa != "" {
+		if errs := validation.IsDNS1123Subdomain(sa); len(errs) > 0 {
+			return fmt.Errorf("--default-service-account %q: not a service account name: %s", sa, strings.Join(errs, "; "))
+		}
+	}
+	return nil
 }

@@ -74,7 +74,7 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		live:        mgr.GetAPIReader(),
 		loader:      sources.NewLoader(o.CacheDir),
 		render:      renderSettings{timeout: o.BuildTimeout, limits: o.Limits, allowLocalGit: o.AllowLocalGit, maxFetchSize: o.MaxFetchSize},
-		engines:     newEngineSet(ctx, cfg, engOpts, o.WatchCache),
+		engines:     newEngineSet(ctx, cfg, engOpts, o.WatchCache, o.DefaultServiceAccount),
 		drift:       drift,
 		crash:       o.crash,
 		writer:      &status.Writer{Cached: mgr.GetClient(), Live: mgr.GetAPIReader(), Client: conflictCounting{mgr.GetClient(), metrics}},

@@ -25,6 +25,9 @@ import (
 // deadline (see pauseFence), so that the process exits and restarts as a follower.
 func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	ctrl.SetLogger(klog.NewKlogr())
+	if err := o.Validate(); err != nil {
+		return err
+	}
 	reg, metrics, err := newMetricsRegistry()
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -77,6 +80,11 @@ func prepare(ctx context.Context, cfg *rest.Config, s *runtime.Scheme, o Options
 		if err := ensureNamespace(ctx, direct, o.LeaderNamespace); err != nil {
 			return err
 		}
+	}
+	if q := o.QuickStart; q.GitURL != "" && o.DefaultServiceAccount != "" {
+		// The quick start Sync sets no serviceAccountName: it is a tenant's Sync like any other.
+		ctrl.Log.WithName("quickstart").Info("the quick start Sync acts as the default service account: it needs a ServiceAccount and RBAC in its namespace",
+			"user", "system:serviceaccount:"+q.Namespace+":"+o.DefaultServiceAccount)
 	}
 	return o.QuickStart.apply(ctx, direct)
 }
