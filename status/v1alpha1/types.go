@@ -115,8 +115,10 @@ type SyncSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	TargetNamespace string `json:"targetNamespace,omitempty"`
-	// ServiceAccountName is impersonated for apply and prune; unset means the daemon's own
-	// identity.
+	// ServiceAccountName, a service account in the Sync's namespace, is impersonated for
+	// everything the Sync does (apply, prune, readiness and health reads, deletion); unset
+	// means the daemon's --default-service-account, or the daemon's own identity when that
+	// flag is not set (single-tenant).
 	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 	// Suspend stops reconciles until unset.
