@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -71,10 +72,28 @@ func (e *Engine) migrationPending(ref inventory.Ref, claim inventory.Claim) stri
 		return ""
 	}
 	if p := e.pending.get(ref.ID); p != nil {
-		return p.Error()
+		return pendingSummary(p)
 	}
 	return fmt.Sprintf("inventory %s: the migration from the legacy ID %q is not finished: objects may still carry %s=%s; the next run retries it",
 		ref, claim.MigratingFrom, OwnerAnnotation, claim.MigratingFrom)
+}
+
+// maxPendingShown bounds the objects Result.MigrationPending names: it ends in a status
+// message.
+const maxPendingShown = 3
+
+// pendingSummary is Result.MigrationPending for p: one line naming the first objects and why.
+func pendingSummary(p *inventory.PendingError) string {
+	why := make([]string, 0, maxPendingShown)
+	for _, err := range p.Errs[:min(len(p.Errs), maxPendingShown)] {
+		why = append(why, err.Error())
+	}
+	more := ""
+	if n := len(p.Errs) - maxPendingShown; n > 0 {
+		more = fmt.Sprintf("; and %d more", n)
+	}
+	return fmt.Sprintf("inventory %s: the migration from the legacy ID %q is not finished: %d objects still carry %s=%s: %s%s",
+		p.Ref, p.Ref.Legacy, len(p.Objects), OwnerAnnotation, p.Ref.Legacy, strings.Join(why, "; "), more)
 }
 
 // pendingMigrations is the bounded memory of the migrations left pending, by inventory ID;

@@ -205,3 +205,20 @@ func TestPendingMigrationRetriesOnlyPending(t *testing.T) {
 		t.Errorf("Apply after the migration finished: %v, pending %q", err, res.MigrationPending)
 	}
 }
+
+// TestPendingSummaryBounded checks that Result.MigrationPending, which ends in a Sync's
+// status, names at most maxPendingShown objects, counts the rest, and stays on one line.
+func TestPendingSummaryBounded(t *testing.T) {
+	ref := inventory.Ref{Namespace: "apps", Name: "web-inventory", ID: "sync_apps_web", Legacy: "apps_web"}
+	p := &inventory.PendingError{Ref: ref}
+	for _, n := range []string{"a", "b", "c", "d", "e"} {
+		p.Objects = append(p.Objects, inventory.Entry{}.Object)
+		p.Errs = append(p.Errs, errors.New(n+": refused"))
+	}
+	got := pendingSummary(p)
+	want := `inventory apps/web-inventory: the migration from the legacy ID "apps_web" is not finished: 5 objects still carry ` +
+		OwnerAnnotation + `=apps_web: a: refused; b: refused; c: refused; and 2 more`
+	if got != want {
+		t.Errorf("pendingSummary:\n got %s\nwant %s", got, want)
+	}
+}
