@@ -156,6 +156,9 @@ func (r *applyRun) mayTakeOver(ctx context.Context, it *item, live *unstructured
 		if !r.opts.Adopt {
 			return terminal(notRecordedError(it.id, owner, r.ref))
 		}
+		if !sib.Known {
+			return terminal(unknownSiblingError(it.id, owner, r.ref))
+		}
 		return nil
 	case owner != "": // I11: never adopt an object another inventory owns
 		return terminal(&NotOwnedError{Object: Describe(it.id), Owner: owner})

@@ -222,3 +222,25 @@ func TestPendingSummaryBounded(t *testing.T) {
 		t.Errorf("pendingSummary:\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestAdoptLegacyUnknownSibling checks adoption for a Sync whose name is over 230
+// characters: its inventory ConfigMap name is cut and hashed, so the "converge apply
+// --inventory" that shared its legacy ID (the ConfigMap of the Sync's full name) cannot be
+// named from the Ref. An object carrying the legacy ID is not adopted on that ID's word: the
+// message says how to let adoption take it. Before, adoption took the CLI's object.
+func TestAdoptLegacyUnknownSibling(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	long := strings.Repeat("l", 240)
+	h.ref = inventory.Ref{Namespace: h.ns, Name: long[:221] + "-0123abcd-inventory",
+		ID: inventory.ID(inventory.OwnerSync, h.ns, long), Legacy: inventory.LegacyID(h.ns, long)}
+	h.applyLegacy(inventory.Ref{Namespace: h.ns, Name: long, ID: h.ref.Legacy}, configMap(h.ns, "a", map[string]any{"v": "admin"}))
+	opts := testOpts()
+	opts.Adopt = true
+	_, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "a", map[string]any{"v": "tenant"})), opts)
+	if !errors.Is(err, ErrNotAdopted) || !IsTerminal(err) || !strings.Contains(err.Error(), "kubectl annotate configmap a -n "+h.ns+" "+OwnerAnnotation+"-") {
+		t.Fatalf("Apply with adoption = %v; want a terminal %v saying how to let adoption take it", err, ErrNotAdopted)
+	}
+	if a := h.liveCM("a"); a.GetAnnotations()[OwnerAnnotation] != h.ref.Legacy || a.Object["data"].(map[string]any)["v"] != "admin" {
+		t.Errorf("the CLI's object was changed: %v", a.Object)
+	}
+}

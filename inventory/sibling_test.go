@@ -38,6 +38,8 @@ func TestSiblingOf(t *testing.T) {
 		{"install", Ref{Namespace: "converge-system", Name: "converge-install", ID: ID(OwnerInstall, "converge-system", "converge-install"), Legacy: LegacyID("converge-system", "converge-install")},
 			Ref{Namespace: "converge-system", Name: "converge-install-inventory", ID: ID(OwnerSync, "converge-system", "converge-install"), Legacy: LegacyID("converge-system", "converge-install")}, true},
 		{"cli name too long for a sync", Ref{Namespace: "apps", Name: long, ID: ID(OwnerCLI, "apps", long), Legacy: LegacyID("apps", long)}, Ref{}, true},
+		{"sync name too long for its ConfigMap name (cut and hashed)", Ref{Namespace: "apps", Name: long[:221] + "-0123abcd-inventory",
+			ID: ID(OwnerSync, "apps", long), Legacy: LegacyID("apps", long)}, Ref{}, false},
 		{"no legacy ID", Ref{Namespace: "apps", Name: "web", ID: "x"}, Ref{}, false},
 		{"foreign legacy ID", Ref{Namespace: "apps", Name: "web", ID: "x", Legacy: "other_web"}, Ref{}, false},
 	} {
