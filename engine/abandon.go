@@ -71,7 +71,7 @@ func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts DeleteOpti
 	if err := e.store.Delete(ctx, ref); err != nil {
 		return res, err
 	}
-	e.migrated.forget(ref.ID) // a set recreated under this ID starts over
+	e.forgetMigration(ref.ID) // a set recreated under this ID starts over
 	return res, nil
 }
 
@@ -91,7 +91,7 @@ func (e *Engine) abandonOne(ctx context.Context, claim inventory.Claim, en inven
 	case live == nil:
 		c.Message = "already deleted"
 		return c, false
-	case !claim.Owns(live.GetAnnotations()[OwnerAnnotation], live.GetUID(), en.UID):
+	case !claim.Owns(en.Object, live.GetAnnotations()[OwnerAnnotation], live.GetUID(), en.UID):
 		c.Message = "not ours: nothing to release"
 		return c, false
 	case en.UID != "" && en.UID != live.GetUID():
@@ -118,7 +118,7 @@ func (e *Engine) abandonOne(ctx context.Context, claim inventory.Claim, en inven
 		// A test operation failed (the object changed hands between the read and the
 		// patch) or the request failed: decide on what the API server shows now.
 		cur, gerr := e.getByID(ctx, e.client, en.Object)
-		if gerr == nil && (cur == nil || cur.GetUID() != live.GetUID() || !claim.Owns(cur.GetAnnotations()[OwnerAnnotation], cur.GetUID(), en.UID)) {
+		if gerr == nil && (cur == nil || cur.GetUID() != live.GetUID() || !claim.Owns(en.Object, cur.GetAnnotations()[OwnerAnnotation], cur.GetUID(), en.UID)) {
 			c.Message = "no longer ours: left alone"
 			return c, false
 		}

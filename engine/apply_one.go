@@ -83,7 +83,7 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 		if r.ref.ID == "" {
 			// A dry-run without inventory: diff the object with its owner as it is.
 			out.change.Message = ownerInfo(it, live, r.fieldManager())
-		} else if err := r.mayTakeOver(it, live); err != nil {
+		} else if err := r.mayTakeOver(ctx, it, live); err != nil {
 			out.track = false // another's, on the API server's word: not ours to track or prune
 			return failed(out, err), false, nil
 		}
@@ -134,19 +134,32 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 // mayTakeOver returns why the run may not apply it over live, read from the API server: live
 // belongs to another inventory (ErrNotOwned), or carries no owner annotation while another
 // tool manages it and the run may not adopt (ErrNotAdopted). See adopt.go.
-func (r *applyRun) mayTakeOver(it *item, live *unstructured.Unstructured) error {
+func (r *applyRun) mayTakeOver(ctx context.Context, it *item, live *unstructured.Unstructured) error {
 	owner := live.GetAnnotations()[OwnerAnnotation]
 	switch {
-	case owner != "" && r.claim.Owns(owner, live.GetUID(), r.old.UID(it.id)):
+	case owner != "" && r.claim.Owns(it.id, owner, live.GetUID(), r.old.UID(it.id)):
 		return nil
 	case owner != "" && owner == r.ref.Legacy:
 		// This inventory's legacy ID on an object its ConfigMap did not record (the inventory
 		// was lost before the upgrade, or someone else wrote the annotation): not ours on the
-		// annotation's word alone, anyone may write it.
-		if r.opts.Adopt {
-			return nil
+		// annotation's word alone, anyone may write it. When the other inventory that shared
+		// the legacy ID lists it, it may be that one's: never taken over (I11), even with
+		// adoption; a person decides. Otherwise adoption takes it.
+		sib, err := r.sibling(ctx)
+		if err != nil {
+			return err
 		}
-		return terminal(notRecordedError(it.id, owner, r.ref))
+		if sib.Lists(it.id) {
+			return terminal(fmt.Errorf("%w: %w", ErrNotAdopted, &inventory.ContestedError{
+				Object: it.id, Legacy: owner, ConfigMap: r.ref.String(), Sibling: sib}))
+		}
+		if !r.opts.Adopt {
+			return terminal(notRecordedError(it.id, owner, r.ref))
+		}
+		if !sib.Known {
+			return terminal(unknownSiblingError(it.id, owner, r.ref))
+		}
+		return nil
 	case owner != "": // I11: never adopt an object another inventory owns
 		return terminal(&NotOwnedError{Object: Describe(it.id), Owner: owner})
 	case owner == "" && !r.opts.Adopt && !r.recorded(it.id, live):

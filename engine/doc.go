@@ -54,7 +54,9 @@
 // carries the new ID, one still carrying the legacy ID with the UID the legacy ConfigMap
 // recorded is ours to apply, prune, delete and release (inventory.Claim.Owns, the one rule
 // every ownership decision asks). One carrying the legacy ID without that record is adopted
-// only with ApplyOptions.Adopt.
+// only with ApplyOptions.Adopt, and one the other inventory of the legacy ID lists
+// (inventory.Sibling) never. Objects the migration left are retried alone by the next
+// Migrate and reported in Result.MigrationPending.
 //
 // Field conflicts: applies do not force ownership unless ApplyOptions.ForceConflicts; a
 // conflict with another field manager fails the object. This is why the engine drives the

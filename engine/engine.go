@@ -107,6 +107,10 @@ type Engine struct {
 	// migrated holds the inventory IDs Migrate has settled (taken over, or nothing to take
 	// over): a long-lived engine reads each inventory for its migration once, not per run.
 	migrated settled
+	// pending holds, per inventory ID, the objects the last Migrate left under the legacy ID
+	// (inventory.PendingError): the next Migrate retries only those, and Apply reports them
+	// (Result.MigrationPending).
+	pending pendingMigrations
 }
 
 // New builds an Engine for cfg: an uncached controller-runtime client whose RESTMapper

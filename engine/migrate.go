@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -15,10 +17,12 @@ import (
 // opts.DryRun, the legacy Ref while nothing is migrated yet). It runs with the engine's
 // client, so a Sync's migration patches only what the Sync's service account may patch.
 //
-// Objects whose owner annotation could not be moved yet (inventory.ErrMigrationPending) do
-// not fail it: the inventory is already under ref.ID, those objects stay ours by
-// inventory.Claim.Owns for Apply, Delete and Abandon, and the next Migrate tries them again.
-// That is logged, not returned.
+// Objects whose owner annotation could not be moved yet (inventory.ErrMigrationPending: a
+// refused patch, or an object the other inventory of the legacy ID also lists) do not fail
+// it: the inventory is already under ref.ID, those it recorded stay ours by
+// inventory.Claim.Owns for Apply, Delete and Abandon. They are remembered (bounded, per
+// ref.ID): the next Migrate reads and patches only those, not every entry, and Apply reports
+// them in Result.MigrationPending until they are settled, so the owner's status can say so.
 //
 // A finished migration (or the finding that there is nothing to migrate) is remembered for
 // ref.ID, so the daemon's reconciles of a Sync read its inventory for this once per engine.
@@ -34,16 +38,91 @@ func (e *Engine) Migrate(ctx context.Context, ref inventory.Ref, opts inventory.
 	if opts.Hooks.AfterRelabel == nil && opts.Hooks.AfterReown == nil {
 		opts.Hooks = e.opts.Hooks.Migrate
 	}
+	if p := e.pending.get(ref.ID); p != nil && opts.Only == nil {
+		opts.Only = p.Objects
+	}
 	out, err := e.store.Migrate(ctx, ref, opts)
-	if errors.Is(err, inventory.ErrMigrationPending) {
+	if pe := (*inventory.PendingError)(nil); errors.As(err, &pe) {
+		if !opts.DryRun {
+			e.pending.set(ref.ID, pe)
+		}
 		logr.FromContextOrDiscard(ctx).Info("inventory migration not finished; retried at the next run",
 			"inventory", ref.String(), "err", err)
 		return out, nil
 	}
 	if err == nil && !opts.DryRun {
+		e.pending.forget(ref.ID)
 		e.migrated.add(ref.ID)
 	}
 	return out, err
+}
+
+// forgetMigration forgets what Migrate knows of ref's inventory, which was just removed: a
+// set recreated under this ID starts over.
+func (e *Engine) forgetMigration(id string) {
+	e.migrated.forget(id)
+	e.pending.forget(id)
+}
+
+// migrationPending is Result.MigrationPending for an inventory whose ConfigMap still carries
+// the migration mark (claim.MigratingFrom): the objects the last Migrate left, or, when this
+// engine did not run it, that the migration is under way.
+func (e *Engine) migrationPending(ref inventory.Ref, claim inventory.Claim) string {
+	if claim.MigratingFrom == "" {
+		return ""
+	}
+	if p := e.pending.get(ref.ID); p != nil {
+		return pendingSummary(p)
+	}
+	return fmt.Sprintf("inventory %s: the migration from the legacy ID %q is not finished: objects may still carry %s=%s; the next run retries it",
+		ref, claim.MigratingFrom, OwnerAnnotation, claim.MigratingFrom)
+}
+
+// maxPendingShown bounds the objects Result.MigrationPending names: it ends in a status
+// message.
+const maxPendingShown = 3
+
+// pendingSummary is Result.MigrationPending for p: one line naming the first objects and why.
+func pendingSummary(p *inventory.PendingError) string {
+	why := make([]string, 0, maxPendingShown)
+	for _, err := range p.Errs[:min(len(p.Errs), maxPendingShown)] {
+		why = append(why, err.Error())
+	}
+	more := ""
+	if n := len(p.Errs) - maxPendingShown; n > 0 {
+		more = fmt.Sprintf("; and %d more", n)
+	}
+	return fmt.Sprintf("inventory %s: the migration from the legacy ID %q is not finished: %d objects still carry %s=%s: %s%s",
+		p.Ref, p.Ref.Legacy, len(p.Objects), OwnerAnnotation, p.Ref.Legacy, strings.Join(why, "; "), more)
+}
+
+// pendingMigrations is the bounded memory of the migrations left pending, by inventory ID;
+// past maxSettled IDs it starts over, which costs each of them one full Migrate. The zero
+// value is empty and ready to use; it is safe for concurrent use.
+type pendingMigrations struct {
+	mu  sync.Mutex
+	ids map[string]*inventory.PendingError
+}
+
+func (p *pendingMigrations) get(id string) *inventory.PendingError {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ids[id]
+}
+
+func (p *pendingMigrations) set(id string, pe *inventory.PendingError) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ids == nil || len(p.ids) >= maxSettled {
+		p.ids = map[string]*inventory.PendingError{}
+	}
+	p.ids[id] = pe
+}
+
+func (p *pendingMigrations) forget(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.ids, id)
 }
 
 // maxSettled bounds the inventory IDs an engine remembers as migrated: past it the memory

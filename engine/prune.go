@@ -90,7 +90,7 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 	if err := e.store.Delete(ctx, ref); err != nil {
 		return res, err
 	}
-	e.migrated.forget(ref.ID) // a set recreated under this ID starts over
+	e.forgetMigration(ref.ID) // a set recreated under this ID starts over
 	return res, nil
 }
 
@@ -265,7 +265,7 @@ func (e *Engine) pruneOneFrom(ctx context.Context, src source, pc pruneCall, en 
 	}
 	uid := live.GetUID()
 	owner := live.GetAnnotations()[OwnerAnnotation]
-	ours := claim.Owns(owner, uid, en.UID)
+	ours := claim.Owns(en.Object, owner, uid, en.UID)
 	if cached && (!ours || live.GetAnnotations()[PruneAnnotation] == PruneDisabled ||
 		(en.UID != "" && en.UID != uid) || live.GetDeletionTimestamp() != nil) {
 		return c, askServer // an entry leaves the inventory only on the API server's word
@@ -337,7 +337,7 @@ func (e *Engine) afterDeleteConflict(ctx context.Context, claim inventory.Claim,
 	case cur.GetUID() != uid:
 		c.Message = "not deleted: UID precondition failed (recreated by someone else); dropped from the inventory"
 		return c, drop
-	case !claim.Owns(cur.GetAnnotations()[OwnerAnnotation], cur.GetUID(), en.UID):
+	case !claim.Owns(en.Object, cur.GetAnnotations()[OwnerAnnotation], cur.GetUID(), en.UID):
 		c.Message = "not deleted: no longer carries our owning-inventory annotation; dropped from the inventory"
 		return c, drop
 	}

@@ -70,6 +70,12 @@ type Result struct {
 	// under DryRun, after an aborted run, or when the record failed), for a caller that
 	// keeps a recovery copy of it (ApplyOptions.Recover).
 	Inventory *inventory.Inventory
+	// MigrationPending is set when the inventory's migration from its legacy ID is not
+	// finished (Engine.Migrate): the objects it could not re-annotate and why (a refused
+	// patch, an object both inventories of the legacy ID list). It does not fail the run,
+	// which still treats the recorded ones as its own; the owner shows it (the Sync's Ready
+	// message) so that a person can lift the refusal or settle the contested objects.
+	MigrationPending string
 }
 
 // Summary counts the actions of a Result.

@@ -1,6 +1,9 @@
 package inventory
 
-import "k8s.io/apimachinery/pkg/types"
+import (
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/cli-utils/pkg/object"
+)
 
 // Claim is what an inventory's store says about which live objects are the inventory's
 // own. Every ownership decision (the migration's re-owning, an apply's take-over, a prune,
@@ -17,6 +20,10 @@ type Claim struct {
 	// started but not finished: the ConfigMap carries the new label and MigratingAnnotation
 	// with this value. Empty otherwise.
 	MigratingFrom string
+	// Sibling is what the ConfigMap of the other inventory that shared MigratingFrom lists
+	// (Store.Sibling), read while the migration is under way: an object it lists is
+	// contested, never ours on the legacy ID's word.
+	Sibling Sibling
 }
 
 // Recorded reports whether the inventory's ConfigMap recorded exactly this object: a UID
@@ -26,31 +33,35 @@ func (c Claim) Recorded(uid, recorded types.UID) bool {
 	return c.Found && recorded != "" && recorded == uid
 }
 
-// Owns reports whether a live object whose owner annotation is annotation (OwnerAnnotation,
-// "" when absent) and whose UID is uid is the inventory's own, given the UID the inventory
-// recorded for it (recorded, "" when none):
+// Owns reports whether the live object id, whose owner annotation is annotation
+// (OwnerAnnotation, "" when absent) and whose UID is uid, is the inventory's own, given the
+// UID the inventory recorded for it (recorded, "" when none):
 //
 //   - the annotation names the inventory (ID): ours, whatever the UID (callers that delete
 //     still require the recorded UID, I1);
-//   - the annotation is the legacy ID the inventory is being migrated from (MigratingFrom)
-//     and the legacy ConfigMap being migrated recorded this very UID (Recorded): ours. The
-//     legacy ID was shared by a Sync and "converge apply --inventory" of the same
-//     namespace/name, and anyone may write an annotation value: the recorded UID is what
-//     says that this inventory, and not the other one, created or took the object;
+//   - the annotation is the legacy ID the inventory is being migrated from (MigratingFrom),
+//     the legacy ConfigMap being migrated recorded this very UID (Recorded), and the
+//     ConfigMap of the other inventory that shared the legacy ID does not list it (Sibling):
+//     ours. The legacy ID was shared by a Sync and "converge apply --inventory" of the same
+//     namespace/name, anyone may write an annotation value, and anyone who may write a
+//     ConfigMap there may copy the other's UIDs: the recorded UID says that one of the two
+//     created or took the object, the sibling's list says it was not the other one;
 //   - anything else (no annotation, another inventory's ID, the legacy ID on an object the
-//     legacy ConfigMap did not record with this UID, or the legacy ID once the migration
-//     has finished): not ours.
+//     legacy ConfigMap did not record with this UID or the sibling lists, or the legacy ID
+//     once the migration has finished): not ours.
 //
 // An object without annotation that the ConfigMap recorded is not "owned" here: an apply may
 // put the annotation back (Recorded), but nothing deletes or releases it on that ground.
-func (c Claim) Owns(annotation string, uid, recorded types.UID) bool {
+// An entry the legacy ConfigMap recorded without UID (written ahead, never applied, or its
+// UID lost to a crash) is settled by Migrate, which records the UID first.
+func (c Claim) Owns(id object.ObjMetadata, annotation string, uid, recorded types.UID) bool {
 	switch {
 	case annotation == "":
 		return false
 	case annotation == c.ID:
 		return true
 	case c.MigratingFrom != "" && annotation == c.MigratingFrom:
-		return c.Recorded(uid, recorded)
+		return c.Recorded(uid, recorded) && !c.Sibling.Lists(id)
 	}
 	return false
 }

@@ -29,7 +29,11 @@
 // and "converge apply --inventory" of the same namespace/name, and anyone may write an
 // annotation, so the recorded UID, not the annotation, says the object is ours; an object
 // carrying the legacy ID that the ConfigMap does not record (a legacy inventory lost before
-// the upgrade) is taken over only by an explicit adoption.
+// the upgrade) is taken over only by an explicit adoption. The UID alone does not tell the
+// two sharers apart (whoever may write one ConfigMap may copy the other's UIDs): an object
+// the other's ConfigMap lists (Sibling) is contested, nobody's until a person decides
+// (ContestedError). An entry recorded without UID (written ahead by a run that stopped) is
+// the migration's when it is not contested, and its UID is recorded before the patch.
 //
 // Concurrency. Store reads go to the API server, never to a cache. Write updates with the
 // resourceVersion it read as a precondition and, on a conflict, re-reads and retries

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -29,10 +31,27 @@ const OwnerAnnotation = "config.k8s.io/owning-inventory"
 const MigratingAnnotation = "converge.dev/migrating-from"
 
 // ErrMigrationPending is wrapped by Migrate's error when the inventory is migrated (it
-// carries the new ID) but some of its objects could not be re-annotated yet: they stay
-// ours by Claim.Owns, and the next Migrate tries them again. Callers may go on with the
-// inventory under the new ID.
+// carries the new ID) but some of its objects could not be re-annotated yet: those it
+// recorded with their UID stay ours by Claim.Owns, contested ones (ContestedError) are
+// nobody's until a person decides, and the next Migrate tries them again. Callers may go on
+// with the inventory under the new ID. The error is a *PendingError.
 var ErrMigrationPending = errors.New("migration not finished")
+
+// PendingError is Migrate's error when objects still carry the legacy ID (see
+// ErrMigrationPending): which ones, and why each.
+type PendingError struct {
+	Ref     Ref
+	Objects []object.ObjMetadata // sorted as Inventory.Entries
+	Errs    []error              // one per object, same order
+}
+
+func (e *PendingError) Error() string {
+	return fmt.Sprintf("inventory %s: migrate from %q to %q: %v: %d objects still carry %s=%s: %v",
+		e.Ref, e.Ref.Legacy, e.Ref.ID, ErrMigrationPending, len(e.Objects), OwnerAnnotation, e.Ref.Legacy, errors.Join(e.Errs...))
+}
+
+// Unwrap makes errors.Is(err, ErrMigrationPending) hold, and reaches each object's error.
+func (e *PendingError) Unwrap() []error { return append([]error{ErrMigrationPending}, e.Errs...) }
 
 // MigrateOptions are the per-call settings of Migrate.
 type MigrateOptions struct {
@@ -45,6 +64,12 @@ type MigrateOptions struct {
 	FieldManager string
 	// Concurrency bounds the object reads and patches in flight. Zero or less means 1.
 	Concurrency int
+	// Only, when not nil, limits the re-owning of a migration already under way (the
+	// ConfigMap carries MigratingAnnotation when Migrate reads it) to these objects: the
+	// ones an earlier call left pending (PendingError.Objects). Every other entry was
+	// settled by that call, or was added by an apply under the new ID. A ConfigMap found
+	// under the legacy ID again is migrated in full.
+	Only []object.ObjMetadata
 	// Hooks are test-only crash points.
 	Hooks MigrateHooks
 }
@@ -79,12 +104,17 @@ func DefaultMigrateOptions() MigrateOptions {
 //     annotation it read, so an object replaced or taken over meanwhile never changes
 //     hands. Objects are settled one by one: one that cannot be patched (a conflict, a
 //     refusal for its kind) stays ours by the rule above and does not hold the others up.
+//     An entry recorded without UID (written ahead by a run that stopped before it recorded
+//     the UID) is the inventory's when its object carries ref.Legacy and the other
+//     inventory that shared ref.Legacy (Sibling) does not list it: its UID is recorded, in
+//     one ConfigMap write for all such entries, so it stays ours (Claim.Owns) if the patch
+//     fails. An object the sibling lists is contested: left as it is, and reported.
 //  3. Once every object is settled (re-annotated, gone, or not the legacy owner's), the
 //     annotation is removed and the legacy ID means nothing to ref any more.
 //
-// When step 2 leaves objects unpatched, Migrate returns an error wrapping
-// ErrMigrationPending (the inventory is usable under ref.ID), and the next call resumes at
-// step 2. A ConfigMap that does not exist, carries ref.ID without the annotation, or carries
+// When step 2 leaves objects unpatched or contested, Migrate returns a *PendingError
+// (wrapping ErrMigrationPending; the inventory is usable under ref.ID), and the next call
+// resumes at step 2 (for MigrateOptions.Only of them). A ConfigMap that does not exist, carries ref.ID without the annotation, or carries
 // another ID is left alone (Get reports the last case).
 func (s *Store) Migrate(ctx context.Context, ref Ref, opts MigrateOptions) (Ref, error) {
 	if ref.Legacy == "" || ref.Legacy == ref.ID {
@@ -99,10 +129,12 @@ func (s *Store) Migrate(ctx context.Context, ref Ref, opts MigrateOptions) (Ref,
 	if err != nil || cm == nil {
 		return ref, err
 	}
+	only := opts.Only
 	switch {
 	case cm.Labels[IDLabel] == ref.Legacy && opts.DryRun:
 		return legacy, nil
 	case cm.Labels[IDLabel] == ref.Legacy:
+		only = nil // a new migration (or a restored backup): every entry
 		if cm, err = s.relabel(ctx, ref, cm); err != nil {
 			return ref, wrap(err)
 		}
@@ -120,13 +152,19 @@ func (s *Store) Migrate(ctx context.Context, ref Ref, opts MigrateOptions) (Ref,
 		return ref, wrap(err)
 	}
 	claim := Claim{ID: ref.ID, Found: true, MigratingFrom: ref.Legacy}
-	pending, err := s.reownAll(ctx, claim, inv, opts)
+	if claim.Sibling, err = s.Sibling(ctx, ref); err != nil {
+		return ref, wrap(err)
+	}
+	entries := inv.Entries()
+	if only != nil {
+		entries = slices.DeleteFunc(entries, func(e Entry) bool { return !slices.Contains(only, e.Object) })
+	}
+	pending, err := s.reownAll(ctx, ref, claim, entries, opts)
 	if err != nil {
 		return ref, wrap(err)
 	}
-	if len(pending) > 0 {
-		return ref, wrap(fmt.Errorf("%w: %d objects still carry %s=%s: %w",
-			ErrMigrationPending, len(pending), OwnerAnnotation, ref.Legacy, errors.Join(pending...)))
+	if len(pending.Objects) > 0 {
+		return ref, pending
 	}
 	if err := s.finish(ctx, ref); err != nil {
 		return ref, wrap(err)
@@ -183,28 +221,26 @@ func (s *Store) finish(ctx context.Context, ref Ref) error {
 	return nil
 }
 
-// reownAll moves the owner annotation of the objects of inv that claim owns under the
-// legacy ID to claim.ID. pending holds one error per object that still carries the legacy
-// ID and could not be patched; err is a crash point's error, which stops it at once.
-func (s *Store) reownAll(ctx context.Context, claim Claim, inv *Inventory, opts MigrateOptions) (pending []error, err error) {
-	entries := inv.Entries()
-	errs := make([]error, len(entries))
-	var reowned atomic.Int64
+// reownAll moves the owner annotation of the objects of entries that claim owns under the
+// legacy ID to claim.ID. An entry recorded without UID whose object carries the legacy ID
+// and is not contested gets its UID recorded first (recordUIDs), so it stays ours by
+// Claim.Owns if its patch fails. pending lists the objects that still carry the legacy ID
+// and are ours or contested; err is a crash point's error or a failed record, which stops
+// it.
+func (s *Store) reownAll(ctx context.Context, ref Ref, claim Claim, entries []Entry, opts MigrateOptions) (*PendingError, error) {
+	outs := make([]reowned, len(entries))
+	var n atomic.Int64
 	var abort atomic.Pointer[error]
-	var g errgroup.Group // workers never fail: errors go into errs
+	var g errgroup.Group // workers never fail: errors go into outs
 	g.SetLimit(max(opts.Concurrency, 1))
 	for i, e := range entries {
 		g.Go(func() error {
 			if abort.Load() != nil {
 				return nil
 			}
-			done, err := s.reown(ctx, claim, e, opts)
-			if err != nil {
-				errs[i] = err
-				return nil
-			}
-			if done && opts.Hooks.AfterReown != nil {
-				j := int(reowned.Add(1))
+			outs[i] = s.reown(ctx, ref, claim, e, opts)
+			if outs[i].done && opts.Hooks.AfterReown != nil {
+				j := int(n.Add(1))
 				if err := opts.Hooks.AfterReown(j, e.Object.String()); err != nil {
 					err = fmt.Errorf("aborted by hook after re-owning %d (%s): %w", j, e.Object, err)
 					abort.CompareAndSwap(nil, &err)
@@ -217,30 +253,68 @@ func (s *Store) reownAll(ctx context.Context, claim Claim, inv *Inventory, opts 
 	if p := abort.Load(); p != nil {
 		return nil, *p
 	}
-	for _, err := range errs {
-		if err != nil {
-			pending = append(pending, err)
+	if err := s.recordUIDs(ctx, ref, entries, outs); err != nil {
+		return nil, err
+	}
+	pending := &PendingError{Ref: ref}
+	for i, o := range outs {
+		if o.err != nil {
+			pending.Objects = append(pending.Objects, entries[i].Object)
+			pending.Errs = append(pending.Errs, o.err)
 		}
 	}
 	return pending, nil
 }
 
+// reowned is what reown did with one entry.
+type reowned struct {
+	done bool      // the patch landed
+	uid  types.UID // the UID to record for an entry recorded without one ("": none)
+	err  error     // the object still carries the legacy ID and is ours or contested
+}
+
+// recordUIDs stores the UIDs reown found for entries the ConfigMap recorded without one
+// (only where it still records none), in one write.
+func (s *Store) recordUIDs(ctx context.Context, ref Ref, entries []Entry, outs []reowned) error {
+	fill := map[object.ObjMetadata]types.UID{}
+	for i, o := range outs {
+		if o.uid != "" {
+			fill[entries[i].Object] = o.uid
+		}
+	}
+	if len(fill) == 0 {
+		return nil
+	}
+	_, err := s.Update(ctx, ref, func(stored *Inventory) *Inventory {
+		out := stored.Clone()
+		for id, uid := range fill {
+			if stored.Has(id) && stored.UID(id) == "" {
+				out.Add(Entry{Object: id, UID: uid})
+			}
+		}
+		return out
+	})
+	if err != nil {
+		return fmt.Errorf("record the UIDs of entries written without one: %w", err)
+	}
+	return nil
+}
+
 // reown moves the owner annotation of e's object from claim.MigratingFrom to claim.ID when
-// claim owns the object under the legacy ID (Claim.Owns). done reports a patch that landed;
-// err an object that still carries the legacy ID, is still ours, and could not be patched.
-// An object gone, re-annotated, replaced or taken over meanwhile is settled: not ours to
-// take (or already done).
-func (s *Store) reown(ctx context.Context, claim Claim, e Entry, opts MigrateOptions) (done bool, err error) {
+// the object is the inventory's under the legacy ID: Claim.Owns, or, for an entry the legacy
+// ConfigMap recorded without UID (a write-ahead entry: created by a run that stopped before
+// recording it, or never applied), the legacy ID on an object the other inventory of the
+// legacy ID does not list (Sibling.Known and not Sibling.Lists), whose UID it then returns
+// for recordUIDs. An object the sibling lists is contested and left as it is (a
+// ContestedError). An object gone, re-annotated, replaced or taken over meanwhile is
+// settled: not ours to take (or already done).
+func (s *Store) reown(ctx context.Context, ref Ref, claim Claim, e Entry, opts MigrateOptions) reowned {
 	mapping, err := s.c.RESTMapper().RESTMapping(e.Object.GroupKind)
 	if meta.IsNoMatchError(err) {
-		return false, nil // its kind is gone, and so is the object
+		return reowned{} // its kind is gone, and so is the object
 	}
 	if err != nil {
-		return false, fmt.Errorf("%s: %w", e.Object, err)
-	}
-	legacyOwned := func(obj *metav1.PartialObjectMetadata) bool {
-		owner := obj.GetAnnotations()[OwnerAnnotation]
-		return owner == claim.MigratingFrom && claim.Owns(owner, obj.GetUID(), e.UID)
+		return reowned{err: fmt.Errorf("%s: %w", e.Object, err)}
 	}
 	read := func() (*metav1.PartialObjectMetadata, error) {
 		obj := &metav1.PartialObjectMetadata{}
@@ -251,16 +325,39 @@ func (s *Store) reown(ctx context.Context, claim Claim, e Entry, opts MigrateOpt
 		}
 		return obj, err
 	}
+	var fill types.UID
+	// legacyOwned says whether obj is still ours under the legacy ID, or why it cannot be
+	// settled either way (contested, or no UID to go by and no sibling to check).
+	legacyOwned := func(obj *metav1.PartialObjectMetadata) (bool, error) {
+		owner := obj.GetAnnotations()[OwnerAnnotation]
+		switch {
+		case owner != claim.MigratingFrom:
+			return false, nil
+		case claim.Sibling.Lists(e.Object):
+			return false, &ContestedError{Object: e.Object, Legacy: claim.MigratingFrom,
+				ConfigMap: ref.String(), Sibling: claim.Sibling}
+		case e.UID == "" && !claim.Sibling.Known:
+			return false, fmt.Errorf("%s carries %s=%s and this inventory recorded it without UID; the other inventory of that ID cannot be named, so it is not taken over: set the annotation to this inventory's ID by hand (%s=%s)",
+				describeObject(e.Object), OwnerAnnotation, claim.MigratingFrom, OwnerAnnotation, claim.ID)
+		case e.UID == "":
+			fill = obj.GetUID()
+			return true, nil
+		}
+		return claim.Owns(e.Object, owner, obj.GetUID(), e.UID), nil
+	}
 	obj, err := read()
-	switch {
-	case err != nil:
-		return false, fmt.Errorf("%s: read: %w", e.Object, err)
-	case obj == nil || !legacyOwned(obj):
-		return false, nil
+	if err != nil {
+		return reowned{err: fmt.Errorf("%s: read: %w", e.Object, err)}
+	}
+	if obj == nil {
+		return reowned{}
+	}
+	if ours, err := legacyOwned(obj); !ours {
+		return reowned{err: err}
 	}
 	patch, err := OwnerPatch(obj.GetUID(), claim.MigratingFrom, claim.ID)
 	if err != nil {
-		return false, err
+		return reowned{err: err}
 	}
 	var po []client.PatchOption
 	if opts.FieldManager != "" {
@@ -268,15 +365,21 @@ func (s *Store) reown(ctx context.Context, claim Claim, e Entry, opts MigrateOpt
 	}
 	perr := s.c.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, patch), po...)
 	if perr == nil {
-		return true, nil
+		return reowned{done: true, uid: fill}
 	}
 	// A test operation failed (the object changed since it was read) or the patch was
 	// refused: settled only if the API server shows it is no longer the legacy owner's.
+	fill = ""
 	cur, err := read()
-	if err == nil && (cur == nil || !legacyOwned(cur)) {
-		return false, nil
+	if err == nil && cur == nil {
+		return reowned{}
 	}
-	return false, fmt.Errorf("%s: owner annotation: %w", e.Object, perr)
+	if err == nil {
+		if ours, err := legacyOwned(cur); !ours {
+			return reowned{err: err}
+		}
+	}
+	return reowned{uid: fill, err: fmt.Errorf("%s: owner annotation: %w", e.Object, perr)}
 }
 
 // callHook runs a test crash point.

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/cluster"
@@ -71,9 +72,10 @@ func TestMigrate(t *testing.T) {
 		}
 		owners[cm.Name] = live.Annotations[OwnerAnnotation]
 	}
-	// unknown-uid: listed without a UID, so nothing says it is the legacy inventory's own
-	// object rather than one that carries its ID (Claim.Owns); it stays as it is.
-	want := map[string]string{"ours": ref.ID, "unknown-uid": ref.Legacy, "theirs": "sync_" + ns + "_other", "replaced": ref.Legacy}
+	// unknown-uid: listed without a UID (written ahead by a run that stopped before recording
+	// it) and not listed by the other inventory of the legacy ID (the Sync's app-inventory,
+	// absent): ours, and its UID is recorded.
+	want := map[string]string{"ours": ref.ID, "unknown-uid": ref.ID, "theirs": "sync_" + ns + "_other", "replaced": ref.Legacy}
 	if diff := cmp.Diff(want, owners); diff != "" {
 		t.Errorf("owner annotations (-want +got):\n%s", diff)
 	}
@@ -84,6 +86,7 @@ func TestMigrate(t *testing.T) {
 	if _, ok := inv.Annotations[MigratingAnnotation]; ok {
 		t.Errorf("a finished migration left the annotation %s", MigratingAnnotation)
 	}
+	invBefore.Data[cm(ns, "unknown-uid").String()] = string(unknown.UID)
 	if inv.UID != invBefore.UID || inv.Labels[IDLabel] != ref.ID || !cmp.Equal(inv.Data, invBefore.Data) {
 		t.Errorf("inventory: UID %s (was %s), label %q, data %v (was %v); want the same ConfigMap, relabelled, same entries",
 			inv.UID, invBefore.UID, inv.Labels[IDLabel], inv.Data, invBefore.Data)
@@ -168,21 +171,23 @@ func TestMigratePerObject(t *testing.T) {
 			if !errors.Is(err, ErrMigrationPending) || got != ref || !strings.Contains(err.Error(), ns+"_stuck__ConfigMap") {
 				t.Fatalf("Migrate with one object refused = %+v, %v; want %+v and %v naming the object", got, err, ref, ErrMigrationPending)
 			}
-			want := map[string]string{"a": ref.ID, "b": ref.ID, "stuck": ref.Legacy, "forged": ref.Legacy}
-			if diff := cmp.Diff(want, owners()); diff != "" {
+			wantOwners := map[string]string{"a": ref.ID, "b": ref.ID, "stuck": ref.Legacy, "forged": ref.Legacy}
+			if diff := cmp.Diff(wantOwners, owners()); diff != "" {
 				t.Errorf("owner annotations after a partial migration (-want +got):\n%s", diff)
 			}
 			inv, claim, err := s.Lookup(ctx, ref)
 			if err != nil || inv.Len() != 3 {
 				t.Fatalf("Lookup under the new ID = %v, %v; want the 3 legacy entries", inv.Entries(), err)
 			}
-			if diff := cmp.Diff(Claim{ID: ref.ID, Found: true, MigratingFrom: ref.Legacy}, claim); diff != "" {
+			want := Claim{ID: ref.ID, Found: true, MigratingFrom: ref.Legacy,
+				Sibling: Sibling{Known: true, ConfigMap: ns + "/app", Owner: "converge apply --inventory " + ns + "/app"}}
+			if diff := cmp.Diff(want, claim); diff != "" {
 				t.Errorf("claim during the migration (-want +got):\n%s", diff)
 			}
-			if !claim.Owns(ref.Legacy, stuck.UID, inv.UID(cm(ns, "stuck"))) {
+			if !claim.Owns(cm(ns, "stuck"), ref.Legacy, stuck.UID, inv.UID(cm(ns, "stuck"))) {
 				t.Error("the object left under the legacy ID is not ours")
 			}
-			if claim.Owns(ref.Legacy, forged.UID, inv.UID(cm(ns, "forged"))) {
+			if claim.Owns(cm(ns, "forged"), ref.Legacy, forged.UID, inv.UID(cm(ns, "forged"))) {
 				t.Error("an object the legacy inventory did not record is ours")
 			}
 
@@ -192,8 +197,8 @@ func TestMigratePerObject(t *testing.T) {
 			if got, err := s.Migrate(ctx, ref, DefaultMigrateOptions()); err != nil || got != ref {
 				t.Fatalf("second Migrate = %+v, %v; want %+v, nil", got, err, ref)
 			}
-			want["stuck"] = ref.ID
-			if diff := cmp.Diff(want, owners()); diff != "" {
+			wantOwners["stuck"] = ref.ID
+			if diff := cmp.Diff(wantOwners, owners()); diff != "" {
 				t.Errorf("owner annotations after the migration finished (-want +got):\n%s", diff)
 			}
 			if _, claim, err := s.Lookup(ctx, ref); err != nil || claim.MigratingFrom != "" {
@@ -214,6 +219,8 @@ func TestClaimOwns(t *testing.T) {
 	migrating := Claim{ID: "sync_apps_prod", Found: true, MigratingFrom: "apps_prod"}
 	recovered := migrating
 	recovered.Found = false
+	contested := migrating
+	contested.Sibling = Sibling{Known: true, ConfigMap: "apps/prod", Listed: map[object.ObjMetadata]bool{cm("apps", "web"): true}}
 	for _, tc := range []struct {
 		name          string
 		claim         Claim
@@ -224,6 +231,8 @@ func TestClaimOwns(t *testing.T) {
 		{"our ID", migrating, "sync_apps_prod", "u1", "", true},
 		{"our ID, other UID", migrating, "sync_apps_prod", "u2", "u1", true},
 		{"legacy ID, recorded UID", migrating, "apps_prod", "u1", "u1", true},
+		{"legacy ID, recorded UID, the other inventory of the legacy ID lists it", contested, "apps_prod", "u1", "u1", false},
+		{"our ID, the other inventory of the legacy ID lists it", contested, "sync_apps_prod", "u1", "u1", true},
 		{"legacy ID, other UID", migrating, "apps_prod", "u2", "u1", false},
 		{"legacy ID, no UID recorded", migrating, "apps_prod", "u1", "", false},
 		{"legacy ID, recovered copy", recovered, "apps_prod", "u1", "u1", false},
@@ -232,7 +241,7 @@ func TestClaimOwns(t *testing.T) {
 		{"no annotation", migrating, "", "u1", "u1", false},
 		{"no annotation, no ID", Claim{}, "", "u1", "u1", false},
 	} {
-		if got := tc.claim.Owns(tc.annotation, tc.uid, tc.recorded); got != tc.want {
+		if got := tc.claim.Owns(cm("apps", "web"), tc.annotation, tc.uid, tc.recorded); got != tc.want {
 			t.Errorf("%s: Owns = %v, want %v", tc.name, got, tc.want)
 		}
 	}

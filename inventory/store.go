@@ -43,7 +43,8 @@ func (s *Store) Get(ctx context.Context, ref Ref) (*Inventory, error) {
 // was lost, deleted by hand or by the deletion of its namespace, and may be recovered from a
 // copy kept elsewhere), and whether its migration from ref.Legacy is under way
 // (MigratingAnnotation with the value ref.Legacy; any other value is ignored, so a ConfigMap
-// cannot claim the objects of a legacy ID that is not its own).
+// cannot claim the objects of a legacy ID that is not its own). While it is, Lookup also
+// reads what the other inventory of the legacy ID lists (Claim.Sibling): one more GET.
 func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) {
 	claim := Claim{ID: ref.ID}
 	cm, err := s.get(ctx, ref)
@@ -60,6 +61,9 @@ func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) 
 	claim.Found = true
 	if from := cm.Annotations[MigratingAnnotation]; ref.Legacy != "" && from == ref.Legacy {
 		claim.MigratingFrom = from
+		if claim.Sibling, err = s.Sibling(ctx, ref); err != nil {
+			return nil, claim, err
+		}
 	}
 	return inv, claim, nil
 }
