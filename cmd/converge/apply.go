@@ -141,6 +141,9 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	}
 	res, applyErr := eng.Apply(cmd.Context(), engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}, opts)
 	line.clear()
+	if res != nil && res.MigrationPending != "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+res.MigrationPending)
+	}
 	rep := newReport(bundle.Revision, f.dryRun, res, applyErr)
 	if !f.diff {
 		rep.dropDiffs()

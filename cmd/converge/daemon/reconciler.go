@@ -221,6 +221,11 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	}
 	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
 	o.Message = "Applied revision " + bundle.Revision
+	if res.MigrationPending != "" {
+		// Ready stays True (the revision is applied); a person must lift a refusal or settle
+		// an object two legacy inventories list. The message is stable across runs: no churn.
+		o.Message += "; " + res.MigrationPending
+	}
 	o.AppliedRevision = bundle.Revision
 	r.retries.reset(client.ObjectKeyFromObject(s))
 	return o, false, nil
