@@ -167,18 +167,8 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 		return res, errors.Join(append(rec.errs, abort)...)
 	}
 	if opts.Prune && candidates.Len() > 0 {
-		if res.failed() {
-			logr.FromContextOrDiscard(ctx).Info("prune skipped: the apply did not fully succeed",
-				"inventory", set.Inventory.ID)
-		} else {
-			pr := e.prune(ctx, pruneCall{ref: set.Inventory, claim: claim, dryRun: opts.DryRun, concurrency: opts.Concurrency,
-				deleted: new(atomic.Int64), progress: r.progress}, candidates.Entries())
-			res.Pruned = pr.changes
-			rec.errs = append(rec.errs, pr.errs...)
-			if pr.abort != nil {
-				return res, errors.Join(append(rec.errs, pr.abort)...)
-			}
-			rec.untrack = append(rec.untrack, pr.dropped...)
+		if abort := r.prune(ctx, res, rec, candidates); abort != nil {
+			return res, errors.Join(append(rec.errs, abort)...)
 		}
 	}
 	if opts.DryRun {
@@ -193,21 +183,41 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 		res.Inventory = recorded
 	}
 	if opts.Wait || len(opts.HealthChecks) > 0 {
-		// Without Wait, only the HealthChecks are waited for (as Flux does).
-		w := waitSet{byMeta: map[object.ObjMetadata]bool{}, applied: map[object.ObjMetadata]int64{}}
-		if opts.Wait {
-			w = r.readyCandidates(outs)
-		}
-		w.health = rules
-		e.addHealthChecks(&w, opts.HealthChecks, opts.DefaultNamespace)
-		r.progress.stage(StageWait, len(w.ids))
-		health, err := e.wait(ctx, w, opts.Timeout, r.progress)
-		res.Health = health
-		if err != nil {
+		var err error
+		if res.Health, err = r.waitReady(ctx, outs, rules); err != nil {
 			rec.errs = append(rec.errs, err)
 		}
 	}
 	return res, errors.Join(rec.errs...)
+}
+
+// prune deletes the candidates (old − new) once every apply succeeded, recording the
+// changes in res and what left the inventory in rec; it returns an error that must stop the
+// run (the inventory's record is then skipped).
+func (r *applyRun) prune(ctx context.Context, res *Result, rec *record, candidates *inventory.Inventory) error {
+	if res.failed() {
+		logr.FromContextOrDiscard(ctx).Info("prune skipped: the apply did not fully succeed", "inventory", r.ref.ID)
+		return nil
+	}
+	pr := r.e.prune(ctx, pruneCall{ref: r.ref, claim: r.claim, dryRun: r.opts.DryRun, concurrency: r.opts.Concurrency,
+		deleted: new(atomic.Int64), progress: r.progress}, candidates.Entries())
+	res.Pruned = pr.changes
+	rec.errs = append(rec.errs, pr.errs...)
+	rec.untrack = append(rec.untrack, pr.dropped...)
+	return pr.abort
+}
+
+// waitReady waits for the applied objects (with Wait) and the extra HealthChecks to be
+// ready; without Wait only the HealthChecks are waited for, as Flux does.
+func (r *applyRun) waitReady(ctx context.Context, outs []outcome, rules *HealthRules) ([]ObjectHealth, error) {
+	w := waitSet{byMeta: map[object.ObjMetadata]bool{}, applied: map[object.ObjMetadata]int64{}}
+	if r.opts.Wait {
+		w = r.readyCandidates(outs)
+	}
+	w.health = rules
+	r.e.addHealthChecks(&w, r.opts.HealthChecks, r.opts.DefaultNamespace)
+	r.progress.stage(StageWait, len(w.ids))
+	return r.e.wait(ctx, w, r.opts.Timeout, r.progress)
 }
 
 // writeAhead stores old ∪ desired before the first apply (I2: every object is inventoried
