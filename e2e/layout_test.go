@@ -15,7 +15,7 @@ const module = "github.com/converge-dev/converge"
 // types import only apimachinery): a package under the key prefix must not directly import
 // any of the listed prefixes.
 var rules = map[string][]string{
-	module + "/sources":   {module + "/engine", module + "/inventory", module + "/status", "k8s.io/client-go", "sigs.k8s.io/controller-runtime"},
+	module + "/sources":   {module + "/engine", module + "/inventory", module + "/status", "k8s.io/client-go", "sigs.k8s.io/controller-runtime", "github.com/fluxcd/pkg/ssa"},
 	module + "/engine":    {module + "/sources", module + "/status", "github.com/go-git", "sigs.k8s.io/kustomize", "github.com/prometheus"},
 	module + "/inventory": {module + "/engine", module + "/sources", module + "/status", "github.com/fluxcd/pkg/ssa", "sigs.k8s.io/cli-utils/pkg/kstatus"},
 	module + "/status":    {module + "/engine", module + "/sources", module + "/inventory"},
@@ -23,9 +23,14 @@ var rules = map[string][]string{
 	module + "/status/v1alpha1": {module + "/status", "k8s.io/client-go", "sigs.k8s.io/controller-runtime"},
 }
 
+// transitive are the rules checked against every dependency, not only the direct imports:
+// sources never talks to a cluster, not even through a library it uses.
+var transitive = map[string]bool{module + "/sources": true}
+
 type pkg struct {
 	ImportPath string
 	Imports    []string
+	Deps       []string
 }
 
 // binaryPkg is the one binary, package main: nothing imports it. Its daemon package is
@@ -68,13 +73,19 @@ func TestImportDirections(t *testing.T) {
 			if strings.HasPrefix(imp, module+"/e2e") && !strings.HasPrefix(p.ImportPath, module+"/e2e") {
 				t.Errorf("%s imports %s: production code must not import e2e", p.ImportPath, imp)
 			}
-			for prefix, banned := range rules {
-				if p.ImportPath != prefix && !strings.HasPrefix(p.ImportPath, prefix+"/") {
-					continue
-				}
+		}
+		for prefix, banned := range rules {
+			if p.ImportPath != prefix && !strings.HasPrefix(p.ImportPath, prefix+"/") {
+				continue
+			}
+			deps, how := p.Imports, "imports"
+			if transitive[prefix] {
+				deps, how = p.Deps, "depends on"
+			}
+			for _, imp := range deps {
 				for _, b := range banned {
 					if imp == b || strings.HasPrefix(imp, b+"/") {
-						t.Errorf("%s imports %s, which %s must not know", p.ImportPath, imp, prefix)
+						t.Errorf("%s %s %s, which %s must not know", p.ImportPath, how, imp, prefix)
 					}
 				}
 			}

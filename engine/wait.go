@@ -10,10 +10,7 @@ import (
 	"github.com/fluxcd/cli-utils/pkg/kstatus/polling/event"
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	fluxobject "github.com/fluxcd/cli-utils/pkg/object"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/object"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // defaultTimeout bounds waits when ApplyOptions.Timeout is zero.
@@ -108,68 +105,4 @@ type waitSet struct {
 	// health judges the kinds that have CEL expressions (ApplyOptions.HealthExprs); nil
 	// leaves every kind to kstatus. Objects of those kinds are never read as metadata only.
 	health *HealthRules
-}
-
-// waitEstablished waits until the named CRDs report Established and the kinds of pending
-// items resolve through the RESTMapper (which re-discovers on a miss).
-func (e *Engine) waitEstablished(ctx context.Context, crds []string, pending []*item, timeout time.Duration) error {
-	if timeout <= 0 {
-		timeout = defaultTimeout
-	}
-	var last error
-	check := func(ctx context.Context) (bool, error) {
-		for _, name := range crds {
-			crd := &unstructured.Unstructured{}
-			crd.SetGroupVersionKind(crdGK.WithVersion("v1"))
-			if err := e.client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
-				last = fmt.Errorf("CRD %s: %w", name, err)
-				return false, nil
-			}
-			if !established(crd) {
-				last = fmt.Errorf("CRD %s is not Established", name)
-				return false, nil
-			}
-		}
-		for _, it := range pending {
-			gvk := it.obj.GroupVersionKind()
-			if _, err := e.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
-				if !meta.IsNoMatchError(err) {
-					return false, err
-				}
-				last = fmt.Errorf("kind %s is not served yet: %w", gvk, err)
-				return false, nil
-			}
-		}
-		return true, nil
-	}
-	// A new CRD is usually Established within a few hundred milliseconds, and every object of
-	// the next stage waits for it: poll soon at first (20 ms, doubling), then every 250 ms.
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for delay := 20 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
-		ok, err := check(wctx)
-		if err != nil || ok {
-			return err
-		}
-		select {
-		case <-wctx.Done():
-			if last != nil {
-				return fmt.Errorf("wait for CRDs: %v: %w", last, wctx.Err()) // the NoMatch in last is transient here
-			}
-			return wctx.Err()
-		case <-time.After(delay):
-		}
-	}
-}
-
-// established reports the Established=True condition of a CRD.
-func established(crd *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-	for _, c := range conds {
-		m, ok := c.(map[string]any)
-		if ok && m["type"] == "Established" && m["status"] == "True" {
-			return true
-		}
-	}
-	return false
 }

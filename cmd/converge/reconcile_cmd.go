@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -53,16 +54,15 @@ func requestReconcile(ctx context.Context, c client.Client, key client.ObjectKey
 	if s.Spec.Suspend {
 		return s, fmt.Errorf("sync %s is suspended: set spec.suspend=false first", key)
 	}
-	requested := time.Now().UTC().Format(time.RFC3339Nano)
-	base := s.DeepCopy()
-	if s.Annotations == nil {
-		s.Annotations = map[string]string{}
+	// No UID in the patch: the CLI asks for whatever Sync has that name now.
+	requested, patch, err := v1alpha1.ReconcileRequest("", time.Now())
+	if err != nil {
+		return nil, err
 	}
-	s.Annotations[v1alpha1.RequestedAtAnnotation] = requested
-	if err := c.Patch(ctx, s, client.MergeFrom(base)); err != nil {
+	if err := c.Patch(ctx, s, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return nil, fmt.Errorf("sync %s: request reconcile: %w", key, err)
 	}
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, key, s); err != nil {
 			return false, nil
 		}

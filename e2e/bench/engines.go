@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -198,7 +197,7 @@ func (r *floorRunner) apply(ctx context.Context, objs []*unstructured.Unstructur
 	if err := r.each(ctx, first, r.applyOne); err != nil {
 		return err
 	}
-	if err := r.waitEstablished(ctx, crds); err != nil {
+	if err := engine.WaitEstablished(ctx, r.c, crds, 2*time.Minute); err != nil {
 		return err
 	}
 	return r.each(ctx, rest, r.applyOne)
@@ -239,30 +238,4 @@ func (r *floorRunner) each(ctx context.Context, objs []*unstructured.Unstructure
 	}
 	_ = g.Wait()
 	return errors.Join(errs...)
-}
-
-// waitEstablished polls the CRDs every 100 ms until each is Established.
-func (r *floorRunner) waitEstablished(ctx context.Context, names []string) error {
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, name := range names {
-			crd := &unstructured.Unstructured{}
-			crd.SetAPIVersion("apiextensions.k8s.io/v1")
-			crd.SetKind("CustomResourceDefinition")
-			if err := r.c.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil || !established(crd) {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-}
-
-// established reports the Established=True condition of a CRD.
-func established(crd *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
-			return true
-		}
-	}
-	return false
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/converge-dev/converge/deploy"
 	"github.com/converge-dev/converge/e2e/cluster"
+	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -134,20 +135,7 @@ func installCRD(t *testing.T, dyn dynamic.Interface) {
 	if _, err := crds.Create(t.Context(), crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		u, err := crds.Get(ctx, crd.GetName(), metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
+	if err := engine.WaitEstablished(t.Context(), env.Client(t), []string{crd.GetName()}, 30*time.Second); err != nil {
 		t.Fatalf("CRD not established: %v", err)
 	}
 	// The API server serves the new resource a moment after Established.

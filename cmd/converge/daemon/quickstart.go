@@ -16,8 +16,8 @@ import (
 type QuickStart struct {
 	// GitURL is the repository; empty means no quick start.
 	GitURL string
-	// Branch, Tag, SemVer and Commit select the revision (the Sync's spec.source.git.ref).
-	Branch, Tag, SemVer, Commit string
+	// Ref selects the revision: it is the Sync's spec.source.git.ref as given.
+	Ref v1alpha1.GitRef
 	// Path is the folder in the repository.
 	Path string
 	// Name and Namespace name the Sync.
@@ -45,7 +45,7 @@ func (q QuickStart) apply(ctx context.Context, c client.Client) error {
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Sync"},
 		ObjectMeta: metav1.ObjectMeta{Name: q.Name, Namespace: q.Namespace},
 		Spec: v1alpha1.SyncSpec{
-			Source:   v1alpha1.Source{Git: &v1alpha1.GitSource{URL: q.GitURL, Ref: v1alpha1.GitRef{Branch: q.Branch, Tag: q.Tag, SemVer: q.SemVer, Commit: q.Commit}}},
+			Source:   v1alpha1.Source{Git: &v1alpha1.GitSource{URL: q.GitURL, Ref: q.Ref}},
 			Path:     q.Path,
 			Interval: metav1.Duration{Duration: q.Interval},
 			Prune:    q.Prune,

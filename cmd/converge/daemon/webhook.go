@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -182,10 +181,7 @@ func (w *webhook) tokenOf(ctx context.Context, key, ref client.ObjectKey) (token
 // only of that one: the patch carries its UID, so a Sync recreated under the same name in
 // between (with another secret) is refused by the API server.
 func (w *webhook) request(ctx context.Context, key client.ObjectKey, uid types.UID) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid":         uid,
-		"annotations": map[string]string{v1alpha1.RequestedAtAnnotation: time.Now().UTC().Format(time.RFC3339Nano)},
-	}})
+	_, patch, err := v1alpha1.ReconcileRequest(uid, time.Now())
 	if err != nil {
 		return err
 	}
