@@ -8,8 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,11 +23,7 @@ type sourceFlags struct {
 	root           string
 	gitURL         string
 	path           string
-	ref            string
-	branch         string
-	tag            string
-	semver         string
-	commit         string
+	ref            refFlags
 	sshKeyFile     string
 	knownHostsFile string
 	cacheDir       string
@@ -91,21 +85,13 @@ func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 	fl.StringVar(&f.root, "root", "", "source root a local PATH must stay inside (default: enclosing git work tree, else PATH)")
 	fl.StringVar(&f.gitURL, "git-url", "", "git repository to fetch instead of a local PATH")
 	fl.StringVar(&f.path, "path", ".", "folder or file to render inside the repository (with --git-url)")
-	fl.StringVar(&f.ref, "ref", "", `ref: a branch, a 40-hex commit, or "branch:NAME", "tag:NAME", "semver:RANGE", "commit:SHA"`)
-	fl.StringVar(&f.branch, "ref-branch", "", "branch to fetch")
-	fl.StringVar(&f.tag, "ref-tag", "", "tag to fetch")
-	fl.StringVar(&f.semver, "ref-semver", "", "semver range over tags; the highest match is fetched")
-	fl.StringVar(&f.commit, "ref-commit", "", "exact commit SHA to fetch")
+	f.ref.bind(cmd, "")
 	fl.StringVar(&f.sshKeyFile, "ssh-key-file", "", "SSH private key file")
 	fl.StringVar(&f.knownHostsFile, "known-hosts-file", defaultKnownHosts(), "known_hosts file the SSH host key must be in")
 	fl.StringVar(&f.cacheDir, "git-cache-dir", defaultCacheDir(), "directory for fetched repositories")
 	fl.DurationVar(&f.timeout, "fetch-timeout", 2*time.Minute, "git fetch timeout")
 	fl.BoolVar(&f.allowRemote, "allow-remote-bases", false, "let kustomizations load remote bases and resources")
 	addLimitFlags(fl, &f.limits)
-	cmd.MarkFlagsMutuallyExclusive("ref", "ref-branch")
-	cmd.MarkFlagsMutuallyExclusive("ref", "ref-tag")
-	cmd.MarkFlagsMutuallyExclusive("ref", "ref-semver")
-	cmd.MarkFlagsMutuallyExclusive("ref", "ref-commit")
 }
 
 // load fetches and renders what the flags and argument name.
@@ -136,12 +122,9 @@ func (f *sourceFlags) source(args []string) (sources.Source, error) {
 	if len(args) != 0 {
 		return sources.Source{}, errors.New("give either a PATH or --git-url, not both")
 	}
-	ref, err := parseRef(f.ref)
+	ref, err := f.ref.resolve()
 	if err != nil {
 		return sources.Source{}, err
-	}
-	if f.ref == "" {
-		ref = git.Ref{Branch: f.branch, Tag: f.tag, SemVer: f.semver, Commit: f.commit}
 	}
 	auth := git.Auth{
 		Username:    os.Getenv("CONVERGE_GIT_USERNAME"),
@@ -157,30 +140,6 @@ func (f *sourceFlags) source(args []string) (sources.Source, error) {
 		}
 	}
 	return sources.Source{Git: git.Repository{URL: f.gitURL, Ref: ref, Auth: auth}, Path: f.path}, nil
-}
-
-var fullSHA = regexp.MustCompile(`^[0-9a-f]{40}$`)
-
-// parseRef reads the single --ref flag.
-func parseRef(s string) (git.Ref, error) {
-	kind, value, found := strings.Cut(s, ":")
-	switch {
-	case s == "":
-		return git.Ref{}, nil
-	case !found && fullSHA.MatchString(s):
-		return git.Ref{Commit: s}, nil
-	case !found:
-		return git.Ref{Branch: s}, nil
-	case kind == "branch":
-		return git.Ref{Branch: value}, nil
-	case kind == "tag":
-		return git.Ref{Tag: value}, nil
-	case kind == "semver":
-		return git.Ref{SemVer: value}, nil
-	case kind == "commit":
-		return git.Ref{Commit: value}, nil
-	}
-	return git.Ref{}, fmt.Errorf("--ref %q: want branch:, tag:, semver: or commit: before the colon", s)
 }
 
 // localSource finds the source root of a local path: the given root, else the enclosing git

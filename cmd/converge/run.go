@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/converge-dev/converge/cmd/converge/daemon"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // errWebhookSecretFileRemoved refuses the removed --webhook-secret-file: one secret signed
@@ -16,6 +17,7 @@ var errWebhookSecretFileRemoved = errors.New("--webhook-secret-file was removed:
 func newRunCommand(kube *kubeFlags) *cobra.Command {
 	o := daemon.DefaultOptions()
 	var webhookSecretFile string // removed: refused with a pointer to spec.webhook
+	var quickRef refFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the daemon: reconcile Sync objects until stopped",
@@ -35,6 +37,11 @@ authoring).`,
 			if webhookSecretFile != "" {
 				return errWebhookSecretFileRemoved
 			}
+			ref, err := quickRef.resolve()
+			if err != nil {
+				return err
+			}
+			o.QuickStart.Ref = v1alpha1.GitRef{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit}
 			if err := o.Validate(); err != nil {
 				return err
 			}
@@ -70,18 +77,21 @@ authoring).`,
 	f.DurationVar(&o.BuildTimeout, "build-timeout", o.BuildTimeout, "time allowed to fetch and render one Sync's source; a render still running is stopped")
 	f.Int64Var(&o.MaxFetchSize, "max-fetch-size", o.MaxFetchSize, "refuse a git fetch that downloads more bytes than this (ref listings and packs, HTTP and SSH)")
 	addLimitFlags(f, &o.Limits)
-	addQuickStartFlags(cmd, &o.QuickStart)
+	addQuickStartFlags(cmd, &o.QuickStart, &quickRef)
 	return cmd
 }
 
-// addQuickStartFlags binds the quick-start flags of `converge run` onto q.
-func addQuickStartFlags(cmd *cobra.Command, q *daemon.QuickStart) {
+// addQuickStartFlags binds the quick-start flags of `converge run` onto q, and its git ref
+// onto ref: the same --ref flags as build and apply (default: branch main). The earlier
+// --tag, --semver and --commit stay as hidden, deprecated spellings of --ref-*.
+func addQuickStartFlags(cmd *cobra.Command, q *daemon.QuickStart, ref *refFlags) {
 	f := cmd.Flags()
 	f.StringVar(&q.GitURL, "git-url", q.GitURL, "quick start: create and own a Sync for this repository")
-	f.StringVar(&q.Ref.Branch, "ref", q.Ref.Branch, "quick start: branch to follow (default main)")
-	f.StringVar(&q.Ref.Tag, "tag", q.Ref.Tag, "quick start: tag to apply")
-	f.StringVar(&q.Ref.SemVer, "semver", q.Ref.SemVer, "quick start: semver range over tags, e.g. '>=1.0.0 <2.0.0'")
-	f.StringVar(&q.Ref.Commit, "commit", q.Ref.Commit, "quick start: exact commit SHA")
+	ref.bind(cmd, "quick start: ")
+	for name, v := range map[string]*string{"tag": &ref.tag, "semver": &ref.semver, "commit": &ref.commit} {
+		f.StringVar(v, name, "", "quick start: use --ref-"+name)
+		_ = f.MarkDeprecated(name, "use --ref-"+name+" (or --ref "+name+":VALUE)")
+	}
 	f.StringVar(&q.Path, "path", q.Path, "quick start: folder in the repository")
 	f.StringVar(&q.Name, "name", q.Name, "quick start: name of the Sync (in -n NAMESPACE)")
 	f.DurationVar(&q.Interval, "interval", q.Interval, "quick start: resync interval")
