@@ -15,6 +15,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/status/v1alpha1"
@@ -115,6 +117,20 @@ func TestDaemonReadsGitSecretAsTheServiceAccount(t *testing.T) {
 	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}})
 	if err := f.c.Update(ctx, role); err != nil {
 		t.Fatal(err)
+	}
+	// RBAC is enforced from an informer: wait until the grant is seen, so the reconcile asked
+	// for below does not race it (a refused one retries only after 30s).
+	asDeployer := rest.CopyConfig(env.Config)
+	asDeployer.Impersonate = rest.ImpersonationConfig{UserName: user}
+	dc, err := client.New(asDeployer, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return dc.Get(ctx, client.ObjectKeyFromObject(sec), &corev1.Secret{}) == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the grant to read Secrets never took effect for %s: %v", user, err)
 	}
 	f.updateSync("app", func(s *v1alpha1.Sync) {
 		if s.Annotations == nil {
