@@ -100,6 +100,11 @@ func TestSchemaRejects(t *testing.T) {
 		{"deletionPolicy empty", func(u *unstructured.Unstructured) { set(t, u, "", "spec", "deletionPolicy") }, "spec.deletionPolicy"},
 		{"pruneBudget negative", func(u *unstructured.Unstructured) { set(t, u, int64(-1), "spec", "pruneBudget") }, "spec.pruneBudget"},
 		{"targetNamespace too long", func(u *unstructured.Unstructured) { set(t, u, strings.Repeat("a", 64), "spec", "targetNamespace") }, "spec.targetNamespace"},
+		// A ServiceAccount name is a DNS-1123 subdomain; "b:c" would make the impersonated
+		// user system:serviceaccount:<ns>:b:c, which no service account is.
+		{"serviceAccountName with a colon", func(u *unstructured.Unstructured) { set(t, u, "b:c", "spec", "serviceAccountName") }, "spec.serviceAccountName"},
+		{"serviceAccountName upper case", func(u *unstructured.Unstructured) { set(t, u, "Deployer", "spec", "serviceAccountName") }, "spec.serviceAccountName"},
+		{"serviceAccountName too long", func(u *unstructured.Unstructured) { set(t, u, strings.Repeat("a", 254), "spec", "serviceAccountName") }, "spec.serviceAccountName"},
 		{"url empty", func(u *unstructured.Unstructured) { set(t, u, "", "spec", "source", "git", "url") }, "spec.source.git.url"},
 		{"git missing", func(u *unstructured.Unstructured) { set(t, u, map[string]any{}, "spec", "source") }, "spec.source.git"},
 		{"two refs", func(u *unstructured.Unstructured) {
@@ -160,7 +165,7 @@ func causedBy(err error, field string) bool {
 
 // TestSchemaAccepts sends Syncs the hand-written CRD accepted (every field set, and the edge
 // values a user may have stored: fractional and compound durations, an empty path, a git
-// secretRef with an empty name); the generated CRD accepts them too. A zero interval, once
+// secretRef with an empty name, an empty serviceAccountName); the generated CRD accepts them too. A zero interval, once
 // accepted, is refused now (TestSchemaRejects); the daemon still reads a stored one as 5m.
 func TestSchemaAccepts(t *testing.T) {
 	c, ns := setup(t)
@@ -191,6 +196,7 @@ func TestSchemaAccepts(t *testing.T) {
 	set(t, edge, "", "spec", "path")
 	set(t, edge, map[string]any{}, "spec", "source", "git", "ref")
 	set(t, edge, map[string]any{"name": ""}, "spec", "source", "git", "secretRef")
+	set(t, edge, "", "spec", "serviceAccountName") // explicitly unset
 	for _, u := range []*unstructured.Unstructured{full, edge} {
 		if err := c.Create(t.Context(), u); err != nil {
 			t.Fatalf("create %s: %v", u.GetName(), err)

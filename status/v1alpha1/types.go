@@ -118,7 +118,11 @@ type SyncSpec struct {
 	// ServiceAccountName, a service account in the Sync's namespace, is impersonated for
 	// everything the Sync does (apply, prune, readiness and health reads, deletion); unset
 	// means the daemon's --default-service-account, or the daemon's own identity when that
-	// flag is not set (single-tenant).
+	// flag is not set (single-tenant). It is a DNS-1123 subdomain, as every ServiceAccount
+	// name is: anything else could never be impersonated and would only fail later ("" is
+	// accepted and means unset).
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$`
 	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 	// Suspend stops reconciles until unset.

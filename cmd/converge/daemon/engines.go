@@ -6,19 +6,26 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
-// engineSet keeps one engine per identity: the daemon's own, and one per impersonated
-// service account (spec.serviceAccountName, else defaultSA), so tenants apply with their own
-// RBAC.
+// engineSet keeps what acts for each identity: the daemon's own, and one per impersonated
+// service account (spec.serviceAccountName, else defaultSA), so tenants apply, delete and
+// read their git Secrets with their own RBAC.
 //
 // With watch set, the daemon's own engine keeps a watch cache of the kinds it manages (a
 // no-op reconcile then sends no request per object), running until ctx ends. Impersonated
 // engines read from the API server: a tenant's RBAC rarely allows cluster-wide watches.
+//
+// An impersonated identity is kept while a Sync acts as it: forget drops it with the last
+// such Sync, so the set does not grow with every service account name ever written.
 type engineSet struct {
 	ctx   context.Context
 	cfg   *rest.Config
@@ -29,17 +36,27 @@ type engineSet struct {
 	// (--default-service-account).
 	defaultSA string
 	mu        sync.Mutex
-	byID      map[string]*engine.Engine
+	byUser    map[string]*actor
+	users     map[types.NamespacedName]string // the user each Sync last acted as
+}
+
+// actor is what acts for one user: the engine of its applies and deletions, and the client
+// of the Secrets its Syncs name, both from the same rest config.
+type actor struct {
+	eng     *engine.Engine
+	secrets corev1client.SecretsGetter
+	syncs   int // how many entries of users name this user
 }
 
 func newEngineSet(ctx context.Context, cfg *rest.Config, opts engine.Options, watch bool, defaultSA string) *engineSet {
-	return &engineSet{ctx: ctx, cfg: cfg, opts: opts, watch: watch, defaultSA: defaultSA, byID: map[string]*engine.Engine{}}
+	return &engineSet{ctx: ctx, cfg: cfg, opts: opts, watch: watch, defaultSA: defaultSA,
+		byUser: map[string]*actor{}, users: map[types.NamespacedName]string{}}
 }
 
 // user is the user s acts as: its spec.serviceAccountName, else the default service
 // account, in s's namespace; "" is the daemon's own identity. Every call made for s (apply,
-// prune, readiness reads, deletion) goes through the engine of this user, so one rule
-// decides what a Sync can reach.
+// prune, readiness reads, deletion, the read of its git Secret) goes through the actor of
+// this user, so one rule decides what a Sync can reach.
 func (e *engineSet) user(s *v1alpha1.Sync) string {
 	sa := s.Spec.ServiceAccountName
 	if sa == "" {
@@ -61,18 +78,86 @@ func (e *engineSet) identity(s *v1alpha1.Sync) string {
 
 // forSync returns the engine that acts for s.
 func (e *engineSet) forSync(s *v1alpha1.Sync) (*engine.Engine, error) {
+	a, err := e.actorFor(s)
+	if err != nil {
+		return nil, err
+	}
+	return a.eng, nil
+}
+
+// secret reads Secret name of s's namespace from the API server as the user s acts as: a
+// tenant who may create Syncs but not read Secrets cannot have the daemon read one for them
+// (and send its credentials to a git host of their choosing).
+func (e *engineSet) secret(ctx context.Context, s *v1alpha1.Sync, name string) (*corev1.Secret, error) {
+	a, err := e.actorFor(s)
+	if err != nil {
+		return nil, err
+	}
+	return a.secrets.Secrets(s.Namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// actorFor returns the actor of s's user, building it on first use, and records that s acts
+// as that user (releasing the user s acted as before, if its serviceAccountName changed).
+func (e *engineSet) actorFor(s *v1alpha1.Sync) (*actor, error) {
 	user := e.user(s)
+	key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if eng, ok := e.byID[user]; ok {
-		return eng, nil
+	a, ok := e.byUser[user]
+	if !ok {
+		var err error
+		if a, err = e.newActor(user); err != nil {
+			return nil, err
+		}
+		e.byUser[user] = a
 	}
+	if old, ok := e.users[key]; !ok || old != user {
+		if ok {
+			e.release(old)
+		}
+		e.users[key] = user
+		a.syncs++
+	}
+	return a, nil
+}
+
+// forget records that the Sync key is gone: the actor of its user is dropped when no other
+// Sync acts as that user. A reconcile still holding the dropped engine finishes with it;
+// impersonated engines run nothing in the background.
+func (e *engineSet) forget(key types.NamespacedName) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if user, ok := e.users[key]; ok {
+		delete(e.users, key)
+		e.release(user)
+	}
+}
+
+// release drops one Sync's hold on user; e.mu is held. The daemon's own actor is kept: its
+// watch cache runs until the daemon stops.
+func (e *engineSet) release(user string) {
+	a := e.byUser[user]
+	if a == nil {
+		return
+	}
+	if a.syncs--; a.syncs <= 0 && user != "" {
+		delete(e.byUser, user)
+	}
+}
+
+// newActor builds the engine and the Secrets client of user ("" is the daemon) from one
+// rest config, impersonating user when there is one; e.mu is held.
+func (e *engineSet) newActor(user string) (*actor, error) {
 	cfg := rest.CopyConfig(e.cfg)
 	opts := e.opts
 	if user != "" {
 		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	} else {
 		opts.Watch = e.watch
+	}
+	secrets, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("secrets client: %w", err)
 	}
 	eng, err := engine.New(cfg, opts)
 	if err != nil {
@@ -85,6 +170,5 @@ func (e *engineSet) forSync(s *v1alpha1.Sync) (*engine.Engine, error) {
 			}
 		}()
 	}
-	e.byID[user] = eng
-	return eng, nil
+	return &actor{eng: eng, secrets: secrets}, nil
 }

@@ -17,9 +17,10 @@ import (
 )
 
 // TestFinalizeForgetsTheSync: once a deleted Sync's finalizer is dropped, the daemon keeps
-// nothing of it: no retry count, no drift owner, no metric series. Deletions trigger no
-// reconcile, so nothing else would forget them. Before, the retry count of a Sync deleted
-// after a failure was kept for the life of the process.
+// nothing of it: no retry count, no drift owner, no metric series, no engine of the service
+// account it acted as. Deletions trigger no reconcile, so nothing else would forget them.
+// Before, the retry count of a Sync deleted after a failure was kept for the life of the
+// process, and so was the engine of every service account a Sync had acted as.
 func TestFinalizeForgetsTheSync(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -31,7 +32,8 @@ func TestFinalizeForgetsTheSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &reconciler{client: f.c, live: f.c, engines: newEngineSet(ctx, env.Config, engine.Options{}, false, ""),
+	f.deployer() // the Sync acts as it (--default-service-account deployer)
+	r := &reconciler{client: f.c, live: f.c, engines: newEngineSet(ctx, env.Config, engine.Options{}, false, "deployer"),
 		drift: newDriftTrigger(), writer: &status.Writer{Live: f.c, Client: f.c}, events: record.NewFakeRecorder(100),
 		retries: &retryCounter{}, metrics: rec}
 	s := f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Finalizers = []string{v1alpha1.Finalizer} })
@@ -56,5 +58,8 @@ func TestFinalizeForgetsTheSync(t *testing.T) {
 	}
 	if got := series(t, reg, "converge_sync_suspended"); len(got) != 0 {
 		t.Errorf("metric series of the deleted Sync kept: %v", got)
+	}
+	if got := r.engines.heldUsers(); len(got) != 0 {
+		t.Errorf("the engine of the deleted Sync's service account is kept: %q", got)
 	}
 }

@@ -42,7 +42,7 @@ const (
 // reconciler runs fetch → render → apply → prune → readiness → status for one Sync.
 type reconciler struct {
 	client  client.Client // cached reads, metadata writes
-	live    client.Reader // uncached reads: secrets, conflict re-reads
+	live    client.Reader // uncached reads: conflict re-reads (git Secrets go through engines)
 	loader  *sources.Loader
 	render  renderSettings
 	engines *engineSet
@@ -58,7 +58,7 @@ type reconciler struct {
 }
 
 // newReconciler wires the reconciler to the manager's clients: the cache for Syncs and
-// metadata writes, the API server for Secrets and re-reads, one engine per identity, the
+// metadata writes, the API server for re-reads, one engine and git Secret reader per identity, the
 // drift trigger when the watch cache can report drift, and the status writer counting its
 // conflicts.
 func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metrics *recorder, o Options) *reconciler {
@@ -154,14 +154,15 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // forget drops what the daemon keeps per Sync (its metric series, the drift trigger's
-// owners and pacing, the retry count, the status writer's record of its last write) once
-// the Sync is gone. Deletions trigger no reconcile (syncChanged), so finalize calls it when
+// owners and pacing, the retry count, the status writer's record of its last write, its
+// hold on its identity's engine) once the Sync is gone. Deletions trigger no reconcile (syncChanged), so finalize calls it when
 // the finalizer goes; a reconcile that finds no Sync calls it too.
 func (r *reconciler) forget(key types.NamespacedName) {
 	r.metrics.forget(key)
 	r.drift.forget(key)
 	r.retries.reset(key)
 	r.writer.Forget(key)
+	r.engines.forget(key)
 }
 
 // sync does the work of one reconcile and describes it as an Outcome. failed reports a
@@ -248,10 +249,12 @@ func (r *reconciler) source(ctx context.Context, s *v1alpha1.Sync) (sources.Sour
 		repo.Ref.Branch = "main"
 	}
 	if g.SecretRef != nil {
-		sec := &corev1.Secret{}
-		key := types.NamespacedName{Namespace: s.Namespace, Name: g.SecretRef.Name}
-		if err := r.live.Get(ctx, key, sec); err != nil {
-			return sources.Source{}, fmt.Errorf("secret %s: %w", key, err)
+		// Read as the Sync's identity, not the daemon's: its credentials go to a URL the
+		// Sync's author chose, so only who may read the Secret may name it (I13).
+		sec, err := r.engines.secret(ctx, s, g.SecretRef.Name)
+		if err != nil {
+			return sources.Source{}, fmt.Errorf("spec.source.git.secretRef: Secret %s/%s read as %s: %w",
+				s.Namespace, g.SecretRef.Name, r.engines.identity(s), err)
 		}
 		repo.Auth = git.Auth{
 			Username: string(sec.Data["username"]), Password: string(sec.Data["password"]),

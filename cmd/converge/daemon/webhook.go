@@ -161,6 +161,10 @@ func (w *webhook) secretOf(ctx context.Context, key client.ObjectKey) (types.UID
 // tokenOf reads the token of Secret ref, named by Sync key, from the API server, and says
 // whether the answer may be cached: an error other than NotFound (RBAC, a timeout) is not,
 // and is logged as an error, for the operator.
+//
+// It reads as the daemon, not as the Sync's service account (unlike the git Secret, see
+// engineSet.secret): the token only checks a request's signature and is sent nowhere, so
+// naming another Secret lets a Sync's author learn nothing of it.
 func (w *webhook) tokenOf(ctx context.Context, key, ref client.ObjectKey) (token, bool) {
 	sec := &corev1.Secret{}
 	if err := w.secrets.Get(ctx, ref, sec); err != nil {

@@ -1,0 +1,116 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/converge-dev/converge/e2e/cluster"
+	"github.com/converge-dev/converge/engine"
+	"github.com/converge-dev/converge/status/v1alpha1"
+)
+
+func (e *engineSet) heldUsers() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var users []string
+	for u := range e.byUser {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	return users
+}
+
+func saSync(ns, name, sa string) *v1alpha1.Sync {
+	return &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.SyncSpec{ServiceAccountName: sa}}
+}
+
+// TestEngineSetKeepsAnIdentityWhileASyncActsAsIt: the engine of an impersonated user is
+// shared by the Syncs acting as it and dropped with the last of them (forget), or when the
+// last one's serviceAccountName changes; the daemon's own engine (and its watch cache) is
+// kept. Before, the set kept one engine per user string ever seen, for the life of the
+// process: it grew with every service account name a tenant wrote and every deleted Sync.
+func TestEngineSetKeepsAnIdentityWhileASyncActsAsIt(t *testing.T) {
+	cluster.Require(t, env)
+	ctx := t.Context()
+	es := newEngineSet(ctx, env.Config, engine.Options{}, false, "deployer")
+	x, y, z, w := saSync("a", "x", ""), saSync("a", "y", ""), saSync("a", "z", "b"), saSync("b", "w", "")
+	engs := map[string]*engine.Engine{}
+	for _, s := range []*v1alpha1.Sync{x, y, z, w} {
+		eng, err := es.forSync(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		engs[s.Name] = eng
+	}
+	if engs["x"] != engs["y"] || engs["x"] == engs["w"] {
+		t.Errorf("Syncs acting as one user must share its engine, others not")
+	}
+	sa := func(ns, name string) string { return "system:serviceaccount:" + ns + ":" + name }
+	if diff := cmp.Diff([]string{sa("a", "b"), sa("a", "deployer"), sa("b", "deployer")}, es.heldUsers()); diff != "" {
+		t.Errorf("users held (-want +got):\n%s", diff)
+	}
+	z.Spec.ServiceAccountName = "c"
+	if _, err := es.forSync(z); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{sa("a", "c"), sa("a", "deployer"), sa("b", "deployer")}, es.heldUsers()); diff != "" {
+		t.Errorf("after z's serviceAccountName changed, users held (-want +got):\n%s", diff)
+	}
+	es.forget(types.NamespacedName{Namespace: "a", Name: "x"})
+	if diff := cmp.Diff([]string{sa("a", "c"), sa("a", "deployer"), sa("b", "deployer")}, es.heldUsers()); diff != "" {
+		t.Errorf("y still acts as a:deployer; users held (-want +got):\n%s", diff)
+	}
+	for _, s := range []*v1alpha1.Sync{y, z, w} {
+		es.forget(types.NamespacedName{Namespace: s.Namespace, Name: s.Name})
+	}
+	if got := es.heldUsers(); len(got) != 0 {
+		t.Errorf("no Sync is left, users still held: %q", got)
+	}
+
+	own := newEngineSet(ctx, env.Config, engine.Options{}, false, "")
+	if _, err := own.forSync(x); err != nil {
+		t.Fatal(err)
+	}
+	own.forget(types.NamespacedName{Namespace: "a", Name: "x"})
+	if diff := cmp.Diff([]string{""}, own.heldUsers()); diff != "" {
+		t.Errorf("the daemon's own engine must stay (-want +got):\n%s", diff)
+	}
+}
+
+// TestEngineSetConcurrentForget runs reconciles and forgets of Syncs sharing users at once
+// (under -race): once every Sync is forgotten, no user is held, and a Sync that acts again
+// gets a working engine.
+func TestEngineSetConcurrentForget(t *testing.T) {
+	cluster.Require(t, env)
+	es := newEngineSet(context.Background(), env.Config, engine.Options{}, false, "")
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for round := range 20 {
+				s := saSync("ns", fmt.Sprintf("s%d", i), fmt.Sprintf("sa%d", (i+round)%3))
+				if _, err := es.forSync(s); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := es.secret(t.Context(), s, "none"); err == nil {
+					t.Error("a Secret nobody created was read")
+				}
+				if round%2 == 1 {
+					es.forget(types.NamespacedName{Namespace: s.Namespace, Name: s.Name})
+				}
+			}
+			es.forget(types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("s%d", i)})
+		})
+	}
+	wg.Wait()
+	if got := es.heldUsers(); len(got) != 0 {
+		t.Errorf("every Sync is forgotten, users still held: %q", got)
+	}
+}
