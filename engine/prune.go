@@ -271,6 +271,10 @@ func (e *Engine) pruneOneFrom(ctx context.Context, src source, pc pruneCall, en 
 		return c, askServer // an entry leaves the inventory only on the API server's word
 	}
 	switch {
+	case !ours && claim.Contested(en.Object, owner):
+		c.Message = fmt.Sprintf("not deleted: it carries the legacy ID %q and the other inventory of that ID (ConfigMap %s) lists it too; "+
+			"kept in the inventory until a person removes it from one of the two", owner, claim.Sibling.ConfigMap)
+		return c, keep
 	case !ours:
 		c.Message = fmt.Sprintf("not deleted: owning-inventory annotation is %q, not %q; dropped from the inventory",
 			owner, claim.ID)

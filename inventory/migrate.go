@@ -33,7 +33,8 @@ const MigratingAnnotation = "converge.dev/migrating-from"
 // ErrMigrationPending is wrapped by Migrate's error when the inventory is migrated (it
 // carries the new ID) but some of its objects could not be re-annotated yet: those it
 // recorded with their UID stay ours by Claim.Owns, contested ones (ContestedError) are
-// nobody's until a person decides, and the next Migrate tries them again. Callers may go on
+// nobody's until a person decides (they stay listed, with the UID recorded: Claim.Contested),
+// and the next Migrate tries them again. Callers may go on
 // with the inventory under the new ID. The error is a *PendingError.
 var ErrMigrationPending = errors.New("migration not finished")
 
@@ -67,8 +68,10 @@ type MigrateOptions struct {
 	// Only, when not nil, limits the re-owning of a migration already under way (the
 	// ConfigMap carries MigratingAnnotation when Migrate reads it) to these objects: the
 	// ones an earlier call left pending (PendingError.Objects). Every other entry was
-	// settled by that call, or was added by an apply under the new ID. A ConfigMap found
-	// under the legacy ID again is migrated in full.
+	// settled by that call, or was added by an apply under the new ID. One of them the
+	// ConfigMap no longer lists stays pending while its object carries the legacy ID (a
+	// person gave it to the other inventory of that ID, whose migration has yet to take it).
+	// A ConfigMap found under the legacy ID again is migrated in full.
 	Only []object.ObjMetadata
 	// Hooks are test-only crash points.
 	Hooks MigrateHooks
@@ -156,12 +159,24 @@ func (s *Store) Migrate(ctx context.Context, ref Ref, opts MigrateOptions) (Ref,
 		return ref, wrap(err)
 	}
 	entries := inv.Entries()
+	var vanished []object.ObjMetadata
 	if only != nil {
 		entries = slices.DeleteFunc(entries, func(e Entry) bool { return !slices.Contains(only, e.Object) })
+		for _, id := range only {
+			if !inv.Has(id) {
+				vanished = append(vanished, id)
+			}
+		}
 	}
 	pending, err := s.reownAll(ctx, ref, claim, entries, opts)
 	if err != nil {
 		return ref, wrap(err)
+	}
+	for _, id := range vanished {
+		if err := s.vanished(ctx, ref, claim, id); err != nil {
+			pending.Objects = append(pending.Objects, id)
+			pending.Errs = append(pending.Errs, err)
+		}
 	}
 	if len(pending.Objects) > 0 {
 		return ref, pending
@@ -316,15 +331,7 @@ func (s *Store) reown(ctx context.Context, ref Ref, claim Claim, e Entry, opts M
 	if err != nil {
 		return reowned{err: fmt.Errorf("%s: %w", e.Object, err)}
 	}
-	read := func() (*metav1.PartialObjectMetadata, error) {
-		obj := &metav1.PartialObjectMetadata{}
-		obj.SetGroupVersionKind(mapping.GroupVersionKind)
-		err := s.c.Get(ctx, client.ObjectKey{Namespace: e.Object.Namespace, Name: e.Object.Name}, obj)
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return obj, err
-	}
+	read := func() (*metav1.PartialObjectMetadata, error) { return s.readMeta(ctx, e.Object, mapping) }
 	var fill types.UID
 	// legacyOwned says whether obj is still ours under the legacy ID, or why it cannot be
 	// settled either way (contested, or no UID to go by and no sibling to check).
@@ -380,6 +387,45 @@ func (s *Store) reown(ctx context.Context, ref Ref, claim Claim, e Entry, opts M
 		}
 	}
 	return reowned{uid: fill, err: fmt.Errorf("%s: owner annotation: %w", e.Object, perr)}
+}
+
+// readMeta reads the metadata of id's object; nil when it does not exist.
+func (s *Store) readMeta(ctx context.Context, id object.ObjMetadata, mapping *meta.RESTMapping) (*metav1.PartialObjectMetadata, error) {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(mapping.GroupVersionKind)
+	err := s.c.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, obj)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return obj, err
+}
+
+// vanished checks an object an earlier Migrate left pending (MigrateOptions.Only) that the
+// ConfigMap no longer lists: settled only once it no longer carries the legacy ID (gone, or
+// taken by its owner, e.g. the other inventory of the legacy ID after a person removed it
+// from this one). Until then the migration stays marked, so the legacy ID keeps meaning
+// something to this inventory and its status says why.
+func (s *Store) vanished(ctx context.Context, ref Ref, claim Claim, id object.ObjMetadata) error {
+	mapping, err := s.c.RESTMapper().RESTMapping(id.GroupKind)
+	if meta.IsNoMatchError(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", id, err)
+	}
+	obj, err := s.readMeta(ctx, id, mapping)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: read: %w", id, err)
+	case obj == nil || obj.GetAnnotations()[OwnerAnnotation] != claim.MigratingFrom:
+		return nil
+	}
+	who := "its owner"
+	if claim.Sibling.ConfigMap != "" {
+		who = "its owner (the other inventory of that ID, ConfigMap " + claim.Sibling.ConfigMap + ", once it lists it)"
+	}
+	return fmt.Errorf("%s carries %s=%s and inventory %s no longer lists it: the migration waits for %s to take it over, or for a person to set the annotation",
+		describeObject(id), OwnerAnnotation, claim.MigratingFrom, ref, who)
 }
 
 // callHook runs a test crash point.
