@@ -2,12 +2,17 @@ package engine
 
 import (
 	"errors"
+	"net/http"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/converge-dev/converge/e2e/fault"
 	"github.com/converge-dev/converge/inventory"
 )
 
@@ -116,5 +121,67 @@ func TestContestedStaysInBothInventories(t *testing.T) {
 	}
 	if _, ok := h.inventoryCM().Annotations[inventory.MigratingAnnotation]; ok {
 		t.Error("the Sync's migration did not finish once the CLI took x and y")
+	}
+}
+
+// TestMigrateIgnoresWriteAheadOfMarkedInventory checks that an entry the engine wrote ahead
+// (without UID) while a migration is marked is not taken for a legacy entry recorded without
+// UID: a Sync declares an object its legacy inventory never recorded that carries the legacy
+// ID (its inventory was lost before the upgrade), the run stops after the write-ahead, and a
+// new engine's full Migrate must not take it over: that needs spec.adopt. Before, the
+// migration recorded its UID and re-annotated it, and the next run applied it as its own.
+func TestMigrateIgnoresWriteAheadOfMarkedInventory(t *testing.T) {
+	var crash atomic.Bool
+	h, legacy := legacyHarness(t, Hooks{AfterWriteAhead: func() error {
+		if crash.Load() {
+			return errors.New("killed")
+		}
+		return nil
+	}})
+	h.applyLegacy(legacy, configMap(h.ns, "a", nil), configMap(h.ns, "stuck", nil))
+	lost := inventory.Ref{Namespace: h.ns, Name: "lost", ID: h.ref.Legacy}
+	h.applyLegacy(lost, configMap(h.ns, "orphan", map[string]any{"v": "old"}))
+	if err := h.plain.Delete(h.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "lost"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.rt.SetRules(fault.Rule{Verb: "patch", Resource: "configmaps", Name: "stuck", Status: http.StatusForbidden})
+	if _, err := h.eng.Migrate(h.ctx, h.ref, inventory.DefaultMigrateOptions()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	h.rt.Reset()
+	if _, ok := h.inventoryCM().Annotations[inventory.MigratingAnnotation]; !ok {
+		t.Fatal("the migration is not marked")
+	}
+	crash.Store(true)
+	if _, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "a", nil), configMap(h.ns, "stuck", nil),
+		configMap(h.ns, "orphan", map[string]any{"v": "new"})), testOpts()); err == nil {
+		t.Fatal("the run was not stopped by its hook")
+	}
+	crash.Store(false)
+	if uid, ok := h.recorded(h.ref)["orphan"]; !ok || uid != "" {
+		t.Fatalf("orphan in the inventory after the crash: %q, %v; want written ahead without UID", uid, ok)
+	}
+
+	restarted, err := New(env.Config, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restarted.Migrate(h.ctx, h.ref, inventory.DefaultMigrateOptions()); err != nil {
+		t.Fatalf("Migrate after the restart: %v", err)
+	}
+	orphan := h.liveCM("orphan")
+	if owner := orphan.GetAnnotations()[OwnerAnnotation]; owner != h.ref.Legacy {
+		t.Errorf("orphan carries %q after the migration, want still %q", owner, h.ref.Legacy)
+	}
+	if uid := h.recorded(h.ref)["orphan"]; uid != "" {
+		t.Errorf("the migration recorded orphan's UID %s", uid)
+	}
+	_, err = restarted.Apply(h.ctx, h.set(configMap(h.ns, "a", nil), configMap(h.ns, "stuck", nil),
+		configMap(h.ns, "orphan", map[string]any{"v": "new"})), testOpts())
+	if !errors.Is(err, ErrNotAdopted) {
+		t.Errorf("Apply without adoption = %v, want %v for orphan", err, ErrNotAdopted)
+	}
+	if v := h.liveCM("orphan").Object["data"].(map[string]any)["v"]; v != "old" {
+		t.Errorf("orphan was applied without adoption: v=%v", v)
 	}
 }

@@ -30,6 +30,19 @@ const OwnerAnnotation = "config.k8s.io/owning-inventory"
 // in its owner annotation, and is ours when the ConfigMap recorded its UID (Claim.Owns).
 const MigratingAnnotation = "converge.dev/migrating-from"
 
+// UnrecordedAnnotation lists (a JSON array of object keys) the entries a ConfigMap recorded
+// without UID when Migrate relabelled it: the legacy inventory's write-ahead entries, which
+// Migrate may take over on the legacy ID's word. It is written with MigratingAnnotation and
+// removed with it. Entries written without UID after the relabel are the engine's own
+// write-ahead under the new ID: an object they name that carries the legacy ID was never
+// recorded by the legacy inventory (the "lost inventory" case) and needs adoption.
+const UnrecordedAnnotation = "converge.dev/migrating-unrecorded"
+
+// maxUnrecorded bounds the keys UnrecordedAnnotation holds (annotations share 256 KiB); past
+// it the remaining entries without UID are not taken over on the legacy ID's word (the run
+// says how to take them: adoption, or the annotation set by hand).
+const maxUnrecorded = 1000
+
 // ErrMigrationPending is wrapped by Migrate's error when the inventory is migrated (it
 // carries the new ID) but some of its objects could not be re-annotated yet: those it
 // recorded with their UID stay ours by Claim.Owns, contested ones (ContestedError) are
@@ -107,8 +120,10 @@ func DefaultMigrateOptions() MigrateOptions {
 //     annotation it read, so an object replaced or taken over meanwhile never changes
 //     hands. Objects are settled one by one: one that cannot be patched (a conflict, a
 //     refusal for its kind) stays ours by the rule above and does not hold the others up.
-//     An entry recorded without UID (written ahead by a run that stopped before it recorded
-//     the UID) is the inventory's when its object carries ref.Legacy and the other
+//     An entry the legacy inventory recorded without UID (written ahead by a run that
+//     stopped before it recorded the UID; step 1 lists them in UnrecordedAnnotation, so
+//     the engine's own write-ahead entries under ref.ID never count as such) is the
+//     inventory's when its object carries ref.Legacy and the other
 //     inventory that shared ref.Legacy (Sibling) does not list it: its UID is recorded, in
 //     one ConfigMap write for all such entries, so it stays ours (Claim.Owns) if the patch
 //     fails. An object the sibling lists is contested: left as it is, and reported.
@@ -168,7 +183,7 @@ func (s *Store) Migrate(ctx context.Context, ref Ref, opts MigrateOptions) (Ref,
 			}
 		}
 	}
-	pending, err := s.reownAll(ctx, ref, claim, entries, opts)
+	pending, err := s.reownAll(ctx, ref, claim, entries, unrecordedOf(cm), opts)
 	if err != nil {
 		return ref, wrap(err)
 	}
@@ -211,6 +226,21 @@ func (s *Store) relabel(ctx context.Context, ref Ref, cm *corev1.ConfigMap) (*co
 			cm.Annotations = map[string]string{}
 		}
 		cm.Annotations[MigratingAnnotation] = ref.Legacy
+		delete(cm.Annotations, UnrecordedAnnotation)
+		var keys []string
+		for key, uid := range cm.Data {
+			if uid == "" && len(keys) < maxUnrecorded {
+				keys = append(keys, key)
+			}
+		}
+		if len(keys) > 0 {
+			slices.Sort(keys)
+			b, err := json.Marshal(keys)
+			if err != nil {
+				return err
+			}
+			cm.Annotations[UnrecordedAnnotation] = string(b)
+		}
 		return s.c.Update(ctx, cm) // carries the resourceVersion read
 	})
 	if err != nil {
@@ -228,6 +258,7 @@ func (s *Store) finish(ctx context.Context, ref Ref) error {
 			return err
 		}
 		delete(cm.Annotations, MigratingAnnotation)
+		delete(cm.Annotations, UnrecordedAnnotation)
 		return s.c.Update(ctx, cm)
 	})
 	if err != nil {
@@ -242,7 +273,7 @@ func (s *Store) finish(ctx context.Context, ref Ref) error {
 // Claim.Owns if its patch fails. pending lists the objects that still carry the legacy ID
 // and are ours or contested; err is a crash point's error or a failed record, which stops
 // it.
-func (s *Store) reownAll(ctx context.Context, ref Ref, claim Claim, entries []Entry, opts MigrateOptions) (*PendingError, error) {
+func (s *Store) reownAll(ctx context.Context, ref Ref, claim Claim, entries []Entry, unrecorded map[object.ObjMetadata]bool, opts MigrateOptions) (*PendingError, error) {
 	outs := make([]reowned, len(entries))
 	var n atomic.Int64
 	var abort atomic.Pointer[error]
@@ -253,7 +284,7 @@ func (s *Store) reownAll(ctx context.Context, ref Ref, claim Claim, entries []En
 			if abort.Load() != nil {
 				return nil
 			}
-			outs[i] = s.reown(ctx, ref, claim, e, opts)
+			outs[i] = s.reown(ctx, ref, claim, e, unrecorded[e.Object], opts)
 			if outs[i].done && opts.Hooks.AfterReown != nil {
 				j := int(n.Add(1))
 				if err := opts.Hooks.AfterReown(j, e.Object.String()); err != nil {
@@ -323,7 +354,7 @@ func (s *Store) recordUIDs(ctx context.Context, ref Ref, entries []Entry, outs [
 // for recordUIDs. An object the sibling lists is contested and left as it is (a
 // ContestedError). An object gone, re-annotated, replaced or taken over meanwhile is
 // settled: not ours to take (or already done).
-func (s *Store) reown(ctx context.Context, ref Ref, claim Claim, e Entry, opts MigrateOptions) reowned {
+func (s *Store) reown(ctx context.Context, ref Ref, claim Claim, e Entry, legacyUnrecorded bool, opts MigrateOptions) reowned {
 	mapping, err := s.c.RESTMapper().RESTMapping(e.Object.GroupKind)
 	if meta.IsNoMatchError(err) {
 		return reowned{} // its kind is gone, and so is the object
@@ -343,6 +374,10 @@ func (s *Store) reown(ctx context.Context, ref Ref, claim Claim, e Entry, opts M
 		case claim.Sibling.Lists(e.Object):
 			return false, &ContestedError{Object: e.Object, Legacy: claim.MigratingFrom,
 				ConfigMap: ref.String(), Sibling: claim.Sibling}
+		case e.UID == "" && !legacyUnrecorded:
+			// Written ahead under the new ID (UnrecordedAnnotation does not list it): the
+			// legacy inventory never recorded the object, which needs adoption.
+			return false, nil
 		case e.UID == "" && !claim.Sibling.Known:
 			return false, fmt.Errorf("%s carries %s=%s and this inventory recorded it without UID; the other inventory of that ID cannot be named, so it is not taken over: set the annotation to this inventory's ID by hand (%s=%s)",
 				describeObject(e.Object), OwnerAnnotation, claim.MigratingFrom, OwnerAnnotation, claim.ID)
@@ -426,6 +461,22 @@ func (s *Store) vanished(ctx context.Context, ref Ref, claim Claim, id object.Ob
 	}
 	return fmt.Errorf("%s carries %s=%s and inventory %s no longer lists it: the migration waits for %s to take it over, or for a person to set the annotation",
 		describeObject(id), OwnerAnnotation, claim.MigratingFrom, ref, who)
+}
+
+// unrecordedOf is the set UnrecordedAnnotation of cm lists (empty when absent or unreadable:
+// then no entry without UID is taken over on the legacy ID's word).
+func unrecordedOf(cm *corev1.ConfigMap) map[object.ObjMetadata]bool {
+	var keys []string
+	if err := json.Unmarshal([]byte(cm.Annotations[UnrecordedAnnotation]), &keys); err != nil {
+		return nil
+	}
+	out := make(map[object.ObjMetadata]bool, len(keys))
+	for _, k := range keys {
+		if id, err := object.ParseObjMetadata(k); err == nil {
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // callHook runs a test crash point.
