@@ -185,3 +185,31 @@ func TestMigrateIgnoresWriteAheadOfMarkedInventory(t *testing.T) {
 		t.Errorf("orphan was applied without adoption: v=%v", v)
 	}
 }
+
+// TestDeleteGivesUpContested checks that deleting a Sync whose inventory lists a contested
+// object (the CLI's legacy inventory lists it too) finishes: the object is left as it is,
+// dropped with the inventory, and the CLI's migration then takes it. A contested entry is
+// kept by an Apply's prune, which must not make a Sync undeletable until a person decides.
+func TestDeleteGivesUpContested(t *testing.T) {
+	h, legacy := legacyHarness(t, Hooks{})
+	x := configMap(h.ns, "x", map[string]any{"v": "one"})
+	h.applyLegacy(legacy, x)
+	h.applyLegacy(h.cliLegacyRef(), x)
+	if _, err := h.eng.Migrate(h.ctx, h.ref, inventory.DefaultMigrateOptions()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if _, err := h.eng.Delete(h.ctx, h.ref, DeleteOptions{}); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	live := h.liveCM("x")
+	if live == nil || live.GetAnnotations()[OwnerAnnotation] != h.ref.Legacy {
+		t.Fatalf("x after the Sync's Delete: %v", live)
+	}
+	cli := inventory.Ref{Namespace: h.ns, Name: "app", ID: inventory.ID(inventory.OwnerCLI, h.ns, "app"), Legacy: h.ref.Legacy}
+	if _, err := h.eng.Migrate(h.ctx, cli, inventory.DefaultMigrateOptions()); err != nil {
+		t.Fatalf("the CLI's Migrate: %v", err)
+	}
+	if owner := h.liveCM("x").GetAnnotations()[OwnerAnnotation]; owner != cli.ID {
+		t.Errorf("x carries %q, want the CLI's %q", owner, cli.ID)
+	}
+}
