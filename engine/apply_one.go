@@ -84,7 +84,14 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 			// A dry-run without inventory: diff the object with its owner as it is.
 			out.change.Message = ownerInfo(it, live, r.fieldManager())
 		} else if err := r.mayTakeOver(ctx, it, live); err != nil {
-			out.track = false // another's, on the API server's word: not ours to track or prune
+			// Another's, on the API server's word: not ours to track or prune. An object under
+			// our legacy ID (contested, or its sibling could not be read) keeps the entry it
+			// had, with the UID it had: dropping it would tell the other inventory of that ID
+			// that this one gave it up, and that one's migration would take it.
+			out.track, out.uid = false, ""
+			if owner := live.GetAnnotations()[OwnerAnnotation]; owner != "" && owner == r.ref.Legacy {
+				out.track, out.uid = r.old.Has(it.id), r.old.UID(it.id)
+			}
 			return failed(out, err), false, nil
 		}
 		out.uid = live.GetUID()

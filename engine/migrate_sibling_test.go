@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/fault"
@@ -84,9 +85,10 @@ func TestMigrateEntryWithoutUID(t *testing.T) {
 // the legacy ID NS_app; a tenant who may write ConfigMaps in NS writes app-inventory with
 // the new Sync label, the migration mark and the admin's entries (UIDs and all) and creates
 // Sync app with prune. The Sync's Migrate leaves the admin's objects as they are and reports
-// them (both ConfigMaps named), and its run neither takes nor prunes them; the admin's own
-// migration then takes them over. Before, Migrate re-annotated them for the Sync and the run
-// pruned them.
+// them (both ConfigMaps named), and its run neither takes nor prunes them, nor drops them from
+// app-inventory; the admin's own migration then leaves them contested too, until the admin
+// removes them from the tenant's app-inventory: then it takes them over. Before the sibling
+// rule, Migrate re-annotated them for the Sync and the run pruned them.
 func TestMigrateForgedSibling(t *testing.T) {
 	h, _ := legacyHarness(t, Hooks{})
 	h.applyLegacy(h.cliLegacyRef(), configMap(h.ns, "a", map[string]any{"v": "admin"}), configMap(h.ns, "b", nil))
@@ -125,9 +127,28 @@ func TestMigrateForgedSibling(t *testing.T) {
 		t.Errorf("owners after the tenant's run (-want +got):\n%s", diff)
 	}
 
+	if got := h.recorded(h.ref); string(got["a"]) != admin.Data[cmID(h.ns, "a")] || string(got["b"]) != admin.Data[cmID(h.ns, "b")] || got["a"] == "" {
+		t.Errorf("the tenant's inventory after its run = %v, want a and b as forged", got)
+	}
+
 	cli := inventory.Ref{Namespace: h.ns, Name: "app", ID: inventory.ID(inventory.OwnerCLI, h.ns, "app"), Legacy: h.ref.Legacy}
 	if _, err := h.eng.Migrate(h.ctx, cli, inventory.DefaultMigrateOptions()); err != nil {
 		t.Fatalf("the admin's Migrate: %v", err)
+	}
+	if diff := cmp.Diff(want, h.ownersBut("app")); diff != "" {
+		t.Errorf("owners after the admin's Migrate while contested (-want +got):\n%s", diff)
+	}
+	// The admin decides: a and b are not the tenant's.
+	if _, err := inventory.NewStore(h.plain).Update(h.ctx, h.ref, func(s *inventory.Inventory) *inventory.Inventory {
+		out := s.Clone()
+		out.Remove(mustID(t, cmID(h.ns, "a")))
+		out.Remove(mustID(t, cmID(h.ns, "b")))
+		return out
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.Migrate(h.ctx, cli, inventory.DefaultMigrateOptions()); err != nil {
+		t.Fatalf("the admin's Migrate after the decision: %v", err)
 	}
 	want["a"], want["b"] = cli.ID, cli.ID
 	if diff := cmp.Diff(want, h.ownersBut("app")); diff != "" {
@@ -243,4 +264,14 @@ func TestAdoptLegacyUnknownSibling(t *testing.T) {
 	if a := h.liveCM("a"); a.GetAnnotations()[OwnerAnnotation] != h.ref.Legacy || a.Object["data"].(map[string]any)["v"] != "admin" {
 		t.Errorf("the CLI's object was changed: %v", a.Object)
 	}
+}
+
+// mustID parses an inventory key (ns_name_group_kind).
+func mustID(t *testing.T, key string) object.ObjMetadata {
+	t.Helper()
+	id, err := object.ParseObjMetadata(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

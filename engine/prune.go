@@ -55,7 +55,7 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 	if err != nil {
 		return res, err
 	}
-	pc := pruneCall{ref: ref, claim: claim, concurrency: opts.Concurrency, deleted: new(atomic.Int64)}
+	pc := pruneCall{ref: ref, claim: claim, concurrency: opts.Concurrency, deleted: new(atomic.Int64), removing: true}
 	for _, stage := range pruneStages(inv.Entries()) {
 		pr := e.pruneStage(ctx, pc, stage)
 		res.Pruned = append(res.Pruned, pr.changes...)
@@ -110,6 +110,10 @@ type pruneCall struct {
 	concurrency int
 	deleted     *atomic.Int64 // successful deletes so far, for Hooks.AfterPrune
 	progress    *progress     // nil: no progress reports
+	// removing says the whole inventory goes (Delete): a contested entry is given up
+	// (dropped, left as it is for the other inventory of the legacy ID), as the person who
+	// deleted the set gave up everything it listed. An Apply's prune keeps it.
+	removing bool
 }
 
 // prune deletes candidates in reverse dependency order, stopping after a stage with a
@@ -271,6 +275,14 @@ func (e *Engine) pruneOneFrom(ctx context.Context, src source, pc pruneCall, en 
 		return c, askServer // an entry leaves the inventory only on the API server's word
 	}
 	switch {
+	case !ours && claim.Contested(en.Object, owner) && pc.removing:
+		c.Message = fmt.Sprintf("not deleted: it carries the legacy ID %q and the other inventory of that ID (ConfigMap %s) lists it too; "+
+			"given up to it with this inventory", owner, claim.Sibling.ConfigMap)
+		return c, drop
+	case !ours && claim.Contested(en.Object, owner):
+		c.Message = fmt.Sprintf("not deleted: it carries the legacy ID %q and the other inventory of that ID (ConfigMap %s) lists it too; "+
+			"kept in the inventory until a person removes it from one of the two", owner, claim.Sibling.ConfigMap)
+		return c, keep
 	case !ours:
 		c.Message = fmt.Sprintf("not deleted: owning-inventory annotation is %q, not %q; dropped from the inventory",
 			owner, claim.ID)

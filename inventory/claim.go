@@ -65,3 +65,12 @@ func (c Claim) Owns(id object.ObjMetadata, annotation string, uid, recorded type
 	}
 	return false
 }
+
+// Contested reports whether the live object id, whose owner annotation is annotation, is
+// contested while the migration lasts: it carries the legacy ID (MigratingFrom) and the other
+// inventory that shared it lists it (Sibling). Such an entry is nobody's until a person
+// decides, and it stays in the inventory as recorded: dropping it would tell the sibling
+// that this inventory gave it up, and the sibling's migration would take it.
+func (c Claim) Contested(id object.ObjMetadata, annotation string) bool {
+	return c.MigratingFrom != "" && annotation == c.MigratingFrom && c.Sibling.Lists(id)
+}

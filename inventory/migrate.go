@@ -30,10 +30,24 @@ const OwnerAnnotation = "config.k8s.io/owning-inventory"
 // in its owner annotation, and is ours when the ConfigMap recorded its UID (Claim.Owns).
 const MigratingAnnotation = "converge.dev/migrating-from"
 
+// UnrecordedAnnotation lists (a JSON array of object keys) the entries a ConfigMap recorded
+// without UID when Migrate relabelled it: the legacy inventory's write-ahead entries, which
+// Migrate may take over on the legacy ID's word. It is written with MigratingAnnotation and
+// removed with it. Entries written without UID after the relabel are the engine's own
+// write-ahead under the new ID: an object they name that carries the legacy ID was never
+// recorded by the legacy inventory (the "lost inventory" case) and needs adoption.
+const UnrecordedAnnotation = "converge.dev/migrating-unrecorded"
+
+// maxUnrecorded bounds the keys UnrecordedAnnotation holds (annotations share 256 KiB); past
+// it the remaining entries without UID are not taken over on the legacy ID's word (the run
+// says how to take them: adoption, or the annotation set by hand).
+const maxUnrecorded = 1000
+
 // ErrMigrationPending is wrapped by Migrate's error when the inventory is migrated (it
 // carries the new ID) but some of its objects could not be re-annotated yet: those it
 // recorded with their UID stay ours by Claim.Owns, contested ones (ContestedError) are
-// nobody's until a person decides, and the next Migrate tries them again. Callers may go on
+// nobody's until a person decides (they stay listed, with the UID recorded: Claim.Contested),
+// and the next Migrate tries them again. Callers may go on
 // with the inventory under the new ID. The error is a *PendingError.
 var ErrMigrationPending = errors.New("migration not finished")
 
@@ -67,8 +81,10 @@ type MigrateOptions struct {
 	// Only, when not nil, limits the re-owning of a migration already under way (the
 	// ConfigMap carries MigratingAnnotation when Migrate reads it) to these objects: the
 	// ones an earlier call left pending (PendingError.Objects). Every other entry was
-	// settled by that call, or was added by an apply under the new ID. A ConfigMap found
-	// under the legacy ID again is migrated in full.
+	// settled by that call, or was added by an apply under the new ID. One of them the
+	// ConfigMap no longer lists stays pending while its object carries the legacy ID (a
+	// person gave it to the other inventory of that ID, whose migration has yet to take it).
+	// A ConfigMap found under the legacy ID again is migrated in full.
 	Only []object.ObjMetadata
 	// Hooks are test-only crash points.
 	Hooks MigrateHooks
@@ -104,8 +120,10 @@ func DefaultMigrateOptions() MigrateOptions {
 //     annotation it read, so an object replaced or taken over meanwhile never changes
 //     hands. Objects are settled one by one: one that cannot be patched (a conflict, a
 //     refusal for its kind) stays ours by the rule above and does not hold the others up.
-//     An entry recorded without UID (written ahead by a run that stopped before it recorded
-//     the UID) is the inventory's when its object carries ref.Legacy and the other
+//     An entry the legacy inventory recorded without UID (written ahead by a run that
+//     stopped before it recorded the UID; step 1 lists them in UnrecordedAnnotation, so
+//     the engine's own write-ahead entries under ref.ID never count as such) is the
+//     inventory's when its object carries ref.Legacy and the other
 //     inventory that shared ref.Legacy (Sibling) does not list it: its UID is recorded, in
 //     one ConfigMap write for all such entries, so it stays ours (Claim.Owns) if the patch
 //     fails. An object the sibling lists is contested: left as it is, and reported.
@@ -156,12 +174,24 @@ func (s *Store) Migrate(ctx context.Context, ref Ref, opts MigrateOptions) (Ref,
 		return ref, wrap(err)
 	}
 	entries := inv.Entries()
+	var vanished []object.ObjMetadata
 	if only != nil {
 		entries = slices.DeleteFunc(entries, func(e Entry) bool { return !slices.Contains(only, e.Object) })
+		for _, id := range only {
+			if !inv.Has(id) {
+				vanished = append(vanished, id)
+			}
+		}
 	}
-	pending, err := s.reownAll(ctx, ref, claim, entries, opts)
+	pending, err := s.reownAll(ctx, ref, claim, entries, unrecordedOf(cm), opts)
 	if err != nil {
 		return ref, wrap(err)
+	}
+	for _, id := range vanished {
+		if err := s.vanished(ctx, ref, claim, id); err != nil {
+			pending.Objects = append(pending.Objects, id)
+			pending.Errs = append(pending.Errs, err)
+		}
 	}
 	if len(pending.Objects) > 0 {
 		return ref, pending
@@ -196,6 +226,21 @@ func (s *Store) relabel(ctx context.Context, ref Ref, cm *corev1.ConfigMap) (*co
 			cm.Annotations = map[string]string{}
 		}
 		cm.Annotations[MigratingAnnotation] = ref.Legacy
+		delete(cm.Annotations, UnrecordedAnnotation)
+		var keys []string
+		for key, uid := range cm.Data {
+			if uid == "" && len(keys) < maxUnrecorded {
+				keys = append(keys, key)
+			}
+		}
+		if len(keys) > 0 {
+			slices.Sort(keys)
+			b, err := json.Marshal(keys)
+			if err != nil {
+				return err
+			}
+			cm.Annotations[UnrecordedAnnotation] = string(b)
+		}
 		return s.c.Update(ctx, cm) // carries the resourceVersion read
 	})
 	if err != nil {
@@ -213,6 +258,7 @@ func (s *Store) finish(ctx context.Context, ref Ref) error {
 			return err
 		}
 		delete(cm.Annotations, MigratingAnnotation)
+		delete(cm.Annotations, UnrecordedAnnotation)
 		return s.c.Update(ctx, cm)
 	})
 	if err != nil {
@@ -227,7 +273,7 @@ func (s *Store) finish(ctx context.Context, ref Ref) error {
 // Claim.Owns if its patch fails. pending lists the objects that still carry the legacy ID
 // and are ours or contested; err is a crash point's error or a failed record, which stops
 // it.
-func (s *Store) reownAll(ctx context.Context, ref Ref, claim Claim, entries []Entry, opts MigrateOptions) (*PendingError, error) {
+func (s *Store) reownAll(ctx context.Context, ref Ref, claim Claim, entries []Entry, unrecorded map[object.ObjMetadata]bool, opts MigrateOptions) (*PendingError, error) {
 	outs := make([]reowned, len(entries))
 	var n atomic.Int64
 	var abort atomic.Pointer[error]
@@ -238,7 +284,7 @@ func (s *Store) reownAll(ctx context.Context, ref Ref, claim Claim, entries []En
 			if abort.Load() != nil {
 				return nil
 			}
-			outs[i] = s.reown(ctx, ref, claim, e, opts)
+			outs[i] = s.reown(ctx, ref, claim, e, unrecorded[e.Object], opts)
 			if outs[i].done && opts.Hooks.AfterReown != nil {
 				j := int(n.Add(1))
 				if err := opts.Hooks.AfterReown(j, e.Object.String()); err != nil {
@@ -308,7 +354,7 @@ func (s *Store) recordUIDs(ctx context.Context, ref Ref, entries []Entry, outs [
 // for recordUIDs. An object the sibling lists is contested and left as it is (a
 // ContestedError). An object gone, re-annotated, replaced or taken over meanwhile is
 // settled: not ours to take (or already done).
-func (s *Store) reown(ctx context.Context, ref Ref, claim Claim, e Entry, opts MigrateOptions) reowned {
+func (s *Store) reown(ctx context.Context, ref Ref, claim Claim, e Entry, legacyUnrecorded bool, opts MigrateOptions) reowned {
 	mapping, err := s.c.RESTMapper().RESTMapping(e.Object.GroupKind)
 	if meta.IsNoMatchError(err) {
 		return reowned{} // its kind is gone, and so is the object
@@ -316,15 +362,7 @@ func (s *Store) reown(ctx context.Context, ref Ref, claim Claim, e Entry, opts M
 	if err != nil {
 		return reowned{err: fmt.Errorf("%s: %w", e.Object, err)}
 	}
-	read := func() (*metav1.PartialObjectMetadata, error) {
-		obj := &metav1.PartialObjectMetadata{}
-		obj.SetGroupVersionKind(mapping.GroupVersionKind)
-		err := s.c.Get(ctx, client.ObjectKey{Namespace: e.Object.Namespace, Name: e.Object.Name}, obj)
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return obj, err
-	}
+	read := func() (*metav1.PartialObjectMetadata, error) { return s.readMeta(ctx, e.Object, mapping) }
 	var fill types.UID
 	// legacyOwned says whether obj is still ours under the legacy ID, or why it cannot be
 	// settled either way (contested, or no UID to go by and no sibling to check).
@@ -336,6 +374,10 @@ func (s *Store) reown(ctx context.Context, ref Ref, claim Claim, e Entry, opts M
 		case claim.Sibling.Lists(e.Object):
 			return false, &ContestedError{Object: e.Object, Legacy: claim.MigratingFrom,
 				ConfigMap: ref.String(), Sibling: claim.Sibling}
+		case e.UID == "" && !legacyUnrecorded:
+			// Written ahead under the new ID (UnrecordedAnnotation does not list it): the
+			// legacy inventory never recorded the object, which needs adoption.
+			return false, nil
 		case e.UID == "" && !claim.Sibling.Known:
 			return false, fmt.Errorf("%s carries %s=%s and this inventory recorded it without UID; the other inventory of that ID cannot be named, so it is not taken over: set the annotation to this inventory's ID by hand (%s=%s)",
 				describeObject(e.Object), OwnerAnnotation, claim.MigratingFrom, OwnerAnnotation, claim.ID)
@@ -380,6 +422,61 @@ func (s *Store) reown(ctx context.Context, ref Ref, claim Claim, e Entry, opts M
 		}
 	}
 	return reowned{uid: fill, err: fmt.Errorf("%s: owner annotation: %w", e.Object, perr)}
+}
+
+// readMeta reads the metadata of id's object; nil when it does not exist.
+func (s *Store) readMeta(ctx context.Context, id object.ObjMetadata, mapping *meta.RESTMapping) (*metav1.PartialObjectMetadata, error) {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(mapping.GroupVersionKind)
+	err := s.c.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, obj)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return obj, err
+}
+
+// vanished checks an object an earlier Migrate left pending (MigrateOptions.Only) that the
+// ConfigMap no longer lists: settled only once it no longer carries the legacy ID (gone, or
+// taken by its owner, e.g. the other inventory of the legacy ID after a person removed it
+// from this one). Until then the migration stays marked, so the legacy ID keeps meaning
+// something to this inventory and its status says why.
+func (s *Store) vanished(ctx context.Context, ref Ref, claim Claim, id object.ObjMetadata) error {
+	mapping, err := s.c.RESTMapper().RESTMapping(id.GroupKind)
+	if meta.IsNoMatchError(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", id, err)
+	}
+	obj, err := s.readMeta(ctx, id, mapping)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: read: %w", id, err)
+	case obj == nil || obj.GetAnnotations()[OwnerAnnotation] != claim.MigratingFrom:
+		return nil
+	}
+	who := "its owner"
+	if claim.Sibling.ConfigMap != "" {
+		who = "its owner (the other inventory of that ID, ConfigMap " + claim.Sibling.ConfigMap + ", once it lists it)"
+	}
+	return fmt.Errorf("%s carries %s=%s and inventory %s no longer lists it: the migration waits for %s to take it over, or for a person to set the annotation",
+		describeObject(id), OwnerAnnotation, claim.MigratingFrom, ref, who)
+}
+
+// unrecordedOf is the set UnrecordedAnnotation of cm lists (empty when absent or unreadable:
+// then no entry without UID is taken over on the legacy ID's word).
+func unrecordedOf(cm *corev1.ConfigMap) map[object.ObjMetadata]bool {
+	var keys []string
+	if err := json.Unmarshal([]byte(cm.Annotations[UnrecordedAnnotation]), &keys); err != nil {
+		return nil
+	}
+	out := make(map[object.ObjMetadata]bool, len(keys))
+	for _, k := range keys {
+		if id, err := object.ParseObjMetadata(k); err == nil {
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // callHook runs a test crash point.
