@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/converge-dev/converge/cmd/converge/internal/installer"
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -21,7 +22,7 @@ import (
 
 func renderedBase(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := renderBase(context.Background(), "")
+	objs, err := installer.RenderBase(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,8 +174,8 @@ func TestBaseDeploymentIsHardened(t *testing.T) {
 		t.Error("requests and limits must be set")
 	case c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz":
 		t.Error("liveness /healthz and readiness /readyz probes are required")
-	case c.Image != baseImage+":latest":
-		t.Errorf("image %s, want the placeholder %s:latest", c.Image, baseImage)
+	case c.Image != installer.BaseImage+":latest":
+		t.Errorf("image %s, want the placeholder %s:latest", c.Image, installer.BaseImage)
 	}
 	for _, arg := range []string{"run", "--install-crd=false", "--leader-elect=true", "--leader-election-namespace=converge-system",
 		"--health-addr=:8081", "--metrics-addr=:8080", "--git-cache-dir=/tmp/converge-cache"} {
@@ -204,7 +205,7 @@ func TestSetImage(t *testing.T) {
 		{"space", "bad image", "", "want an image reference"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs, err := renderBase(context.Background(), tc.image)
+			objs, err := installer.RenderBase(context.Background(), tc.image)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want %q", err, tc.err)
@@ -228,13 +229,13 @@ func TestImageName(t *testing.T) {
 		"localhost:5000/converge":                   "localhost:5000/converge",
 		"converge":                                  "converge",
 	} {
-		if got := imageName(ref); got != want {
+		if got := installer.ImageName(ref); got != want {
 			t.Errorf("imageName(%q) = %q, want %q", ref, got, want)
 		}
 	}
 }
 
-// TestUninstallRefusesWithoutYes: without --yes and without a terminal to ask on, uninstall
+// TestUninstallRefusesWithoutYes: without --yes and without a terminal to ask on, installer.Uninstall
 // prints the warning, removes nothing (it does not even connect), and exits 2 saying why.
 func TestUninstallRefusesWithoutYes(t *testing.T) {
 	cmd := newRootCommand()

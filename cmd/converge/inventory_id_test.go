@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/cmd/converge/daemon"
+	"github.com/converge-dev/converge/cmd/converge/internal/installer"
 	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
 	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/e2e/cluster"
@@ -28,19 +29,19 @@ import (
 // naming the same namespace/name get three inventory IDs. Before, all three were
 // <namespace>_<name>.
 func TestInventoryRefsDistinct(t *testing.T) {
-	sync := daemon.InventoryRef(&v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: installNamespace, Name: installName}})
-	f := applyFlags{inventory: installNamespace + "/" + installName}
+	sync := daemon.InventoryRef(&v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: installer.Namespace, Name: installer.Name}})
+	f := applyFlags{inventory: installer.Namespace + "/" + installer.Name}
 	cli, err := f.inventoryRef()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids := map[string]string{}
-	for owner, ref := range map[string]inventory.Ref{"Sync": sync, "converge apply": cli, "converge install": installRef} {
+	for owner, ref := range map[string]inventory.Ref{"Sync": sync, "converge apply": cli, "converge install": installer.Ref} {
 		if other, ok := ids[ref.ID]; ok {
 			t.Errorf("%s and %s share the inventory ID %q", owner, other, ref.ID)
 		}
 		ids[ref.ID] = owner
-		if ref.Legacy != installNamespace+"_"+installName {
+		if ref.Legacy != installer.Namespace+"_"+installer.Name {
 			t.Errorf("%s: legacy ID %q, want the ID of earlier versions", owner, ref.Legacy)
 		}
 	}
