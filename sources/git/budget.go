@@ -73,12 +73,6 @@ func (c budgetReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// budgetBody is an HTTP answer's body counted against a fetch's budget.
-type budgetBody struct {
-	io.Reader
-	io.Closer
-}
-
 // budgetConn is an SSH connection counted against a fetch's budget.
 type budgetConn struct {
 	net.Conn

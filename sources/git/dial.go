@@ -183,31 +183,37 @@ type policyTransport struct {
 }
 
 func (t *policyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	p := dialPolicyFrom(req.Context())
 	rt := t.strict
-	if dialPolicyFrom(req.Context()).allowLocal {
+	if p.allowLocal {
 		rt = t.local
 	}
 	resp, err := rt.RoundTrip(req)
-	p := dialPolicyFrom(req.Context())
-	if err == nil && p.budget != nil {
-		resp.Body = budgetBody{budgetReader{resp.Body, p.budget}, resp.Body}
+	if err != nil {
+		return resp, err
 	}
-	if err == nil && p.advertisement != nil && strings.HasSuffix(req.URL.Path, "/info/refs") {
-		resp.Body = budgetBody{budgetReader{resp.Body, p.advertisement}, resp.Body}
+	// Each bound reads through the one before; closing the outermost closes the answer.
+	bound := func(r io.Reader) { resp.Body = readCloser{r, resp.Body} }
+	if p.budget != nil {
+		bound(budgetReader{resp.Body, p.budget})
 	}
-	if err == nil && resp.StatusCode >= http.StatusBadRequest {
+	if p.advertisement != nil && strings.HasSuffix(req.URL.Path, "/info/refs") {
+		bound(budgetReader{resp.Body, p.advertisement})
+	}
+	if resp.StatusCode >= http.StatusBadRequest {
 		// go-git reads an error answer's whole body into its error message (the Sync's
 		// status): a server must not fill the daemon's memory, or a status, that way.
-		resp.Body = limitedBody{io.LimitReader(resp.Body, maxErrorBody), resp.Body}
+		bound(io.LimitReader(resp.Body, maxErrorBody))
 	}
-	return resp, err
+	return resp, nil
 }
 
 // maxErrorBody bounds what is read of an HTTP error answer: far more than a git server's
 // message ("Repository not found").
 const maxErrorBody = 4 << 10
 
-type limitedBody struct {
+// readCloser is an HTTP answer's body read through a bound, closed as the answer.
+type readCloser struct {
 	io.Reader
 	io.Closer
 }
