@@ -29,10 +29,7 @@ import (
 // still annotated is still inventoried), and a retry skips the objects already released.
 func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts DeleteOptions) (*Result, error) {
 	res := &Result{}
-	if err := validateRef(ref); err != nil {
-		return res, err
-	}
-	inv, claim, err := e.load(ctx, ref, opts.Recover)
+	inv, claim, err := e.loadValid(ctx, ref, opts.Recover)
 	if err != nil {
 		return res, err
 	}

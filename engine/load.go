@@ -26,3 +26,12 @@ func (e *Engine) load(ctx context.Context, ref inventory.Ref, recover *inventory
 	}
 	return recover.Clone(), claim, nil
 }
+
+// loadValid is load for Delete and Abandon, which always work on a named inventory: ref is
+// validated first.
+func (e *Engine) loadValid(ctx context.Context, ref inventory.Ref, recover *inventory.Inventory) (*inventory.Inventory, inventory.Claim, error) {
+	if err := validateRef(ref); err != nil {
+		return nil, inventory.Claim{}, err
+	}
+	return e.load(ctx, ref, recover)
+}

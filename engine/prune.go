@@ -48,10 +48,7 @@ func DefaultDeleteOptions() DeleteOptions {
 // Delete succeeds (a terminating namespace refuses a new ConfigMap anyway).
 func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptions) (*Result, error) {
 	res := &Result{}
-	if err := validateRef(ref); err != nil {
-		return res, err
-	}
-	inv, claim, err := e.load(ctx, ref, opts.Recover)
+	inv, claim, err := e.loadValid(ctx, ref, opts.Recover)
 	if err != nil {
 		return res, err
 	}
