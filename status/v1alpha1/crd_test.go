@@ -133,6 +133,21 @@ func TestSchemaRejects(t *testing.T) {
 		{"healthCheckExpr without apiVersion", func(u *unstructured.Unstructured) {
 			set(t, u, []any{map[string]any{"kind": "Widget", "current": "true"}}, "spec", "healthCheckExprs")
 		}, "spec.healthCheckExprs[0].apiVersion"},
+		{"dependsOn without name", func(u *unstructured.Unstructured) {
+			set(t, u, []any{map[string]any{"namespace": "infra"}}, "spec", "dependsOn")
+		}, "spec.dependsOn[0].name"},
+		{"substitute variable starting with a digit", func(u *unstructured.Unstructured) {
+			set(t, u, map[string]any{"1st": "x"}, "spec", "postBuild", "substitute")
+		}, "spec.postBuild.substitute"},
+		{"substitute variable with a dash", func(u *unstructured.Unstructured) {
+			set(t, u, map[string]any{"cluster-name": "x"}, "spec", "postBuild", "substitute")
+		}, "spec.postBuild.substitute"},
+		{"substituteFrom of another kind", func(u *unstructured.Unstructured) {
+			set(t, u, []any{map[string]any{"kind": "Pod", "name": "vars"}}, "spec", "postBuild", "substituteFrom")
+		}, "spec.postBuild.substituteFrom[0].kind"},
+		{"decryption of another provider", func(u *unstructured.Unstructured) {
+			set(t, u, map[string]any{"provider": "vault"}, "spec", "decryption")
+		}, "spec.decryption.provider"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -191,6 +206,13 @@ func TestSchemaAccepts(t *testing.T) {
 			"inProgress": "status.phase == 'Pending'",
 			"failed":     "status.conditions.exists(c, c.type == 'Synced' && c.status == 'False')",
 		}},
+		"dependsOn": []any{map[string]any{"name": "infra"}, map[string]any{"name": "crds", "namespace": "platform"}},
+		"postBuild": map[string]any{
+			"substitute":     map[string]any{"cluster_name": "prod", "_REGION2": "eu"},
+			"substituteFrom": []any{map[string]any{"kind": "ConfigMap", "name": "vars"}, map[string]any{"kind": "Secret", "name": "creds", "optional": true}},
+			"strict":         true,
+		},
+		"decryption": map[string]any{"provider": "sops", "secretRef": map[string]any{"name": "sops-age"}},
 	}, "spec")
 	edge := minimal(ns, "edge")
 	set(t, edge, "", "spec", "path")

@@ -164,6 +164,83 @@ type SyncSpec struct {
 	// Kustomization spec.healthCheckExprs: the same fields and expressions.
 	// +optional
 	HealthCheckExprs []HealthCheckExpr `json:"healthCheckExprs,omitempty"`
+	// DependsOn lists Syncs that must be Ready for their current generation before this one
+	// is applied (reason DependencyNotReady until then); a Sync being deleted waits for the
+	// Syncs that depend on it. As Flux's Kustomization spec.dependsOn.
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	DependsOn []DependencyReference `json:"dependsOn,omitempty"`
+	// PostBuild substitutes variables in the rendered objects before they are applied. As
+	// Flux's Kustomization spec.postBuild.
+	// +optional
+	PostBuild *PostBuild `json:"postBuild,omitempty"`
+	// Decryption decrypts SOPS-encrypted Secrets of the source in memory before they are
+	// applied. As Flux's Kustomization spec.decryption.
+	// +optional
+	Decryption *Decryption `json:"decryption,omitempty"`
+}
+
+// DependencyReference names a Sync this one depends on.
+type DependencyReference struct {
+	// Name of the Sync.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+	// Namespace of the Sync; empty means this Sync's namespace.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// PostBuild is the variable substitution run on the rendered objects, as Flux's: ${var},
+// ${var:=default} and ${var:-default} are replaced in every object but those annotated
+// kustomize.toolkit.fluxcd.io/substitute: disabled or converge.dev/substitute: disabled.
+type PostBuild struct {
+	// Substitute holds variables and their values; it wins over SubstituteFrom. Names are
+	// letters, digits and underscores, not starting with a digit.
+	// +kubebuilder:validation:MaxProperties=1024
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[_a-zA-Z][_a-zA-Z0-9]*$'))",message="variable names are letters, digits and _, not starting with a digit"
+	// +optional
+	Substitute map[string]string `json:"substitute,omitempty"`
+	// SubstituteFrom reads variables from ConfigMaps and Secrets in the Sync's namespace (as
+	// the Sync's identity), each key a variable; a later entry wins over an earlier one.
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	SubstituteFrom []SubstituteReference `json:"substituteFrom,omitempty"`
+	// Strict makes a variable without a value and without a default an error naming the
+	// object and the variable (nothing is applied); otherwise it is replaced by "".
+	// +optional
+	Strict bool `json:"strict,omitempty"`
+}
+
+// SubstituteReference names a ConfigMap or Secret whose keys are substitution variables.
+type SubstituteReference struct {
+	// Kind is ConfigMap or Secret.
+	// +kubebuilder:validation:Enum=ConfigMap;Secret
+	// +required
+	Kind string `json:"kind"`
+	// Name of the ConfigMap or Secret, in the Sync's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+	// Optional lets the reconcile go on when the object does not exist (a missing required
+	// one fails the reconcile, nothing applied).
+	// +optional
+	Optional bool `json:"optional,omitempty"`
+}
+
+// Decryption says how to decrypt the source's encrypted Secrets.
+type Decryption struct {
+	// Provider is the decryption format; only sops.
+	// +kubebuilder:validation:Enum=sops
+	// +required
+	Provider string `json:"provider"`
+	// SecretRef names a Secret in the Sync's namespace holding the private keys (for age,
+	// keys ending in .agekey), read as the Sync's identity.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 }
 
 // HealthCheck names an object to wait for, as Flux's NamespacedObjectKindReference.
