@@ -27,6 +27,7 @@ const (
 // applyFlags are the flags of "converge apply" besides the source flags.
 type applyFlags struct {
 	src         sourceFlags
+	health      healthFlags
 	dryRun      bool
 	diff        bool
 	prune       bool
@@ -68,6 +69,11 @@ Fields are applied as the server-side apply field manager --field-manager ("conv
 daemon). Another name keeps a CI job's ownership apart from the daemon's; changing it between
 runs of one set hands the fields over to the new name, as kubectl apply --field-manager does.
 
+--wait waits for every applied object to be Current (kstatus). --health-check and
+--health-check-exprs wait as a Sync's spec.healthChecks and spec.healthCheckExprs do: more
+objects to wait for (with or without --wait), and CEL rules that judge a kind's readiness
+instead of kstatus; an expression that does not compile fails before anything is applied.
+
 On a terminal, stderr shows how far a long run has come ("applying 120/1000", "pruning 3/10",
 "waiting for readiness 40/100") on one line that is erased before the report. Nothing is drawn
 when stderr is not a terminal (CI logs, pipes) or with -o json|yaml.
@@ -88,6 +94,7 @@ Exit codes: 0 nothing to change (dry-run) or applied cleanly; 1 changes found (d
 		},
 	}
 	f.src.addFlags(cmd)
+	f.health.addFlags(cmd)
 	fl := cmd.Flags()
 	fl.BoolVar(&f.dryRun, "dry-run", false, "server-side dry-run: show what would change, write nothing")
 	fl.BoolVar(&f.diff, "diff", false, "print a unified diff of every changed object")
@@ -115,6 +122,10 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	if err != nil {
 		return fail(err)
 	}
+	checks, exprs, err := f.health.options(ns)
+	if err != nil {
+		return fail(err)
+	}
 	bundle, err := f.src.load(cmd.Context(), args)
 	if err != nil {
 		return fail(err)
@@ -134,7 +145,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	opts.DryRun, opts.Diff, opts.Prune, opts.Wait, opts.Timeout = f.dryRun, f.diff, f.prune, f.wait, f.timeout
 	opts.Force, opts.ForceConflicts, opts.AllowEmpty, opts.PruneBudget = f.force, f.forceConfl, f.allowEmpty, f.pruneBudget
 	opts.DefaultNamespace, opts.FieldManager = ns, f.fieldMgr
-	opts.Adopt = f.adopt
+	opts.Adopt, opts.HealthChecks, opts.HealthExprs = f.adopt, checks, exprs
 	line := newProgressLine(cmd.ErrOrStderr(), showProgress(cmd.ErrOrStderr(), f.output))
 	if line != nil {
 		opts.Progress = line.update
