@@ -53,12 +53,12 @@ func runDaemonBench(ctx context.Context, f flags) error {
 	if f.runs < 1 || f.tenants < 1 || f.concurrent < 1 || f.interval <= 0 {
 		return fmt.Errorf("need -runs ≥ 1, -syncs ≥ 1, -concurrent ≥ 1 and -interval > 0")
 	}
-	work, err := generateDaemon(f.objects, f.tenants)
+	work, err := generateDaemon(f.objects, f.tenants, f.parity)
 	if err != nil {
 		return err
 	}
 	rep := &DaemonReport{Objects: f.objects, Tenants: f.tenants, Runs: f.runs, Profile: string(cluster.API),
-		Concurrent: f.concurrent, IntervalSeconds: f.interval.Seconds(), SettleSeconds: f.settle.Seconds(), Machine: machine()}
+		Concurrent: f.concurrent, Parity: f.parity, IntervalSeconds: f.interval.Seconds(), SettleSeconds: f.settle.Seconds(), Machine: machine()}
 	tmp, err := os.MkdirTemp("", "converge-bench-daemon-")
 	if err != nil {
 		return err
@@ -158,6 +158,11 @@ func (b *daemonBench) scenarios() []daemonScenario {
 	}
 }
 
+// template is what the run's Syncs share.
+func (b *daemonBench) template() syncTemplate {
+	return syncTemplate{repoURL: b.repoURL, interval: b.f.interval, parity: b.f.parity}
+}
+
 // timeout bounds every wait of a scenario: generous, the timings are printed, not asserted.
 func (b *daemonBench) timeout() time.Duration {
 	return 2*time.Minute + time.Duration(b.f.objects)*100*time.Millisecond
@@ -249,7 +254,7 @@ func (b *daemonBench) coldStart(ctx context.Context, d *daemon, sc daemonScenari
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- sw.wait(waitCtx, b.timeout()) }()
-	if err := createSyncs(ctx, b.syncs, sc.specs, b.repoURL, b.f.interval); err != nil {
+	if err := createSyncs(ctx, b.syncs, sc.specs, b.template()); err != nil {
 		cancel()
 		<-done
 		return before, start, err
@@ -295,7 +300,7 @@ func (b *daemonBench) quiet(ctx context.Context, d *daemon, sc daemonScenario, r
 // waitBase makes sure the base Sync exists and this daemon has reconciled it successfully,
 // so that its start-up work is done before the clock starts.
 func (b *daemonBench) waitBase(ctx context.Context, d *daemon) error {
-	if err := ensureBaseSync(ctx, b.syncs, b.repoURL, b.f.interval); err != nil {
+	if err := ensureBaseSync(ctx, b.syncs, b.template()); err != nil {
 		return fmt.Errorf("base Sync: %w", err)
 	}
 	sw, err := openSyncWatch(ctx, b.syncs, []string{baseSyncName}, b.revision, time.Now())

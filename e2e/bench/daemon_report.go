@@ -16,11 +16,13 @@ type DaemonReport struct {
 	Machine Machine `json:"machine"`
 	// Objects is the whole workload (-objects); the measured Syncs hold all of it but the
 	// CRD, which the base Sync applies first.
-	Objects         int         `json:"objects"`
-	Tenants         int         `json:"tenants"`
-	Runs            int         `json:"runs"`
-	Profile         string      `json:"profile"`
-	Concurrent      int         `json:"concurrent"`
+	Objects    int    `json:"objects"`
+	Tenants    int    `json:"tenants"`
+	Runs       int    `json:"runs"`
+	Profile    string `json:"profile"`
+	Concurrent int    `json:"concurrent"`
+	// Parity: the measured Syncs depended on the base Sync and substituted variables.
+	Parity          bool        `json:"parity,omitempty"`
 	IntervalSeconds float64     `json:"intervalSeconds"`
 	SettleSeconds   float64     `json:"settleSeconds"`
 	Rows            []DaemonRow `json:"rows"`
@@ -156,6 +158,10 @@ func (r *DaemonReport) table(w io.Writer) error {
 		r.Objects, baseSyncName, r.Runs, r.Profile)
 	fmt.Fprintf(w, "converge run --concurrent %d --watch-cache --leader-elect=false; Sync interval %s, prune, no readiness wait; %d CPUs, %s, kube-apiserver %s\n",
 		r.Concurrent, time.Duration(r.IntervalSeconds*float64(time.Second)), r.Machine.CPUs, r.Machine.GoVersion, r.Machine.APIServer)
+	if r.Parity {
+		fmt.Fprintf(w, "-parity: every measured Sync depends on %s and substitutes ${%s} (spec.postBuild.substitute) and ${%s} (ConfigMap %s) in every object, strict\n",
+			baseSyncName, parityTierVar, parityRegionVar, parityConfigMap)
+	}
 	fmt.Fprintf(w, "load average: %s at start, %s at end\n\n", r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tobjects\tSyncs\tall Ready s\truns, s\tSync Ready s (first / median)\tcold-start requests\tcold start: reconciles, Σ s (fetch+render)\tpeak RSS MB\t"+

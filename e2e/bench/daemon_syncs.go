@@ -41,21 +41,46 @@ func newSyncClient(cfg *rest.Config) (client.WithWatch, error) {
 	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 }
 
-// newSync returns the Sync of s on repoURL's main branch: prune on, no readiness wait (the
-// API profile runs no controllers, so a Deployment would never become available), objects
-// deleted with the Sync.
-func newSync(s syncSpec, repoURL string, interval time.Duration) *v1alpha1.Sync {
-	return &v1alpha1.Sync{
+// syncTemplate is what every Sync of a run shares.
+type syncTemplate struct {
+	repoURL  string
+	interval time.Duration
+	// parity makes a Sync depend on the base Sync and substitute the workload's variables
+	// (parityVars, and the ConfigMap parityConfigMap), as a Flux user's Kustomization would.
+	parity bool
+}
+
+// The variables of -parity: one from spec.postBuild.substitute, one from a ConfigMap.
+const (
+	parityConfigMap = "bench-vars"
+	parityTierVar   = "bench_tier"
+	parityRegionVar = "bench_region"
+)
+
+// newSync returns the Sync of s on the template's repository, main branch: prune on, no
+// readiness wait (the API profile runs no controllers, so a Deployment would never become
+// available), objects deleted with the Sync.
+func newSync(s syncSpec, t syncTemplate) *v1alpha1.Sync {
+	sync := &v1alpha1.Sync{
 		ObjectMeta: metav1.ObjectMeta{Namespace: syncNamespace, Name: s.name},
 		Spec: v1alpha1.SyncSpec{
-			Source:         v1alpha1.Source{Git: &v1alpha1.GitSource{URL: repoURL, Ref: v1alpha1.GitRef{Branch: "main"}}},
+			Source:         v1alpha1.Source{Git: &v1alpha1.GitSource{URL: t.repoURL, Ref: v1alpha1.GitRef{Branch: "main"}}},
 			Path:           s.path,
-			Interval:       metav1.Duration{Duration: interval},
+			Interval:       metav1.Duration{Duration: t.interval},
 			Prune:          true,
 			Wait:           false,
 			DeletionPolicy: v1alpha1.DeletionPolicyDelete,
 		},
 	}
+	if t.parity && s.name != baseSyncName {
+		sync.Spec.DependsOn = []v1alpha1.DependencyReference{{Name: baseSyncName}}
+		sync.Spec.PostBuild = &v1alpha1.PostBuild{
+			Substitute:     map[string]string{parityTierVar: "gold"},
+			SubstituteFrom: []v1alpha1.SubstituteReference{{Kind: "ConfigMap", Name: parityConfigMap}},
+			Strict:         true,
+		}
+	}
+	return sync
 }
 
 // syncReady reports whether s is Ready at revision for its current generation.
@@ -190,12 +215,12 @@ func (sw *syncWatch) readySeconds() []float64 {
 const createParallelism = 8
 
 // createSyncs creates the Syncs, createParallelism at a time.
-func createSyncs(ctx context.Context, c client.Client, specs []syncSpec, repoURL string, interval time.Duration) error {
+func createSyncs(ctx context.Context, c client.Client, specs []syncSpec, t syncTemplate) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(createParallelism)
 	for _, s := range specs {
 		g.Go(func() error {
-			if err := c.Create(ctx, newSync(s, repoURL, interval)); err != nil {
+			if err := c.Create(ctx, newSync(s, t)); err != nil {
 				return fmt.Errorf("create Sync %s: %w", s.name, err)
 			}
 			return nil
@@ -238,8 +263,15 @@ func deleteSyncs(ctx context.Context, c client.Client, specs []syncSpec, timeout
 }
 
 // ensureBaseSync creates the base Sync unless it exists.
-func ensureBaseSync(ctx context.Context, c client.Client, repoURL string, interval time.Duration) error {
-	err := c.Create(ctx, newSync(syncSpec{name: baseSyncName, path: baseFolder}, repoURL, interval))
+func ensureBaseSync(ctx context.Context, c client.Client, t syncTemplate) error {
+	if t.parity {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: syncNamespace, Name: parityConfigMap},
+			Data: map[string]string{parityRegionVar: "eu-west"}}
+		if err := c.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	err := c.Create(ctx, newSync(syncSpec{name: baseSyncName, path: baseFolder}, t))
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}

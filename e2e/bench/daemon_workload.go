@@ -47,7 +47,10 @@ func minDaemonObjects(tenants int) int { return 1 + 2*tenants }
 // (leaf), split into tenants contiguous blocks whose sizes differ by at most one. A
 // contiguous block of the leaf sequence carries the kind mix of the whole (kindPattern
 // repeats every 10 leaves), which a split by leaf index modulo tenants would not.
-func generateDaemon(n, tenants int) (daemonWorkload, error) {
+//
+// With parity every leaf carries an annotation whose value names the -parity variables, so
+// that substitution has work in every object.
+func generateDaemon(n, tenants int, parity bool) (daemonWorkload, error) {
 	if tenants < 1 || n < minDaemonObjects(tenants) {
 		return daemonWorkload{}, fmt.Errorf("%d objects for %d Syncs: need at least %d (the CRD, a Namespace and a leaf per Sync)",
 			n, tenants, minDaemonObjects(tenants))
@@ -62,6 +65,9 @@ func generateDaemon(n, tenants int) (daemonWorkload, error) {
 		for i := from; i < to; i++ {
 			u := leaf(i)
 			u.SetNamespace(ns)
+			if parity {
+				u.SetAnnotations(map[string]string{"bench.converge.dev/placement": "${" + parityTierVar + "}-${" + parityRegionVar + "}"})
+			}
 			objs = append(objs, u)
 		}
 		w.Tenants[t] = objs

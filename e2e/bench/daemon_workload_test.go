@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -23,7 +24,7 @@ func TestGenerateDaemonSplit(t *testing.T) {
 		{name: "one Sync", n: 50, tenants: 1, wantSizes: map[int]int{49: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w, err := generateDaemon(tc.n, tc.tenants)
+			w, err := generateDaemon(tc.n, tc.tenants, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,7 +62,7 @@ func TestGenerateDaemonSplit(t *testing.T) {
 }
 
 func TestGenerateDaemonKindMix(t *testing.T) {
-	w, err := generateDaemon(10000, 100)
+	w, err := generateDaemon(10000, 100, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,14 +81,14 @@ func TestGenerateDaemonKindMix(t *testing.T) {
 }
 
 func TestGenerateDaemonTooSmall(t *testing.T) {
-	if _, err := generateDaemon(200, 100); err == nil {
-		t.Error("generateDaemon(200, 100) succeeded; every Sync needs a Namespace and a leaf")
+	if _, err := generateDaemon(200, 100, false); err == nil {
+		t.Error("generateDaemon(200, 100, false) succeeded; every Sync needs a Namespace and a leaf")
 	}
 }
 
 func TestDaemonWorkloadFolders(t *testing.T) {
 	const n, tenants = 400, 12
-	w, err := generateDaemon(n, tenants)
+	w, err := generateDaemon(n, tenants, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +129,23 @@ func TestDaemonWorkloadFolders(t *testing.T) {
 	}
 	if got, want := w.tenantPath(tenants-1), fmt.Sprintf("%s/s%02d", syncsFolder, tenants-1); got != want {
 		t.Errorf("tenantPath = %q, want %q", got, want)
+	}
+}
+
+// TestGenerateDaemonParity: with -parity every leaf names both variables (so substitution
+// has work in every object) and a Namespace names none.
+func TestGenerateDaemonParity(t *testing.T) {
+	w, err := generateDaemon(400, 4, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, objs := range w.Tenants {
+		for i, u := range objs {
+			v := u.GetAnnotations()["bench.converge.dev/placement"]
+			leafHas := strings.Contains(v, "${"+parityTierVar+"}") && strings.Contains(v, "${"+parityRegionVar+"}")
+			if (i > 0) != leafHas {
+				t.Errorf("%s %s: placement %q", u.GetKind(), u.GetName(), v)
+			}
+		}
 	}
 }

@@ -58,6 +58,7 @@ type flags struct {
 	tenants    int
 	concurrent int
 	interval   time.Duration
+	parity     bool
 }
 
 // parseFlags reads the command line.
@@ -80,6 +81,7 @@ func parseFlags() flags {
 	flag.DurationVar(&f.steady, "steady", 35*time.Second, "wait this long after the last cold apply before the other operations (a watch cache's relist back-off after the CRD was recreated)")
 	flag.BoolVar(&f.daemon, "daemon", false, "measure the daemon instead of the engines: one Sync of the workload, then -syncs Syncs sharing it (docs/benchmarks.md)")
 	flag.IntVar(&f.tenants, "syncs", 100, "with -daemon: the number of Syncs the workload is split into")
+	flag.BoolVar(&f.parity, "parity", false, "with -daemon: every measured Sync depends on the base Sync and substitutes two variables (spec.postBuild: substitute and a ConfigMap) found in every object")
 	flag.IntVar(&f.concurrent, "concurrent", 4, "with -daemon: the daemon's --concurrent (Syncs reconciled in parallel)")
 	flag.DurationVar(&f.interval, "interval", 20*time.Second, "with -daemon: the Syncs' spec.interval, also the length of each quiet interval counted after Ready")
 	flag.Parse()
