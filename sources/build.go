@@ -12,6 +12,8 @@ import (
 
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
+	"sigs.k8s.io/kustomize/api/resource"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
@@ -61,6 +63,10 @@ type buildInput struct {
 	file   string // the kustomization, for messages
 	rel    string
 	limits Limits
+	// disk: fsys is the disk (remote bases allowed), not a private in-memory copy.
+	disk bool
+	// chunkObjects sizes the chunks of a chunked build (chunked.go); 0 never chunks.
+	chunkObjects int
 }
 
 // prepare readies a build of u. Without remote bases the build reads an in-memory copy of
@@ -68,8 +74,9 @@ type buildInput struct {
 // that would be fetched is refused first (see refuseRemote).
 func prepare(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) (*buildInput, error) {
 	in := &buildInput{fsys: filesys.MakeFsOnDisk(), dir: filepath.Join(root, filepath.FromSlash(u.rel)),
-		file: path.Join(u.rel, u.kustomization), rel: u.rel, limits: b.limits}
+		file: path.Join(u.rel, u.kustomization), rel: u.rel, limits: b.limits, chunkObjects: chunkObjects}
 	if opts.AllowRemoteBases {
+		in.disk = true
 		return in, nil
 	}
 	fsys, err := memoryCopy(ctx, root, in.file, b)
@@ -83,7 +90,8 @@ func prepare(ctx context.Context, root string, u unit, opts RenderOptions, b *bu
 	return in, nil
 }
 
-// run builds with krusty (no plugins, no Helm, root-only loads), recovering a panic.
+// run builds with krusty (no plugins, no Helm, root-only loads), recovering a panic: in
+// chunks when the kustomization allows it (chunked.go), else whole.
 func (in *buildInput) run(ctx context.Context) (resources [][]byte, err error) {
 	fail := func(err error) error { return &InputError{File: in.file, Err: err} }
 	defer func() {
@@ -91,6 +99,37 @@ func (in *buildInput) run(ctx context.Context) (resources [][]byte, err error) {
 			resources, err = nil, fail(fmt.Errorf("kustomize build panicked: %v", r))
 		}
 	}()
+	var out []*resource.Resource
+	chunked := false
+	if kust, file, chunks := in.chunkPlan(); chunks != nil {
+		if out, chunked, err = in.runChunked(kust, file, chunks); err != nil {
+			return nil, err
+		}
+	}
+	if !chunked {
+		m, err := in.krusty()
+		if err != nil {
+			return nil, err
+		}
+		out = m.Resources()
+	}
+	if n := len(out); n > in.limits.MaxObjects {
+		return nil, tooManyObjects(in.file, n, in.limits.MaxObjects)
+	}
+	var errs []error
+	for _, r := range out {
+		js, err := r.MarshalJSON()
+		if err != nil {
+			errs = append(errs, fail(fmt.Errorf("kustomize output: %w", err)))
+			continue
+		}
+		resources = append(resources, js)
+	}
+	return resources, errors.Join(errs...)
+}
+
+// krusty runs one kustomize build of in.dir.
+func (in *buildInput) krusty() (resmap.ResMap, error) {
 	ko := krusty.MakeDefaultOptions() // no plugins, no Helm, input order kept
 	ko.LoadRestrictions = types.LoadRestrictionsRootOnly
 	m, err := krusty.MakeKustomizer(ko).Run(in.fsys, in.dir)
@@ -104,21 +143,9 @@ func (in *buildInput) run(ctx context.Context) (resources [][]byte, err error) {
 		return nil, &InputError{File: where, Err: fmt.Errorf("%s: %w: refusing to fetch %q (set AllowRemoteBases to load it)", field, ErrRemoteBase, urls[0])}
 	}
 	if err != nil {
-		return nil, fail(fmt.Errorf("kustomize build: %w", err))
+		return nil, &InputError{File: in.file, Err: fmt.Errorf("kustomize build: %w", err)}
 	}
-	if n := m.Size(); n > in.limits.MaxObjects {
-		return nil, tooManyObjects(in.file, n, in.limits.MaxObjects)
-	}
-	var errs []error
-	for _, r := range m.Resources() {
-		js, err := r.MarshalJSON()
-		if err != nil {
-			errs = append(errs, fail(fmt.Errorf("kustomize output: %w", err)))
-			continue
-		}
-		resources = append(resources, js)
-	}
-	return resources, errors.Join(errs...)
+	return m, nil
 }
 
 // decodeResources decodes and checks the JSON resources of a kustomize build, counting

@@ -135,3 +135,5 @@ func benchmarkRenderApps(b *testing.B, apps, perApp int) {
 
 func BenchmarkRenderApps50x20(b *testing.B)  { benchmarkRenderApps(b, 50, 20) }
 func BenchmarkRenderApps200x20(b *testing.B) { benchmarkRenderApps(b, 200, 20) }
+
+func BenchmarkRenderKustomize10000(b *testing.B) { benchmarkRender(b, 10000, true) }
