@@ -107,8 +107,12 @@ image: ## build the container image (IMAGE=ghcr.io/converge-dev/converge:$(VERSI
 BENCH_RUNS ?= 3
 BENCH_FLAGS ?=
 
-bench: controlplane ## benchmark converge vs a Flux-style engine vs a parallel-SSA floor, 10,000 objects (docs/benchmarks.md)
+bench: controlplane bench-render ## benchmark converge vs a Flux-style engine vs a parallel-SSA floor, 10,000 objects (docs/benchmarks.md)
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -objects 10000 -runs $(BENCH_RUNS) $(BENCH_FLAGS)
+
+.PHONY: bench-render
+bench-render: ## kustomize render of 1,000 and 10,000 resources: krusty whole vs Converge's chunked path (minutes: krusty is quadratic)
+	go run ./e2e/bench -render -objects 10000
 
 bench-quick: controlplane ## the same benchmark at 1,000 objects, for CI (prints figures, asserts no timings)
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -objects 1000 -runs $(BENCH_RUNS) $(BENCH_FLAGS)

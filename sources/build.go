@@ -75,6 +75,9 @@ type buildInput struct {
 func prepare(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) (*buildInput, error) {
 	in := &buildInput{fsys: filesys.MakeFsOnDisk(), dir: filepath.Join(root, filepath.FromSlash(u.rel)),
 		file: path.Join(u.rel, u.kustomization), rel: u.rel, limits: b.limits, chunkObjects: chunkObjects}
+	if opts.WholeKustomize {
+		in.chunkObjects = 0
+	}
 	if opts.AllowRemoteBases {
 		in.disk = true
 		return in, nil

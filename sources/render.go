@@ -30,6 +30,9 @@ type RenderOptions struct {
 	Isolate bool
 	// Limits bound the files read and the objects rendered; zero fields mean defaults.
 	Limits Limits
+	// WholeKustomize builds every kustomization in one krusty run, never in chunks (see
+	// chunked.go): the output is the same, only slower; for comparisons.
+	WholeKustomize bool
 }
 
 // DefaultRenderOptions returns remote bases refused, in-process builds, one decoder per

@@ -59,6 +59,8 @@ type flags struct {
 	concurrent int
 	interval   time.Duration
 	parity     bool
+	// render mode (render.go): kustomize builds, krusty whole vs Converge's path.
+	render bool
 }
 
 // parseFlags reads the command line.
@@ -79,6 +81,7 @@ func parseFlags() flags {
 	flag.BoolVar(&f.finalize, "finalize", false, "internal: finalize deleted Namespaces (no namespace controller)")
 	flag.DurationVar(&f.settle, "settle", 31*time.Second, "with -daemon: wait this long after deleting the Namespaces before a cold start (the API server's 30 s live-lookup window)")
 	flag.DurationVar(&f.steady, "steady", 35*time.Second, "wait this long after the last cold apply before the other operations (a watch cache's relist back-off after the CRD was recreated)")
+	flag.BoolVar(&f.render, "render", false, "time kustomize builds of 1,000 and -objects resources, krusty whole vs Converge's path (no cluster)")
 	flag.BoolVar(&f.daemon, "daemon", false, "measure the daemon instead of the engines: one Sync of the workload, then -syncs Syncs sharing it (docs/benchmarks.md)")
 	flag.IntVar(&f.tenants, "syncs", 100, "with -daemon: the number of Syncs the workload is split into")
 	flag.BoolVar(&f.parity, "parity", false, "with -daemon: every measured Sync depends on the base Sync and substitutes two variables (spec.postBuild: substitute and a ConfigMap) found in every object")
@@ -110,6 +113,8 @@ func main() {
 		err = runChild(ctx, f)
 	case f.daemon:
 		err = runDaemonBench(ctx, f)
+	case f.render:
+		err = runRenderBench(ctx, f)
 	default:
 		err = runParent(ctx, f)
 	}
