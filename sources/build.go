@@ -104,8 +104,8 @@ func (in *buildInput) run(ctx context.Context) (resources [][]byte, err error) {
 	}()
 	var out []*resource.Resource
 	chunked := false
-	if kust, file, chunks := in.chunkPlan(); chunks != nil {
-		if out, chunked, err = in.runChunked(kust, file, chunks); err != nil {
+	if plan := in.plan(); plan != nil {
+		if out, chunked, err = in.runChunked(plan); err != nil {
 			return nil, err
 		}
 	}

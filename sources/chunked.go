@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"sigs.k8s.io/kustomize/api/resource"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -25,8 +26,10 @@ import (
 //     namespace, labels, commonLabels, commonAnnotations and images: each of those rewrites
 //     one object from its own content (namePrefix, generators, patches, replacements,
 //     components, sortOptions... fall back);
-//   - every resource is a file in the kustomization's folder or below it (a folder is a
-//     base, whose own kustomization may do anything);
+//   - every resource is a file in the kustomization's folder or below it, or a folder whose
+//     kustomization is itself of this shape (a base, anywhere in the source; the chunk's
+//     files are cut from every kustomization of the tree, so each object still passes
+//     through the transformers of its base and of every overlay above it);
 //   - no output object is of a kind whose name references kustomize resolves to a name AND
 //     a namespace taken from another object (chunkUnsafeKinds): without name changes every
 //     other reference kustomize fixes is rewritten to the name it already has;
@@ -60,64 +63,138 @@ var chunkUnsafeKinds = map[string]bool{
 	"StorageClass": true, "Node": true,
 }
 
-// chunkPlan reads the kustomization of in and returns its resource files split into
-// chunks, or nil when the kustomization is not of the shape a chunked build supports.
-func (in *buildInput) chunkPlan() (kust map[string]any, file string, chunks [][]any) {
+// chunkPlan is a chunked build of a tree of kustomizations: the one built and the bases it
+// lists, each of the supported shape.
+type chunkPlan struct {
+	kusts  []*chunkKust
+	leaves int      // resource files, in the order the whole build reads them
+	cuts   [][2]int // the chunks: ranges of leaves
+}
+
+// chunkKust is one kustomization of the tree.
+type chunkKust struct {
+	file     string         // its path in the file system
+	fields   map[string]any // its content
+	original []byte
+	entries  []chunkEntry // its resources, in order
+}
+
+// chunkEntry is one resources entry: a file (one leaf) or a base (its leaves).
+type chunkEntry struct {
+	name   any // as written
+	lo, hi int // the leaves it covers
+}
+
+// maxChunkDepth bounds how deep bases may nest for a chunked build.
+const maxChunkDepth = 16
+
+// plan reads the kustomization of in and the bases it lists, and splits their resource files
+// into chunks; nil when the tree is not of the shape a chunked build supports.
+func (in *buildInput) plan() *chunkPlan {
 	if in.chunkObjects <= 0 || in.disk {
-		return nil, "", nil
+		return nil
 	}
-	file = path.Join(in.dir, path.Base(in.file))
-	data, err := in.fsys.ReadFile(file)
-	if err != nil || yaml.Unmarshal(data, &kust) != nil || kust == nil {
-		return nil, "", nil
+	p := &chunkPlan{}
+	var weights []int
+	if !p.add(in.fsys, path.Join(in.dir, path.Base(in.file)), map[string]bool{}, &weights, 0) {
+		return nil
 	}
-	for field := range kust {
-		if !chunkFields[field] {
-			return nil, "", nil
+	p.leaves = len(weights)
+	lo, objects := 0, 0
+	for i, w := range weights {
+		if objects += w; objects >= in.chunkObjects {
+			p.cuts, lo, objects = append(p.cuts, [2]int{lo, i + 1}), i+1, 0
 		}
 	}
-	if k, ok := kust["kind"]; ok && k != "Kustomization" {
-		return nil, "", nil
+	if lo < len(weights) {
+		p.cuts = append(p.cuts, [2]int{lo, len(weights)})
 	}
-	resources, ok := kust["resources"].([]any)
+	if len(p.cuts) < 2 {
+		return nil
+	}
+	return p
+}
+
+// add reads the kustomization file and, depth first, the bases it lists, appending the
+// weight (estimated objects) of each resource file to weights; false when anything is not
+// of the supported shape. seen holds the folders on the way, so a cycle falls back.
+func (p *chunkPlan) add(fsys filesys.FileSystem, file string, seen map[string]bool, weights *[]int, depth int) bool {
+	dir := path.Dir(file)
+	if depth > maxChunkDepth || seen[dir] {
+		return false
+	}
+	seen[dir] = true
+	defer delete(seen, dir)
+	data, err := fsys.ReadFile(file)
+	var fields map[string]any
+	if err != nil || yaml.Unmarshal(data, &fields) != nil || fields == nil {
+		return false
+	}
+	for field := range fields {
+		if !chunkFields[field] {
+			return false
+		}
+	}
+	if k, ok := fields["kind"]; ok && k != "Kustomization" {
+		return false
+	}
+	resources, ok := fields["resources"].([]any)
 	if !ok {
-		return nil, "", nil
+		return false
 	}
-	var chunk []any
-	objects := 0
+	for _, other := range p.kusts {
+		if other.file == file {
+			return false // a base listed twice: the whole build refuses the duplicates
+		}
+	}
+	k := &chunkKust{file: file, fields: fields, original: data}
+	p.kusts = append(p.kusts, k)
 	for _, r := range resources {
 		name, ok := r.(string)
-		if !ok || !localFile(name) {
-			return nil, "", nil
+		if !ok || name == "" || strings.Contains(name, "://") || path.IsAbs(name) {
+			return false
 		}
-		p := path.Join(in.dir, name)
-		if in.fsys.IsDir(p) {
-			return nil, "", nil
+		target := path.Join(dir, name)
+		e := chunkEntry{name: r, lo: len(*weights)}
+		if fsys.IsDir(target) {
+			base := kustomizationOf(fsys, target)
+			if base == "" || !p.add(fsys, base, seen, weights, depth+1) {
+				return false
+			}
+		} else {
+			// Root-only loading: a file outside the kustomization's folder is refused
+			// by the whole build; let it say so.
+			content, err := fsys.ReadFile(target)
+			if err != nil || !localFile(name) {
+				return false
+			}
+			*weights = append(*weights, documents(content))
 		}
-		content, err := in.fsys.ReadFile(p)
-		if err != nil {
-			return nil, "", nil // the whole build reports it
-		}
-		chunk = append(chunk, name)
-		if objects += documents(content); objects >= in.chunkObjects {
-			chunks, chunk, objects = append(chunks, chunk), nil, 0
+		e.hi = len(*weights)
+		k.entries = append(k.entries, e)
+	}
+	return true
+}
+
+// kustomizationOf returns the kustomization file of dir, or "" unless there is exactly one.
+func kustomizationOf(fsys filesys.FileSystem, dir string) string {
+	found := ""
+	for _, name := range kustomizationFiles {
+		if p := path.Join(dir, name); fsys.Exists(p) {
+			if found != "" {
+				return ""
+			}
+			found = p
 		}
 	}
-	if len(chunk) > 0 {
-		chunks = append(chunks, chunk)
-	}
-	if len(chunks) < 2 {
-		return nil, "", nil
-	}
-	return kust, file, chunks
+	return found
 }
 
 // localFile reports whether a resources entry names a path inside the kustomization's
-// folder, not a URL.
+// folder.
 func localFile(name string) bool {
 	clean := path.Clean(name)
-	return name != "" && !strings.Contains(name, "://") && !path.IsAbs(clean) &&
-		clean != ".." && !strings.HasPrefix(clean, "../")
+	return clean != ".." && !strings.HasPrefix(clean, "../")
 }
 
 // documents estimates the YAML documents of a file, for sizing chunks only.
@@ -125,32 +202,39 @@ func documents(content []byte) int {
 	return 1 + bytes.Count(content, []byte("\n---"))
 }
 
-// runChunked builds the chunks of plan one after the other through the kustomization file,
-// restored afterwards, and returns the concatenated resources; ok is false when the whole
-// build must run instead.
-func (in *buildInput) runChunked(kust map[string]any, file string, chunks [][]any) (out []*resource.Resource, ok bool, err error) {
-	original, err := in.fsys.ReadFile(file)
-	if err != nil {
-		return nil, false, nil
-	}
+// runChunked builds the chunks one after the other, each through the tree's kustomizations
+// with their resources cut to the entries that hold the chunk's files, restores the files,
+// and returns the concatenated resources; ok is false when the whole build must run
+// instead.
+func (in *buildInput) runChunked(p *chunkPlan) (out []*resource.Resource, ok bool, err error) {
 	defer func() {
-		if werr := in.fsys.WriteFile(file, original); werr != nil && err == nil {
-			err = fmt.Errorf("%s: restore after a chunked build: %w", in.file, werr)
+		for _, k := range p.kusts {
+			if werr := in.fsys.WriteFile(k.file, k.original); werr != nil && err == nil {
+				err = fmt.Errorf("%s: restore after a chunked build: %w", in.file, werr)
+			}
 		}
 	}()
 	seen := map[string]bool{}
-	chunk := make(map[string]any, len(kust))
-	for k, v := range kust {
-		chunk[k] = v
-	}
-	for _, resources := range chunks {
-		chunk["resources"] = resources
-		data, err := yaml.Marshal(chunk)
-		if err != nil {
-			return nil, false, nil
-		}
-		if err := in.fsys.WriteFile(file, data); err != nil {
-			return nil, false, nil
+	for _, cut := range p.cuts {
+		for _, k := range p.kusts {
+			var resources []any
+			for _, e := range k.entries {
+				if e.lo < cut[1] && e.hi > cut[0] {
+					resources = append(resources, e.name)
+				}
+			}
+			fields := make(map[string]any, len(k.fields))
+			for f, v := range k.fields {
+				fields[f] = v
+			}
+			fields["resources"] = resources
+			data, err := yaml.Marshal(fields)
+			if err != nil {
+				return nil, false, nil
+			}
+			if err := in.fsys.WriteFile(k.file, data); err != nil {
+				return nil, false, nil
+			}
 		}
 		m, err := in.krusty()
 		if err != nil {

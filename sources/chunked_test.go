@@ -121,8 +121,8 @@ func buildBoth(t *testing.T, root, rel string, chunkSize int) (whole, got []stri
 	wb, wholeErr := w.run(context.Background())
 	c := in()
 	c.chunkObjects = chunkSize
-	if kust, file, chunks := c.chunkPlan(); chunks != nil {
-		_, chunked, _ = c.runChunked(kust, file, chunks)
+	if plan := c.plan(); plan != nil {
+		_, chunked, _ = c.runChunked(plan)
 		// runChunked restored the kustomization: run builds from it again.
 	}
 	gb, gotErr := c.run(context.Background())
@@ -217,7 +217,7 @@ func TestChunkedBuildMatchesKrusty(t *testing.T) {
 func TestChunkedBuildNeedsTheFallbacks(t *testing.T) {
 	const n = 60
 	referrers := map[string]string{
-		"RoleBinding": "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: rb}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: o0004}\nsubjects: [{kind: ServiceAccount, name: far}]\n",
+		"RoleBinding":                    "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: rb}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: o0004}\nsubjects: [{kind: ServiceAccount, name: far}]\n",
 		"ValidatingWebhookConfiguration": "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: wh}\nwebhooks:\n- name: w.example.com\n  admissionReviewVersions: [v1]\n  sideEffects: None\n  clientConfig: {service: {name: far}}\n",
 	}
 	targets := map[string]string{
@@ -258,5 +258,83 @@ func TestChunkedBuildExamples(t *testing.T) {
 		if diff := cmp.Diff(whole, got); diff != "" {
 			t.Errorf("%s: output differs (-whole +chunked):\n%s", rel, diff)
 		}
+	}
+}
+
+// TestChunkedBuildOverlays builds trees of overlays and bases both ways: an overlay over a
+// base, three levels with files at each, two bases side by side; and falls back for a base
+// listed twice, a base with a transformer that is not supported, and a base folder without
+// kustomization.
+func TestChunkedBuildOverlays(t *testing.T) {
+	files := func(t *testing.T, dir string, from, n int) []string {
+		var names []string
+		for f := 0; f < n; f++ {
+			var docs []string
+			for i := from + f*4; i < from+f*4+4; i++ {
+				docs = append(docs, corpusObject(i))
+			}
+			name := fmt.Sprintf("f%03d.yaml", f)
+			write(t, filepath.Join(dir, name), strings.Join(docs, "---\n"))
+			names = append(names, name)
+		}
+		return names
+	}
+	kust := func(t *testing.T, dir, head string, resources ...string) {
+		write(t, filepath.Join(dir, "kustomization.yaml"), head+"resources:\n- "+strings.Join(resources, "\n- ")+"\n")
+	}
+	for _, tc := range []struct {
+		name    string
+		setup   func(t *testing.T, root string) string // returns the folder built
+		chunked bool
+	}{
+		{"overlay over a base", func(t *testing.T, root string) string {
+			kust(t, filepath.Join(root, "base"), "labels:\n- pairs: {layer: base}\n", files(t, filepath.Join(root, "base"), 0, 10)...)
+			kust(t, filepath.Join(root, "overlays/prod"), "namespace: prod\nimages:\n- {name: nginx, newTag: \"9\"}\ncommonAnnotations: {env: prod}\n", "../../base")
+			return "overlays/prod"
+		}, true},
+		{"three levels, files at each", func(t *testing.T, root string) string {
+			kust(t, filepath.Join(root, "base"), "", files(t, filepath.Join(root, "base"), 0, 6)...)
+			mid := append([]string{"../base"}, files(t, filepath.Join(root, "mid"), 100, 4)...)
+			kust(t, filepath.Join(root, "mid"), "commonLabels: {mid: \"1\"}\n", mid...)
+			top := append(files(t, filepath.Join(root, "top"), 200, 3), "../mid")
+			kust(t, filepath.Join(root, "top"), "namespace: top\n", top...)
+			return "top"
+		}, true},
+		{"two bases", func(t *testing.T, root string) string {
+			kust(t, filepath.Join(root, "a"), "labels:\n- pairs: {base: a}\n", files(t, filepath.Join(root, "a"), 0, 5)...)
+			kust(t, filepath.Join(root, "b"), "namespace: b\n", files(t, filepath.Join(root, "b"), 100, 5)...)
+			kust(t, filepath.Join(root, "app"), "commonAnnotations: {app: x}\n", "../a", "../b")
+			return "app"
+		}, true},
+		{"a base listed twice", func(t *testing.T, root string) string {
+			kust(t, filepath.Join(root, "base"), "", files(t, filepath.Join(root, "base"), 0, 6)...)
+			kust(t, filepath.Join(root, "app"), "", "../base", "../base")
+			return "app"
+		}, false},
+		{"a base with namePrefix", func(t *testing.T, root string) string {
+			kust(t, filepath.Join(root, "base"), "namePrefix: b-\n", files(t, filepath.Join(root, "base"), 0, 6)...)
+			kust(t, filepath.Join(root, "app"), "", append([]string{"../base"}, files(t, filepath.Join(root, "app"), 100, 4)...)...)
+			return "app"
+		}, false},
+		{"a folder without kustomization", func(t *testing.T, root string) string {
+			files(t, filepath.Join(root, "plain"), 0, 6)
+			kust(t, filepath.Join(root, "app"), "", append([]string{"../plain"}, files(t, filepath.Join(root, "app"), 100, 4)...)...)
+			return "app"
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			rel := tc.setup(t, root)
+			whole, got, wholeErr, gotErr, chunked := buildBoth(t, root, rel, 8)
+			if chunked != tc.chunked {
+				t.Errorf("built in chunks: %v, want %v", chunked, tc.chunked)
+			}
+			if fmt.Sprint(wholeErr) != fmt.Sprint(gotErr) {
+				t.Fatalf("errors differ:\nwhole:   %v\nchunked: %v", wholeErr, gotErr)
+			}
+			if diff := cmp.Diff(whole, got); diff != "" {
+				t.Errorf("output differs from krusty's (-whole +chunked):\n%s", diff)
+			}
+		})
 	}
 }
