@@ -210,8 +210,12 @@ func (d dependencies) reachable(ctx context.Context, s *v1alpha1.Sync) map[types
 	return seen
 }
 
-// dependents lists the Syncs whose spec.dependsOn names key, from the index.
+// dependents lists the Syncs whose spec.dependsOn names key, from the index. Without a
+// cache (a reconciler built for one step, as in unit tests) there are none.
 func (d dependencies) dependents(ctx context.Context, key types.NamespacedName) ([]v1alpha1.Sync, error) {
+	if d.cache == nil {
+		return nil, nil
+	}
 	list := &v1alpha1.SyncList{}
 	if err := d.cache.List(ctx, list, client.MatchingFields{dependsOnIndex: key.String()}); err != nil {
 		return nil, fmt.Errorf("dependents of %s: %w", key, err)
