@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
+	"github.com/converge-dev/converge/e2e/fault"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -268,4 +269,40 @@ func (f *fixture) waitGone(name string, within time.Duration) {
 	if err != nil {
 		f.t.Fatalf("Sync %s was never finalized within %s", name, within)
 	}
+}
+
+// TestDaemonDependencyCheckCostsNoRequest: a Sync waiting for a dependency reads it (and
+// walks the graph for a cycle) from the manager's cache. When the dependency's message
+// changes (a status-only update, by hand here), the dependent is triggered through the index
+// and records the new message: the daemon sends no GET or LIST of Syncs, and no write but
+// that status patch and its event.
+func TestDaemonDependencyCheckCostsNoRequest(t *testing.T) {
+	f := newFixture(t)
+	f.publish(map[string]string{"app/app.yaml": cmNamed("app", "NS")})
+	cfg, ft := fault.Config(env.Config)
+	f.startDaemon(cfg)
+	f.createSync(time.Hour, syncNamed("infra", "no-such-folder"), hourly)
+	f.waitSyncNamed("infra", "failing", func(s *v1alpha1.Sync) bool {
+		return s.Status.ObservedGeneration == s.Generation && meta.IsStatusConditionFalse(s.Status.Conditions, v1alpha1.ConditionReady)
+	})
+	f.createSync(time.Hour, syncNamed("app", "app"), dependsOn("infra"), hourly)
+	f.waitSyncNamed("app", "waiting for infra", readyFalse(reasonDependencyNotReady, "dependency "+f.ns+"/infra is not Ready: "))
+
+	ft.Reset()
+	f.updateSyncStatus("infra", func(s *v1alpha1.Sync) {
+		meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady,
+			Status: metav1.ConditionFalse, Reason: "ByHand", Message: "stopped by hand"})
+	})
+	f.waitSyncNamed("app", "repeating the new message", readyFalse(reasonDependencyNotReady, "is not Ready: stopped by hand"))
+	reads := ft.CountResource("get", "syncs", "") + ft.CountResource("list", "syncs", "")
+	var writes []string
+	for _, w := range ft.Writes() {
+		if !strings.Contains(w, "/events") {
+			writes = append(writes, w)
+		}
+	}
+	if reads != 0 || len(writes) != 1 || !strings.HasSuffix(writes[0], "/syncs/app/status") {
+		t.Errorf("a waiting reconcile sent %d reads of Syncs and writes %q; want none and app's status patch (all: %v)", reads, writes, ft.Counts())
+	}
+	f.absent("waiting", "app")
 }
