@@ -59,6 +59,9 @@ func (r *reconciler) finalize(ctx context.Context, s *v1alpha1.Sync) (ctrl.Resul
 	if s.UID != uid || s.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(s, v1alpha1.Finalizer) {
 		return ctrl.Result{}, nil
 	}
+	if wait, res, err := r.awaitDependents(ctx, s); wait {
+		return res, err // dependents are deleted first (depends.go)
+	}
 	res, err := r.cleanup(ctx, s)
 	if err != nil {
 		reason := reasonDeleteFail

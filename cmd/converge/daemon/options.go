@@ -51,6 +51,12 @@ type Options struct {
 	// who may create a Sync can write anywhere the daemon can. Set it, with RBAC per
 	// namespace, when tenants share the daemon.
 	DefaultServiceAccount string
+	// NoCrossNamespaceRefs refuses a Sync's spec.dependsOn entry in another namespace (the
+	// Sync is Stalled, nothing applied), and a dependent in another namespace does not hold
+	// up a deletion, as Flux's --no-cross-namespace-refs. Off (the default, as in Flux), one
+	// tenant's Sync may wait for, and hold up the deletion of, another namespace's Syncs:
+	// set it with DefaultServiceAccount when tenants share the daemon.
+	NoCrossNamespaceRefs bool
 	// DeletionGrace is how long a Sync's deletion may be refused with 401/403 before the
 	// finalizer is dropped anyway (defaultDeletionGrace when zero).
 	DeletionGrace time.Duration
@@ -74,7 +80,10 @@ type Options struct {
 	QuickStart QuickStart
 
 	webhook webhookOptions // zero: defaultWebhookOptions(); tests shorten it
-	crash   crashPoints    // test-only
+	// alsoWatch adds namespaces to WatchNamespace's (test-only: cross-namespace dependencies
+	// without watching every namespace of the shared test cluster).
+	alsoWatch []string
+	crash     crashPoints // test-only
 }
 
 // DefaultOptions are the defaults of `converge run`'s flags.

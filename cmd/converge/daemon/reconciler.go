@@ -47,6 +47,7 @@ type reconciler struct {
 	render  renderSettings
 	engines *engineSet
 	drift   *driftTrigger // nil: drift is corrected at the interval only
+	deps    dependencies  // spec.dependsOn, read from the cache
 	crash   crashPoints   // test-only
 	writer  *status.Writer
 	events  record.EventRecorder
@@ -76,6 +77,7 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		render:      renderSettings{timeout: o.BuildTimeout, limits: o.Limits, allowLocalGit: o.AllowLocalGit, maxFetchSize: o.MaxFetchSize},
 		engines:     newEngineSet(ctx, cfg, engOpts, o.WatchCache, o.DefaultServiceAccount),
 		drift:       drift,
+		deps:        dependencies{cache: mgr.GetCache(), noCrossNamespace: o.NoCrossNamespaceRefs},
 		crash:       o.crash,
 		writer:      &status.Writer{Cached: mgr.GetClient(), Live: mgr.GetAPIReader(), Client: conflictCounting{mgr.GetClient(), metrics}},
 		events:      mgr.GetEventRecorderFor("converge"), //nolint:staticcheck // the events/v1 recorder needs a newer RBAC story
@@ -87,10 +89,13 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 }
 
 // SetupWithManager registers the reconciler as the manager's controller of Syncs, with the
-// drift trigger as a second source of requests when there is one.
-func (r *reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	b := ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.Sync{}, builder.WithPredicates(syncChanged{}))
+// dependency watches (depends.go) and the drift trigger as more sources of requests.
+func (r *reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	b, err := r.deps.watch(ctx, mgr, ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.Sync{}, builder.WithPredicates(syncChanged{})))
+	if err != nil {
+		return err
+	}
 	if r.drift != nil {
 		b = b.WatchesRawSource(r.drift.source())
 	}
@@ -127,6 +132,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	start := time.Now()
+	if b := r.deps.check(ctx, s); b != nil {
+		return r.awaitDependencies(ctx, s, b, start)
+	}
 	outcome, failed, crash := r.sync(ctx, s)
 	if crash == nil {
 		crash = r.crash.call(r.crash.BeforeStatusWrite, s)

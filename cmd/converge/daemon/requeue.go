@@ -18,23 +18,33 @@ import (
 const minInterval = time.Second
 
 func (r *reconciler) next(s *v1alpha1.Sync, retry bool) time.Duration {
-	// The CRD defaults an absent interval to 5m and refuses anything under 1s; these guard
-	// what an older schema let be stored (an explicit 0s, 1ms) from a hot loop.
+	interval := intervalOf(s)
+	if !retry {
+		return time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64()))
+	}
+	n := r.retries.inc(client.ObjectKeyFromObject(s))
+	d := retryBase(s) << min(n-1, 16)
+	return min(d, interval)
+}
+
+// intervalOf is the Sync's interval, at least minInterval. The CRD defaults an absent
+// interval to 5m and refuses anything under 1s; this guards what an older schema let be
+// stored (an explicit 0s, 1ms) from a hot loop.
+func intervalOf(s *v1alpha1.Sync) time.Duration {
 	interval := s.Spec.Interval.Duration
 	if interval <= 0 {
 		interval = 5 * time.Minute
 	}
-	interval = max(interval, minInterval)
-	if !retry {
-		return time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64()))
-	}
-	base := 30 * time.Second
+	return max(interval, minInterval)
+}
+
+// retryBase is the Sync's retry interval (30s when unset), at least minInterval: the first
+// back-off after a failure.
+func retryBase(s *v1alpha1.Sync) time.Duration {
 	if s.Spec.RetryInterval != nil && s.Spec.RetryInterval.Duration > 0 {
-		base = max(s.Spec.RetryInterval.Duration, minInterval)
+		return max(s.Spec.RetryInterval.Duration, minInterval)
 	}
-	n := r.retries.inc(client.ObjectKeyFromObject(s))
-	d := base << min(n-1, 16)
-	return min(d, interval)
+	return 30 * time.Second
 }
 
 // retryCounter counts consecutive transient failures per Sync for the back-off.

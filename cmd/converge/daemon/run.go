@@ -52,7 +52,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := addServers(mgr, reg, o); err != nil {
 		return err
 	}
-	if err := newReconciler(ctx, mgr, cfg, metrics, o).SetupWithManager(mgr); err != nil {
+	if err := newReconciler(ctx, mgr, cfg, metrics, o).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
 	if err := mgr.Start(ctx); err != nil {
@@ -96,6 +96,9 @@ func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, e
 	var cacheOpts cache.Options
 	if o.WatchNamespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.WatchNamespace: {}}
+		for _, ns := range o.alsoWatch {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        s,
