@@ -97,3 +97,12 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		t.Errorf("encode (-want +got):\n%s", diff)
 	}
 }
+
+// encode renders inv as ConfigMap data: key ns_name_group_kind, value the UID (or "").
+func encode(inv *Inventory) map[string]string {
+	data := make(map[string]string, inv.Len())
+	for id, uid := range inv.entries {
+		data[id.String()] = string(uid)
+	}
+	return data
+}

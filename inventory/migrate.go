@@ -165,7 +165,7 @@ func (s *Store) Migrate(ctx context.Context, ref Ref, opts MigrateOptions) (Ref,
 	case cm.Labels[IDLabel] != ref.ID || cm.Annotations[MigratingAnnotation] != ref.Legacy || opts.DryRun:
 		return ref, nil
 	}
-	inv, err := decode(ref, cm)
+	inv, err := s.decodeAll(ctx, ref, cm)
 	if err != nil {
 		return ref, wrap(err)
 	}

@@ -23,11 +23,13 @@ const IDLabel = "cli-utils.sigs.k8s.io/inventory-id"
 // the API server.
 type Store struct {
 	c client.Client
+	// partBytes is the entry data one ConfigMap holds before the next part (parts.go).
+	partBytes int
 }
 
 // NewStore returns a Store that uses c, which must read from the API server, not a cache.
 func NewStore(c client.Client) *Store {
-	return &Store{c: c}
+	return &Store{c: c, partBytes: defaultPartBytes}
 }
 
 // Get returns the stored inventory of ref. A missing ConfigMap is an empty inventory, not
@@ -54,7 +56,7 @@ func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) 
 	if cm == nil {
 		return &Inventory{}, claim, nil
 	}
-	inv, err := decode(ref, cm)
+	inv, err := s.decodeAll(ctx, ref, cm)
 	if err != nil {
 		return nil, claim, err
 	}
@@ -75,31 +77,45 @@ func (s *Store) Write(ctx context.Context, ref Ref, inv *Inventory) error {
 }
 
 // Update stores mutate(stored) as the inventory of ref and returns it. Every attempt reads
-// the ConfigMap from the API server (never a cache), creates it when missing, and otherwise
-// updates it with the read resourceVersion as a precondition; on a conflict it re-reads and
-// calls mutate again (retry.RetryOnConflict), so a concurrent writer's change is seen, not
-// overwritten blindly. When the result equals what is stored it sends nothing, so a no-op
-// reconcile issues no write. mutate must not keep or modify its argument.
+// the ConfigMap (and its parts, parts.go) from the API server (never a cache), writes the
+// parts, then creates the ConfigMap when missing, or updates it with the read
+// resourceVersion as a precondition; on a conflict it re-reads and calls mutate again
+// (retry.RetryOnConflict), so a concurrent writer's change is seen, not overwritten blindly.
+// When the result equals what is stored it sends nothing, so a no-op reconcile issues no
+// write. mutate must not keep or modify its argument.
 func (s *Store) Update(ctx context.Context, ref Ref, mutate func(stored *Inventory) *Inventory) (*Inventory, error) {
 	var result *Inventory
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cm, err := s.get(ctx, ref)
-		if err != nil {
+		var st stored
+		var err error
+		if st.head, err = s.get(ctx, ref); err != nil {
 			return err
 		}
-		stored := &Inventory{}
-		if cm != nil {
-			if stored, err = decode(ref, cm); err != nil {
+		inv := &Inventory{}
+		if st.head != nil {
+			if id := st.head.Labels[IDLabel]; id != ref.ID {
+				return fmt.Errorf("inventory %s: %w", ref, foreign(ref, id))
+			}
+			if st.parts, err = s.readParts(ctx, ref, st.head); err != nil {
+				return err
+			}
+			if inv, err = decodeStored(ref, st); err != nil {
 				return err
 			}
 		}
-		result = mutate(stored)
-		data := encode(result)
+		result = mutate(inv)
+		data, parts := layout(result, st, s.partBytes)
+		names, drop, err := s.writeParts(ctx, ref, st, parts)
+		if err != nil {
+			return err
+		}
+		cm := st.head
 		if cm == nil {
 			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 				Namespace: ref.Namespace, Name: ref.Name,
 				Labels: map[string]string{IDLabel: ref.ID},
 			}, Data: data}
+			setParts(cm, names)
 			err := s.c.Create(ctx, cm)
 			if apierrors.IsAlreadyExists(err) {
 				// Someone created it between our read and our create: re-read and retry.
@@ -107,12 +123,17 @@ func (s *Store) Update(ctx context.Context, ref Ref, mutate func(stored *Invento
 			}
 			return err
 		}
-		if maps.Equal(cm.Data, data) && len(cm.BinaryData) == 0 {
+		if maps.Equal(cm.Data, data) && len(cm.BinaryData) == 0 && sameParts(cm, names) {
 			return nil
 		}
 		cm.Data = data
 		cm.BinaryData = nil
-		return s.c.Update(ctx, cm) // carries cm.ResourceVersion: optimistic concurrency
+		setParts(cm, names)
+		if err := s.c.Update(ctx, cm); err != nil { // carries cm.ResourceVersion: optimistic concurrency
+			return err
+		}
+		s.dropParts(ctx, drop)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inventory %s: write: %w", ref, err)
@@ -128,6 +149,14 @@ func (s *Store) Delete(ctx context.Context, ref Ref) error {
 	}
 	if id := cm.Labels[IDLabel]; id != ref.ID {
 		return fmt.Errorf("inventory %s: delete: %w", ref, foreign(ref, id))
+	}
+	// Parts first: a crash after leaves a head that lists missing parts, whose deletion
+	// goes on at the next Delete.
+	for _, name := range partNames(cm) {
+		part := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: name}}
+		if err := s.c.Delete(ctx, part); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("inventory %s: delete part %s: %w", ref, name, err)
+		}
 	}
 	uid := cm.UID
 	err = s.c.Delete(ctx, cm, client.Preconditions{UID: &uid})
@@ -171,27 +200,36 @@ func foreign(ref Ref, id string) error {
 	return fmt.Errorf("the ConfigMap holds the inventory of %s, not of %s; choose another inventory name", Describe(id), Describe(ref.ID))
 }
 
-// decode parses the data keys of cm (ns_name_group_kind) and their UID values.
+// decode parses the data keys of cm (ns_name_group_kind) and their UID values: the head's
+// entries only (see decodeAll).
 func decode(ref Ref, cm *corev1.ConfigMap) (*Inventory, error) {
 	if id := cm.Labels[IDLabel]; id != ref.ID {
 		return nil, fmt.Errorf("inventory %s: %w", ref, foreign(ref, id))
 	}
 	inv := &Inventory{}
+	return inv, decodeInto(ref, inv, cm)
+}
+
+// decodeInto adds the entries of cm, a head or a part, to inv.
+func decodeInto(ref Ref, inv *Inventory, cm *corev1.ConfigMap) error {
 	for key, uid := range cm.Data {
 		id, err := object.ParseObjMetadata(key)
 		if err != nil {
-			return nil, fmt.Errorf("inventory %s: entry %q: %w", ref, key, err)
+			return fmt.Errorf("inventory %s: ConfigMap %s: entry %q: %w", ref, cm.Name, key, err)
 		}
 		inv.Add(Entry{Object: id, UID: types.UID(uid)})
 	}
-	return inv, nil
+	return nil
 }
 
-// encode renders inv as ConfigMap data: key ns_name_group_kind, value the UID (or "").
-func encode(inv *Inventory) map[string]string {
-	data := make(map[string]string, inv.Len())
-	for id, uid := range inv.entries {
-		data[id.String()] = string(uid)
+// decodeAll reads the parts of the head cm and decodes the whole inventory.
+func (s *Store) decodeAll(ctx context.Context, ref Ref, cm *corev1.ConfigMap) (*Inventory, error) {
+	if id := cm.Labels[IDLabel]; id != ref.ID {
+		return nil, fmt.Errorf("inventory %s: %w", ref, foreign(ref, id))
 	}
-	return data
+	parts, err := s.readParts(ctx, ref, cm)
+	if err != nil {
+		return nil, err
+	}
+	return decodeStored(ref, stored{head: cm, parts: parts})
 }

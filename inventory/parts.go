@@ -1,0 +1,245 @@
+package inventory
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// An inventory larger than one ConfigMap holds (about 13,000 objects in 1 MiB) continues in
+// part ConfigMaps. The inventory's own ConfigMap, the head, stays in the cli-utils format
+// (its data are entries, its label the inventory ID) and names its parts in PartsAnnotation;
+// each part holds more entries and carries PartOfLabel, never the inventory-id label, so no
+// tool takes a part for an inventory of its own. An inventory that fits in one ConfigMap has
+// no parts and no annotation: exactly the format of earlier versions.
+//
+// The crash rules (docs/reliability.md, I2, I3, I12):
+//   - An entry never moves: it stays in the ConfigMap that first recorded it until it is
+//     removed, so no write can lose an entry that another write has not yet recorded again.
+//   - New entries go to the head while it has room, then to listed parts with room, then to
+//     new parts. New parts get fresh random names and are written before the head lists
+//     them; the head is written last, with its resourceVersion as precondition, so it is the
+//     point where a write takes effect. A crash (or a lost race) before it leaves only
+//     unlisted parts, which nothing reads; every object they name is still unapplied,
+//     because Update returns only after the head is written.
+//   - A part left empty is dropped from the head first and deleted after; a crash between
+//     leaves an unlisted part.
+//   - A listed part that is missing is an error naming it, never an empty part: its entries
+//     would otherwise be forgotten and their objects never pruned.
+//
+// Unlisted parts (after a crash or a lost race) are garbage: Delete removes the parts the
+// head lists, not those.
+
+// PartsAnnotation on an inventory's head ConfigMap lists its part ConfigMaps, by name, in
+// the same namespace, comma-separated.
+const PartsAnnotation = "converge.dev/inventory-parts"
+
+// PartOfLabel on a part ConfigMap names the inventory it continues: a hash of the inventory
+// ID (a label value is at most 63 characters; the ID may be longer).
+const PartOfLabel = "converge.dev/inventory-part-of"
+
+// defaultPartBytes is how much entry data one ConfigMap holds before the next part: under
+// the API server's 1 MiB limit on a ConfigMap's data (entryBytes already counts every UID), so
+// that 50,000 objects take six ConfigMaps (each read is one GET of a no-op reconcile).
+const defaultPartBytes = 900 << 10
+
+// entryBytes is what an entry counts toward a ConfigMap's share: its key and a UID, written
+// now or later (so an entry recorded before its object's UID is known never overflows its
+// ConfigMap when the UID comes).
+func entryBytes(id object.ObjMetadata) int { return len(id.String()) + 40 }
+
+// partOf is the PartOfLabel value of the parts of the inventory id.
+func partOf(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])[:40]
+}
+
+// stored is an inventory as read: its head and its listed parts, in order.
+type stored struct {
+	head  *corev1.ConfigMap
+	parts []*corev1.ConfigMap
+}
+
+// readParts reads the parts the head lists: each must exist and continue this inventory.
+func (s *Store) readParts(ctx context.Context, ref Ref, head *corev1.ConfigMap) ([]*corev1.ConfigMap, error) {
+	names := partNames(head)
+	parts := make([]*corev1.ConfigMap, 0, len(names))
+	for _, name := range names {
+		cm := &corev1.ConfigMap{}
+		err := s.c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: name}, cm)
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("inventory %s: its part ConfigMap %s is missing: the objects it listed are no longer known (restore it, or remove its name from the annotation %s)",
+				ref, name, PartsAnnotation)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("inventory %s: read part %s: %w", ref, name, err)
+		}
+		if cm.Labels[PartOfLabel] != partOf(ref.ID) {
+			return nil, fmt.Errorf("inventory %s: ConfigMap %s, listed as its part, is not labelled %s=%s", ref, name, PartOfLabel, partOf(ref.ID))
+		}
+		parts = append(parts, cm)
+	}
+	return parts, nil
+}
+
+// partNames are the names the head's PartsAnnotation lists.
+func partNames(head *corev1.ConfigMap) []string {
+	v := head.Annotations[PartsAnnotation]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// decodeStored is decode over the head and its parts.
+func decodeStored(ref Ref, st stored) (*Inventory, error) {
+	inv, err := decode(ref, st.head)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range st.parts {
+		if err := decodeInto(ref, inv, p); err != nil {
+			return nil, err
+		}
+	}
+	return inv, nil
+}
+
+// layout places the entries of inv in the head and parts of st (see the crash rules above):
+// it returns the data of the head and of each part to write, in order, existing parts first
+// (nil data: the part is dropped) and then new ones.
+func layout(inv *Inventory, st stored, partBytes int) (head map[string]string, parts []map[string]string) {
+	current := []*corev1.ConfigMap{st.head}
+	current = append(current, st.parts...)
+	datas := make([]map[string]string, len(current))
+	used := make([]int, len(current))
+	placed := map[object.ObjMetadata]bool{}
+	for i, cm := range current {
+		datas[i] = map[string]string{}
+		if cm == nil {
+			continue
+		}
+		for key := range cm.Data {
+			id, err := object.ParseObjMetadata(key)
+			if err != nil || placed[id] || !inv.Has(id) {
+				continue
+			}
+			placed[id] = true
+			datas[i][id.String()] = string(inv.UID(id))
+			used[i] += entryBytes(id)
+		}
+	}
+	next := 0
+	for _, e := range inv.Entries() { // sorted: new parts fill in a stable order
+		if placed[e.Object] {
+			continue
+		}
+		size := entryBytes(e.Object)
+		for next < len(datas) && used[next]+size > partBytes && used[next] > 0 {
+			next++
+		}
+		if next == len(datas) {
+			datas, used = append(datas, map[string]string{}), append(used, 0)
+		}
+		datas[next][e.Object.String()] = string(e.UID)
+		used[next] += size
+	}
+	for i := 1; i < len(datas); i++ {
+		if len(datas[i]) == 0 {
+			datas[i] = nil
+		}
+	}
+	return datas[0], datas[1:]
+}
+
+// writeParts writes the parts of a layout: changed listed parts updated with their
+// resourceVersion, new parts created under fresh names. It returns the names the head must
+// list and the listed parts to delete once it no longer does.
+func (s *Store) writeParts(ctx context.Context, ref Ref, st stored, parts []map[string]string) (names []string, drop []*corev1.ConfigMap, err error) {
+	for i, data := range parts {
+		if i < len(st.parts) {
+			cm := st.parts[i]
+			if data == nil {
+				drop = append(drop, cm)
+				continue
+			}
+			names = append(names, cm.Name)
+			if maps.Equal(cm.Data, data) && len(cm.BinaryData) == 0 {
+				continue
+			}
+			cm = cm.DeepCopy()
+			cm.Data, cm.BinaryData = data, nil
+			if err := s.c.Update(ctx, cm); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		if data == nil {
+			continue
+		}
+		name, err := newPartName(ref)
+		if err != nil {
+			return nil, nil, err
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Namespace: ref.Namespace, Name: name, Labels: map[string]string{PartOfLabel: partOf(ref.ID)},
+		}, Data: data}
+		if err := s.c.Create(ctx, cm); err != nil {
+			return nil, nil, err
+		}
+		names = append(names, name)
+	}
+	return names, drop, nil
+}
+
+// newPartName is <head>-part-<8 random hex>, the head's name shortened so that the whole
+// stays a valid ConfigMap name.
+func newPartName(ref Ref) (string, error) {
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	suffix := "-part-" + hex.EncodeToString(b)
+	base := ref.Name
+	if max := 253 - len(suffix); len(base) > max {
+		base = strings.TrimRight(base[:max], ".-")
+	}
+	return base + suffix, nil
+}
+
+// setParts records names in the head's PartsAnnotation (none: no annotation).
+func setParts(head *corev1.ConfigMap, names []string) {
+	if len(names) == 0 {
+		delete(head.Annotations, PartsAnnotation)
+		return
+	}
+	if head.Annotations == nil {
+		head.Annotations = map[string]string{}
+	}
+	head.Annotations[PartsAnnotation] = strings.Join(names, ",")
+}
+
+// sameParts reports whether the head already lists names.
+func sameParts(head *corev1.ConfigMap, names []string) bool {
+	return slices.Equal(partNames(head), names)
+}
+
+// dropParts deletes parts the head no longer lists; a failure leaves an unlisted part,
+// which nothing reads.
+func (s *Store) dropParts(ctx context.Context, parts []*corev1.ConfigMap) {
+	for _, cm := range parts {
+		uid := cm.UID
+		_ = s.c.Delete(ctx, cm, client.Preconditions{UID: &uid})
+	}
+}
