@@ -72,6 +72,7 @@ authoring).`,
 	f.StringVar(&webhookSecretFile, "webhook-secret-file", "", "removed: each Sync names its own webhook Secret in spec.webhook.secretRef")
 	_ = f.MarkHidden("webhook-secret-file")
 	f.StringVar(&o.WatchNamespace, "watch-namespace", o.WatchNamespace, "reconcile only the Syncs of this namespace (default: all namespaces)")
+	f.StringVar(&o.WatchLabelSelector, "watch-label-selector", o.WatchLabelSelector, "reconcile only the Syncs whose labels match this selector, for static sharding with one Deployment per shard (\"sharding.fluxcd.io/key in (shard1)\"); each selector elects its own leader")
 	f.IntVar(&o.Concurrency, "concurrent", o.Concurrency, "Syncs reconciled in parallel")
 	f.StringVar(&o.CacheDir, "git-cache-dir", o.CacheDir, "where git repositories are cached")
 	f.BoolVar(&o.AllowLocalGit, "allow-local-git", o.AllowLocalGit, "let Syncs reach repositories on this machine: file:// URLs and local paths (never the git cache) and git servers on loopback, link-local (169.254.169.254), unspecified or multicast addresses")

@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/converge-dev/converge/sources"
@@ -42,6 +45,12 @@ type Options struct {
 	DriftReconcile bool
 	// WatchNamespace limits the daemon to the Syncs of one namespace ("" is all).
 	WatchNamespace string
+	// WatchLabelSelector limits the daemon to the Syncs whose labels match it ("" is all),
+	// as Flux's --watch-label-selector: static sharding, one Deployment per shard (such as
+	// "sharding.fluxcd.io/key in (shard1)"). Each selector elects its own leader. A Sync
+	// moved to another shard by a label change is dropped by one daemon and taken by the
+	// other; dependsOn and webhooks only see the Syncs of the same shard.
+	WatchLabelSelector string
 	// Concurrency is how many Syncs are reconciled in parallel.
 	Concurrency int
 	// DefaultServiceAccount is the service account, in the Sync's own namespace, that a
@@ -132,5 +141,20 @@ func (o Options) Validate() error {
 			return fmt.Errorf("--default-service-account %q: not a service account name: %s", sa, strings.Join(errs, "; "))
 		}
 	}
+	if _, err := labels.Parse(o.WatchLabelSelector); err != nil {
+		return fmt.Errorf("--watch-label-selector %q: %w", o.WatchLabelSelector, err)
+	}
 	return nil
+}
+
+// leaderElectionID names the leader Lease: one per label selector, so that the daemons of
+// different shards lead at the same time.
+func (o Options) leaderElectionID() string {
+	const id = "converge-leader"
+	sel, err := labels.Parse(o.WatchLabelSelector)
+	if err != nil || sel.Empty() {
+		return id
+	}
+	sum := sha256.Sum256([]byte(sel.String())) // normalized: the same selector, the same Lease
+	return id + "-" + hex.EncodeToString(sum[:])[:10]
 }

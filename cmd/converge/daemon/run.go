@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -18,13 +20,18 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
+
+// setLogger sets controller-runtime's global logger once: daemons started together in one
+// process (tests, a library user) would otherwise race on it.
+var setLogger sync.Once
 
 // Run installs the CRD, applies the quick-start Sync and reconciles Syncs until ctx ends.
 // It returns the fence's error when the process was paused past the leader lease's renew
 // deadline (see pauseFence), so that the process exits and restarts as a follower.
 func Run(ctx context.Context, cfg *rest.Config, o Options) error {
-	ctrl.SetLogger(klog.NewKlogr())
+	setLogger.Do(func() { ctrl.SetLogger(klog.NewKlogr()) })
 	if err := o.Validate(); err != nil {
 		return err
 	}
@@ -100,13 +107,16 @@ func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, e
 			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
+	if sel, _ := labels.Parse(o.WatchLabelSelector); !sel.Empty() { // validated by Run
+		cacheOpts.ByObject = map[client.Object]cache.ByObject{&v1alpha1.Sync{}: {Label: sel}}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        s,
 		Cache:                         cacheOpts,
 		Metrics:                       metricsserver.Options{BindAddress: "0"}, // we serve our own registry
 		HealthProbeBindAddress:        o.HealthAddr,
 		LeaderElection:                o.LeaderElect,
-		LeaderElectionID:              "converge-leader",
+		LeaderElectionID:              o.leaderElectionID(),
 		LeaderElectionNamespace:       o.LeaderNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		LeaseDuration:                 ptr.To(o.LeaseDuration),
