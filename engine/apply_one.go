@@ -95,6 +95,13 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 			return failed(out, err), false, nil
 		}
 		out.uid = live.GetUID()
+		if !r.opts.DryRun && appliedAsDesired(it.obj, live, r.fieldManager()) {
+			// Our last apply of this very object is still what the object holds (its
+			// managedFields say so): applying would change nothing, so no dry-run is sent. A
+			// DryRun still asks the server, whose exact answer is what it shows.
+			out.change.Action, out.ready, out.rv, out.generation = ActionUnchanged, true, live.GetResourceVersion(), live.GetGeneration()
+			return out, false, nil
+		}
 	}
 	if live == nil && !r.opts.DryRun && !r.opts.Diff {
 		// The API server just said the object does not exist: a dry-run could only answer
