@@ -43,7 +43,7 @@ func TestNoopNoRequestPerObject(t *testing.T) {
 // after the LIST is read again, so its drift is found (I7), not hidden by the older copy
 // (a DryRun, which always asks the server). A real apply judges a listed object as of its
 // LIST (appliedAsDesired): an edit made while the run goes on is found by the next run, as
-// one made just after the run would be (in watch mode, the edit's watch event triggers it).
+// one made just after the run would be (with Options.Changed, the edit's watch event triggers it).
 func TestStaleListingIsReadAgain(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	opts := testOpts()
