@@ -158,7 +158,10 @@ func sameValue(d, l, t any, level int) bool {
 }
 
 // sameList checks a granular list (associative by keys, k:, or a set of scalars, v:): every
-// element of d is owned and matched, one for one, with an element of l of the same key.
+// element of d is owned and matched, one for one, with the element of l of the same key at
+// the same position. The order is not a field of fieldsV1 (an update that only reorders the
+// list leaves managedFields as they were), and an apply may put it back, so a list in
+// another order is not trusted.
 func sameList(d, l []any, t map[string]any) bool {
 	if len(d) != len(l) {
 		return false
@@ -185,7 +188,7 @@ func sameList(d, l []any, t map[string]any) bool {
 		default: // i: (by position) or unknown: not judged
 			return false
 		}
-		if di < 0 || li < 0 {
+		if di < 0 || li != di {
 			return false
 		}
 		usedD[di], usedL[li] = true, true
