@@ -25,7 +25,7 @@ import (
 //     scalar is equal, an atomic list or map (a leaf of fieldsV1) is equal as a whole (an
 //     apply replaces it, so a subset is not enough), a granular map or list is compared
 //     field by field and element by element (an associative list's elements matched by
-//     their keys, with as many live elements as desired ones);
+//     their keys, in the same order, with as many live elements as desired ones);
 //  3. every field of desired that manager does not own is a scalar with the desired value
 //     in live: the apply only takes its ownership back (a value that someone else's apply
 //     set equal, or the owner annotation a migration rewrote). A map or list that manager
@@ -46,10 +46,24 @@ import (
 //
 // Whenever the judgment is unsure it answers false and the caller dry-runs, as before: no
 // single apply entry of manager at desired's apiVersion, an object being deleted, fieldsV1
-// it cannot read, positional list keys (i:), an element key it cannot match, numbers of
-// different kinds, a Secret's stringData (not stored as such), a value the server
-// normalizes ("0.5" CPU stored as "500m"). The one default it knows is the protocol of a
-// port ("TCP"), which the API server writes into the key of the port's element.
+// it cannot read, positional list keys (i:), an element key it cannot match, a list in
+// another order, a Secret's stringData (not stored as such), a value the server normalizes
+// ("0.5" CPU stored as "500m"), a field a mutating webhook added under our apply. The one
+// default it knows is the protocol of a port ("TCP"), which the API server writes into the
+// key of the port's element.
+//
+// Why not remember more ourselves. A hash of the applied object in an annotation would
+// change every object (a write each when this version first runs, a line in every diff) and
+// could still not tell whether the object was edited after the apply. The resourceVersion
+// after each apply, kept per entry in the inventory, would cost an inventory write per run
+// that changes anything, grow the inventory ConfigMap (1 MiB at most) by every entry, and be
+// voided by every status update a controller makes. managedFields already hold what our
+// apply owns, kept true by the API server on every write, by anyone, at no cost; and the
+// LIST that reads them is the one the survey takes anyway (one per kind and namespace).
+//
+// A listed object is judged as of its LIST, as a dry-run judges it as of the dry-run: an
+// edit made later is found by the next run (in watch mode, the edit's watch event makes the
+// memo miss). Ownership is decided before, on the same API server answer (mayTakeOver).
 func appliedAsDesired(desired, live *unstructured.Unstructured, manager string) bool {
 	if live.GetDeletionTimestamp() != nil || desired.GetAPIVersion() != live.GetAPIVersion() ||
 		desired.GetKind() != live.GetKind() || desired.GetName() != live.GetName() ||
