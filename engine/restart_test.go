@@ -377,3 +377,61 @@ func appliedAsDesiredValues(t *testing.T, desired, live *unstructured.Unstructur
 	}
 	return true
 }
+
+// TestRestartOnStaleCacheFindsEdits checks that a new engine never trusts an object on its
+// watch cache's word (RELIABILITY.md, stale reads): its cache of ConfigMaps is frozen before
+// two out-of-band edits (an update of a value we own, an apply as converge adding a label),
+// so it still shows the objects as our last apply left them. The first run judges each on
+// the API server's LIST (or a GET when the cache disagrees with it): the edited objects are
+// dry-run and corrected, under the UID precondition, the others trusted (I7, I11).
+// A guard for appliedAsDesired's callers: it passed before too, with a dry-run per object.
+func TestRestartOnStaleCacheFindsEdits(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	opts := testOpts()
+	h.apply(opts, manyCMs(h.ns, "1", 4)...)
+
+	cfg, rt := fault.Config(env.Config)
+	eng, err := New(cfg, Options{Watch: true, PollInterval: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := fault.NewStaleReader(eng.cache.cache, eng.client.Scheme())
+	eng.cache.cache = staleCache{Cache: eng.cache.cache, stale: stale}
+	runUntilCleanup(t, eng)
+	for i := 0; ; i++ { // the cache starts in the background: wait for it (bounded)
+		err := stale.Freeze(h.ctx, configMapGVK, h.ns)
+		if err == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.update("ConfigMap", "cm-00", "kubectl-edit", func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, "edited", "data", "v")
+	})
+	cm := configMap(h.ns, "cm-01", map[string]any{"v": "1"})
+	cm.SetLabels(map[string]string{"extra": "x"})
+	cm.SetAnnotations(map[string]string{OwnerAnnotation: h.ref.ID})
+	h.ssa(cm, FieldManager)
+
+	h.eng, h.rt = eng, rt
+	served := stale.Served()
+	res := h.apply(opts, manyCMs(h.ns, "1", 4)...)
+	if stale.Served() == served {
+		t.Fatal("the run read nothing from the frozen cache: the scenario did not run")
+	}
+	acts := changesByName(res)
+	for name, want := range map[string]Action{"cm-00": ActionConfigured, "cm-01": ActionConfigured, "cm-02": ActionUnchanged, "cm-03": ActionUnchanged} {
+		if got := acts["ConfigMap "+name]; got.Action != want {
+			t.Errorf("%s: %s %q, want %s", name, got.Action, got.Message, want)
+		}
+	}
+	if v, _, _ := unstructured.NestedString(h.liveCM("cm-00").Object, "data", "v"); v != "1" {
+		t.Errorf("cm-00: data.v = %q after the run, want 1", v)
+	}
+	if l := h.liveCM("cm-01").GetLabels(); l["extra"] != "" {
+		t.Errorf("cm-01: the label applied as converge is still there: %v", l)
+	}
+}
