@@ -21,8 +21,9 @@ const (
 	msgWouldRecreate    = "immutable field changed; would delete and recreate the object"
 )
 
-// applyOne applies one item: ownership check (I11), server-side dry-run, drift check, and
-// the apply itself when the object drifted. Object failures go into the outcome; the error
+// applyOne applies one item: ownership check (I11), the judgment of the live object's
+// managedFields (appliedAsDesired) or else a server-side dry-run and drift check, and the
+// apply itself when the object drifted. Object failures go into the outcome; the error
 // is non-nil only when a hook aborts the run.
 //
 // out is a named result so that the memo records the outcome actually returned (send and
@@ -95,6 +96,13 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 			return failed(out, err), false, nil
 		}
 		out.uid = live.GetUID()
+		if !r.opts.DryRun && appliedAsDesired(it.obj, live, r.fieldManager()) {
+			// Our last apply of this very object is still what the object holds (its
+			// managedFields say so): applying would change nothing, so no dry-run is sent. A
+			// DryRun still asks the server, whose exact answer is what it shows.
+			out.change.Action, out.ready, out.rv, out.generation = ActionUnchanged, true, live.GetResourceVersion(), live.GetGeneration()
+			return out, false, nil
+		}
 	}
 	if live == nil && !r.opts.DryRun && !r.opts.Diff {
 		// The API server just said the object does not exist: a dry-run could only answer
@@ -244,7 +252,8 @@ func (r *applyRun) sent(it *item, applied metav1.Object, out outcome) (outcome, 
 //   - ours, and the memo recorded another desired hash (a new commit): applied at once;
 //   - ours otherwise (a restart, a status update, an out-of-band edit): the full path, since
 //     only the full live object can show whether an apply would change anything (after a
-//     restart the survey has listed it, so the full path costs one dry-run).
+//     restart the survey has listed it; its managedFields usually spare the dry-run, see
+//     appliedAsDesired).
 //
 // The apply here never forces conflicts (unless the caller opted in): a conflict sends the
 // object down the full path, which decides whether the field was drift or another apply

@@ -18,7 +18,9 @@ import (
 // the same desired object, and the watch cache shows the live object at that very version —
 // applying would change nothing, so the engine sends nothing (a no-op reconcile costs no request per object). Any
 // change on either side (a new commit, an out-of-band edit, a controller's status update)
-// takes the full path: dry-run, compare, apply.
+// takes the full path: read, judge (appliedAsDesired, else dry-run and compare), apply. The
+// memo lives in the process; what survives a restart is the API server's own record of our
+// applies, managedFields, which appliedAsDesired reads.
 type memo struct {
 	mu sync.Mutex
 	m  map[object.ObjMetadata]memoEntry
