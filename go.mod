@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/Masterminds/semver/v3 v3.5.0
 	github.com/fluxcd/cli-utils v1.3.0
+	github.com/fluxcd/pkg/envsubst v1.7.1
 	github.com/fluxcd/pkg/ssa v0.78.0
 	github.com/go-git/go-git/v5 v5.19.3
 	github.com/go-logr/logr v1.4.4
