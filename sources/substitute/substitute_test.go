@@ -64,7 +64,7 @@ data:
 `
 
 func TestExpand(t *testing.T) {
-	vars := Source{Name: "spec.postBuild.substitute", Values: map[string]string{"ENV": "prod", "EMPTY": "", "REPLICAS": "3"}}
+	vars := Source{Name: "spec.postBuild.substitute", Values: map[string]string{"ENV": "prod", "EMPTY": "", "REPLICAS": "3", "VERSION": `"1.10"`}}
 	tests := []struct {
 		name   string
 		data   string
@@ -84,6 +84,10 @@ func TestExpand(t *testing.T) {
 		{name: "escaped dollar alone", data: `k: a$$b`, want: `k: a$b`},
 		{name: "bare $var untouched", data: `k: $ENV`, want: `k: $ENV`},
 		{name: "YAML typed after substitution", data: `k: ${REPLICAS}`, want: `k: 3`},
+		// Unlike Flux (kustomize keeps a scalar's quotes), the render has decoded the YAML:
+		// quotes around a reference in the source are not seen. Quotes in the value are.
+		{name: "source quotes not seen", data: `k: '${REPLICAS}'`, want: `k: 3`},
+		{name: "quotes in the value", data: `k: ${VERSION}`, want: `k: "1.10"`},
 		{name: "key", data: `${ENV}-key: v`, want: `prod-key: v`},
 	}
 	for _, tt := range tests {

@@ -7,14 +7,19 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -253,5 +258,83 @@ func TestDaemonSecretValuesNeverWritten(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "reconciled") {
 		t.Error("no daemon log was captured: the test would not see a leak there")
+	}
+}
+
+// writeCounter counts the API requests that are not reads (get, list, watch) a rest config
+// sends.
+type writeCounter struct {
+	mu     sync.Mutex
+	writes []string
+}
+
+func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Method != http.MethodGet {
+			w.mu.Lock()
+			w.writes = append(w.writes, r.Method+" "+r.URL.Path)
+			w.mu.Unlock()
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+func (w *writeCounter) since(n int) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.writes[n:]...)
+}
+
+func (w *writeCounter) len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.writes)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestDaemonSubstituteNoOpWritesNothing is I7 with a substitution in place: once converged,
+// reconciles that read the same ConfigMap and Secret and substitute the same values (into
+// new copies of the objects each time) send no write at all, as without substitution.
+func TestDaemonSubstituteNoOpWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	f.createObject(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "vars"}, Data: map[string]string{"env": "prod", "replicas": "3"}})
+	f.createObject(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "secret-vars"}, StringData: map[string]string{"pw": "s3cr3t-pw"}})
+	files := map[string]string{}
+	for _, n := range []string{"a", "b", "c", "d", "e"} {
+		files[n+".yaml"] = varsCM(n, "  env: ${env}\n  pw: ${pw}\n  region: ${region:=eu-1}\n")
+	}
+	rev := f.publish(files)
+	var reconciles atomic.Int64
+	counter := &writeCounter{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(counter.wrap)
+	f.startDaemon(cfg, func(o *Options) {
+		o.crash.AfterRender = func(*v1alpha1.Sync) error { reconciles.Add(1); return nil }
+	})
+	f.createSync(time.Second, withPostBuild(v1alpha1.PostBuild{Strict: true,
+		SubstituteFrom: []v1alpha1.SubstituteReference{{Kind: "ConfigMap", Name: "vars"}, {Kind: "Secret", Name: "secret-vars"}}}))
+	f.waitSync("Ready with substituted objects", readyAt(rev))
+	if cm, err := f.configMap("c"); err != nil || cm.Data["pw"] != "s3cr3t-pw" || cm.Data["region"] != "eu-1" {
+		t.Fatalf("c = %v, %v", cm.Data, err)
+	}
+	// Wait for a reconcile that started after Ready was written, then count from there.
+	n := reconciles.Load()
+	waitReconciles := func(k int64) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return reconciles.Load() >= k, nil
+		})
+		if err != nil {
+			t.Fatalf("no reconcile %d ran", k)
+		}
+	}
+	waitReconciles(n + 2)
+	w := counter.len()
+	waitReconciles(reconciles.Load() + 3)
+	if got := counter.since(w); len(got) > 0 {
+		t.Errorf("I7: no-op reconciles with a substitution sent writes: %v", got)
 	}
 }
