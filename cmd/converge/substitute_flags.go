@@ -173,9 +173,13 @@ func readManifests(file string, data []byte) ([]varsubst.Source, error) {
 func (f *substituteFlags) redactError(err error) error { return f.redactor.Error(err) }
 
 // redactOutput makes everything cmd prints on its output pass through the redaction, line
-// by line (a substituted value never holds a newline). The returned flush writes what is
-// left of a last line; call it before the command returns.
+// by line (a substituted value never holds a newline), when a --substitute-from-file may
+// bring Secret values. The returned flush writes what is left of a last line; call it
+// before the command returns.
 func (f *substituteFlags) redactOutput(cmd *cobra.Command) (flush func()) {
+	if len(f.files) == 0 {
+		return func() {}
+	}
 	w := &redactingWriter{out: cmd.OutOrStdout(), f: f}
 	cmd.SetOut(w)
 	return w.flush
@@ -201,6 +205,9 @@ func (w *redactingWriter) Write(p []byte) (int, error) {
 	w.pending = append(w.pending[:0], w.pending[i+1:]...)
 	return len(p), nil
 }
+
+// Unwrap is the stream written to, so that isTerminal sees the terminal behind the filter.
+func (w *redactingWriter) Unwrap() io.Writer { return w.out }
 
 func (w *redactingWriter) flush() {
 	if len(w.pending) > 0 {
