@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/fluxcd/pkg/envsubst"
+	yamlv2 "go.yaml.in/yaml/v2"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
@@ -139,7 +140,7 @@ func expandObject(obj *unstructured.Unstructured, vars Variables, opts Options) 
 	if disabled(obj) || !hasDollar(obj.Object) {
 		return nil, nil
 	}
-	text, err := yaml.Marshal(obj.Object)
+	text, err := serialize(obj.Object)
 	if err != nil {
 		return nil, fmt.Errorf("serialize: %w", err)
 	}
@@ -170,6 +171,40 @@ func expandObject(obj *unstructured.Unstructured, vars Variables, opts Options) 
 		return nil, fmt.Errorf("substitution made something other than an object: %w", err)
 	}
 	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// serialize is sigs.k8s.io/yaml.Marshal's output (what kubectl and kustomize users see),
+// made by go-yaml v2 directly when obj holds no float: yaml.Marshal encodes JSON and parses
+// it again with go-yaml v2 before emitting, half the cost of a substitution
+// (TestSerializeIsYAMLMarshal pins the equality, BenchmarkExpand the cost). A float takes
+// the long way: its JSON form, read as YAML 1.1, is not always the float go-yaml would
+// write (1e+06 is read back as 1000000). go-yaml v2 quotes YAML 1.1 booleans (y, n, on,
+// off), which YAMLToJSON would otherwise read back as booleans.
+func serialize(obj map[string]any) ([]byte, error) {
+	if hasFloat(obj) {
+		return yaml.Marshal(obj)
+	}
+	return yamlv2.Marshal(obj)
+}
+
+func hasFloat(v any) bool {
+	switch x := v.(type) {
+	case float64, float32:
+		return true
+	case map[string]any:
+		for _, e := range x {
+			if hasFloat(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if hasFloat(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // disabled reports the opt-out label or annotation, under Flux's key or ours.

@@ -318,3 +318,32 @@ func TestRedactor(t *testing.T) {
 		t.Error("a nil Redactor, or one of only short values, must change nothing")
 	}
 }
+
+// TestSerializeIsYAMLMarshal: serialize writes what sigs.k8s.io/yaml.Marshal writes, quotes
+// and number forms included, so the text substituted is the text a person sees.
+func TestSerializeIsYAMLMarshal(t *testing.T) {
+	obj := map[string]any{
+		"n": "y", "on": "off", "yes": []any{"no", "NO", "True", "~", "null", ""},
+		"int": int64(3), "big": int64(1) << 62, "neg": int64(-7),
+		"bool": true, "nil": nil, "empty": map[string]any{}, "list": []any{},
+		"str": map[string]any{"num": "3", "float": "1.10", "octal": "0o17", "date": "2001-12-14", "colon": "a: b",
+			"hash": "a #b", "lead": " x", "multi": "a\nb\n", "unicode": "żółw", "ref": "${x}", "quote": `it's "q"`, "star": "*x", "brace": "{x}"},
+	}
+	want, err := yaml.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := serialize(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(string(want), string(got)); d != "" {
+		t.Errorf("(-yaml.Marshal +serialize):\n%s", d)
+	}
+	// Floats take yaml.Marshal's way.
+	obj["list"] = []any{1.5, 1e6, 1e-7}
+	want, _ = yaml.Marshal(obj)
+	if got, err = serialize(obj); err != nil || string(got) != string(want) {
+		t.Errorf("with floats: %v\n%s\nwant\n%s", err, got, want)
+	}
+}
