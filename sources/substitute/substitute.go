@@ -1,6 +1,7 @@
 package substitute
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
@@ -77,6 +78,17 @@ func Merge(srcs ...Source) (Variables, error) {
 
 // Len is the number of variables.
 func (v Variables) Len() int { return len(v.values) }
+
+// Fingerprint identifies the variables and their values (a SHA-256), so that a caller can
+// tell that an Expand of the same objects would give the same result without keeping the
+// values.
+func (v Variables) Fingerprint() [sha256.Size]byte {
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(v.values)) {
+		fmt.Fprintf(h, "%d:%s%d:%s", len(k), k, len(v.values[k]), v.values[k])
+	}
+	return [sha256.Size]byte(h.Sum(nil))
+}
 
 // Redactor hides the values of the Sensitive sources merged into v, including those a
 // later source overrode (they were read, so they are kept out of messages too).

@@ -52,11 +52,13 @@ type reconciler struct {
 	events  record.EventRecorder
 	retries *retryCounter
 	metrics *recorder
-	// redactions hide the Secret-sourced substitution values of each Sync (substitute.go).
-	redactions redactions
-	grace      time.Duration // deletion grace (finalize); zero means defaultDeletionGrace
+	grace   time.Duration // deletion grace (finalize); zero means defaultDeletionGrace
 	// concurrency is how many Syncs are reconciled in parallel (MaxConcurrentReconciles).
 	concurrency int
+
+	// substitutions keep each Sync's last substitution and the Secret-sourced values to hide
+	// (substitute.go).
+	substitutions substitutions
 }
 
 // newReconciler wires the reconciler to the manager's clients: the cache for Syncs and
@@ -165,7 +167,7 @@ func (r *reconciler) forget(key types.NamespacedName) {
 	r.retries.reset(key)
 	r.writer.Forget(key)
 	r.engines.forget(key)
-	r.redactions.set(key, nil)
+	r.substitutions.forget(key)
 }
 
 // sync does the work of one reconcile and describes it as an Outcome. failed reports a
