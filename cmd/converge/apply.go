@@ -90,7 +90,9 @@ Exit codes: 0 nothing to change (dry-run) or applied cleanly; 1 changes found (d
   converge apply --git-url https://github.com/org/apps.git --ref main --path deploy --dry-run -o markdown`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.run(cmd, kube, args)
+			// Secret values of --substitute-from-file never reach the report or the error.
+			defer f.src.subst.redactOutput(cmd)()
+			return f.src.subst.redactError(f.run(cmd, kube, args))
 		},
 	}
 	f.src.addFlags(cmd)

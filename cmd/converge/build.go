@@ -30,6 +30,7 @@ type sourceFlags struct {
 	timeout        time.Duration
 	allowRemote    bool
 	limits         sources.Limits
+	subst          substituteFlags
 }
 
 func newBuildCommand() *cobra.Command {
@@ -65,7 +66,7 @@ CONVERGE_GIT_PASSWORD, or CONVERGE_GIT_TOKEN, for HTTPS; --ssh-key-file and
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, err := f.load(cmd.Context(), args)
 			if err != nil {
-				return err
+				return f.subst.redactError(err)
 			}
 			out, err := marshalStream(b)
 			if err != nil {
@@ -92,6 +93,7 @@ func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 	fl.DurationVar(&f.timeout, "fetch-timeout", 2*time.Minute, "git fetch timeout")
 	fl.BoolVar(&f.allowRemote, "allow-remote-bases", false, "let kustomizations load remote bases and resources")
 	addLimitFlags(fl, &f.limits)
+	f.subst.addFlags(cmd)
 }
 
 // load fetches and renders what the flags and argument name.
@@ -108,7 +110,11 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 	// with no network and no program.
 	opts.Render.Isolate = true
 	opts.Render.Limits = f.limits
-	return sources.NewLoader(f.cacheDir).Load(ctx, src, opts)
+	b, err := sources.NewLoader(f.cacheDir).Load(ctx, src, opts)
+	if err != nil {
+		return b, err
+	}
+	return f.subst.expand(b)
 }
 
 // source turns the flags and argument into what to load.

@@ -41,10 +41,10 @@ type engineSet struct {
 }
 
 // actor is what acts for one user: the engine of its applies and deletions, and the client
-// of the Secrets its Syncs name, both from the same rest config.
+// of the Secrets (and substituteFrom ConfigMaps) its Syncs name, both from the same rest config.
 type actor struct {
 	eng     *engine.Engine
-	secrets corev1client.SecretsGetter
+	secrets corev1client.CoreV1Interface
 	syncs   int // how many entries of users name this user
 }
 

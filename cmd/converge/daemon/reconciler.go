@@ -56,6 +56,10 @@ type reconciler struct {
 	grace   time.Duration // deletion grace (finalize); zero means defaultDeletionGrace
 	// concurrency is how many Syncs are reconciled in parallel (MaxConcurrentReconciles).
 	concurrency int
+
+	// substitutions keep each Sync's last substitution and the Secret-sourced values to hide
+	// (substitute.go).
+	substitutions substitutions
 }
 
 // newReconciler wires the reconciler to the manager's clients: the cache for Syncs and
@@ -171,6 +175,7 @@ func (r *reconciler) forget(key types.NamespacedName) {
 	r.retries.reset(key)
 	r.writer.Forget(key)
 	r.engines.forget(key)
+	r.substitutions.forget(key)
 }
 
 // sync does the work of one reconcile and describes it as an Outcome. failed reports a
@@ -194,6 +199,9 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty) {
 		// Bad input: nothing is applied or pruned; wait for a new revision (I8).
 		return r.fail(s, o, reasonBuildFailed, err, sources.IsTerminal(err)), true, nil
+	}
+	if bundle, err = r.substitute(ctx, s, bundle); err != nil {
+		return r.fail(s, o, reasonBuildFailed, err, false), true, nil
 	}
 	if err := r.crash.call(r.crash.AfterRender, s); err != nil {
 		return o, true, err
@@ -241,8 +249,9 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 }
 
 func (r *reconciler) fail(s *v1alpha1.Sync, o status.Outcome, reason string, err error, terminal bool) status.Outcome {
-	o.Ready, o.Reason, o.Message, o.Stalled = metav1.ConditionFalse, reason, err.Error(), terminal
-	r.events.Event(s, corev1.EventTypeWarning, reason, truncate(err.Error(), 1024))
+	msg := r.redact(s, err.Error())
+	o.Ready, o.Reason, o.Message, o.Stalled = metav1.ConditionFalse, reason, msg, terminal
+	r.events.Event(s, corev1.EventTypeWarning, reason, truncate(msg, 1024))
 	return o
 }
 

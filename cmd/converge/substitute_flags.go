@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/converge-dev/converge/sources"
+	varsubst "github.com/converge-dev/converge/sources/substitute"
+)
+
+// substituteFlags are the CLI's spec.postBuild: variables from files and from the command
+// line, substituted in the rendered objects as the daemon does. "converge build" and
+// "converge apply" share them (through sourceFlags).
+type substituteFlags struct {
+	vars   []string // --substitute NAME=VALUE, in order
+	files  []string // --substitute-from-file FILE, in order
+	strict bool     // --strict-substitute
+	// redactor hides the values read from Secret manifests in what the command prints
+	// (set by expand; nil until then, and without such values).
+	redactor *varsubst.Redactor
+}
+
+func (f *substituteFlags) addFlags(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringArrayVar(&f.vars, "substitute", nil, "substitute ${NAME} with VALUE in the rendered objects (NAME=VALUE, repeatable; wins over --substitute-from-file)")
+	fl.StringArrayVar(&f.files, "substitute-from-file", nil, "read substitution variables from FILE: KEY=VALUE lines (a .env file, as flux debug ks --show-vars prints), or a ConfigMap or Secret manifest (.yaml, .yml, .json; Secret values are masked in output); repeatable, a later file wins")
+	fl.BoolVar(&f.strict, "strict-substitute", false, "fail on a ${NAME} without value and without default (as spec.postBuild.strict)")
+}
+
+// expand substitutes the variables of the flags in b. Without a substitution flag it
+// returns b as it is.
+func (f *substituteFlags) expand(b *sources.Bundle) (*sources.Bundle, error) {
+	if len(f.vars) == 0 && len(f.files) == 0 {
+		return b, nil
+	}
+	var srcs []varsubst.Source
+	for _, file := range f.files {
+		s, err := readVarFile(file)
+		if err != nil {
+			return nil, err
+		}
+		srcs = append(srcs, s...)
+	}
+	inline := varsubst.Source{Name: "--substitute", Values: map[string]string{}}
+	for _, kv := range f.vars {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--substitute %q: want NAME=VALUE", kv)
+		}
+		inline.Values[k] = v
+	}
+	vars, err := varsubst.Merge(append(srcs, inline)...)
+	if err != nil {
+		return nil, err
+	}
+	f.redactor = vars.Redactor()
+	opts := varsubst.DefaultOptions()
+	opts.Strict = f.strict
+	return varsubst.Expand(b, vars, opts)
+}
+
+// readVarFile reads one --substitute-from-file: a ConfigMap or Secret manifest (one or more
+// documents) by its extension, else KEY=VALUE lines.
+func readVarFile(file string) ([]varsubst.Source, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--substitute-from-file: %w", err)
+	}
+	switch strings.ToLower(filepath.Ext(file)) {
+	case ".yaml", ".yml", ".json":
+		return readManifests(file, data)
+	}
+	s, err := readDotenv(file, data)
+	return []varsubst.Source{s}, err
+}
+
+var dotenvName = regexp.MustCompile(`^[_[:alpha:]][_[:alpha:][:digit:]]*$`)
+
+// readDotenv reads KEY=VALUE lines: blank lines and lines starting with # are skipped, an
+// "export " prefix is allowed, a value in matching single or double quotes is unquoted
+// (no escapes), anything else is taken as it is. Errors name the file and the line.
+func readDotenv(file string, data []byte) (varsubst.Source, error) {
+	s := varsubst.Source{Name: file, Values: map[string]string{}}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		line = strings.TrimPrefix(line, "export ")
+		k, v, ok := strings.Cut(line, "=")
+		k = strings.TrimSpace(k)
+		if !ok {
+			return s, fmt.Errorf("%s:%d: want KEY=VALUE", file, n)
+		}
+		if !dotenvName.MatchString(k) {
+			return s, fmt.Errorf("%s:%d: %q is not a valid variable name (letters, digits and _, not starting with a digit)", file, n, k)
+		}
+		v = strings.TrimSpace(v)
+		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+			v = v[1 : len(v)-1]
+		}
+		s.Values[k] = v
+	}
+	if err := sc.Err(); err != nil {
+		return s, fmt.Errorf("%s: %w", file, err)
+	}
+	return s, nil
+}
+
+// readManifests reads ConfigMap and Secret manifests, as substituteFrom would read them from
+// the cluster: a ConfigMap's data, a Secret's data (decoded) and stringData (which wins).
+func readManifests(file string, data []byte) ([]varsubst.Source, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out []varsubst.Source
+	for doc := 1; ; doc++ {
+		var raw map[string]any
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", file, doc, err)
+		}
+		if raw == nil {
+			continue
+		}
+		js, err := yaml.Marshal(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", file, doc, err)
+		}
+		kind, _ := raw["kind"].(string)
+		switch kind {
+		case "ConfigMap":
+			var cm corev1.ConfigMap
+			if err := yaml.UnmarshalStrict(js, &cm); err != nil {
+				return nil, fmt.Errorf("%s: document %d: ConfigMap: %w", file, doc, err)
+			}
+			out = append(out, varsubst.Source{Name: fmt.Sprintf("%s: ConfigMap %s", file, cm.Name), Values: cm.Data})
+		case "Secret":
+			var sec corev1.Secret
+			if err := yaml.UnmarshalStrict(js, &sec); err != nil {
+				return nil, fmt.Errorf("%s: document %d: Secret: %w", file, doc, err)
+			}
+			values := map[string]string{}
+			for k, v := range sec.Data {
+				values[k] = string(v)
+			}
+			for k, v := range sec.StringData {
+				values[k] = v
+			}
+			out = append(out, varsubst.Source{Name: fmt.Sprintf("%s: Secret %s", file, sec.Name), Values: values, Sensitive: true})
+		default:
+			return nil, fmt.Errorf("%s: document %d: kind %q: want a ConfigMap or Secret (or KEY=VALUE lines in a file not named .yaml, .yml or .json)", file, doc, kind)
+		}
+	}
+	return out, nil
+}
+
+// redactError hides the Secret values of the substitution in err's message; the exit code
+// and errors.Is still see err.
+func (f *substituteFlags) redactError(err error) error { return f.redactor.Error(err) }
+
+// redactOutput makes everything cmd prints on its output pass through the redaction, line
+// by line (a substituted value never holds a newline), when a --substitute-from-file may
+// bring Secret values. The returned flush writes what is left of a last line; call it
+// before the command returns.
+func (f *substituteFlags) redactOutput(cmd *cobra.Command) (flush func()) {
+	if len(f.files) == 0 {
+		return func() {}
+	}
+	w := &redactingWriter{out: cmd.OutOrStdout(), f: f}
+	cmd.SetOut(w)
+	return w.flush
+}
+
+// redactingWriter writes complete lines, redacted with the redactor f has at that moment.
+type redactingWriter struct {
+	out     io.Writer
+	f       *substituteFlags
+	pending []byte
+}
+
+func (w *redactingWriter) Write(p []byte) (int, error) {
+	w.pending = append(w.pending, p...)
+	i := bytes.LastIndexByte(w.pending, '\n')
+	if i < 0 {
+		return len(p), nil
+	}
+	line := w.pending[:i+1]
+	if _, err := io.WriteString(w.out, w.f.redactor.String(string(line))); err != nil {
+		return 0, err
+	}
+	w.pending = append(w.pending[:0], w.pending[i+1:]...)
+	return len(p), nil
+}
+
+// Unwrap is the stream written to, so that isTerminal sees the terminal behind the filter.
+func (w *redactingWriter) Unwrap() io.Writer { return w.out }
+
+func (w *redactingWriter) flush() {
+	if len(w.pending) > 0 {
+		_, _ = io.WriteString(w.out, w.f.redactor.String(string(w.pending)))
+		w.pending = nil
+	}
+}
