@@ -37,19 +37,19 @@ func build(ctx context.Context, root string, u unit, opts RenderOptions, b *budg
 		return nil, context.Cause(ctx)
 	}
 	defer func() { <-kustomizeLock }()
-	resources, err := in.run(ctx)
+	resources, ordered, err := in.run(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return decodeResources(u, resources, b)
+	return decodeResources(u, resources, ordered, b)
 }
 
 // kustomize builds the folder u.rel and returns its resources as JSON; a render child
 // runs it.
-func kustomize(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) ([][]byte, error) {
+func kustomize(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) ([][]byte, map[int]string, error) {
 	in, err := prepare(ctx, root, u, opts, b)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return in.run(ctx)
 }
@@ -83,12 +83,15 @@ func prepare(ctx context.Context, root string, u unit, opts RenderOptions, b *bu
 	return in, nil
 }
 
-// run builds with krusty (no plugins, no Helm, root-only loads), recovering a panic.
-func (in *buildInput) run(ctx context.Context) (resources [][]byte, err error) {
+// run builds with krusty (no plugins, no Helm, root-only loads), recovering a panic. It
+// returns each resource as JSON and, for those with SOPS metadata, also as YAML in the
+// order kustomize wrote it (ordered, by index): the SOPS MAC depends on field order, which
+// JSON of a map loses.
+func (in *buildInput) run(ctx context.Context) (resources [][]byte, ordered map[int]string, err error) {
 	fail := func(err error) error { return &InputError{File: in.file, Err: err} }
 	defer func() {
 		if r := recover(); r != nil {
-			resources, err = nil, fail(fmt.Errorf("kustomize build panicked: %v", r))
+			resources, ordered, err = nil, nil, fail(fmt.Errorf("kustomize build panicked: %v", r))
 		}
 	}()
 	ko := krusty.MakeDefaultOptions() // no plugins, no Helm, input order kept
@@ -101,13 +104,13 @@ func (in *buildInput) run(ctx context.Context) (resources [][]byte, err error) {
 		if where == "" {
 			where, field = in.file, "a field"
 		}
-		return nil, &InputError{File: where, Err: fmt.Errorf("%s: %w: refusing to fetch %q (set AllowRemoteBases to load it)", field, ErrRemoteBase, urls[0])}
+		return nil, nil, &InputError{File: where, Err: fmt.Errorf("%s: %w: refusing to fetch %q (set AllowRemoteBases to load it)", field, ErrRemoteBase, urls[0])}
 	}
 	if err != nil {
-		return nil, fail(fmt.Errorf("kustomize build: %w", err))
+		return nil, nil, fail(fmt.Errorf("kustomize build: %w", err))
 	}
 	if n := m.Size(); n > in.limits.MaxObjects {
-		return nil, tooManyObjects(in.file, n, in.limits.MaxObjects)
+		return nil, nil, tooManyObjects(in.file, n, in.limits.MaxObjects)
 	}
 	var errs []error
 	for _, r := range m.Resources() {
@@ -116,23 +119,37 @@ func (in *buildInput) run(ctx context.Context) (resources [][]byte, err error) {
 			errs = append(errs, fail(fmt.Errorf("kustomize output: %w", err)))
 			continue
 		}
+		if f := r.Field("sops"); f != nil && !f.IsNilOrEmpty() {
+			y, err := r.AsYAML()
+			if err != nil {
+				errs = append(errs, fail(fmt.Errorf("kustomize output: %w", err)))
+				continue
+			}
+			if ordered == nil {
+				ordered = map[int]string{}
+			}
+			ordered[len(resources)] = string(y)
+		}
 		resources = append(resources, js)
 	}
-	return resources, errors.Join(errs...)
+	return resources, ordered, errors.Join(errs...)
 }
 
 // decodeResources decodes and checks the JSON resources of a kustomize build, counting
 // them in b.
-func decodeResources(u unit, resources [][]byte, b *budget) (objs []decoded, err error) {
+func decodeResources(u unit, resources [][]byte, ordered map[int]string, b *budget) (objs []decoded, err error) {
 	loc := location{file: path.Join(u.rel, u.kustomization)}
 	var errs []error
-	for _, js := range resources {
+	for i, js := range resources {
 		var obj map[string]any
 		if err := utiljson.Unmarshal(js, &obj); err != nil {
 			errs = append(errs, loc.wrap("", fmt.Errorf("kustomize output: %w", err)))
 			continue
 		}
 		d, err := flatten(obj, loc)
+		if y, ok := ordered[i]; ok && len(d) == 1 {
+			d[0].ordered = []byte(y)
+		}
 		errs = append(errs, err)
 		objs = append(objs, d...)
 	}

@@ -1,0 +1,365 @@
+package sops
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	gosops "github.com/getsops/sops/v3"
+	"github.com/getsops/sops/v3/aes"
+	sopsage "github.com/getsops/sops/v3/age"
+	"github.com/getsops/sops/v3/config"
+	"github.com/getsops/sops/v3/keyservice"
+	"github.com/getsops/sops/v3/stores/dotenv"
+	"github.com/getsops/sops/v3/stores/ini"
+	sopsjson "github.com/getsops/sops/v3/stores/json"
+	sopsyaml "github.com/getsops/sops/v3/stores/yaml"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/converge-dev/converge/sources"
+)
+
+var (
+	// ErrNotConfigured reports an encrypted object while no decryption is configured:
+	// applying ciphertext as a Secret is never what its author wants, so it is refused.
+	ErrNotConfigured = errors.New("is SOPS-encrypted and decryption is not configured")
+	// ErrKey reports that none of the given keys can decrypt an object's data key: a wrong
+	// or missing key. The fix is in the keys, not in the source.
+	ErrKey = errors.New("no given key can decrypt it")
+	// ErrIntegrity reports an object whose ciphertext or SOPS metadata is damaged or was
+	// altered (the MAC does not match): the fix is in the source.
+	ErrIntegrity = errors.New("SOPS integrity check failed")
+)
+
+// ObjectError is the failure to decrypt one object. Its message names the object's origin,
+// the object and the entry, never a value.
+type ObjectError struct {
+	// Origin is where the object was rendered from (sources.Bundle.Origins).
+	Origin string
+	// Object is "Kind namespace/name" or "Kind name".
+	Object string
+	// Entry is the Secret data entry ("data.<key>") for an encrypted file entry; empty when
+	// the whole object is encrypted.
+	Entry string
+	// Err is the cause: ErrNotConfigured, ErrKey or ErrIntegrity, wrapped.
+	Err error
+}
+
+// Error formats origin, object, entry, then the cause.
+func (e *ObjectError) Error() string {
+	var b strings.Builder
+	if e.Origin != "" {
+		b.WriteString(e.Origin + ": ")
+	}
+	b.WriteString(e.Object)
+	if e.Entry != "" {
+		b.WriteString(": " + e.Entry)
+	}
+	b.WriteString(": " + e.Err.Error())
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *ObjectError) Unwrap() error { return e.Err }
+
+// Encrypted reports whether o carries SOPS metadata: a top-level "sops" field with a MAC,
+// as Flux's kustomize-controller decides (any kind), or, for a Secret, a data entry that
+// is itself a SOPS-encrypted file.
+func Encrypted(o *unstructured.Unstructured) bool {
+	return wholeEncrypted(o) || len(encryptedEntries(o)) > 0
+}
+
+func wholeEncrypted(o *unstructured.Unstructured) bool {
+	mac, found, _ := unstructured.NestedFieldNoCopy(o.Object, "sops", "mac")
+	return found && mac != nil && mac != ""
+}
+
+// markers are the bytes a SOPS-encrypted file of each format holds (its MAC entry), as
+// Flux detects encrypted Secret entries.
+var markers = []struct {
+	format string
+	b      []byte
+}{
+	{"yaml", []byte("mac: ENC[")},
+	{"json", []byte(`"mac": "ENC[`)},
+	{"dotenv", []byte("sops_mac=ENC[")},
+	{"ini", []byte("[sops]")},
+}
+
+// encryptedEntries returns the sorted keys of a Secret's data entries that are SOPS files.
+func encryptedEntries(o *unstructured.Unstructured) []string {
+	if o.GetKind() != "Secret" || o.GroupVersionKind().Group != "" || wholeEncrypted(o) {
+		return nil
+	}
+	data, _, _ := unstructured.NestedMap(o.Object, "data")
+	var keys []string
+	for k, v := range data {
+		s, ok := v.(string)
+		if !ok {
+			continue
+		}
+		raw, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			continue // not ours to report: the API server will name it
+		}
+		if entryFormat(raw) != "" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func entryFormat(raw []byte) string {
+	for _, m := range markers {
+		if bytes.Contains(raw, m.b) {
+			return m.format
+		}
+	}
+	return ""
+}
+
+// Decrypt returns b with every encrypted object decrypted with keys; keys nil means
+// decryption is not configured, and any encrypted object is an error (ErrNotConfigured).
+// b is not modified: the result is a new Bundle whose Objects slice holds deep copies of
+// the decrypted objects and b's own pointers for the others. When nothing is encrypted b
+// itself is returned. The MAC is always verified. Every failing object is reported
+// (errors.Join of *ObjectError); on error the Bundle is nil, so nothing can be applied.
+func Decrypt(b *sources.Bundle, keys *Keys) (*sources.Bundle, error) {
+	var out *sources.Bundle
+	var errs []error
+	for i, o := range b.Objects {
+		if !Encrypted(o) {
+			continue
+		}
+		oe := &ObjectError{Object: objectName(o)}
+		if i < len(b.Origins) {
+			oe.Origin = b.Origins[i]
+		}
+		if keys == nil {
+			oe.Err = ErrNotConfigured
+			errs = append(errs, oe)
+			continue
+		}
+		var doc []byte
+		if i < len(b.Ordered) {
+			doc = b.Ordered[i]
+		}
+		plain, err := decryptObject(o, doc, keys, oe)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if out == nil {
+			c := *b
+			c.Objects = append([]*unstructured.Unstructured(nil), b.Objects...)
+			out = &c
+		}
+		out.Objects[i] = plain
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if out == nil {
+		return b, nil
+	}
+	return out, nil
+}
+
+// decryptObject decrypts one object: from doc, its document as written, when the render
+// kept it (the MAC hashes values in field order, which o, a map, has lost), else from o as
+// JSON, whose keys are sorted.
+func decryptObject(o *unstructured.Unstructured, doc []byte, keys *Keys, oe *ObjectError) (*unstructured.Unstructured, error) {
+	svc := []keyservice.KeyServiceClient{keyservice.NewCustomLocalClient(ageServer{ids: keys.age})}
+	if wholeEncrypted(o) {
+		in, format := doc, "yaml"
+		if in == nil {
+			var err error
+			if in, err = o.MarshalJSON(); err != nil {
+				oe.Err = fmt.Errorf("%w: %w", ErrIntegrity, err)
+				return nil, oe
+			}
+			format = "json"
+		}
+		plain, err := decryptFile(in, format, "json", svc)
+		if err != nil {
+			oe.Err = err
+			return nil, oe
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(plain); err != nil {
+			oe.Err = fmt.Errorf("%w: decrypted object does not decode: %w", ErrIntegrity, redact(err))
+			return nil, oe
+		}
+		// The document and the object come from the same render; still, what is applied
+		// must be the object that was validated (identity, duplicates).
+		if u.GroupVersionKind() != o.GroupVersionKind() || u.GetNamespace() != o.GetNamespace() || u.GetName() != o.GetName() {
+			oe.Err = fmt.Errorf("%w: the decrypted document is %s, not the rendered object", ErrIntegrity, objectName(u))
+			return nil, oe
+		}
+		return u, nil
+	}
+	u := o.DeepCopy()
+	data, _, _ := unstructured.NestedMap(u.Object, "data")
+	for _, k := range encryptedEntries(o) {
+		raw, _ := base64.StdEncoding.DecodeString(data[k].(string))
+		plain, err := decryptFile(raw, entryFormat(raw), formatForKey(k), svc)
+		if err != nil {
+			e := *oe
+			e.Entry, e.Err = "data."+k, err
+			return nil, &e
+		}
+		data[k] = base64.StdEncoding.EncodeToString(plain)
+	}
+	if err := unstructured.SetNestedMap(u.Object, data, "data"); err != nil {
+		oe.Err = err
+		return nil, oe
+	}
+	return u, nil
+}
+
+// formatForKey is the format a decrypted Secret entry is written in, from its name, as
+// sops and Flux choose it (.dockerconfigjson is JSON).
+func formatForKey(key string) string {
+	switch {
+	case strings.HasSuffix(key, ".yaml"), strings.HasSuffix(key, ".yml"):
+		return "yaml"
+	case strings.HasSuffix(key, ".json"), strings.HasSuffix(key, ".dockerconfigjson"):
+		return "json"
+	case strings.HasSuffix(key, ".env"):
+		return "dotenv"
+	case strings.HasSuffix(key, ".ini"):
+		return "ini"
+	}
+	return "binary"
+}
+
+// store is the part of a sops store Decrypt uses.
+type store interface {
+	LoadEncryptedFile(in []byte) (gosops.Tree, error)
+	EmitPlainFile(in gosops.TreeBranches) ([]byte, error)
+}
+
+func storeFor(format string) store {
+	switch format {
+	case "yaml":
+		return sopsyaml.NewStore(&config.YAMLStoreConfig{})
+	case "dotenv":
+		return dotenv.NewStore(&config.DotenvStoreConfig{})
+	case "ini":
+		return ini.NewStore(&config.INIStoreConfig{})
+	case "binary":
+		return sopsjson.NewBinaryStore(&config.JSONBinaryStoreConfig{})
+	}
+	return sopsjson.NewStore(&config.JSONStoreConfig{})
+}
+
+// decryptFile decrypts one SOPS document and verifies its MAC. Its errors wrap ErrKey or
+// ErrIntegrity and carry no value: sops' own messages name keys and paths, not data.
+func decryptFile(in []byte, inFormat, outFormat string, svc []keyservice.KeyServiceClient) (out []byte, err error) {
+	defer func() {
+		// Malformed input has made sops panic before (Flux recovers here too).
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("%w: malformed SOPS document", ErrIntegrity)
+		}
+	}()
+	tree, err := storeFor(inFormat).LoadEncryptedFile(in)
+	if err != nil {
+		return nil, fmt.Errorf("%w: SOPS metadata does not load: %w", ErrIntegrity, userErr(err))
+	}
+	dataKey, err := tree.Metadata.GetDataKeyWithKeyServices(svc, gosops.DefaultDecryptionOrder)
+	if err != nil {
+		return nil, fmt.Errorf("%w (encrypted for %s): %w", ErrKey, recipients(tree.Metadata), userErr(err))
+	}
+	cipher := aes.NewCipher()
+	mac, err := tree.Decrypt(dataKey, cipher)
+	if err != nil {
+		return nil, fmt.Errorf("%w: a value does not decrypt (altered ciphertext?): %w", ErrIntegrity, redact(err))
+	}
+	stored, err := cipher.Decrypt(tree.Metadata.MessageAuthenticationCode, dataKey, tree.Metadata.LastModified.Format(time.RFC3339))
+	if err != nil {
+		return nil, fmt.Errorf("%w: the MAC does not decrypt (altered metadata?)", ErrIntegrity)
+	}
+	// The MACs are hashes of the plaintext: they stay out of the message.
+	if stored != mac {
+		return nil, fmt.Errorf("%w: the MAC does not match the content: a value was added, removed or changed after "+
+			"encryption (kustomize transformers such as namespace, labels or namePrefix change the object: keep them off "+
+			"encrypted objects, or encrypt with sops --mac-only-encrypted)", ErrIntegrity)
+	}
+	out, err = storeFor(outFormat).EmitPlainFile(tree.Branches)
+	if err != nil {
+		return nil, fmt.Errorf("%w: decrypted document does not print as %s", ErrIntegrity, outFormat)
+	}
+	return out, nil
+}
+
+// recipients lists the public identities an object is encrypted for, so a wrong-key error
+// says which key is needed.
+func recipients(m gosops.Metadata) string {
+	var r []string
+	for _, g := range m.KeyGroups {
+		for _, k := range g {
+			r = append(r, k.TypeToIdentifier()+" "+k.ToString())
+		}
+	}
+	if len(r) == 0 {
+		return "no key"
+	}
+	return strings.Join(r, ", ")
+}
+
+// userErr prefers sops' user-facing message (it lists each key group's failure).
+func userErr(err error) error {
+	var u gosops.UserError
+	if errors.As(err, &u) {
+		return errors.New(strings.TrimSpace(u.UserError()))
+	}
+	return err
+}
+
+// redact drops a message that could quote decrypted content (a decode error of the
+// plaintext, say), keeping only that it failed.
+func redact(err error) error {
+	_ = err
+	return errors.New("details withheld: they could quote decrypted content")
+}
+
+// ageServer is a sops key service that decrypts data keys with the given age identities
+// only: sops' own local server would read the process environment and home folder
+// (SOPS_AGE_KEY_FILE, ~/.config/sops/age), which are the daemon's, not the tenant's.
+type ageServer struct {
+	ids sopsage.ParsedIdentities
+}
+
+func (s ageServer) Encrypt(context.Context, *keyservice.EncryptRequest) (*keyservice.EncryptResponse, error) {
+	return nil, errors.New("encryption is not supported")
+}
+
+func (s ageServer) Decrypt(_ context.Context, req *keyservice.DecryptRequest) (*keyservice.DecryptResponse, error) {
+	k := req.GetKey().GetAgeKey()
+	if k == nil {
+		return nil, errors.New("only age keys are supported")
+	}
+	if len(s.ids) == 0 {
+		return nil, errors.New("no age identity given")
+	}
+	mk := &sopsage.MasterKey{Recipient: k.GetRecipient(), EncryptedKey: string(req.GetCiphertext())}
+	s.ids.ApplyToMasterKey(mk)
+	plain, err := mk.Decrypt()
+	if err != nil {
+		return nil, err
+	}
+	return &keyservice.DecryptResponse{Plaintext: plain}, nil
+}
+
+func objectName(o *unstructured.Unstructured) string {
+	if ns := o.GetNamespace(); ns != "" {
+		return o.GetKind() + " " + ns + "/" + o.GetName()
+	}
+	return o.GetKind() + " " + o.GetName()
+}
