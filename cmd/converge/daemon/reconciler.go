@@ -190,6 +190,9 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	if err := r.crash.call(r.crash.AfterRender, s); err != nil {
 		return o, true, err
 	}
+	if bundle, err = r.decrypt(ctx, s, bundle); err != nil {
+		return r.decryptFailed(s, o, err), true, nil
+	}
 	eng, err := r.engines.forSync(s)
 	if err != nil {
 		return r.fail(s, o, reasonApplyFailed, err, false), true, nil
