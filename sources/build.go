@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,6 +62,8 @@ type buildInput struct {
 	file   string // the kustomization, for messages
 	rel    string
 	limits Limits
+	// inMemory: fsys is the copy of the source root, rooted at "/".
+	inMemory bool
 }
 
 // prepare readies a build of u. Without remote bases the build reads an in-memory copy of
@@ -76,7 +79,7 @@ func prepare(ctx context.Context, root string, u unit, opts RenderOptions, b *bu
 	if err != nil {
 		return nil, err
 	}
-	in.fsys, in.dir = fsys, path.Join("/", u.rel)
+	in.fsys, in.dir, in.inMemory = fsys, path.Join("/", u.rel), true
 	if err := refuseRemote(fsys, in.dir, map[string]bool{}); err != nil {
 		return nil, err
 	}
@@ -84,9 +87,9 @@ func prepare(ctx context.Context, root string, u unit, opts RenderOptions, b *bu
 }
 
 // run builds with krusty (no plugins, no Helm, root-only loads), recovering a panic. It
-// returns each resource as JSON and, for those with SOPS metadata, also as YAML in the
-// order kustomize wrote it (ordered, by index): the SOPS MAC depends on field order, which
-// JSON of a map loses.
+// returns each resource as JSON and, for those with SOPS metadata, the document of the
+// source they were built from, as written (ordered, by index): the SOPS MAC depends on
+// field order, which kustomize does not keep.
 func (in *buildInput) run(ctx context.Context) (resources [][]byte, ordered map[int]string, err error) {
 	fail := func(err error) error { return &InputError{File: in.file, Err: err} }
 	defer func() {
@@ -119,20 +122,45 @@ func (in *buildInput) run(ctx context.Context) (resources [][]byte, ordered map[
 			errs = append(errs, fail(fmt.Errorf("kustomize output: %w", err)))
 			continue
 		}
-		if f := r.Field("sops"); f != nil && !f.IsNilOrEmpty() {
-			y, err := r.AsYAML()
-			if err != nil {
-				errs = append(errs, fail(fmt.Errorf("kustomize output: %w", err)))
-				continue
+		if mac, err := r.GetString("sops.mac"); err == nil && mac != "" {
+			// kustomize prints fields sorted: the document as written is found by its MAC,
+			// a ciphertext with a random nonce, so unique to one encryption.
+			if doc := in.sopsDocument(mac); doc != nil {
+				if ordered == nil {
+					ordered = map[int]string{}
+				}
+				ordered[len(resources)] = string(doc)
 			}
-			if ordered == nil {
-				ordered = map[int]string{}
-			}
-			ordered[len(resources)] = string(y)
 		}
 		resources = append(resources, js)
 	}
 	return resources, ordered, errors.Join(errs...)
+}
+
+// sopsDocument returns the YAML document of the source whose SOPS MAC is mac, or nil. Only
+// the in-memory copy of the source is searched (not a disk with remote bases).
+func (in *buildInput) sopsDocument(mac string) []byte {
+	if !in.inMemory {
+		return nil
+	}
+	var found []byte
+	_ = in.fsys.Walk("/", func(p string, info fs.FileInfo, err error) error {
+		if err != nil || info.IsDir() || found != nil || !isManifest(path.Base(p)) {
+			return nil
+		}
+		data, err := in.fsys.ReadFile(p)
+		if err != nil || !bytes.Contains(data, []byte(mac)) {
+			return nil
+		}
+		for _, d := range splitDocuments(data) {
+			if bytes.Contains(d.data, []byte(mac)) {
+				found = d.data
+				break
+			}
+		}
+		return nil
+	})
+	return found
 }
 
 // decodeResources decodes and checks the JSON resources of a kustomize build, counting

@@ -20,6 +20,7 @@ import (
 	sopsjson "github.com/getsops/sops/v3/stores/json"
 	sopsyaml "github.com/getsops/sops/v3/stores/yaml"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	"github.com/converge-dev/converge/sources"
 )
@@ -171,9 +172,13 @@ func Decrypt(b *sources.Bundle, keys *Keys) (*sources.Bundle, error) {
 	return out, nil
 }
 
-// decryptObject decrypts one object: from doc, its document as written, when the render
-// kept it (the MAC hashes values in field order, which o, a map, has lost), else from o as
-// JSON, whose keys are sorted.
+// decryptObject decrypts one object. With doc, the source document the object was
+// rendered from as written (the MAC hashes values in field order, which the rendered map
+// has lost), doc is decrypted and its MAC verified as sops does, and each ciphertext of the
+// rendered object is replaced by the plaintext at the same path of doc, after checking it
+// is the same ciphertext: what kustomize added or changed around the encrypted values
+// (namespace, labels, name prefix) is kept, and no value the MAC did not cover is let in.
+// Without doc, the object itself is decrypted from its JSON, whose keys are sorted.
 func decryptObject(o *unstructured.Unstructured, doc []byte, keys *Keys, oe *ObjectError) (*unstructured.Unstructured, error) {
 	svc := []keyservice.KeyServiceClient{keyservice.NewCustomLocalClient(ageServer{ids: keys.age})}
 	if wholeEncrypted(o) {
@@ -196,13 +201,21 @@ func decryptObject(o *unstructured.Unstructured, doc []byte, keys *Keys, oe *Obj
 			oe.Err = fmt.Errorf("%w: decrypted object does not decode: %w", ErrIntegrity, redact(err))
 			return nil, oe
 		}
-		// The document and the object come from the same render; still, what is applied
-		// must be the object that was validated (identity, duplicates).
-		if u.GroupVersionKind() != o.GroupVersionKind() || u.GetNamespace() != o.GetNamespace() || u.GetName() != o.GetName() {
-			oe.Err = fmt.Errorf("%w: the decrypted document is %s, not the rendered object", ErrIntegrity, objectName(u))
+		if doc == nil {
+			return u, nil
+		}
+		var enc map[string]any
+		if err := yaml.Unmarshal(doc, &enc); err != nil {
+			oe.Err = fmt.Errorf("%w: the encrypted document does not decode", ErrIntegrity)
 			return nil, oe
 		}
-		return u, nil
+		out := o.DeepCopy()
+		delete(out.Object, "sops")
+		if err := fill(out.Object, enc, u.Object, ""); err != nil {
+			oe.Err = fmt.Errorf("%w: %w", ErrIntegrity, err)
+			return nil, oe
+		}
+		return out, nil
 	}
 	u := o.DeepCopy()
 	data, _, _ := unstructured.NestedMap(u.Object, "data")
@@ -221,6 +234,45 @@ func decryptObject(o *unstructured.Unstructured, doc []byte, keys *Keys, oe *Obj
 		return nil, oe
 	}
 	return u, nil
+}
+
+// fill replaces each ciphertext of rendered (at path) by the value at the same path of
+// plain, when enc holds the same ciphertext there.
+func fill(rendered, enc, plain map[string]any, path string) error {
+	for k, v := range rendered {
+		p := path + "." + k
+		switch rv := v.(type) {
+		case string:
+			if !strings.HasPrefix(rv, "ENC[") {
+				continue
+			}
+			if ev, ok := enc[k].(string); !ok || ev != rv {
+				return fmt.Errorf("%s: the ciphertext is not the one of the encrypted document", p)
+			}
+			rendered[k] = plain[k]
+		case map[string]any:
+			em, _ := enc[k].(map[string]any)
+			pm, _ := plain[k].(map[string]any)
+			if err := fill(rv, em, pm, p); err != nil {
+				return err
+			}
+		case []any:
+			el, _ := enc[k].([]any)
+			pl, _ := plain[k].([]any)
+			for i, item := range rv {
+				wrap := map[string]any{"": item}
+				var ei, pi any
+				if i < len(el) && i < len(pl) {
+					ei, pi = el[i], pl[i]
+				}
+				if err := fill(wrap, map[string]any{"": ei}, map[string]any{"": pi}, fmt.Sprintf("%s[%d]", p, i)); err != nil {
+					return err
+				}
+				rv[i] = wrap[""]
+			}
+		}
+	}
+	return nil
 }
 
 // formatForKey is the format a decrypted Secret entry is written in, from its name, as
@@ -287,9 +339,8 @@ func decryptFile(in []byte, inFormat, outFormat string, svc []keyservice.KeyServ
 	}
 	// The MACs are hashes of the plaintext: they stay out of the message.
 	if stored != mac {
-		return nil, fmt.Errorf("%w: the MAC does not match the content: a value was added, removed or changed after "+
-			"encryption (kustomize transformers such as namespace, labels or namePrefix change the object: keep them off "+
-			"encrypted objects, or encrypt with sops --mac-only-encrypted)", ErrIntegrity)
+		return nil, fmt.Errorf("%w: the MAC does not match the content: a value was added, removed or changed in "+
+			"the file after it was encrypted (edit it with sops, not by hand)", ErrIntegrity)
 	}
 	out, err = storeFor(outFormat).EmitPlainFile(tree.Branches)
 	if err != nil {

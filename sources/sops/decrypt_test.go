@@ -191,7 +191,7 @@ func TestDecryptFailures(t *testing.T) {
 		{"wrong key", enc, keysOf(t, wrong.Identity), ErrKey, []string{key.Recipient}},
 		{"no key", enc, &Keys{}, ErrKey, []string{"no age identity given"}},
 		{"value removed", dropLine(enc, "token: "+token), keysOf(t, key.Identity), ErrIntegrity, []string{"MAC does not match"}},
-		{"label added", strings.Replace(enc, "name: db", "name: db\n    labels: {a: b}", 1), keysOf(t, key.Identity), ErrIntegrity, []string{"--mac-only-encrypted"}},
+		{"label added", strings.Replace(enc, "name: db", "name: db\n    labels: {a: b}", 1), keysOf(t, key.Identity), ErrIntegrity, []string{"MAC does not match", "edit it with sops"}},
 		{"ciphertext altered", strings.Replace(enc, password, string(flipped), 1), keysOf(t, key.Identity), ErrIntegrity, []string{"does not decrypt"}},
 		{"values swapped", strings.NewReplacer(password, token, token, password).Replace(enc), keysOf(t, key.Identity), ErrIntegrity, nil},
 		{"metadata altered", strings.Replace(enc, "lastmodified: \"", "lastmodified: \"1", 1), keysOf(t, key.Identity), ErrIntegrity, nil},
@@ -222,6 +222,38 @@ func TestDecryptFailures(t *testing.T) {
 				t.Errorf("message leaks the plaintext: %q", msg)
 			}
 		})
+	}
+}
+
+// kustomize changes what is around the encrypted values (namespace, labels) and prints the
+// fields sorted: the document as written is decrypted and verified, and its plaintext is
+// put into the rendered object, where the same ciphertexts stand. A rendered ciphertext
+// that is not the document's is refused.
+func TestDecryptKeepsWhatKustomizeChanged(t *testing.T) {
+	key := sopsfixture.NewKey(t)
+	doc := sopsfixture.Encrypt(t, []byte(secretYAML), sopsfixture.DefaultRegex, key.Recipient)
+	rendered := object(t, doc)
+	rendered.SetNamespace("prod")
+	rendered.SetLabels(map[string]string{"team": "a"})
+	in := &sources.Bundle{Objects: []*unstructured.Unstructured{rendered}, Origins: []string{"k/kustomization.yaml"}, Ordered: [][]byte{doc}}
+	out, err := Decrypt(in, keysOf(t, key.Identity))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := object(t, []byte(secretYAML))
+	want.SetNamespace("prod")
+	want.SetLabels(map[string]string{"team": "a"})
+	if diff := cmp.Diff(want.Object, out.Objects[0].Object); diff != "" {
+		t.Errorf("decrypted (-want +got):\n%s", diff)
+	}
+
+	other := object(t, sopsfixture.Encrypt(t, []byte(secretYAML), sopsfixture.DefaultRegex, key.Recipient))
+	moved := object(t, doc)
+	v, _, _ := unstructured.NestedString(other.Object, "stringData", "password")
+	_ = unstructured.SetNestedField(moved.Object, v, "stringData", "password")
+	in = &sources.Bundle{Objects: []*unstructured.Unstructured{moved}, Origins: []string{"k/kustomization.yaml"}, Ordered: [][]byte{doc}}
+	if _, err := Decrypt(in, keysOf(t, key.Identity)); !errors.Is(err, ErrIntegrity) || !strings.Contains(err.Error(), ".stringData.password") {
+		t.Errorf("a rendered ciphertext from elsewhere: err = %v, want ErrIntegrity naming .stringData.password", err)
 	}
 }
 
