@@ -55,6 +55,9 @@ With --dry-run nothing is written: every object is dry-run on the server, and th
 what would be created, configured (with --diff, a unified diff; Secret values masked), left
 unchanged and pruned.
 
+SOPS-encrypted objects are decrypted in memory with --decryption-key-file (an age identity
+file, repeatable); without it an encrypted object is refused, naming it and its file.
+
 The inventory (--inventory NAMESPACE/NAME, a ConfigMap) records which objects the set owns:
 an object another inventory owns (a Sync, another "converge apply --inventory", "converge
 install") is never taken over, and --prune deletes only what this inventory owns. A real apply
