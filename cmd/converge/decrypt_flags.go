@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -24,7 +25,9 @@ type decryptionFlags struct {
 	showSecrets bool
 	// rendered is the render before decryption: which values were encrypted, for mask.
 	rendered *sources.Bundle
-	stderr   io.Writer // build's, for the note that values are masked
+	// decrypted is what decrypt returned, for redact.
+	decrypted *sources.Bundle
+	stderr    io.Writer // build's, for the note that values are masked
 }
 
 // addFlags registers --decryption-key-file on cmd, and --show-secrets for build.
@@ -62,6 +65,7 @@ func (d *decryptionFlags) decrypt(b *sources.Bundle) (*sources.Bundle, error) {
 	if errors.Is(err, sops.ErrKey) {
 		return nil, fmt.Errorf("%w\ngive the age identity of a listed recipient with --decryption-key-file", err)
 	}
+	d.decrypted = out
 	return out, err
 }
 
@@ -76,4 +80,49 @@ func (d *decryptionFlags) mask(b *sources.Bundle) *sources.Bundle {
 		fmt.Fprintf(d.stderr, "SOPS-encrypted values are printed as %s; give --decryption-key-file to decrypt (and check) them\n", sops.Mask)
 	}
 	return m
+}
+
+// redact replaces every decrypted value in s by sops.Mask: engine diffs mask Secret values
+// only, and an object of another kind may be encrypted too (as Flux allows).
+func (d *decryptionFlags) redact(s string) string {
+	if d.decrypted == nil || d.rendered == nil {
+		return s
+	}
+	for _, p := range sops.Plaintexts(d.decrypted, d.rendered) {
+		s = strings.ReplaceAll(s, p, sops.Mask)
+	}
+	return s
+}
+
+// redactErr is err with redact applied to its message, or err itself when nothing changed.
+func (d *decryptionFlags) redactErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if msg := d.redact(err.Error()); msg != err.Error() {
+		return errors.New(msg)
+	}
+	return err
+}
+
+// withholdDiffs drops the diff of every decrypted object that is not a Secret: the engine
+// masks Secret values only, and the live side of such a diff holds the applied plaintext,
+// which redact cannot know.
+func (d *decryptionFlags) withholdDiffs(r *report) {
+	if d.decrypted == nil || d.rendered == nil {
+		return
+	}
+	type key struct{ kind, ns, name string }
+	held := map[key]bool{}
+	for _, o := range d.rendered.Objects {
+		if sops.Encrypted(o) && (o.GetKind() != "Secret" || o.GroupVersionKind().Group != "") {
+			held[key{o.GetKind(), o.GetNamespace(), o.GetName()}] = true
+		}
+	}
+	for i, o := range r.Objects {
+		// An object rendered without a namespace is reported in the one it was applied to.
+		if o.Diff != "" && (held[key{o.Kind, o.Namespace, o.Name}] || held[key{o.Kind, "", o.Name}]) {
+			r.Objects[i].Diff = "# diff withheld: the object holds values decrypted with SOPS\n"
+		}
+	}
 }

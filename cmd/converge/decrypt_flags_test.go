@@ -121,19 +121,27 @@ func TestBuildDecryptsSOPS(t *testing.T) {
 
 // TestApplyCLIDecryptsSOPS: `converge apply` refuses an encrypted Secret without
 // --decryption-key-file (exit 2, naming it, nothing written); with it, --dry-run --diff
-// in every output format shows the Secret without its values, a real apply stores the
-// plaintext, and a dry-run diff of a changed value shows neither the old nor the new one.
+// in every output format shows the Secret and an encrypted ConfigMap without their values
+// (the engine masks Secrets; the CLI redacts what it decrypted from other kinds), a real
+// apply stores the plaintext, and a dry-run diff of changed values shows neither the old
+// nor the new ones.
 // Before, the ciphertext reached the API server (".sops: field not declared in schema").
 func TestApplyCLIDecryptsSOPS(t *testing.T) {
 	cluster.Require(t, env)
 	ns := env.Namespace(t)
-	const v1, v2 = "apply-plaintext-one-5d2a", "apply-plaintext-two-5d2a"
 	key := sopsfixture.NewKey(t)
+	const v1, v2 = "apply-plaintext-one-5d2a", "apply-plaintext-two-5d2a"
+	const c1, c2 = "configmap-plaintext-one-77e0", "configmap-plaintext-two-77e0"
+	encCM := func(v string) string {
+		doc := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: conf\n  namespace: " + ns + "\ndata:\n  url: https://u:" + v + "@db\n"
+		return string(sopsfixture.Encrypt(t, []byte(doc), "^data$", key.Recipient))
+	}
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "age.txt")
 	set := filepath.Join(dir, "set")
 	writeFiles(t, dir, map[string]string{"age.txt": key.Identity + "\n", "set/secret.enc.yaml": sopsSecret(t, ns, v1, key.Recipient),
-		"set/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain, namespace: " + ns + "}\ndata: {a: b}\n"})
+		"set/conf.enc.yaml": encCM(c1),
+		"set/cm.yaml":       "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain, namespace: " + ns + "}\ndata: {a: b}\n"})
 	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +183,7 @@ func TestApplyCLIDecryptsSOPS(t *testing.T) {
 			}
 		}
 	}
-	dryRun("create", v1)
+	dryRun("create", v1, c1)
 
 	if out, errOut, code := cliErr("apply", set, "-n", ns, "--inventory", ns+"/app", "--decryption-key-file", keyFile); code != 0 {
 		t.Fatalf("apply: exit %d:\n%s%s", code, out, errOut)
@@ -184,8 +192,13 @@ func TestApplyCLIDecryptsSOPS(t *testing.T) {
 		t.Fatalf("Secret db password = %q, %v; want the decrypted value", v, err)
 	}
 
-	writeFiles(t, dir, map[string]string{"set/secret.enc.yaml": sopsSecret(t, ns, v2, key.Recipient)})
-	dryRun("change", v1, v2)
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "conf"}, cm); err != nil || cm.Data["url"] != "https://u:"+c1+"@db" {
+		t.Fatalf("ConfigMap conf = %v, %v; want the decrypted url", cm.Data, err)
+	}
+
+	writeFiles(t, dir, map[string]string{"set/secret.enc.yaml": sopsSecret(t, ns, v2, key.Recipient), "set/conf.enc.yaml": encCM(c2)})
+	dryRun("change", v1, v2, c1, c2)
 	if v, _ := secret(); v != v1 {
 		t.Errorf("the dry-run changed Secret db to %q", v)
 	}

@@ -97,3 +97,68 @@ func isCiphertext(v any) bool {
 	s, ok := v.(string)
 	return ok && strings.HasPrefix(s, "ENC[")
 }
+
+// Plaintexts returns the string values decrypted wherever rendered held a ciphertext (the
+// same objects in the same order as decrypted), so a caller can keep them out of text it
+// prints that was not built from Secrets alone (a diff of a decrypted ConfigMap, an API
+// server's error quoting a value). Values shorter than 4 bytes are left out: replacing
+// them everywhere would mangle the text more than it protects.
+func Plaintexts(decrypted, rendered *sources.Bundle) []string {
+	var out []string
+	add := func(v any) {
+		if s, ok := v.(string); ok && len(s) >= 4 {
+			out = append(out, s)
+		}
+	}
+	for i, o := range rendered.Objects {
+		if i >= len(decrypted.Objects) || !Encrypted(o) || decrypted.Objects[i] == o {
+			continue
+		}
+		d := decrypted.Objects[i].Object
+		if entries := encryptedEntries(o); len(entries) > 0 {
+			for _, k := range entries {
+				v, _, _ := unstructured.NestedString(d, "data", k)
+				if raw, err := base64.StdEncoding.DecodeString(v); err == nil {
+					add(string(raw))
+				}
+				add(v)
+			}
+			continue
+		}
+		secret := o.GetKind() == "Secret" && o.GroupVersionKind().Group == ""
+		collectLike(o.Object, d, secret, add)
+	}
+	return out
+}
+
+// collectLike calls add with each value of fin at a path where orig holds a ciphertext
+// (and, for a Secret's data, with the decoded value too).
+func collectLike(orig, fin map[string]any, secret bool, add func(any)) {
+	for k, ov := range orig {
+		fv, ok := fin[k]
+		if k == "sops" || !ok {
+			continue
+		}
+		switch o := ov.(type) {
+		case string:
+			if isCiphertext(o) {
+				add(fv)
+				if s, ok := fv.(string); ok && secret {
+					if raw, err := base64.StdEncoding.DecodeString(s); err == nil {
+						add(string(raw))
+					}
+				}
+			}
+		case map[string]any:
+			if f, ok := fv.(map[string]any); ok {
+				collectLike(o, f, secret, add)
+			}
+		case []any:
+			if f, ok := fv.([]any); ok && len(f) == len(o) {
+				for i := range o {
+					collectLike(map[string]any{"": o[i]}, map[string]any{"": f[i]}, secret, add)
+				}
+			}
+		}
+	}
+}
