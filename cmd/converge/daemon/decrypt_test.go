@@ -128,7 +128,13 @@ func TestDaemonDecryptsSOPS(t *testing.T) {
 	key, wrong := sopsfixture.NewKey(t), sopsfixture.NewKey(t)
 	f.keySecret("sops-age", map[string]string{"identity.agekey": "# test\n" + key.Identity + "\n"})
 	cm := cmNamed("kept", f.ns)
-	rev1 := f.publishRaw(map[string]string{"kept.yaml": cm, "secret.enc.yaml": encryptedSecret(t, f.ns, key.Recipient)})
+	// A kustomization that labels the encrypted Secret: the render child finds the document
+	// as written for the MAC, the label stays.
+	kust := func(files ...string) string {
+		return "resources: [" + strings.Join(files, ", ") + "]\nlabels: [{pairs: {team: a}}]\n"
+	}
+	rev1 := f.publishRaw(map[string]string{"kustomization.yaml": kust("kept.yaml", "secret.enc.yaml"), "kept.yaml": cm,
+		"secret.enc.yaml": encryptedSecret(t, f.ns, key.Recipient)})
 	cacheDir := t.TempDir()
 	f.startDaemon(env.Config, func(o *Options) { o.CacheDir = cacheDir })
 	f.createSync(2*time.Second, func(s *v1alpha1.Sync) {
@@ -137,6 +143,10 @@ func TestDaemonDecryptsSOPS(t *testing.T) {
 	f.waitSync("Ready with the Secret decrypted", readyAt(rev1))
 	if v, err := f.secretValue("db", "password"); err != nil || v != sopsPlaintext {
 		t.Fatalf("Secret db password = %q, %v; want the decrypted value", v, err)
+	}
+	db := &corev1.Secret{}
+	if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "db"}, db); err != nil || db.Labels["team"] != "a" {
+		t.Errorf("Secret db labels = %v, %v; want the kustomization's team: a", db.Labels, err)
 	}
 
 	expectFailed := func(rev, what string, says ...string) {
@@ -163,8 +173,9 @@ func TestDaemonDecryptsSOPS(t *testing.T) {
 	}
 
 	// Encrypted for another key, and kept.yaml removed: nothing is applied or pruned.
-	rev2 := f.publishRaw(map[string]string{"kept.yaml": "", "secret.enc.yaml": encryptedSecret(t, f.ns, wrong.Recipient)})
-	expectFailed(rev2, "wrong key", "secret.enc.yaml", "Secret "+f.ns+"/db", wrong.Recipient, "sops-age")
+	rev2 := f.publishRaw(map[string]string{"kustomization.yaml": kust("secret.enc.yaml"), "kept.yaml": "",
+		"secret.enc.yaml": encryptedSecret(t, f.ns, wrong.Recipient)})
+	expectFailed(rev2, "wrong key", "kustomization.yaml", "Secret "+f.ns+"/db", wrong.Recipient, "sops-age")
 
 	// The right key again, but the key Secret is gone; once it is back, the retry applies.
 	if err := f.c.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "sops-age"}}); err != nil {
@@ -185,7 +196,7 @@ func TestDaemonDecryptsSOPS(t *testing.T) {
 		return s.Status.ObservedGeneration == s.Generation && r != nil && r.Status == metav1.ConditionFalse
 	})
 	ready := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
-	for _, w := range []string{"secret.enc.yaml", "Secret " + f.ns + "/db", "decryption is not configured", "spec.decryption"} {
+	for _, w := range []string{"kustomization.yaml", "Secret " + f.ns + "/db", "decryption is not configured", "spec.decryption"} {
 		if !strings.Contains(ready.Message, w) {
 			t.Errorf("without spec.decryption: the message does not say %q: %s", w, ready.Message)
 		}
