@@ -69,6 +69,8 @@ func TestBuildDecryptsSOPS(t *testing.T) {
 		"plain/secret.enc.yaml": enc,
 		"kust/secret.enc.yaml":  enc, "kust/kustomization.yaml": "resources: [secret.enc.yaml]\n",
 		"labelled/secret.enc.yaml": enc, "labelled/kustomization.yaml": "resources: [secret.enc.yaml]\nlabels: [{pairs: {team: a}}]\n",
+		"gen/creds.enc.yaml":     string(sopsfixture.Encrypt(t, []byte("user: admin\npassword: "+plaintext+"\n"), "", key.Recipient)),
+		"gen/kustomization.yaml": "secretGenerator:\n- name: creds\n  namespace: app\n  files: [creds.yaml=creds.enc.yaml]\n",
 		"edited/secret.enc.yaml": strings.Replace(enc, "type: Opaque", "type: Opaque\nimmutable: true", 1),
 	})
 	right, bad := filepath.Join(dir, "keys/right.txt"), filepath.Join(dir, "keys/wrong.txt")
@@ -84,6 +86,10 @@ func TestBuildDecryptsSOPS(t *testing.T) {
 		{"key", []string{filepath.Join(dir, "plain"), "--decryption-key-file", right}, 0, false, nil, true},
 		{"show secrets", []string{filepath.Join(dir, "plain"), "--decryption-key-file", bad, "--decryption-key-file", right, "--show-secrets"}, 0, true, nil, false},
 		{"kustomization", []string{filepath.Join(dir, "kust"), "--decryption-key-file", right, "--show-secrets"}, 0, true, nil, false},
+		{"secretGenerator file", []string{filepath.Join(dir, "gen"), "--decryption-key-file", right, "--show-secrets"}, 0, false,
+			[]string{base64.StdEncoding.EncodeToString([]byte("user: admin\npassword: " + plaintext + "\n"))}, false},
+		{"secretGenerator file masked", []string{filepath.Join(dir, "gen"), "--decryption-key-file", right}, 0, false,
+			[]string{"creds.yaml: " + base64.StdEncoding.EncodeToString([]byte("**SOPS**"))}, false},
 		{"wrong key", []string{filepath.Join(dir, "plain"), "--decryption-key-file", bad}, 2, false,
 			[]string{"secret.enc.yaml", "Secret app/db", key.Recipient, "--decryption-key-file"}, false},
 		{"labelled by kustomize", []string{filepath.Join(dir, "labelled"), "--decryption-key-file", right, "--show-secrets"}, 0, true,

@@ -35,6 +35,11 @@ var (
 	// ErrIntegrity reports an object whose ciphertext or SOPS metadata is damaged or was
 	// altered (the MAC does not match): the fix is in the source.
 	ErrIntegrity = errors.New("SOPS integrity check failed")
+	// ErrUnsupported reports SOPS content that cannot be decrypted after the render: a
+	// secretGenerator "envs" entry of an encrypted .env file, which kustomize has already
+	// split into one entry per variable (Flux decrypts such files on disk first).
+	ErrUnsupported = errors.New("holds a SOPS-encrypted .env file split by a secretGenerator (envs); " +
+		"list the encrypted file under files instead, or encrypt the Secret itself")
 )
 
 // ObjectError is the failure to decrypt one object. Its message names the object's origin,
@@ -70,9 +75,10 @@ func (e *ObjectError) Unwrap() error { return e.Err }
 
 // Encrypted reports whether o carries SOPS metadata: a top-level "sops" field with a MAC,
 // as Flux's kustomize-controller decides (any kind), or, for a Secret, a data entry that
-// is itself a SOPS-encrypted file.
+// is itself a SOPS-encrypted file (or entries that are the variables of one, which
+// Decrypt refuses).
 func Encrypted(o *unstructured.Unstructured) bool {
-	return wholeEncrypted(o) || len(encryptedEntries(o)) > 0
+	return wholeEncrypted(o) || len(encryptedEntries(o)) > 0 || splitDotenv(o)
 }
 
 func wholeEncrypted(o *unstructured.Unstructured) bool {
@@ -116,6 +122,27 @@ func encryptedEntries(o *unstructured.Unstructured) []string {
 	return keys
 }
 
+// splitDotenv reports a Secret whose entries are the variables of an encrypted .env file:
+// sops writes its metadata as sops_* variables, among them sops_mac.
+func splitDotenv(o *unstructured.Unstructured) bool {
+	if o.GetKind() != "Secret" || o.GroupVersionKind().Group != "" {
+		return false
+	}
+	v, found, _ := unstructured.NestedString(o.Object, "data", "sops_mac")
+	if !found {
+		return false
+	}
+	raw, err := base64.StdEncoding.DecodeString(v)
+	return err == nil && bytes.HasPrefix(raw, []byte("ENC["))
+}
+
+func origin(b *sources.Bundle, i int) string {
+	if i < len(b.Origins) {
+		return b.Origins[i]
+	}
+	return ""
+}
+
 func entryFormat(raw []byte) string {
 	for _, m := range markers {
 		if bytes.Contains(raw, m.b) {
@@ -135,13 +162,14 @@ func Decrypt(b *sources.Bundle, keys *Keys) (*sources.Bundle, error) {
 	var out *sources.Bundle
 	var errs []error
 	for i, o := range b.Objects {
+		if splitDotenv(o) {
+			errs = append(errs, &ObjectError{Object: objectName(o), Origin: origin(b, i), Err: ErrUnsupported})
+			continue
+		}
 		if !Encrypted(o) {
 			continue
 		}
-		oe := &ObjectError{Object: objectName(o)}
-		if i < len(b.Origins) {
-			oe.Origin = b.Origins[i]
-		}
+		oe := &ObjectError{Object: objectName(o), Origin: origin(b, i)}
 		if keys == nil {
 			oe.Err = ErrNotConfigured
 			errs = append(errs, oe)

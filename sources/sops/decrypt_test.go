@@ -257,6 +257,18 @@ func TestDecryptKeepsWhatKustomizeChanged(t *testing.T) {
 	}
 }
 
+// A secretGenerator "envs" entry splits an encrypted .env file into one entry per variable,
+// which cannot be decrypted after the render: refused, naming the object, key or not.
+func TestDecryptRefusesSplitDotenv(t *testing.T) {
+	enc := base64.StdEncoding.EncodeToString([]byte("ENC[AES256_GCM,data:abc,iv:x,tag:y,type:str]"))
+	doc := "apiVersion: v1\nkind: Secret\nmetadata: {name: env, namespace: app}\ndata:\n  PASSWORD: " + enc + "\n  sops_mac: " + enc + "\n"
+	for _, keys := range []*Keys{nil, keysOf(t, sopsfixture.NewKey(t).Identity)} {
+		if _, err := Decrypt(bundle(t, []byte(doc)), keys); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "Secret app/env") {
+			t.Errorf("keys %v: err = %v, want ErrUnsupported naming Secret app/env", keys.Len(), err)
+		}
+	}
+}
+
 // Every failing object is reported, not only the first.
 func TestDecryptReportsEveryObject(t *testing.T) {
 	key := sopsfixture.NewKey(t)
