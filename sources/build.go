@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	utiljson "k8s.io/apimachinery/pkg/util/json"
@@ -39,19 +41,19 @@ func build(ctx context.Context, root string, u unit, opts RenderOptions, b *budg
 		return nil, context.Cause(ctx)
 	}
 	defer func() { <-kustomizeLock }()
-	resources, err := in.run(ctx)
+	resources, ordered, err := in.run(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return decodeResources(u, resources, b)
+	return decodeResources(u, resources, ordered, b)
 }
 
 // kustomize builds the folder u.rel and returns its resources as JSON; a render child
 // runs it.
-func kustomize(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) ([][]byte, error) {
+func kustomize(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) ([][]byte, map[int]string, error) {
 	in, err := prepare(ctx, root, u, opts, b)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return in.run(ctx)
 }
@@ -63,10 +65,14 @@ type buildInput struct {
 	file   string // the kustomization, for messages
 	rel    string
 	limits Limits
-	// disk: fsys is the disk (remote bases allowed), not a private in-memory copy.
+	// disk: fsys is the disk (remote bases allowed), not a private in-memory copy of the
+	// source root, rooted at "/".
 	disk bool
 	// chunkObjects sizes the chunks of a chunked build (chunked.go); 0 never chunks.
 	chunkObjects int
+	// macs are the source's documents with SOPS metadata by their MAC, read on first need
+	// (sopsDocument).
+	macs map[string][]byte
 }
 
 // prepare readies a build of u. Without remote bases the build reads an in-memory copy of
@@ -94,30 +100,33 @@ func prepare(ctx context.Context, root string, u unit, opts RenderOptions, b *bu
 }
 
 // run builds with krusty (no plugins, no Helm, root-only loads), recovering a panic: in
-// chunks when the kustomization allows it (chunked.go), else whole.
-func (in *buildInput) run(ctx context.Context) (resources [][]byte, err error) {
+// chunks when the kustomization allows it (chunked.go), else whole. It returns each
+// resource as JSON and, for those with SOPS metadata, the document of the source they were
+// built from, as written (ordered, by index): the SOPS MAC depends on field order, which
+// kustomize does not keep.
+func (in *buildInput) run(ctx context.Context) (resources [][]byte, ordered map[int]string, err error) {
 	fail := func(err error) error { return &InputError{File: in.file, Err: err} }
 	defer func() {
 		if r := recover(); r != nil {
-			resources, err = nil, fail(fmt.Errorf("kustomize build panicked: %v", r))
+			resources, ordered, err = nil, nil, fail(fmt.Errorf("kustomize build panicked: %v", r))
 		}
 	}()
 	var out []*resource.Resource
 	chunked := false
 	if plan := in.plan(); plan != nil {
 		if out, chunked, err = in.runChunked(plan); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if !chunked {
 		m, err := in.krusty()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = m.Resources()
 	}
 	if n := len(out); n > in.limits.MaxObjects {
-		return nil, tooManyObjects(in.file, n, in.limits.MaxObjects)
+		return nil, nil, tooManyObjects(in.file, n, in.limits.MaxObjects)
 	}
 	var errs []error
 	for _, r := range out {
@@ -126,9 +135,19 @@ func (in *buildInput) run(ctx context.Context) (resources [][]byte, err error) {
 			errs = append(errs, fail(fmt.Errorf("kustomize output: %w", err)))
 			continue
 		}
+		if mac, err := r.GetString("sops.mac"); err == nil && mac != "" {
+			// kustomize prints fields sorted: the document as written is found by its MAC,
+			// a ciphertext with a random nonce, so unique to one encryption.
+			if doc := in.sopsDocument(mac); doc != nil {
+				if ordered == nil {
+					ordered = map[int]string{}
+				}
+				ordered[len(resources)] = string(doc)
+			}
+		}
 		resources = append(resources, js)
 	}
-	return resources, errors.Join(errs...)
+	return resources, ordered, errors.Join(errs...)
 }
 
 // krusty runs one kustomize build of in.dir.
@@ -151,18 +170,54 @@ func (in *buildInput) krusty() (resmap.ResMap, error) {
 	return m, nil
 }
 
+// sopsDocument returns the YAML document of the source whose SOPS MAC is mac, or nil. Only
+// the in-memory copy of the source is searched (not a disk with remote bases). The source is
+// read once per build, on the first call: a repository of many encrypted objects and many
+// files costs one pass, not one per object.
+func (in *buildInput) sopsDocument(mac string) []byte {
+	if in.disk {
+		return nil
+	}
+	if in.macs == nil {
+		in.macs = map[string][]byte{}
+		_ = in.fsys.Walk("/", func(p string, info fs.FileInfo, err error) error {
+			if err != nil || info.IsDir() || !isManifest(path.Base(p)) {
+				return nil
+			}
+			data, err := in.fsys.ReadFile(p)
+			if err != nil || !bytes.Contains(data, []byte("mac:")) {
+				return nil
+			}
+			for _, d := range splitDocuments(data) {
+				for _, m := range sopsMAC.FindAllSubmatch(d.data, -1) {
+					in.macs[string(m[1])] = d.data
+				}
+			}
+			return nil
+		})
+	}
+	return in.macs[mac]
+}
+
+// sopsMAC finds the value of a "mac" field in a YAML or JSON document, as sops writes it
+// ("ENC[AES256_GCM,data:...,iv:...,tag:...,type:str]", quoted or not).
+var sopsMAC = regexp.MustCompile(`["']?\bmac["']?\s*:\s*["']?(ENC\[[^\]\s"']*\])`)
+
 // decodeResources decodes and checks the JSON resources of a kustomize build, counting
 // them in b.
-func decodeResources(u unit, resources [][]byte, b *budget) (objs []decoded, err error) {
+func decodeResources(u unit, resources [][]byte, ordered map[int]string, b *budget) (objs []decoded, err error) {
 	loc := location{file: path.Join(u.rel, u.kustomization)}
 	var errs []error
-	for _, js := range resources {
+	for i, js := range resources {
 		var obj map[string]any
 		if err := utiljson.Unmarshal(js, &obj); err != nil {
 			errs = append(errs, loc.wrap("", fmt.Errorf("kustomize output: %w", err)))
 			continue
 		}
 		d, err := flatten(obj, loc)
+		if y, ok := ordered[i]; ok && len(d) == 1 {
+			d[0].ordered = []byte(y)
+		}
 		errs = append(errs, err)
 		objs = append(objs, d...)
 	}

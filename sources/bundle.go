@@ -23,6 +23,11 @@ type Bundle struct {
 	// its line and document ("apps/web.yaml:14 (document 2 of 3)"), or the kustomization
 	// that built it. Same length and order as Objects; read-only.
 	Origins []string
+	// Ordered holds, for an object with SOPS metadata, its document as written (YAML, in
+	// its field order, after kustomize), since the SOPS MAC depends on field order and
+	// Objects are maps; nil for other objects, and nil as a whole when there are none.
+	// Same order as Objects when not nil; read-only.
+	Ordered [][]byte
 	// CommitTime is the committer time of a git revision; zero for a local folder.
 	CommitTime time.Time
 }

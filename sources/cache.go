@@ -30,6 +30,7 @@ type renderCache struct {
 type cacheEntry struct {
 	objs    []*unstructured.Unstructured
 	origins []string
+	ordered [][]byte
 	err     error
 }
 

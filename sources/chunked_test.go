@@ -118,14 +118,14 @@ func buildBoth(t *testing.T, root, rel string, chunkSize int) (whole, got []stri
 	}
 	w := in()
 	w.chunkObjects = 0
-	wb, wholeErr := w.run(context.Background())
+	wb, _, wholeErr := w.run(context.Background())
 	c := in()
 	c.chunkObjects = chunkSize
 	if plan := c.plan(); plan != nil {
 		_, chunked, _ = c.runChunked(plan)
 		// runChunked restored the kustomization: run builds from it again.
 	}
-	gb, gotErr := c.run(context.Background())
+	gb, _, gotErr := c.run(context.Background())
 	return strs(wb), strs(gb), wholeErr, gotErr, chunked
 }
 

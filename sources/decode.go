@@ -35,6 +35,8 @@ func (l location) wrap(object string, err error) *InputError {
 type decoded struct {
 	obj *unstructured.Unstructured
 	loc location
+	// ordered is the document as written, for an object with SOPS metadata (Bundle.Ordered).
+	ordered []byte
 }
 
 // document is one YAML document of a file and its first line.
@@ -146,7 +148,11 @@ func decodeDocument(d document, loc location) ([]decoded, error) {
 		}
 		return nil, loc.wrap("", fmt.Errorf("invalid JSON: %w", err))
 	}
-	return flatten(obj, loc)
+	out, err := flatten(obj, loc)
+	if _, ok := obj["sops"]; ok && err == nil && len(out) == 1 {
+		out[0].ordered = d.data
+	}
+	return out, err
 }
 
 // flatten turns a v1 List (or any "*List" kind with items) into its items.

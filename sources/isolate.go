@@ -68,7 +68,10 @@ type childRequest struct {
 // childResponse is what a render child answers on its stdout.
 type childResponse struct {
 	Resources []json.RawMessage `json:"resources"`
-	Errors    []childError      `json:"errors,omitempty"`
+	// Ordered holds, by index in Resources, the resources with SOPS metadata as YAML in
+	// their written field order (see buildInput.run).
+	Ordered map[int]string `json:"ordered,omitempty"`
+	Errors  []childError   `json:"errors,omitempty"`
 	// Read is the bytes the child read (its copy of the source), for the parent's budget.
 	Read int64 `json:"read"`
 }
@@ -104,8 +107,8 @@ func serveChild(in io.Reader, out io.Writer) int {
 	opts := RenderOptions{AllowRemoteBases: req.AllowRemoteBases, Limits: req.Limits}
 	b := newBudget(req.Rendered, req.Limits)
 	b.bytes.Store(req.Read)
-	resources, err := kustomize(context.Background(), req.Root, unit{rel: req.Unit, kustomization: req.Kustomization}, opts, b)
-	resp := childResponse{Errors: encodeErrors(err), Read: b.bytes.Load() - req.Read}
+	resources, ordered, err := kustomize(context.Background(), req.Root, unit{rel: req.Unit, kustomization: req.Kustomization}, opts, b)
+	resp := childResponse{Errors: encodeErrors(err), Read: b.bytes.Load() - req.Read, Ordered: ordered}
 	for _, r := range resources {
 		resp.Resources = append(resp.Resources, r)
 	}
@@ -172,7 +175,7 @@ func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions,
 	for i, r := range resp.Resources {
 		resources[i] = r
 	}
-	return decodeResources(u, resources, b)
+	return decodeResources(u, resources, resp.Ordered, b)
 }
 
 // childEnvKept are the variables of the parent's environment a render child keeps: the

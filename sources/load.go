@@ -94,12 +94,12 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 	key := cacheKey(digest, src.Path, opts.Render)
 	e, ok := l.cache.get(key)
 	if !ok {
-		e.objs, e.origins, e.err = render(ctx, root, src.Path, opts.Render)
+		e.objs, e.origins, e.ordered, e.err = render(ctx, root, src.Path, opts.Render)
 		if e.err == nil || IsTerminal(e.err) {
 			l.cache.put(key, e)
 		}
 	}
-	return &Bundle{Revision: revision, Objects: e.objs, Origins: e.origins, CommitTime: commitTime}, e.err
+	return &Bundle{Revision: revision, Objects: e.objs, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime}, e.err
 }
 
 // exportLimits returns opts.Fetch with its export limits raised to the render's where

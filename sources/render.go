@@ -51,42 +51,43 @@ var kustomizationFiles = []string{"kustomization.yaml", "kustomization.yml", "Ku
 // instead of being decoded. Errors caused by the content are *InputError values (see
 // IsTerminal); several are joined. A render with no object returns ErrEmptyRender.
 func Render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstructured.Unstructured, error) {
-	objs, _, err := render(ctx, dir, path, opts)
+	objs, _, _, err := render(ctx, dir, path, opts)
 	return objs, err
 }
 
 // render is Render that also returns where each object came from (Bundle.Origins).
-func render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstructured.Unstructured, []string, error) {
+func render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstructured.Unstructured, []string, [][]byte, error) {
 	root, target, err := resolvePath(dir, path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	opts.Limits = opts.Limits.withDefaults()
 	rel := relSlash(root, target)
 	var objs []*unstructured.Unstructured
 	var origins []string
+	var ordered [][]byte
 	info, err := os.Stat(target)
 	switch {
 	case err != nil:
-		return nil, nil, err
+		return nil, nil, nil, err
 	case !info.IsDir():
-		objs, origins, err = renderUnits(ctx, root, rel, []unit{{rel: rel}}, opts)
+		objs, origins, ordered, err = renderUnits(ctx, root, rel, []unit{{rel: rel}}, opts)
 	case kustomizationIn(target) != "":
-		objs, origins, err = renderUnits(ctx, root, rel, []unit{{rel: rel, kustomization: kustomizationIn(target)}}, opts)
+		objs, origins, ordered, err = renderUnits(ctx, root, rel, []unit{{rel: rel, kustomization: kustomizationIn(target)}}, opts)
 	default:
 		var units []unit
 		units, err = walk(ctx, root, target, opts.Limits)
 		if err == nil {
-			objs, origins, err = renderUnits(ctx, root, rel, units, opts)
+			objs, origins, ordered, err = renderUnits(ctx, root, rel, units, opts)
 		}
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if len(objs) == 0 {
-		return nil, nil, fmt.Errorf("%s: %w", rel, ErrEmptyRender)
+		return nil, nil, nil, fmt.Errorf("%s: %w", rel, ErrEmptyRender)
 	}
-	return objs, origins, nil
+	return objs, origins, ordered, nil
 }
 
 // resolvePath returns the real source root and the real target, refusing a path that is
@@ -217,14 +218,14 @@ func isManifest(name string) bool {
 // renderUnits renders units in parallel, keeping their order, then validates the whole
 // set (duplicates span files) of the rendered path rel. The units share one budget: the
 // first to pass a limit stops the others.
-func renderUnits(ctx context.Context, root, rel string, units []unit, opts RenderOptions) ([]*unstructured.Unstructured, []string, error) {
+func renderUnits(ctx context.Context, root, rel string, units []unit, opts RenderOptions) ([]*unstructured.Unstructured, []string, [][]byte, error) {
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
 	r, err := os.OpenRoot(root)
 	if err != nil {
-		return nil, nil, fmt.Errorf("source root: %w", err)
+		return nil, nil, nil, fmt.Errorf("source root: %w", err)
 	}
 	defer func() { _ = r.Close() }()
 	b := newBudget(rel, opts.Limits)
@@ -253,13 +254,13 @@ feed:
 		<-done
 	}
 	if err := b.failed(); err != nil {
-		return nil, nil, err // the other units' errors are mostly this one again
+		return nil, nil, nil, err // the other units' errors are mostly this one again
 	}
 	if err := joinErrors(nonNil(errs)); err != nil {
-		return nil, nil, err // when ctx ended, the error of the unit it stopped names the file
+		return nil, nil, nil, err // when ctx ended, the error of the unit it stopped names the file
 	}
 	if ctx.Err() != nil {
-		return nil, nil, context.Cause(ctx)
+		return nil, nil, nil, context.Cause(ctx)
 	}
 	return validateSet(results)
 }

@@ -101,7 +101,7 @@ func keyOf(u *unstructured.Unstructured) objectKey {
 // validateSet concatenates per-unit results and refuses duplicate objects, naming where
 // both copies come from. It returns each object's origin (describe of its location) too.
 // The number of objects was bounded while decoding (budget.decoded).
-func validateSet(results [][]decoded) ([]*unstructured.Unstructured, []string, error) {
+func validateSet(results [][]decoded) ([]*unstructured.Unstructured, []string, [][]byte, error) {
 	n := 0
 	for _, r := range results {
 		n += len(r)
@@ -109,6 +109,7 @@ func validateSet(results [][]decoded) ([]*unstructured.Unstructured, []string, e
 	seen := make(map[objectKey]location, n)
 	out := make([]*unstructured.Unstructured, 0, n)
 	origins := make([]string, 0, n)
+	var ordered [][]byte // nil unless an object has SOPS metadata
 	var errs []error
 	for _, r := range results {
 		for _, d := range r {
@@ -120,12 +121,21 @@ func validateSet(results [][]decoded) ([]*unstructured.Unstructured, []string, e
 			seen[k] = d.loc
 			out = append(out, d.obj)
 			origins = append(origins, describe(d.loc))
+			if d.ordered != nil {
+				if ordered == nil {
+					ordered = make([][]byte, n)
+				}
+				ordered[len(out)-1] = d.ordered
+			}
 		}
 	}
 	if err := joinErrors(errs); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return out, origins, nil
+	if ordered != nil {
+		ordered = ordered[:len(out)]
+	}
+	return out, origins, ordered, nil
 }
 
 // describe formats a location like InputError does, without the cause.

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"slices"
@@ -55,6 +57,9 @@ write-ahead inventory, and with --prune the deletion of what left the set.
 With --dry-run nothing is written: every object is dry-run on the server, and the output says
 what would be created, configured (with --diff, a unified diff; Secret values masked), left
 unchanged and pruned.
+
+SOPS-encrypted objects are decrypted in memory with --decryption-key-file (an age identity
+file, repeatable); without it an encrypted object is refused, naming it and its file.
 
 The inventory (--inventory NAMESPACE/NAME, a ConfigMap) records which objects the set owns:
 an object another inventory owns (a Sync, another "converge apply --inventory", "converge
@@ -161,17 +166,22 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	if !f.diff {
 		rep.dropDiffs()
 	}
+	f.src.decryption.withholdDiffs(rep)
 	rep.color = f.output == "" && isTerminal(cmd.OutOrStdout())
 	// A run that failed before it reached any object (no cluster, a refused prune) has no
 	// lines for people, only the error; machines and pull-request comments still get a report.
 	if applyErr == nil || !rep.empty() || f.output != "" {
-		if err := rep.write(cmd.OutOrStdout(), f.output); err != nil {
+		var out bytes.Buffer
+		if err := rep.write(&out, f.output); err != nil {
+			return fail(err)
+		}
+		if _, err := io.WriteString(cmd.OutOrStdout(), f.src.decryption.redact(out.String())); err != nil {
 			return fail(err)
 		}
 	}
 	switch {
 	case applyErr != nil:
-		return fail(explain(applyErr, res))
+		return fail(f.src.decryption.redactErr(explain(applyErr, res)))
 	case f.dryRun && rep.Summary.changes() > 0:
 		return &exitError{code: exitCodeChanges, err: errChangesFound}
 	}

@@ -30,11 +30,13 @@ type sourceFlags struct {
 	timeout        time.Duration
 	allowRemote    bool
 	limits         sources.Limits
+	decryption     decryptionFlags
 	subst          substituteFlags
 }
 
 func newBuildCommand() *cobra.Command {
 	var f sourceFlags
+	f.decryption.build = true
 	cmd := &cobra.Command{
 		Use:   "build [PATH]",
 		Short: "Render a kustomization or YAML folder, offline, and print it",
@@ -49,7 +51,12 @@ kustomization may use bases elsewhere in the repository) or else PATH itself.
 With --git-url the repository is fetched instead (HTTPS, SSH or a local path) and --path is
 rendered inside it. Credentials come from the environment: CONVERGE_GIT_USERNAME and
 CONVERGE_GIT_PASSWORD, or CONVERGE_GIT_TOKEN, for HTTPS; --ssh-key-file and
---known-hosts-file for SSH.`,
+--known-hosts-file for SSH.
+
+SOPS-encrypted objects (a top-level "sops" field) are printed with their encrypted values
+as **SOPS**, as "flux build kustomization" does. With --decryption-key-file (an age
+identity file, repeatable) they are decrypted in memory, which checks the key and the MAC,
+and still printed masked unless --show-secrets.`,
 		Example: `  # Render a local overlay
   converge build ./overlays/prod
 
@@ -64,11 +71,12 @@ CONVERGE_GIT_PASSWORD, or CONVERGE_GIT_TOKEN, for HTTPS; --ssh-key-file and
   converge build --git-url https://github.com/org/apps.git --ref tag:v1.2.3 --path deploy`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.decryption.stderr = cmd.ErrOrStderr()
 			b, err := f.load(cmd.Context(), args)
 			if err != nil {
 				return f.subst.redactError(err)
 			}
-			out, err := marshalStream(b)
+			out, err := marshalStream(f.decryption.mask(b))
 			if err != nil {
 				return err
 			}
@@ -93,10 +101,11 @@ func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 	fl.DurationVar(&f.timeout, "fetch-timeout", 2*time.Minute, "git fetch timeout")
 	fl.BoolVar(&f.allowRemote, "allow-remote-bases", false, "let kustomizations load remote bases and resources")
 	addLimitFlags(fl, &f.limits)
+	f.decryption.addFlags(cmd)
 	f.subst.addFlags(cmd)
 }
 
-// load fetches and renders what the flags and argument name.
+// load fetches and renders what the flags and argument name, then decrypts and substitutes it.
 func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle, error) {
 	src, err := f.source(args)
 	if err != nil {
@@ -112,6 +121,10 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 	opts.Render.Limits = f.limits
 	b, err := sources.NewLoader(f.cacheDir).Load(ctx, src, opts)
 	if err != nil {
+		return b, err
+	}
+	// As Flux: decrypted first, then substituted (a variable may not reach a ciphertext).
+	if b, err = f.decryption.decrypt(b); err != nil {
 		return b, err
 	}
 	return f.subst.expand(b)

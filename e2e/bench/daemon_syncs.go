@@ -32,10 +32,13 @@ const syncNamespace = "bench-daemon"
 // syncSpec is one Sync to create: its name and git path.
 type syncSpec struct{ name, path string }
 
-// newSyncClient returns a client that knows Syncs and can watch them.
+// newSyncClient returns a client that knows Syncs (and core objects) and can watch them.
 func newSyncClient(cfg *rest.Config) (client.WithWatch, error) {
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := corev1.AddToScheme(scheme); err != nil { // -parity's ConfigMap
 		return nil, err
 	}
 	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})

@@ -25,6 +25,7 @@ import (
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
+	"github.com/converge-dev/converge/sources/sops"
 	"github.com/converge-dev/converge/status"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
@@ -200,7 +201,12 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 		// Bad input: nothing is applied or pruned; wait for a new revision (I8).
 		return r.fail(s, o, reasonBuildFailed, err, sources.IsTerminal(err)), true, nil
 	}
-	if bundle, err = r.substitute(ctx, s, bundle); err != nil {
+	// As Flux: decrypted first, then substituted (a variable may not reach a ciphertext).
+	decrypted, err := r.decrypt(ctx, s, bundle)
+	if err != nil {
+		return r.decryptFailed(s, o, err), true, nil
+	}
+	if bundle, err = r.substitute(ctx, s, decrypted, sops.Plaintexts(decrypted, bundle)); err != nil {
 		return r.fail(s, o, reasonBuildFailed, err, false), true, nil
 	}
 	if err := r.crash.call(r.crash.AfterRender, s); err != nil {

@@ -30,16 +30,22 @@ import (
 // Ready=False BuildFailed with nothing applied or pruned (I8). It is not terminal: fixing
 // a ConfigMap or Secret, which makes no new revision, fixes it, so it is retried with
 // back-off.
-func (r *reconciler) substitute(ctx context.Context, s *v1alpha1.Sync, b *sources.Bundle) (*sources.Bundle, error) {
+//
+// plaintexts are the values decrypted from the source (sops.Plaintexts): they are redacted
+// alike, with or without a postBuild.
+func (r *reconciler) substitute(ctx context.Context, s *v1alpha1.Sync, b *sources.Bundle, plaintexts []string) (*sources.Bundle, error) {
 	key := client.ObjectKeyFromObject(s)
 	pb := s.Spec.PostBuild
 	if pb == nil {
 		r.substitutions.forget(key)
+		if len(plaintexts) > 0 {
+			r.substitutions.setRedactor(key, varsubst.NewRedactor(plaintexts))
+		}
 		return b, nil
 	}
 	srcs, secretValues, err := r.substituteFrom(ctx, s)
 	// Values read before a failure are redacted too.
-	redactor := varsubst.NewRedactor(secretValues)
+	redactor := varsubst.NewRedactor(append(secretValues, plaintexts...))
 	r.substitutions.setRedactor(key, redactor)
 	if err != nil {
 		return nil, err

@@ -1,14 +1,11 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"flag"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -161,41 +158,6 @@ func TestDaemonSubstituteFromAsTheServiceAccount(t *testing.T) {
 	if _, err := f.configMap("out"); err == nil {
 		t.Error("ConfigMap out was applied with a Secret the service account may not read")
 	}
-}
-
-// logCapture collects the daemon's klog output (controller-runtime logs through klog) at
-// verbosity 5, until the test ends.
-type logCapture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logCapture) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logCapture) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func captureLogs(t *testing.T) *logCapture {
-	l := &logCapture{}
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	_ = fs.Set("v", "5")
-	_ = fs.Set("logtostderr", "false")
-	klog.SetOutput(l)
-	t.Cleanup(func() {
-		klog.Flush()
-		_ = fs.Set("v", "0")
-		_ = fs.Set("logtostderr", "true")
-		klog.SetOutput(os.Stderr)
-	})
-	return l
 }
 
 // plantedValue is a unique value that is not a valid label value (the "!").

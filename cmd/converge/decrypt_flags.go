@@ -1,0 +1,128 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/sources/sops"
+)
+
+// decryptionFlags decrypt the SOPS-encrypted objects of a render in memory with local age
+// identity files, as a Sync's spec.decryption does with its key Secret. SOPS_AGE_KEY_FILE
+// and ~/.config/sops/age are not read: a key is used only when named, so what a command
+// decrypts does not depend on the shell it runs in.
+type decryptionFlags struct {
+	keyFiles []string
+	// build: print, do not apply. Without a key an encrypted object is printed masked, as
+	// "flux build kustomization" does, instead of refused.
+	build       bool
+	showSecrets bool
+	// rendered is the render before decryption: which values were encrypted, for mask.
+	rendered *sources.Bundle
+	// decrypted is what decrypt returned, for redact.
+	decrypted *sources.Bundle
+	stderr    io.Writer // build's, for the note that values are masked
+}
+
+// addFlags registers --decryption-key-file on cmd, and --show-secrets for build.
+func (d *decryptionFlags) addFlags(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVar(&d.keyFiles, "decryption-key-file", nil,
+		"age identity file (AGE-SECRET-KEY-1... lines) to decrypt SOPS-encrypted objects with; repeatable")
+	if d.build {
+		cmd.Flags().BoolVar(&d.showSecrets, "show-secrets", false,
+			"print the decrypted values of SOPS-encrypted objects instead of "+sops.Mask)
+	}
+}
+
+// decrypt returns b with its encrypted objects decrypted with the key files. Without a key
+// file an encrypted object is refused, except by build, which prints it masked.
+func (d *decryptionFlags) decrypt(b *sources.Bundle) (*sources.Bundle, error) {
+	d.rendered = b
+	if len(d.keyFiles) == 0 {
+		_, err := sops.Decrypt(b, nil)
+		if err == nil || d.build {
+			return b, nil
+		}
+		return nil, fmt.Errorf("%w\ngive the age identity with --decryption-key-file FILE", err)
+	}
+	keys := &sops.Keys{}
+	for _, f := range d.keyFiles {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--decryption-key-file: %w", err)
+		}
+		if err := keys.AddAge(f, data); err != nil {
+			return nil, fmt.Errorf("--decryption-key-file: %w", err)
+		}
+	}
+	out, err := sops.Decrypt(b, keys)
+	if errors.Is(err, sops.ErrKey) {
+		return nil, fmt.Errorf("%w\ngive the age identity of a listed recipient with --decryption-key-file", err)
+	}
+	d.decrypted = out
+	return out, err
+}
+
+// mask returns b for printing: the values that were encrypted replaced by sops.Mask,
+// unless --show-secrets.
+func (d *decryptionFlags) mask(b *sources.Bundle) *sources.Bundle {
+	if d.showSecrets || d.rendered == nil {
+		return b
+	}
+	m := sops.MaskValues(b, d.rendered)
+	if m != b && len(d.keyFiles) == 0 && d.stderr != nil {
+		fmt.Fprintf(d.stderr, "SOPS-encrypted values are printed as %s; give --decryption-key-file to decrypt (and check) them\n", sops.Mask)
+	}
+	return m
+}
+
+// redact replaces every decrypted value in s by sops.Mask: engine diffs mask Secret values
+// only, and an object of another kind may be encrypted too (as Flux allows).
+func (d *decryptionFlags) redact(s string) string {
+	if d.decrypted == nil || d.rendered == nil {
+		return s
+	}
+	for _, p := range sops.Plaintexts(d.decrypted, d.rendered) {
+		s = strings.ReplaceAll(s, p, sops.Mask)
+	}
+	return s
+}
+
+// redactErr is err with redact applied to its message, or err itself when nothing changed.
+func (d *decryptionFlags) redactErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if msg := d.redact(err.Error()); msg != err.Error() {
+		return errors.New(msg)
+	}
+	return err
+}
+
+// withholdDiffs drops the diff of every decrypted object that is not a Secret: the engine
+// masks Secret values only, and the live side of such a diff holds the applied plaintext,
+// which redact cannot know.
+func (d *decryptionFlags) withholdDiffs(r *report) {
+	if d.decrypted == nil || d.rendered == nil {
+		return
+	}
+	type key struct{ kind, ns, name string }
+	held := map[key]bool{}
+	for _, o := range d.rendered.Objects {
+		if sops.Encrypted(o) && (o.GetKind() != "Secret" || o.GroupVersionKind().Group != "") {
+			held[key{o.GetKind(), o.GetNamespace(), o.GetName()}] = true
+		}
+	}
+	for i, o := range r.Objects {
+		// An object rendered without a namespace is reported in the one it was applied to.
+		if o.Diff != "" && (held[key{o.Kind, o.Namespace, o.Name}] || held[key{o.Kind, "", o.Name}]) {
+			r.Objects[i].Diff = "# diff withheld: the object holds values decrypted with SOPS\n"
+		}
+	}
+}

@@ -1,0 +1,164 @@
+package sops
+
+import (
+	"encoding/base64"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/converge-dev/converge/sources"
+)
+
+// Mask replaces an encrypted value in a printed render: Flux's "flux build kustomization"
+// prints the same (base64-encoded in a Secret's data).
+const Mask = "**SOPS**"
+
+// MaskValues returns final with every value that is encrypted in original replaced by Mask,
+// and the "sops" metadata dropped, for printing a render without its secrets. final is what
+// original became (decrypted, possibly transformed further) and has the same objects in the
+// same order; original is the render before Decrypt, or final itself when nothing was
+// decrypted. Neither is modified: masked objects are deep copies.
+func MaskValues(final, original *sources.Bundle) *sources.Bundle {
+	var out *sources.Bundle
+	for i, o := range original.Objects {
+		if i >= len(final.Objects) || !Encrypted(o) {
+			continue
+		}
+		m := final.Objects[i].DeepCopy()
+		unstructured.RemoveNestedField(m.Object, "sops")
+		if entries := encryptedEntries(o); len(entries) > 0 {
+			for _, k := range entries {
+				_ = unstructured.SetNestedField(m.Object, maskedData, "data", k)
+			}
+		} else {
+			maskLike(o.Object, m.Object, m.GetKind() == "Secret" && m.GroupVersionKind().Group == "")
+		}
+		if out == nil {
+			c := *final
+			c.Objects = append([]*unstructured.Unstructured(nil), final.Objects...)
+			out = &c
+		}
+		out.Objects[i] = m
+	}
+	if out == nil {
+		return final
+	}
+	return out
+}
+
+var maskedData = base64.StdEncoding.EncodeToString([]byte(Mask))
+
+// maskLike replaces, in fin, each value at a path where orig holds a SOPS ciphertext. A
+// Secret's data values get the base64 of Mask, so the printed Secret stays valid.
+func maskLike(orig, fin map[string]any, secret bool) {
+	for k, ov := range orig {
+		if k == "sops" {
+			continue
+		}
+		fv, ok := fin[k]
+		if !ok {
+			continue
+		}
+		if secret && k == "data" {
+			od, _ := ov.(map[string]any)
+			fd, _ := fv.(map[string]any)
+			for dk, dv := range od {
+				if _, ok := fd[dk]; ok && isCiphertext(dv) {
+					fd[dk] = maskedData
+				}
+			}
+			continue
+		}
+		fin[k] = maskValue(ov, fv)
+	}
+}
+
+func maskValue(ov, fv any) any {
+	switch o := ov.(type) {
+	case string:
+		if isCiphertext(o) {
+			return Mask
+		}
+	case map[string]any:
+		if f, ok := fv.(map[string]any); ok {
+			maskLike(o, f, false)
+		}
+	case []any:
+		if f, ok := fv.([]any); ok && len(f) == len(o) {
+			for i := range o {
+				f[i] = maskValue(o[i], f[i])
+			}
+		}
+	}
+	return fv
+}
+
+func isCiphertext(v any) bool {
+	s, ok := v.(string)
+	return ok && strings.HasPrefix(s, "ENC[")
+}
+
+// Plaintexts returns the string values decrypted wherever rendered held a ciphertext (the
+// same objects in the same order as decrypted), so a caller can keep them out of text it
+// prints that was not built from Secrets alone (a diff of a decrypted ConfigMap, an API
+// server's error quoting a value). Values shorter than 4 bytes are left out: replacing
+// them everywhere would mangle the text more than it protects.
+func Plaintexts(decrypted, rendered *sources.Bundle) []string {
+	var out []string
+	add := func(v any) {
+		if s, ok := v.(string); ok && len(s) >= 4 {
+			out = append(out, s)
+		}
+	}
+	for i, o := range rendered.Objects {
+		if i >= len(decrypted.Objects) || !Encrypted(o) || decrypted.Objects[i] == o {
+			continue
+		}
+		d := decrypted.Objects[i].Object
+		if entries := encryptedEntries(o); len(entries) > 0 {
+			for _, k := range entries {
+				v, _, _ := unstructured.NestedString(d, "data", k)
+				if raw, err := base64.StdEncoding.DecodeString(v); err == nil {
+					add(string(raw))
+				}
+				add(v)
+			}
+			continue
+		}
+		secret := o.GetKind() == "Secret" && o.GroupVersionKind().Group == ""
+		collectLike(o.Object, d, secret, add)
+	}
+	return out
+}
+
+// collectLike calls add with each value of fin at a path where orig holds a ciphertext
+// (and, for a Secret's data, with the decoded value too).
+func collectLike(orig, fin map[string]any, secret bool, add func(any)) {
+	for k, ov := range orig {
+		fv, ok := fin[k]
+		if k == "sops" || !ok {
+			continue
+		}
+		switch o := ov.(type) {
+		case string:
+			if isCiphertext(o) {
+				add(fv)
+				if s, ok := fv.(string); ok && secret {
+					if raw, err := base64.StdEncoding.DecodeString(s); err == nil {
+						add(string(raw))
+					}
+				}
+			}
+		case map[string]any:
+			if f, ok := fv.(map[string]any); ok {
+				collectLike(o, f, secret, add)
+			}
+		case []any:
+			if f, ok := fv.([]any); ok && len(f) == len(o) {
+				for i := range o {
+					collectLike(map[string]any{"": o[i]}, map[string]any{"": f[i]}, secret, add)
+				}
+			}
+		}
+	}
+}
