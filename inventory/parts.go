@@ -33,8 +33,11 @@ import (
 //     point where a write takes effect. A crash (or a lost race) before it leaves only
 //     unlisted parts, which nothing reads; every object they name is still unapplied,
 //     because Update returns only after the head is written.
-//   - A part left empty is dropped from the head first and deleted after; a crash between
-//     leaves an unlisted part.
+//   - A part is never written twice: a part whose entries change is replaced by a new one
+//     (and a part left empty by none), which the head lists instead; the old one is deleted
+//     after the head is written, and a crash between leaves an unlisted part. So every
+//     change goes through the head's resourceVersion: a concurrent writer that read the old
+//     head conflicts and reads again.
 //   - A listed part that is missing is an error naming it, never an empty part: its entries
 //     would otherwise be forgotten and their objects never pruned.
 //
@@ -78,6 +81,10 @@ func (s *Store) readParts(ctx context.Context, ref Ref, head *corev1.ConfigMap) 
 	for _, name := range names {
 		cm := &corev1.ConfigMap{}
 		err := s.c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: name}, cm)
+		if apierrors.IsNotFound(err) && s.headMoved(ctx, ref, head) {
+			// A writer replaced the part after we read the head: read again.
+			return nil, apierrors.NewConflict(corev1.Resource("configmaps"), ref.Name, fmt.Errorf("inventory %s: part %s replaced while read", ref, name))
+		}
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("inventory %s: its part ConfigMap %s is missing: the objects it listed are no longer known (restore it, or remove its name from the annotation %s)",
 				ref, name, PartsAnnotation)
@@ -91,6 +98,14 @@ func (s *Store) readParts(ctx context.Context, ref Ref, head *corev1.ConfigMap) 
 		parts = append(parts, cm)
 	}
 	return parts, nil
+}
+
+// headMoved reports whether the head of ref is no longer the one read (written again or
+// gone); an error reading it counts as moved, so the caller reads again.
+func (s *Store) headMoved(ctx context.Context, ref Ref, head *corev1.ConfigMap) bool {
+	cur := &corev1.ConfigMap{}
+	err := s.c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, cur)
+	return err != nil || cur.UID != head.UID || cur.ResourceVersion != head.ResourceVersion
 }
 
 // partNames are the names the head's PartsAnnotation lists.
@@ -163,27 +178,22 @@ func layout(inv *Inventory, st stored, partBytes int) (head map[string]string, p
 	return datas[0], datas[1:]
 }
 
-// writeParts writes the parts of a layout: changed listed parts updated with their
-// resourceVersion, new parts created under fresh names. It returns the names the head must
-// list and the listed parts to delete once it no longer does.
+// writeParts writes the parts of a layout. A part is never changed in place: a listed part
+// whose entries change is written again under a fresh name, and the old one is dropped once
+// the head no longer lists it. So every change of the inventory changes the head, whose
+// resourceVersion makes a writer that read before it conflict and read again (a part
+// updated in place would let such a writer, which sees that part as unchanged, write the
+// head over it and lose the change). It returns the names the head must list and the listed
+// parts to delete once it no longer does.
 func (s *Store) writeParts(ctx context.Context, ref Ref, st stored, parts []map[string]string) (names []string, drop []*corev1.ConfigMap, err error) {
 	for i, data := range parts {
 		if i < len(st.parts) {
 			cm := st.parts[i]
-			if data == nil {
-				drop = append(drop, cm)
+			if data != nil && maps.Equal(cm.Data, data) && len(cm.BinaryData) == 0 {
+				names = append(names, cm.Name)
 				continue
 			}
-			names = append(names, cm.Name)
-			if maps.Equal(cm.Data, data) && len(cm.BinaryData) == 0 {
-				continue
-			}
-			cm = cm.DeepCopy()
-			cm.Data, cm.BinaryData = data, nil
-			if err := s.c.Update(ctx, cm); err != nil {
-				return nil, nil, err
-			}
-			continue
+			drop = append(drop, cm)
 		}
 		if data == nil {
 			continue

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/cluster"
@@ -338,5 +339,70 @@ func TestStoreBeyondOneConfigMap(t *testing.T) {
 	}
 	if n := len(configMaps(t, plain, ns)); n < 2 {
 		t.Errorf("%d ConfigMaps, want the inventory split in at least 2", n)
+	}
+}
+
+// TestStorePartsWriterThatReadBeforeConflicts: writer B reads, writer A then removes an
+// entry that sits in a part and finishes, and B writes: B must conflict and read again, so
+// its result and the store both lack the entry. Before, A rewrote only the part, B saw that
+// part as unchanged and wrote the head without conflict: B went on with an entry the store
+// no longer held (found by a review; I2).
+func TestStorePartsWriterThatReadBeforeConflicts(t *testing.T) {
+	cluster.Require(t, env)
+	ctx := testCtx(t)
+	ns := env.Namespace(t)
+	ref := Ref{Namespace: ns, Name: "inv", ID: "id-1"}
+	a, _, plain := smallParts(t)
+	if err := a.Write(ctx, ref, New(entries(ns, "a", 18)...)); err != nil {
+		t.Fatal(err)
+	}
+	var y Entry
+	for name, cm := range configMaps(t, plain, ns) {
+		for k, uid := range cm.Data {
+			if name != "inv" {
+				id, err := object.ParseObjMetadata(k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				y = Entry{Object: id, UID: types.UID(uid)}
+			}
+		}
+	}
+	if y.Object.Name == "" {
+		t.Fatal("no entry in a part")
+	}
+	b, _, _ := smallParts(t)
+	read, resume := make(chan struct{}), make(chan struct{})
+	calls := 0
+	var bResult *Inventory
+	var bErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		bResult, bErr = b.Update(ctx, ref, func(st *Inventory) *Inventory {
+			if calls++; calls == 1 {
+				close(read)
+				<-resume
+			}
+			return st.Union(New(e(ns, "z", "uid-z")))
+		})
+	}()
+	<-read
+	if _, err := a.Update(ctx, ref, func(st *Inventory) *Inventory {
+		out := st.Clone()
+		out.Remove(y.Object)
+		return out
+	}); err != nil {
+		t.Fatal(err)
+	}
+	close(resume)
+	<-done
+	if bErr != nil {
+		t.Fatal(bErr)
+	}
+	stored := New(mustGet(t, a, ref)...)
+	if calls < 2 || bResult.Has(y.Object) || stored.Has(y.Object) || !stored.Has(cm(ns, "z")) {
+		t.Errorf("B called mutate %d times, its result has %s: %v, the store has it: %v, has z: %v; want a conflict, no %s anywhere, z stored",
+			calls, y.Object.Name, bResult.Has(y.Object), stored.Has(y.Object), stored.Has(cm(ns, "z")), y.Object.Name)
 	}
 }

@@ -49,16 +49,21 @@ func (s *Store) Get(ctx context.Context, ref Ref) (*Inventory, error) {
 // reads what the other inventory of the legacy ID lists (Claim.Sibling): one more GET.
 func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) {
 	claim := Claim{ID: ref.ID}
-	cm, err := s.get(ctx, ref)
+	var cm *corev1.ConfigMap
+	var inv *Inventory
+	// A part replaced between reading the head and reading it is a conflict: read again.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() (err error) {
+		if cm, err = s.get(ctx, ref); err != nil || cm == nil {
+			return err
+		}
+		inv, err = s.decodeAll(ctx, ref, cm)
+		return err
+	})
 	if err != nil {
 		return nil, claim, err
 	}
 	if cm == nil {
 		return &Inventory{}, claim, nil
-	}
-	inv, err := s.decodeAll(ctx, ref, cm)
-	if err != nil {
-		return nil, claim, err
 	}
 	claim.Found = true
 	if from := cm.Annotations[MigratingAnnotation]; ref.Legacy != "" && from == ref.Legacy {
@@ -153,8 +158,20 @@ func (s *Store) Delete(ctx context.Context, ref Ref) error {
 	// Parts first: a crash after leaves a head that lists missing parts, whose deletion
 	// goes on at the next Delete.
 	for _, name := range partNames(cm) {
-		part := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: name}}
-		if err := s.c.Delete(ctx, part); err != nil && !apierrors.IsNotFound(err) {
+		part := &corev1.ConfigMap{}
+		err := s.c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: name}, part)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("inventory %s: delete part %s: %w", ref, name, err)
+		}
+		if part.Labels[PartOfLabel] != partOf(ref.ID) {
+			// The annotation names a ConfigMap that is not ours: never delete it.
+			return fmt.Errorf("inventory %s: delete: ConfigMap %s, listed as its part, is not labelled %s=%s", ref, name, PartOfLabel, partOf(ref.ID))
+		}
+		puid := part.UID
+		if err := s.c.Delete(ctx, part, client.Preconditions{UID: &puid}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("inventory %s: delete part %s: %w", ref, name, err)
 		}
 	}
