@@ -33,6 +33,9 @@ import (
 //   - no output object is of a kind whose name references kustomize resolves to a name AND
 //     a namespace taken from another object (chunkUnsafeKinds): without name changes every
 //     other reference kustomize fixes is rewritten to the name it already has;
+//   - no resource file names a local-config object (kustomize drops those last, after they
+//     took part in the duplicate-id check) or kustomize's internal annotations (a hash
+//     suffix or a rename that references elsewhere follow): crossObjectMarkers;
 //   - no two output objects share an id, which the whole build refuses;
 //   - there are at least two chunks.
 //
@@ -109,7 +112,7 @@ func (in *buildInput) plan() *chunkPlan {
 	if lo < len(weights) {
 		p.cuts = append(p.cuts, [2]int{lo, len(weights)})
 	}
-	if len(p.cuts) < 2 {
+	if len(p.cuts) < 2 || len(p.cuts) > maxChunks {
 		return nil
 	}
 	return p
@@ -165,7 +168,7 @@ func (p *chunkPlan) add(fsys filesys.FileSystem, file string, seen map[string]bo
 			// Root-only loading: a file outside the kustomization's folder is refused
 			// by the whole build; let it say so.
 			content, err := fsys.ReadFile(target)
-			if err != nil || !localFile(name) {
+			if err != nil || !localFile(name) || crossObject(content) {
 				return false
 			}
 			*weights = append(*weights, documents(content))
@@ -175,6 +178,27 @@ func (p *chunkPlan) add(fsys filesys.FileSystem, file string, seen map[string]bo
 	}
 	return true
 }
+
+// crossObjectMarkers are annotations by which a resource takes part in the whole build
+// beyond its own content: a local-config object is dropped only at the end, after the
+// duplicate-id check it still takes part in; kustomize's internal annotations ask for a
+// hash suffix or a rename that references in other objects follow.
+var crossObjectMarkers = [][]byte{[]byte("config.kubernetes.io/local-config"), []byte("internal.config.kubernetes.io/")}
+
+// crossObject reports whether a resource file carries one of crossObjectMarkers.
+func crossObject(content []byte) bool {
+	for _, m := range crossObjectMarkers {
+		if bytes.Contains(content, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxChunks bounds the chunks of one build: chunks are sized by an estimate of the
+// documents in each file, and a tree of many kustomizations is rewritten for every chunk;
+// past this many the whole build is not slower.
+const maxChunks = 1000
 
 // kustomizationOf returns the kustomization file of dir, or "" unless there is exactly one.
 func kustomizationOf(fsys filesys.FileSystem, dir string) string {

@@ -53,7 +53,7 @@ spec:
 	case 7:
 		return fmt.Sprintf("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: %s}\nspec: {image: nginx, size: %d}\n", name, i)
 	case 8:
-		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: %s, annotations: {config.kubernetes.io/local-config: \"true\"}}\n", name)
+		return fmt.Sprintf("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: %s}\nvalue: %d\n", name, i)
 	default:
 		return fmt.Sprintf("apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: %s}\nspec:\n  schedule: \"* * * * *\"\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          containers: [{name: c, image: nginx}]\n          restartPolicy: Never\n", name)
 	}
@@ -150,6 +150,21 @@ func TestChunkedBuildMatchesKrusty(t *testing.T) {
 			return ""
 		}
 	}
+	// pair puts first near the start and second near the end: in different chunks.
+	pair := func(first, second string) func(i int) string {
+		return func(i int) string {
+			switch i {
+			case 2:
+				return first
+			case n - 2:
+				return second
+			}
+			return ""
+		}
+	}
+	volumeOf := func(configMap string) string {
+		return "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: dep}\nspec:\n  selector: {matchLabels: {a: b}}\n  template:\n    metadata: {labels: {a: b}}\n    spec:\n      containers: [{name: c, image: nginx}]\n      volumes: [{name: v, configMap: {name: " + configMap + "}}]\n"
+	}
 	duplicate := func(i int) string {
 		if i == n-1 {
 			return corpusObject(0) // the same ConfigMap as the first file's
@@ -190,6 +205,17 @@ func TestChunkedBuildMatchesKrusty(t *testing.T) {
 		// Fall back: what the whole build refuses.
 		{"duplicate across chunks", "", duplicate, false},
 		{"broken file", "", broken, false},
+		// Fall back: a file that takes part in the build beyond its own object (found by a
+		// review: each of these gave another output, or none, when built in chunks).
+		{"local-config object named as another", "", pair(
+			"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: dup, annotations: {config.kubernetes.io/local-config: \"true\"}}\n",
+			"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: dup}\ndata: {a: b}\n"), false},
+		{"needsHashSuffix", "", pair(
+			"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: hashed, annotations: {internal.config.kubernetes.io/needsHashSuffix: enabled}}\ndata: {a: b}\n",
+			volumeOf("hashed")), false},
+		{"previousNames", "", pair(
+			"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: newname, annotations: {internal.config.kubernetes.io/previousNames: oldname, internal.config.kubernetes.io/previousKinds: ConfigMap, internal.config.kubernetes.io/previousNamespaces: default}}\ndata: {a: b}\n",
+			volumeOf("oldname")), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := corpus(t, n, 4, tc.head, tc.extra)
