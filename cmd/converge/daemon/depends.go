@@ -55,6 +55,8 @@ type dependencies struct {
 	// noCrossNamespace refuses a dependency in another namespace, and a dependent in another
 	// namespace does not hold up a deletion (--no-cross-namespace-refs).
 	noCrossNamespace bool
+	// sharded: the cache holds only the Syncs of this daemon's --watch-label-selector.
+	sharded bool
 }
 
 // dependencyKey is the Sync that d names; an empty namespace is s's own.
@@ -114,6 +116,9 @@ func (d dependencies) check(ctx context.Context, s *v1alpha1.Sync) *blocked {
 		k := dependencyKey(s, ref)
 		dep := &v1alpha1.Sync{}
 		if err := d.cache.Get(ctx, k, dep); err != nil {
+			if apierrors.IsNotFound(err) && d.sharded {
+				return &blocked{message: fmt.Sprintf("dependency %s not found among the Syncs of this shard (--watch-label-selector): a dependency must be in the same shard", k)}
+			}
 			if apierrors.IsNotFound(err) {
 				return &blocked{message: fmt.Sprintf("dependency %s not found", k)}
 			}
@@ -121,6 +126,10 @@ func (d dependencies) check(ctx context.Context, s *v1alpha1.Sync) *blocked {
 			return &blocked{message: fmt.Sprintf("dependency %s: %v", k, err)}
 		}
 		if why := notReady(dep); why != "" {
+			if k.Namespace != s.Namespace {
+				// Another tenant's Ready message (URLs, paths, errors) is not this one's to read.
+				why, _, _ = strings.Cut(why, ": ")
+			}
 			return &blocked{message: fmt.Sprintf("dependency %s %s", k, why)}
 		}
 	}

@@ -306,3 +306,44 @@ func TestDaemonDependencyCheckCostsNoRequest(t *testing.T) {
 	}
 	f.absent("waiting", "app")
 }
+
+// TestDependencyMessageAcrossNamespaces: a dependency in another namespace is reported by
+// its state alone, never by its Ready message, which may carry another tenant's URLs and
+// errors; one in the Sync's own namespace is reported with it. Not found in a sharded
+// daemon says that a dependency must be in the same shard. Before, the message of another
+// namespace's Sync was copied into the dependent's status (found by the attack review).
+func TestDependencyMessageAcrossNamespaces(t *testing.T) {
+	f := newFixture(t)
+	other := env.Namespace(t)
+	const secret = "https://internal.example/tenant-b.git: authentication required"
+	for _, ns := range []string{f.ns, other} {
+		s := synctest.NewSync(ns, f.git.RepoURL("app"), time.Hour, syncNamed("infra", "infra"))
+		synctest.Create(t, f.c, s)
+		s.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+			Reason: "FetchFailed", Message: secret, LastTransitionTime: metav1.Now()}}
+		s.Status.ObservedGeneration = s.Generation
+		if err := f.c.Status().Update(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := synctest.NewSync(f.ns, f.git.RepoURL("app"), time.Hour, syncNamed("app", "app"))
+	d := dependencies{cache: f.c}
+	for _, tc := range []struct {
+		dep        string
+		wantSecret bool
+	}{{"infra", true}, {other + "/infra", false}} {
+		dependsOn(tc.dep)(app)
+		b := d.check(context.Background(), app)
+		if b == nil {
+			t.Fatalf("%s: no wait for a dependency that is not Ready", tc.dep)
+		}
+		if strings.Contains(b.message, secret) != tc.wantSecret || !strings.Contains(b.message, "is not Ready") {
+			t.Errorf("%s: message %q; want its Ready message shown: %v", tc.dep, b.message, tc.wantSecret)
+		}
+	}
+	dependsOn("missing")(app)
+	d.sharded = true
+	if b := d.check(context.Background(), app); b == nil || !strings.Contains(b.message, "same shard") {
+		t.Errorf("a missing dependency in a sharded daemon: %+v, want a message naming the shard rule", b)
+	}
+}

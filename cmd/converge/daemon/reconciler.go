@@ -82,7 +82,7 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		render:      renderSettings{timeout: o.BuildTimeout, limits: o.Limits, allowLocalGit: o.AllowLocalGit, maxFetchSize: o.MaxFetchSize},
 		engines:     newEngineSet(ctx, cfg, engOpts, o.WatchCache, o.DefaultServiceAccount),
 		drift:       drift,
-		deps:        dependencies{cache: mgr.GetCache(), noCrossNamespace: o.NoCrossNamespaceRefs},
+		deps:        dependencies{cache: mgr.GetCache(), noCrossNamespace: o.NoCrossNamespaceRefs, sharded: o.WatchLabelSelector != ""},
 		crash:       o.crash,
 		writer:      &status.Writer{Cached: mgr.GetClient(), Live: mgr.GetAPIReader(), Client: conflictCounting{mgr.GetClient(), metrics}},
 		events:      mgr.GetEventRecorderFor("converge"), //nolint:staticcheck // the events/v1 recorder needs a newer RBAC story
