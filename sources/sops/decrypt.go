@@ -237,9 +237,17 @@ func decryptObject(o *unstructured.Unstructured, doc []byte, keys *Keys, oe *Obj
 			oe.Err = fmt.Errorf("%w: the encrypted document does not decode", ErrIntegrity)
 			return nil, oe
 		}
+		if err := sameObject(o, enc); err != nil {
+			oe.Err = fmt.Errorf("%w: %w", ErrIntegrity, err)
+			return nil, oe
+		}
 		out := o.DeepCopy()
 		delete(out.Object, "sops")
 		if err := fill(out.Object, enc, u.Object, ""); err != nil {
+			oe.Err = fmt.Errorf("%w: %w", ErrIntegrity, err)
+			return nil, oe
+		}
+		if err := allKept(o.Object, enc, ""); err != nil {
 			oe.Err = fmt.Errorf("%w: %w", ErrIntegrity, err)
 			return nil, oe
 		}
@@ -262,6 +270,60 @@ func decryptObject(o *unstructured.Unstructured, doc []byte, keys *Keys, oe *Obj
 		return nil, oe
 	}
 	return u, nil
+}
+
+// sameObject refuses a rendered object that is not the one the encrypted document declares:
+// its apiVersion and kind must be the document's, and its name the document's (a
+// kustomization may add a prefix or a suffix). The MAC covers those fields (sops hashes every
+// value unless mac_only_encrypted is set), so a ciphertext copied with its sops block into
+// another object (a ConfigMap a wider audience may read) is not decrypted there.
+func sameObject(o *unstructured.Unstructured, enc map[string]any) error {
+	apiVersion, _ := enc["apiVersion"].(string)
+	kind, _ := enc["kind"].(string)
+	name, _, _ := unstructured.NestedString(enc, "metadata", "name")
+	if apiVersion != o.GetAPIVersion() || kind != o.GetKind() || name == "" || !strings.Contains(o.GetName(), name) {
+		return fmt.Errorf("the encrypted document is %s %s %q, not this %s %s: encrypted values are decrypted only in the object they were encrypted in",
+			apiVersion, kind, name, o.GetAPIVersion(), o.GetKind())
+	}
+	return nil
+}
+
+// allKept refuses a rendered object (rendered, with its ciphertexts) in which a ciphertext
+// of the encrypted document enc is missing or was replaced, by a kustomize patch for
+// example: the MAC covers the document's values, so a value put in the place of an encrypted
+// one was not written by whoever holds the key. The sops block itself is not compared.
+func allKept(rendered, enc map[string]any, path string) error {
+	for k, ev := range enc {
+		if path == "" && k == "sops" {
+			continue
+		}
+		p := path + "." + k
+		switch e := ev.(type) {
+		case string:
+			if strings.HasPrefix(e, "ENC[") {
+				if rv, _ := rendered[k].(string); rv != e {
+					return fmt.Errorf("%s: the encrypted value was replaced or removed after encryption", p)
+				}
+			}
+		case map[string]any:
+			rm, _ := rendered[k].(map[string]any)
+			if err := allKept(rm, e, p); err != nil {
+				return err
+			}
+		case []any:
+			rl, _ := rendered[k].([]any)
+			for i, item := range e {
+				var r any
+				if i < len(rl) {
+					r = rl[i]
+				}
+				if err := allKept(map[string]any{"": r}, map[string]any{"": item}, fmt.Sprintf("%s[%d]", p, i)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // fill replaces each ciphertext of rendered (at path) by the value at the same path of

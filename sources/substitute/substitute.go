@@ -49,6 +49,10 @@ type Variables struct {
 	sensitive []string
 }
 
+// Clean is a value as it is substituted: without newlines, as Flux substitutes it. What
+// redacts a value must redact this form.
+func Clean(value string) string { return strings.ReplaceAll(value, "\n", "") }
+
 // Merge checks the variable names of srcs and merges them in order, a later source winning
 // over an earlier one, as Flux merges substituteFrom entries and then spec.postBuild.substitute.
 // Newlines are removed from values, as Flux does, so a value never adds a line to the YAML
@@ -63,7 +67,7 @@ func Merge(srcs ...Source) (Variables, error) {
 				errs = append(errs, fmt.Errorf("%s: key %q is not a valid variable name (letters, digits and _, not starting with a digit)", s.Name, k))
 				continue
 			}
-			val = strings.ReplaceAll(val, "\n", "")
+			val = Clean(val)
 			v.values[k] = val
 			if s.Sensitive {
 				v.sensitive = append(v.sensitive, val)

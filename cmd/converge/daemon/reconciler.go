@@ -247,7 +247,7 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	if res.MigrationPending != "" {
 		// Ready stays True (the revision is applied); a person must lift a refusal or settle
 		// an object two legacy inventories list. The message is stable across runs: no churn.
-		o.Message += "; " + res.MigrationPending
+		o.Message += "; " + r.redact(s, res.MigrationPending)
 	}
 	o.AppliedRevision = bundle.Revision
 	r.retries.reset(client.ObjectKeyFromObject(s))

@@ -94,7 +94,9 @@ func (r *reconciler) substituteFrom(ctx context.Context, s *v1alpha1.Sync) (srcs
 				src.Values, src.Sensitive = make(map[string]string, len(sec.Data)), true
 				for k, v := range sec.Data {
 					src.Values[k] = string(v)
-					secretValues = append(secretValues, string(v))
+					// Both as stored and as substituted (a value ending in a newline, as
+					// kubectl create secret --from-file stores it, lands without it).
+					secretValues = append(secretValues, string(v), varsubst.Clean(string(v)))
 				}
 			}
 		default: // the schema refuses other kinds; an older schema may have let one in

@@ -312,3 +312,29 @@ func TestDaemonSubstituteNoOpWritesNothing(t *testing.T) {
 		t.Errorf("no-op reconciles cost %d requests for 3 (budget 10 each): %v", len(all), all)
 	}
 }
+
+// TestDaemonSecretValueWithTrailingNewline: a Secret value stored with a trailing newline
+// (kubectl create secret --from-file) is substituted without it, and redacted in that form
+// from the status and the logs. Before, only the stored form was redacted and the value
+// showed in the Ready message, the event and its log line (found by the attack review).
+func TestDaemonSecretValueWithTrailingNewline(t *testing.T) {
+	logs := captureLogs(t)
+	f := newFixture(t)
+	planted := plantedValue(t)
+	f.createObject(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, StringData: map[string]string{"db_password": planted + "\n"}})
+	f.publish(map[string]string{
+		"bad.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\n  namespace: NS\n  labels: {pw: '${db_password}'}\n",
+	})
+	f.startDaemon(env.Config)
+	f.createSync(0, withPostBuild(v1alpha1.PostBuild{SubstituteFrom: []v1alpha1.SubstituteReference{{Kind: "Secret", Name: "db"}}}))
+	c := f.failedWith(reasonApplyFailed)
+	if strings.Contains(c.Message, planted) {
+		t.Errorf("the Secret value appears in the Ready message: %s", c.Message)
+	}
+	klog.Flush()
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, planted) {
+			t.Errorf("the Secret value appears in the logs: %.300s", l)
+		}
+	}
+}
