@@ -35,7 +35,7 @@ type substituteFlags struct {
 func (f *substituteFlags) addFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.vars, "substitute", nil, "substitute ${NAME} with VALUE in the rendered objects (NAME=VALUE, repeatable; wins over --substitute-from-file)")
-	fl.StringArrayVar(&f.files, "substitute-from-file", nil, "read substitution variables from FILE: KEY=VALUE lines (a .env file, as flux debug ks --show-vars prints), or a ConfigMap or Secret manifest (.yaml, .yml, .json; Secret values are masked in output); repeatable, a later file wins")
+	fl.StringArrayVar(&f.files, "substitute-from-file", nil, "read substitution variables from FILE: KEY=VALUE lines (a .env file, as flux debug ks --show-vars prints), or a ConfigMap or Secret manifest (.yaml, .yml, .json; apply masks Secret values in its report, build prints the objects as substituted); repeatable, a later file wins")
 	fl.BoolVar(&f.strict, "strict-substitute", false, "fail on a ${NAME} without value and without default (as spec.postBuild.strict)")
 }
 
