@@ -166,7 +166,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	if !f.diff {
 		rep.dropDiffs()
 	}
-	f.src.decryption.withholdDiffs(rep)
+	f.src.decryption.withholdDiffs(rep, bundle)
 	rep.color = f.output == "" && isTerminal(cmd.OutOrStdout())
 	// A run that failed before it reached any object (no cluster, a refused prune) has no
 	// lines for people, only the error; machines and pull-request comments still get a report.

@@ -107,16 +107,19 @@ func (d *decryptionFlags) redactErr(err error) error {
 
 // withholdDiffs drops the diff of every decrypted object that is not a Secret: the engine
 // masks Secret values only, and the live side of such a diff holds the applied plaintext,
-// which redact cannot know.
-func (d *decryptionFlags) withholdDiffs(r *report) {
-	if d.decrypted == nil || d.rendered == nil {
+// which redact cannot know. applied is the bundle that was applied (after substitution,
+// which keeps the objects' order): an object is found by its position, under the name it
+// was applied with, which a substitution may have changed.
+func (d *decryptionFlags) withholdDiffs(r *report, applied *sources.Bundle) {
+	if d.decrypted == nil || d.rendered == nil || applied == nil {
 		return
 	}
 	type key struct{ kind, ns, name string }
 	held := map[key]bool{}
-	for _, o := range d.rendered.Objects {
-		if sops.Encrypted(o) && (o.GetKind() != "Secret" || o.GroupVersionKind().Group != "") {
-			held[key{o.GetKind(), o.GetNamespace(), o.GetName()}] = true
+	for i, o := range d.rendered.Objects {
+		if i < len(applied.Objects) && sops.Encrypted(o) && (o.GetKind() != "Secret" || o.GroupVersionKind().Group != "") {
+			a := applied.Objects[i]
+			held[key{a.GetKind(), a.GetNamespace(), a.GetName()}] = true
 		}
 	}
 	for i, o := range r.Objects {

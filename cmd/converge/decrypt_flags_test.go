@@ -209,3 +209,41 @@ func TestApplyCLIDecryptsSOPS(t *testing.T) {
 		t.Errorf("the dry-run changed Secret db to %q", v)
 	}
 }
+
+// TestApplyCLIWithholdsDiffOfRenamedDecryptedObject: an encrypted ConfigMap whose name a
+// substitution completes (conf-${ENV}) has its dry-run diff withheld like any decrypted
+// object that is not a Secret: the live side holds the earlier plaintext. Before, the diff
+// was matched by the name before substitution, so it was printed with the plaintext of the
+// earlier apply (found by the attack review).
+func TestApplyCLIWithholdsDiffOfRenamedDecryptedObject(t *testing.T) {
+	cluster.Require(t, env)
+	ns := env.Namespace(t)
+	key := sopsfixture.NewKey(t)
+	const c1, c2 = "plaintext-one-91ab", "plaintext-two-91ab"
+	encCM := func(v string) string {
+		doc := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: conf-${ENV}\n  namespace: " + ns + "\ndata:\n  url: https://u:" + v + "@db\n"
+		return string(sopsfixture.Encrypt(t, []byte(doc), "^data$", key.Recipient))
+	}
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "age.txt")
+	set := filepath.Join(dir, "set")
+	writeFiles(t, dir, map[string]string{"age.txt": key.Identity + "\n", "set/conf.enc.yaml": encCM(c1)})
+	base := []string{"apply", set, "-n", ns, "--inventory", ns + "/app", "--decryption-key-file", keyFile, "--substitute", "ENV=prod"}
+	if out, errOut, code := cliErr(base...); code != 0 {
+		t.Fatalf("apply: exit %d:\n%s%s", code, out, errOut)
+	}
+	writeFiles(t, dir, map[string]string{"set/conf.enc.yaml": encCM(c2)})
+	for _, o := range []string{"", "json", "markdown"} {
+		args := append(append([]string(nil), base...), "--dry-run", "--diff")
+		if o != "" {
+			args = append(args, "-o", o)
+		}
+		out, errOut, _ := cliErr(args...)
+		if l := leaks(out+errOut, c1, c2); len(l) > 0 {
+			t.Errorf("-o %q: the output holds %q:\n%s%s", o, l, out, errOut)
+		}
+		if !strings.Contains(out, "diff withheld") {
+			t.Errorf("-o %q: no withheld diff for conf-prod:\n%s", o, out)
+		}
+	}
+}
