@@ -167,6 +167,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 		rep.dropDiffs()
 	}
 	f.src.decryption.withholdDiffs(rep, bundle)
+	rep.redact(func(s string) string { return f.src.subst.redactor.String(f.src.decryption.redact(s)) })
 	rep.color = f.output == "" && isTerminal(cmd.OutOrStdout())
 	// A run that failed before it reached any object (no cluster, a refused prune) has no
 	// lines for people, only the error; machines and pull-request comments still get a report.

@@ -87,6 +87,18 @@ func objectOf(c engine.Change) objectReport {
 		Action: string(c.Action), Message: c.Message, Diff: c.Diff}
 }
 
+// redact passes the texts of the report that may quote a value (the error, each object's
+// message and diff) through hide, before any format lays them out: YAML folds long lines,
+// which a filter of the written text would miss.
+func (r *report) redact(hide func(string) string) {
+	r.Error = hide(r.Error)
+	for _, objs := range [][]objectReport{r.Objects, r.Pruned} {
+		for i := range objs {
+			objs[i].Message, objs[i].Diff = hide(objs[i].Message), hide(objs[i].Diff)
+		}
+	}
+}
+
 func (r *report) write(w io.Writer, format string) error {
 	switch format {
 	case "json":

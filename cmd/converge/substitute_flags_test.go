@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/converge-dev/converge/e2e/cluster"
 )
 
 // TestBuildSubstitute: variables from a .env file, a ConfigMap and a Secret manifest and the
@@ -126,6 +128,31 @@ func TestApplySubstituteSecretNeverPrinted(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), "***") || !strings.Contains(out.String(), "bad") {
 			t.Errorf("-o %q: want the refused object named and the value shown as ***:\n%s", format, out.String())
+		}
+	}
+}
+
+// TestApplyYAMLReportRedactsFoldedValue: -o yaml folds long strings at spaces, so a Secret
+// value with spaces (a passphrase) quoted in an API error was split across lines and the
+// line-by-line filter missed it; the report's texts are now redacted before any format lays
+// them out (found by the attack review).
+func TestApplyYAMLReportRedactsFoldedValue(t *testing.T) {
+	cluster.Require(t, env)
+	ns := env.Namespace(t)
+	dir := t.TempDir()
+	const pw = "correct horse battery staple in a long passphrase"
+	writeFiles(t, dir, map[string]string{
+		"vars/secret.yaml": "apiVersion: v1\nkind: Secret\nmetadata: {name: v}\nstringData:\n  pw: " + pw + "\n",
+		"set/cm.yaml":      "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: " + ns + "\n  labels:\n    pw: ${pw}\n",
+	})
+	for _, o := range []string{"", "json", "yaml", "markdown"} {
+		args := []string{"apply", filepath.Join(dir, "set"), "-n", ns, "--dry-run", "--substitute-from-file", filepath.Join(dir, "vars/secret.yaml")}
+		if o != "" {
+			args = append(args, "-o", o)
+		}
+		out, errOut, code := cliErr(args...)
+		if l := leaks(out+errOut, "battery staple", "long passphrase"); len(l) > 0 {
+			t.Errorf("-o %q (exit %d): the output holds part of the Secret value:\n%s%s", o, code, out, errOut)
 		}
 	}
 }
