@@ -95,9 +95,12 @@ Exit codes: 0 nothing to change (dry-run) or applied cleanly; 1 changes found (d
   converge apply --git-url https://github.com/org/apps.git --ref main --path deploy --dry-run -o markdown`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			// Secret values of --substitute-from-file never reach the report or the error.
-			defer f.src.subst.redactOutput(cmd)()
-			return f.src.subst.redactError(f.run(cmd, kube, args))
+			// Secret values of --substitute-from-file and decrypted values never reach
+			// the error (run keeps them out of the report).
+			if err := f.run(cmd, kube, args); err != nil {
+				return f.src.redactor().Error(err)
+			}
+			return nil
 		},
 	}
 	f.src.addFlags(cmd)
@@ -167,7 +170,8 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 		rep.dropDiffs()
 	}
 	f.src.decryption.withholdDiffs(rep, bundle)
-	rep.redact(func(s string) string { return f.src.subst.redactor.String(f.src.decryption.redact(s)) })
+	hide := f.src.redactor()
+	rep.redact(hide.String)
 	rep.color = f.output == "" && isTerminal(cmd.OutOrStdout())
 	// A run that failed before it reached any object (no cluster, a refused prune) has no
 	// lines for people, only the error; machines and pull-request comments still get a report.
@@ -176,13 +180,13 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 		if err := rep.write(&out, f.output); err != nil {
 			return fail(err)
 		}
-		if _, err := io.WriteString(cmd.OutOrStdout(), f.src.decryption.redact(out.String())); err != nil {
+		if _, err := io.WriteString(cmd.OutOrStdout(), hide.String(out.String())); err != nil {
 			return fail(err)
 		}
 	}
 	switch {
 	case applyErr != nil:
-		return fail(f.src.decryption.redactErr(explain(applyErr, res)))
+		return fail(explain(applyErr, res))
 	case f.dryRun && rep.Summary.changes() > 0:
 		return &exitError{code: exitCodeChanges, err: errChangesFound}
 	}

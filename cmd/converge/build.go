@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
+	varsubst "github.com/converge-dev/converge/sources/substitute"
 )
 
 // sourceFlags say what to render: a local PATH or a git repository. "converge build" and
@@ -74,7 +76,7 @@ and still printed masked unless --show-secrets.`,
 			f.decryption.stderr = cmd.ErrOrStderr()
 			b, err := f.load(cmd.Context(), args)
 			if err != nil {
-				return f.subst.redactError(err)
+				return f.redactor().Error(err)
 			}
 			out, err := marshalStream(f.decryption.mask(b))
 			if err != nil {
@@ -128,6 +130,12 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 		return b, err
 	}
 	return f.subst.expand(b)
+}
+
+// redactor hides, in what a command prints, the values of Secret manifests given with
+// --substitute-from-file and the values load decrypted; nil (hiding nothing) without them.
+func (f *sourceFlags) redactor() *varsubst.Redactor {
+	return varsubst.NewRedactor(append(slices.Clip(f.subst.secrets), f.decryption.plaintexts()...))
 }
 
 // source turns the flags and argument into what to load.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -25,7 +24,7 @@ type decryptionFlags struct {
 	showSecrets bool
 	// rendered is the render before decryption: which values were encrypted, for mask.
 	rendered *sources.Bundle
-	// decrypted is what decrypt returned, for redact.
+	// decrypted is what decrypt returned, for plaintexts.
 	decrypted *sources.Bundle
 	stderr    io.Writer // build's, for the note that values are masked
 }
@@ -82,27 +81,14 @@ func (d *decryptionFlags) mask(b *sources.Bundle) *sources.Bundle {
 	return m
 }
 
-// redact replaces every decrypted value in s by sops.Mask: engine diffs mask Secret values
-// only, and an object of another kind may be encrypted too (as Flux allows).
-func (d *decryptionFlags) redact(s string) string {
+// plaintexts are the values decrypt decrypted, which what the command prints hides:
+// engine diffs mask Secret values only, and an object of another kind may be encrypted
+// too (as Flux allows).
+func (d *decryptionFlags) plaintexts() []string {
 	if d.decrypted == nil || d.rendered == nil {
-		return s
-	}
-	for _, p := range sops.Plaintexts(d.decrypted, d.rendered) {
-		s = strings.ReplaceAll(s, p, sops.Mask)
-	}
-	return s
-}
-
-// redactErr is err with redact applied to its message, or err itself when nothing changed.
-func (d *decryptionFlags) redactErr(err error) error {
-	if err == nil {
 		return nil
 	}
-	if msg := d.redact(err.Error()); msg != err.Error() {
-		return errors.New(msg)
-	}
-	return err
+	return sops.Plaintexts(d.decrypted, d.rendered)
 }
 
 // withholdDiffs drops the diff of every decrypted object that is not a Secret: the engine

@@ -27,9 +27,9 @@ type substituteFlags struct {
 	vars   []string // --substitute NAME=VALUE, in order
 	files  []string // --substitute-from-file FILE, in order
 	strict bool     // --strict-substitute
-	// redactor hides the values read from Secret manifests in what the command prints
-	// (set by expand; nil until then, and without such values).
-	redactor *varsubst.Redactor
+	// secrets are the values read from Secret manifests, which what the command prints
+	// hides (set by expand; see sourceFlags.redactor).
+	secrets []string
 }
 
 func (f *substituteFlags) addFlags(cmd *cobra.Command) {
@@ -65,7 +65,7 @@ func (f *substituteFlags) expand(b *sources.Bundle) (*sources.Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.redactor = vars.Redactor()
+	f.secrets = vars.Sensitive()
 	opts := varsubst.DefaultOptions()
 	opts.Strict = f.strict
 	return varsubst.Expand(b, vars, opts)
@@ -166,52 +166,4 @@ func readManifests(file string, data []byte) ([]varsubst.Source, error) {
 		}
 	}
 	return out, nil
-}
-
-// redactError hides the Secret values of the substitution in err's message; the exit code
-// and errors.Is still see err.
-func (f *substituteFlags) redactError(err error) error { return f.redactor.Error(err) }
-
-// redactOutput makes everything cmd prints on its output pass through the redaction, line
-// by line (a substituted value never holds a newline), when a --substitute-from-file may
-// bring Secret values. The returned flush writes what is left of a last line; call it
-// before the command returns.
-func (f *substituteFlags) redactOutput(cmd *cobra.Command) (flush func()) {
-	if len(f.files) == 0 {
-		return func() {}
-	}
-	w := &redactingWriter{out: cmd.OutOrStdout(), f: f}
-	cmd.SetOut(w)
-	return w.flush
-}
-
-// redactingWriter writes complete lines, redacted with the redactor f has at that moment.
-type redactingWriter struct {
-	out     io.Writer
-	f       *substituteFlags
-	pending []byte
-}
-
-func (w *redactingWriter) Write(p []byte) (int, error) {
-	w.pending = append(w.pending, p...)
-	i := bytes.LastIndexByte(w.pending, '\n')
-	if i < 0 {
-		return len(p), nil
-	}
-	line := w.pending[:i+1]
-	if _, err := io.WriteString(w.out, w.f.redactor.String(string(line))); err != nil {
-		return 0, err
-	}
-	w.pending = append(w.pending[:0], w.pending[i+1:]...)
-	return len(p), nil
-}
-
-// Unwrap is the stream written to, so that isTerminal sees the terminal behind the filter.
-func (w *redactingWriter) Unwrap() io.Writer { return w.out }
-
-func (w *redactingWriter) flush() {
-	if len(w.pending) > 0 {
-		_, _ = io.WriteString(w.out, w.f.redactor.String(string(w.pending)))
-		w.pending = nil
-	}
 }

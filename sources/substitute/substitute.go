@@ -98,6 +98,10 @@ func (v Variables) Fingerprint() [sha256.Size]byte {
 // later source overrode (they were read, so they are kept out of messages too).
 func (v Variables) Redactor() *Redactor { return NewRedactor(v.sensitive) }
 
+// Sensitive is the values that came from a Source marked Sensitive, for a caller that
+// builds one Redactor over them and values of its own.
+func (v Variables) Sensitive() []string { return v.sensitive }
+
 // Options are the settings of one Expand.
 type Options struct {
 	// Strict makes a variable without a value and without a default an error naming the
