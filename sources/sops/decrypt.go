@@ -226,7 +226,7 @@ func decryptObject(o *unstructured.Unstructured, doc []byte, keys *Keys, oe *Obj
 		}
 		u := &unstructured.Unstructured{}
 		if err := u.UnmarshalJSON(plain); err != nil {
-			oe.Err = fmt.Errorf("%w: decrypted object does not decode: %w", ErrIntegrity, redact(err))
+			oe.Err = fmt.Errorf("%w: decrypted object does not decode: %w", ErrIntegrity, errWithheld)
 			return nil, oe
 		}
 		if doc == nil {
@@ -421,7 +421,7 @@ func decryptFile(in []byte, inFormat, outFormat string, svc []keyservice.KeyServ
 	cipher := aes.NewCipher()
 	mac, err := tree.Decrypt(dataKey, cipher)
 	if err != nil {
-		return nil, fmt.Errorf("%w: a value does not decrypt (altered ciphertext?): %w", ErrIntegrity, redact(err))
+		return nil, fmt.Errorf("%w: a value does not decrypt (altered ciphertext?): %w", ErrIntegrity, errWithheld)
 	}
 	stored, err := cipher.Decrypt(tree.Metadata.MessageAuthenticationCode, dataKey, tree.Metadata.LastModified.Format(time.RFC3339))
 	if err != nil {
@@ -463,12 +463,9 @@ func userErr(err error) error {
 	return err
 }
 
-// redact drops a message that could quote decrypted content (a decode error of the
+// errWithheld replaces a message that could quote decrypted content (a decode error of the
 // plaintext, say), keeping only that it failed.
-func redact(err error) error {
-	_ = err
-	return errors.New("details withheld: they could quote decrypted content")
-}
+var errWithheld = errors.New("details withheld: they could quote decrypted content")
 
 // ageServer is a sops key service that decrypts data keys with the given age identities
 // only: sops' own local server would read the process environment and home folder
