@@ -161,7 +161,7 @@ func flatten(obj map[string]any, loc location) ([]decoded, error) {
 	items, isList := obj["items"].([]any)
 	if !strings.HasSuffix(u.GetKind(), "List") || !isList {
 		if err := checkObject(u); err != nil {
-			return nil, loc.wrap(objectID(u), err)
+			return nil, loc.wrap(ObjectID(u), err)
 		}
 		return []decoded{{obj: u, loc: loc}}, nil
 	}
@@ -175,7 +175,7 @@ func flatten(obj map[string]any, loc location) ([]decoded, error) {
 		}
 		iu := &unstructured.Unstructured{Object: m}
 		if err := checkObject(iu); err != nil {
-			errs = append(errs, loc.wrap(objectID(iu), fmt.Errorf("item %d of %d: %w", i+1, len(items), err)))
+			errs = append(errs, loc.wrap(ObjectID(iu), fmt.Errorf("item %d of %d: %w", i+1, len(items), err)))
 			continue
 		}
 		out = append(out, decoded{obj: iu, loc: loc})

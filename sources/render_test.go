@@ -37,7 +37,7 @@ func writeTree(t *testing.T, files map[string]string) string {
 func ids(objs []*unstructured.Unstructured) []string {
 	var out []string
 	for _, o := range objs {
-		out = append(out, o.GetAPIVersion()+" "+objectID(o))
+		out = append(out, o.GetAPIVersion()+" "+ObjectID(o))
 	}
 	return out
 }

@@ -68,9 +68,9 @@ func checkString(md map[string]any, field string, required bool) error {
 	return fmt.Errorf("missing metadata.%s", field)
 }
 
-// objectID formats "Kind namespace/name" ("Kind name" without a namespace, as kubectl
+// ObjectID formats "Kind namespace/name" ("Kind name" without a namespace, as kubectl
 // names objects), leaving out what is missing.
-func objectID(u *unstructured.Unstructured) string {
+func ObjectID(u *unstructured.Unstructured) string {
 	kind, _ := u.Object["kind"].(string)
 	if kind == "" {
 		kind = "<no kind>"
@@ -115,7 +115,7 @@ func validateSet(results [][]decoded) ([]*unstructured.Unstructured, []string, [
 		for _, d := range r {
 			k := keyOf(d.obj)
 			if first, dup := seen[k]; dup {
-				errs = append(errs, d.loc.errorf(objectID(d.obj), "duplicate object, also defined in %s", describe(first)))
+				errs = append(errs, d.loc.errorf(ObjectID(d.obj), "duplicate object, also defined in %s", describe(first)))
 				continue
 			}
 			seen[k] = d.loc

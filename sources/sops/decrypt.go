@@ -163,13 +163,13 @@ func Decrypt(b *sources.Bundle, keys *Keys) (*sources.Bundle, error) {
 	var errs []error
 	for i, o := range b.Objects {
 		if splitDotenv(o) {
-			errs = append(errs, &ObjectError{Object: objectName(o), Origin: origin(b, i), Err: ErrUnsupported})
+			errs = append(errs, &ObjectError{Object: sources.ObjectID(o), Origin: origin(b, i), Err: ErrUnsupported})
 			continue
 		}
 		if !Encrypted(o) {
 			continue
 		}
-		oe := &ObjectError{Object: objectName(o), Origin: origin(b, i)}
+		oe := &ObjectError{Object: sources.ObjectID(o), Origin: origin(b, i)}
 		if keys == nil {
 			oe.Err = ErrNotConfigured
 			errs = append(errs, oe)
@@ -493,11 +493,4 @@ func (s ageServer) Decrypt(_ context.Context, req *keyservice.DecryptRequest) (*
 		return nil, err
 	}
 	return &keyservice.DecryptResponse{Plaintext: plain}, nil
-}
-
-func objectName(o *unstructured.Unstructured) string {
-	if ns := o.GetNamespace(); ns != "" {
-		return o.GetKind() + " " + ns + "/" + o.GetName()
-	}
-	return o.GetKind() + " " + o.GetName()
 }

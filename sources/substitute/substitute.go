@@ -302,7 +302,7 @@ func checkDuplicates(b *sources.Bundle) error {
 
 // inputError names the object (as rendered, before substitution) and its origin.
 func inputError(b *sources.Bundle, i int, obj *unstructured.Unstructured, err error) error {
-	return &sources.InputError{File: origin(b, i), Object: objectID(obj), Err: err}
+	return &sources.InputError{File: origin(b, i), Object: sources.ObjectID(obj), Err: err}
 }
 
 func origin(b *sources.Bundle, i int) string {
@@ -310,15 +310,6 @@ func origin(b *sources.Bundle, i int) string {
 		return b.Origins[i]
 	}
 	return "<unknown origin>"
-}
-
-// objectID formats "Kind namespace/name", or "Kind name" without a namespace.
-func objectID(u *unstructured.Unstructured) string {
-	kind, name, ns := u.GetKind(), u.GetName(), u.GetNamespace()
-	if ns == "" {
-		return kind + " " + name
-	}
-	return kind + " " + ns + "/" + name
 }
 
 // maxErrors bounds the joined errors, so that a status condition stays readable.
