@@ -87,8 +87,8 @@ func TestBuildSubstituteErrors(t *testing.T) {
 // TestApplySubstituteSecretNeverPrinted plants a value in a Secret manifest given with
 // --substitute-from-file; it flows into a ConfigMap (shown in the --diff) and into a label
 // value the API server refuses, quoting it. No output format (text, json, yaml, markdown)
-// and no error message shows it; the redaction (***) does. Before redactOutput and
-// redactError were wired in, every format printed it.
+// and no error message shows it; the redaction (***) does. Before the report and the error
+// were redacted, every format printed it.
 func TestApplySubstituteSecretNeverPrinted(t *testing.T) {
 	ns := env.Namespace(t)
 	dir, vars := t.TempDir(), t.TempDir()
