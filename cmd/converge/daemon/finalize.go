@@ -54,7 +54,7 @@ func (r *reconciler) finalize(ctx context.Context, s *v1alpha1.Sync) (ctrl.Resul
 	// still the Sync being deleted before deleting anything for it.
 	uid := s.UID
 	if err := r.live.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, r.forgetIfGone(client.ObjectKeyFromObject(s), err)
 	}
 	if s.UID != uid || s.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(s, v1alpha1.Finalizer) {
 		return ctrl.Result{}, nil
@@ -91,7 +91,7 @@ func (r *reconciler) finalize(ctx context.Context, s *v1alpha1.Sync) (ctrl.Resul
 		// re-read may find a Sync re-created under the same name (I14): its finalizer is not
 		// ours to drop, and this one is gone already.
 		if err := r.live.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
+			return ctrl.Result{}, r.forgetIfGone(client.ObjectKeyFromObject(s), err)
 		}
 		if s.UID != uid {
 			return ctrl.Result{}, nil

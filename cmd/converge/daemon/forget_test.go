@@ -63,3 +63,55 @@ func TestFinalizeForgetsTheSync(t *testing.T) {
 		t.Errorf("the engine of the deleted Sync's service account is kept: %q", got)
 	}
 }
+
+// TestFinalizeForgetsASyncAlreadyGone: a finalize whose re-read on the API server finds the
+// Sync gone (its finalizer dropped by someone else, the cache lagging) forgets it too, its
+// substitution and redactor included: no reconcile would come to forget it later. Before, only
+// a reconcile that found no Sync, or the finalizer patch, forgot it.
+func TestFinalizeForgetsASyncAlreadyGone(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := installSyncCRD(ctx, f.c); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := newRecorder(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reconciler{client: f.c, live: f.c, engines: newEngineSet(ctx, env.Config, engine.Options{}, false, "deployer"),
+		drift: newDriftTrigger(), writer: &status.Writer{Live: f.c, Client: f.c}, events: record.NewFakeRecorder(100),
+		retries: &retryCounter{}, metrics: rec}
+	s := f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Finalizers = []string{v1alpha1.Finalizer} })
+	key := client.ObjectKeyFromObject(s)
+	r.retries.inc(key)
+	r.drift.track("some-inventory", key)
+	r.substitutions.setRedactor(key, nil)
+	// What a lagging cache shows: the Sync being deleted, with our finalizer, while the API
+	// server has it gone already.
+	if err := f.c.Delete(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	gone := s.DeepCopy()
+	if err := f.c.Get(ctx, key, gone); err != nil {
+		t.Fatal(err)
+	}
+	cached := gone.DeepCopy()
+	if err := f.c.Patch(ctx, gone, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Get(ctx, key, &v1alpha1.Sync{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the Sync is still there after its finalizer was dropped: %v", err)
+	}
+	if _, err := r.finalize(ctx, cached); err != nil {
+		t.Fatalf("finalize of a Sync already gone: %v", err)
+	}
+	if n, ok := r.retries.n[key]; ok {
+		t.Errorf("the retry count of the gone Sync is kept (%d)", n)
+	}
+	if _, ok := r.drift.owners["some-inventory"]; ok {
+		t.Errorf("the drift trigger still names the gone Sync as an owner")
+	}
+	if _, ok := r.substitutions.by[key]; ok {
+		t.Errorf("the substitution state of the gone Sync is kept")
+	}
+}

@@ -116,10 +116,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	ctx = logr.NewContext(ctx, log)
 	s := &v1alpha1.Sync{}
 	if err := r.client.Get(ctx, req.NamespacedName, s); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.forget(req.NamespacedName)
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, r.forgetIfGone(req.NamespacedName, err)
 	}
 	if !s.DeletionTimestamp.IsZero() {
 		r.metrics.forget(req.NamespacedName)
@@ -168,8 +165,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // forget drops what the daemon keeps per Sync (its metric series, the drift trigger's
 // owners and pacing, the retry count, the status writer's record of its last write, its
-// hold on its identity's engine) once the Sync is gone. Deletions trigger no reconcile (syncChanged), so finalize calls it when
-// the finalizer goes; a reconcile that finds no Sync calls it too.
+// hold on its identity's engine, its last substitution and redactor) once the Sync is gone.
+// Deletions trigger no reconcile (syncChanged), so finalize calls it when the finalizer
+// goes; a read that finds no Sync (forgetIfGone) calls it too.
 func (r *reconciler) forget(key types.NamespacedName) {
 	r.metrics.forget(key)
 	r.drift.forget(key)
@@ -177,6 +175,15 @@ func (r *reconciler) forget(key types.NamespacedName) {
 	r.writer.Forget(key)
 	r.engines.forget(key)
 	r.substitutions.forget(key)
+}
+
+// forgetIfGone forgets key when err says its Sync is not found (someone else dropped the
+// finalizer, or the delete raced the read), and returns err without the not-found.
+func (r *reconciler) forgetIfGone(key types.NamespacedName, err error) error {
+	if apierrors.IsNotFound(err) {
+		r.forget(key)
+	}
+	return client.IgnoreNotFound(err)
 }
 
 // sync does the work of one reconcile and describes it as an Outcome. failed reports a
