@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/cli-utils/pkg/object"
 )
 
@@ -62,7 +63,7 @@ func siblingOf(ref Ref) (sib Ref, ok bool) {
 }
 
 // Sibling reads the ConfigMap of the inventory that shared ref's legacy ID (see Sibling):
-// one GET, only needed while a legacy ID can still make an object ours.
+// one GET (and one per part it has), only needed while a legacy ID can still make an object ours.
 func (s *Store) Sibling(ctx context.Context, ref Ref) (Sibling, error) {
 	sref, ok := siblingOf(ref)
 	if !ok || sref.Name == "" {
@@ -79,15 +80,25 @@ func (s *Store) Sibling(ctx context.Context, ref Ref) (Sibling, error) {
 	if id := cm.Labels[IDLabel]; id != sref.Legacy && id != sref.ID {
 		return sib, nil // not the sibling's inventory: it lists nothing of the legacy ID
 	}
-	for key := range cm.Data {
-		id, err := object.ParseObjMetadata(key)
-		if err != nil {
-			continue // not an object: it cannot contest one
+	// Its parts list objects as much as its head does (an unreadable part fails the read:
+	// it must never count as listing nothing). Parts continue the ID the head carries.
+	pref := sref
+	pref.ID = cm.Labels[IDLabel]
+	parts, err := s.readParts(ctx, pref, cm)
+	if err != nil {
+		return Sibling{}, fmt.Errorf("inventory %s: the other inventory of legacy ID %q: %w", ref, ref.Legacy, err)
+	}
+	for _, c := range append([]*corev1.ConfigMap{cm}, parts...) {
+		for key := range c.Data {
+			id, err := object.ParseObjMetadata(key)
+			if err != nil {
+				continue // not an object: it cannot contest one
+			}
+			if sib.Listed == nil {
+				sib.Listed = map[object.ObjMetadata]bool{}
+			}
+			sib.Listed[id] = true
 		}
-		if sib.Listed == nil {
-			sib.Listed = map[object.ObjMetadata]bool{}
-		}
-		sib.Listed[id] = true
 	}
 	return sib, nil
 }

@@ -46,7 +46,8 @@ func (s *Store) Get(ctx context.Context, ref Ref) (*Inventory, error) {
 // copy kept elsewhere), and whether its migration from ref.Legacy is under way
 // (MigratingAnnotation with the value ref.Legacy; any other value is ignored, so a ConfigMap
 // cannot claim the objects of a legacy ID that is not its own). While it is, Lookup also
-// reads what the other inventory of the legacy ID lists (Claim.Sibling): one more GET.
+// reads what the other inventory of the legacy ID lists (Claim.Sibling): one more GET (and
+// one per part of it).
 func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) {
 	claim := Claim{ID: ref.ID}
 	var st stored
