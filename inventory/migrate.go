@@ -165,7 +165,11 @@ func (s *Store) Migrate(ctx context.Context, ref Ref, opts MigrateOptions) (Ref,
 	case cm.Labels[IDLabel] != ref.ID || cm.Annotations[MigratingAnnotation] != ref.Legacy || opts.DryRun:
 		return ref, nil
 	}
-	inv, err := s.decodeAll(ctx, ref, cm)
+	st, err := s.readFrom(ctx, ref, cm)
+	if err != nil {
+		return ref, wrap(err)
+	}
+	inv, err := decodeStored(ref, st)
 	if err != nil {
 		return ref, wrap(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/cli-utils/pkg/object"
 )
 
@@ -62,32 +64,50 @@ func siblingOf(ref Ref) (sib Ref, ok bool) {
 }
 
 // Sibling reads the ConfigMap of the inventory that shared ref's legacy ID (see Sibling):
-// one GET, only needed while a legacy ID can still make an object ours.
+// one GET (and one per part it has), only needed while a legacy ID can still make an object ours.
 func (s *Store) Sibling(ctx context.Context, ref Ref) (Sibling, error) {
 	sref, ok := siblingOf(ref)
 	if !ok || sref.Name == "" {
 		return Sibling{Known: ok}, nil
 	}
 	sib := Sibling{Known: true, ConfigMap: sref.String(), Owner: Describe(sref.ID)}
-	cm, err := s.get(ctx, sref)
+	// Its parts list objects as much as its head does (an unreadable part fails the read:
+	// it must never count as listing nothing). Parts continue the ID the head carries. A
+	// part replaced between reading the head and reading it is a conflict: read again.
+	var cms []*corev1.ConfigMap
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cms = nil
+		cm, err := s.get(ctx, sref)
+		if err != nil || cm == nil {
+			return err
+		}
+		id := cm.Labels[IDLabel]
+		if id != sref.Legacy && id != sref.ID {
+			return nil // not the sibling's inventory: it lists nothing of the legacy ID
+		}
+		pref := sref
+		pref.ID = id
+		parts, err := s.readParts(ctx, pref, cm)
+		if err != nil {
+			return err
+		}
+		cms = append([]*corev1.ConfigMap{cm}, parts...)
+		return nil
+	})
 	if err != nil {
 		return Sibling{}, fmt.Errorf("inventory %s: the other inventory of legacy ID %q: %w", ref, ref.Legacy, err)
 	}
-	if cm == nil {
-		return sib, nil
-	}
-	if id := cm.Labels[IDLabel]; id != sref.Legacy && id != sref.ID {
-		return sib, nil // not the sibling's inventory: it lists nothing of the legacy ID
-	}
-	for key := range cm.Data {
-		id, err := object.ParseObjMetadata(key)
-		if err != nil {
-			continue // not an object: it cannot contest one
+	for _, c := range cms {
+		for key := range c.Data {
+			id, err := object.ParseObjMetadata(key)
+			if err != nil {
+				continue // not an object: it cannot contest one
+			}
+			if sib.Listed == nil {
+				sib.Listed = map[object.ObjMetadata]bool{}
+			}
+			sib.Listed[id] = true
 		}
-		if sib.Listed == nil {
-			sib.Listed = map[object.ObjMetadata]bool{}
-		}
-		sib.Listed[id] = true
 	}
 	return sib, nil
 }

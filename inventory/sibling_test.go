@@ -137,3 +137,31 @@ func TestMigrateContested(t *testing.T) {
 		t.Errorf("no-uid recorded as %v (%v), want %s", inv.UID(cm(ns, "no-uid")), err, noUID.UID)
 	}
 }
+
+// TestSiblingReadsParts: the other inventory of the legacy ID lists the objects of its part
+// ConfigMaps as much as those of its head, so an object only a part lists is contested too.
+// Before, Sibling read the head's entries only and such an object could be taken over.
+func TestSiblingReadsParts(t *testing.T) {
+	cluster.Require(t, env)
+	ctx := testCtx(t)
+	ns := env.Namespace(t)
+	s, _, plain := smallParts(t)
+	ref := Ref{Namespace: ns, Name: "app-inventory", ID: ID(OwnerSync, ns, "app"), Legacy: LegacyID(ns, "app")}
+	sref, _ := siblingOf(ref)
+	listed := New(entries(ns, "a", 10)...)
+	if err := s.Write(ctx, sref, listed); err != nil {
+		t.Fatal(err)
+	}
+	if names := partNames(configMaps(t, plain, ns)[sref.Name]); len(names) == 0 {
+		t.Fatal("the sibling has no parts: the test needs some")
+	}
+	sib, err := s.Sibling(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range listed.Entries() {
+		if !sib.Listed[e.Object] {
+			t.Errorf("Sibling.Listed lacks %s", e.Object)
+		}
+	}
+}

@@ -46,27 +46,28 @@ func (s *Store) Get(ctx context.Context, ref Ref) (*Inventory, error) {
 // copy kept elsewhere), and whether its migration from ref.Legacy is under way
 // (MigratingAnnotation with the value ref.Legacy; any other value is ignored, so a ConfigMap
 // cannot claim the objects of a legacy ID that is not its own). While it is, Lookup also
-// reads what the other inventory of the legacy ID lists (Claim.Sibling): one more GET.
+// reads what the other inventory of the legacy ID lists (Claim.Sibling): one more GET (and
+// one per part of it).
 func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) {
 	claim := Claim{ID: ref.ID}
-	var cm *corev1.ConfigMap
-	var inv *Inventory
+	var st stored
 	// A part replaced between reading the head and reading it is a conflict: read again.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() (err error) {
-		if cm, err = s.get(ctx, ref); err != nil || cm == nil {
-			return err
-		}
-		inv, err = s.decodeAll(ctx, ref, cm)
+		st, err = s.read(ctx, ref)
 		return err
 	})
 	if err != nil {
 		return nil, claim, err
 	}
-	if cm == nil {
+	if st.head == nil {
 		return &Inventory{}, claim, nil
 	}
+	inv, err := decodeStored(ref, st)
+	if err != nil {
+		return nil, claim, err
+	}
 	claim.Found = true
-	if from := cm.Annotations[MigratingAnnotation]; ref.Legacy != "" && from == ref.Legacy {
+	if from := st.head.Annotations[MigratingAnnotation]; ref.Legacy != "" && from == ref.Legacy {
 		claim.MigratingFrom = from
 		if claim.Sibling, err = s.Sibling(ctx, ref); err != nil {
 			return nil, claim, err
@@ -91,19 +92,12 @@ func (s *Store) Write(ctx context.Context, ref Ref, inv *Inventory) error {
 func (s *Store) Update(ctx context.Context, ref Ref, mutate func(stored *Inventory) *Inventory) (*Inventory, error) {
 	var result *Inventory
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var st stored
-		var err error
-		if st.head, err = s.get(ctx, ref); err != nil {
+		st, err := s.read(ctx, ref)
+		if err != nil {
 			return err
 		}
 		inv := &Inventory{}
 		if st.head != nil {
-			if id := st.head.Labels[IDLabel]; id != ref.ID {
-				return fmt.Errorf("inventory %s: %w", ref, foreign(ref, id))
-			}
-			if st.parts, err = s.readParts(ctx, ref, st.head); err != nil {
-				return err
-			}
 			if inv, err = decodeStored(ref, st); err != nil {
 				return err
 			}
@@ -218,7 +212,7 @@ func foreign(ref Ref, id string) error {
 }
 
 // decode parses the data keys of cm (ns_name_group_kind) and their UID values: the head's
-// entries only (see decodeAll).
+// entries only (see decodeStored).
 func decode(ref Ref, cm *corev1.ConfigMap) (*Inventory, error) {
 	if id := cm.Labels[IDLabel]; id != ref.ID {
 		return nil, fmt.Errorf("inventory %s: %w", ref, foreign(ref, id))
@@ -239,14 +233,24 @@ func decodeInto(ref Ref, inv *Inventory, cm *corev1.ConfigMap) error {
 	return nil
 }
 
-// decodeAll reads the parts of the head cm and decodes the whole inventory.
-func (s *Store) decodeAll(ctx context.Context, ref Ref, cm *corev1.ConfigMap) (*Inventory, error) {
-	if id := cm.Labels[IDLabel]; id != ref.ID {
-		return nil, fmt.Errorf("inventory %s: %w", ref, foreign(ref, id))
+// read reads the inventory of ref: its head and the parts the head lists (no head: the
+// zero stored, without error). A head that holds another ID is an error (foreign).
+func (s *Store) read(ctx context.Context, ref Ref) (stored, error) {
+	head, err := s.get(ctx, ref)
+	if err != nil || head == nil {
+		return stored{}, err
 	}
-	parts, err := s.readParts(ctx, ref, cm)
+	return s.readFrom(ctx, ref, head)
+}
+
+// readFrom is read of the head already read.
+func (s *Store) readFrom(ctx context.Context, ref Ref, head *corev1.ConfigMap) (stored, error) {
+	if id := head.Labels[IDLabel]; id != ref.ID {
+		return stored{}, fmt.Errorf("inventory %s: %w", ref, foreign(ref, id))
+	}
+	parts, err := s.readParts(ctx, ref, head)
 	if err != nil {
-		return nil, err
+		return stored{}, err
 	}
-	return decodeStored(ref, stored{head: cm, parts: parts})
+	return stored{head: head, parts: parts}, nil
 }
