@@ -58,6 +58,7 @@ authoring).`,
 	f.BoolVar(&o.Pprof, "pprof", o.Pprof, "also serve Go's profiles (/debug/pprof/) on the metrics address")
 	f.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "address of /healthz and /readyz")
 	f.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader (Lease) so only one replica reconciles")
+	f.StringVar(&o.Replica, "replica-name", o.Replica, "this replica's name, in Sync status and in the Leases replicas coordinate through (default: $POD_NAME, else the host name)")
 	f.StringVar(&o.LeaderNamespace, "leader-election-namespace", o.LeaderNamespace, "namespace of the leader-election Lease")
 	f.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", o.LeaseDuration, "how long followers wait before taking over an unrenewed lease")
 	f.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", o.RenewDeadline, "how long the leader keeps trying to renew before it stops leading; a leader paused longer than this sends no more writes and exits")

@@ -35,6 +35,11 @@ type Options struct {
 	// sends no more writes and stops (the pause fence).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
+	// Replica names this daemon process among its replicas: in Sync status (which replica
+	// wrote it) and in the Leases replicas coordinate through. DefaultOptions sets it from
+	// $POD_NAME (the Deployment passes the pod's name), else the host name.
+	Replica string
+
 	// InstallCRD server-side applies the Sync CRD at start.
 	InstallCRD bool
 	// WatchCache keeps a watch cache of the managed kinds, so unchanged objects cost no
@@ -102,6 +107,7 @@ func DefaultOptions() Options {
 		HealthAddr:      ":8081",
 		LeaderElect:     true,
 		LeaderNamespace: "converge-system",
+		Replica:         defaultReplica(),
 		LeaseDuration:   15 * time.Second,
 		RenewDeadline:   10 * time.Second,
 		RetryPeriod:     2 * time.Second,
@@ -118,6 +124,17 @@ func DefaultOptions() Options {
 		QuickStart: DefaultQuickStart(),
 		webhook:    defaultWebhookOptions(),
 	}
+}
+
+// defaultReplica is $POD_NAME, else the host name, else "converge".
+func defaultReplica() string {
+	if n := os.Getenv("POD_NAME"); n != "" {
+		return n
+	}
+	if n, err := os.Hostname(); err == nil && n != "" {
+		return n
+	}
+	return "converge"
 }
 
 // defaultLeaderTimings fills unset leader-election timings with the flags' defaults
