@@ -51,46 +51,49 @@ var maskedData = base64.StdEncoding.EncodeToString([]byte(Mask))
 // maskLike replaces, in fin, each value at a path where orig holds a SOPS ciphertext. A
 // Secret's data values get the base64 of Mask, so the printed Secret stays valid.
 func maskLike(orig, fin map[string]any, secret bool) {
+	eachCiphertext(orig, fin, func(_ any, set func(any), data bool) {
+		if secret && data {
+			set(maskedData)
+		} else {
+			set(Mask)
+		}
+	})
+}
+
+// eachCiphertext calls fn for each value of fin at a path where orig holds a SOPS
+// ciphertext, with a setter for that place in fin; data tells a value directly under the
+// top-level "data" map. The "sops" metadata is skipped.
+func eachCiphertext(orig, fin map[string]any, fn func(v any, set func(any), data bool)) {
+	walkMap(orig, fin, true, false, fn)
+}
+
+func walkMap(orig, fin map[string]any, top, data bool, fn func(any, func(any), bool)) {
 	for k, ov := range orig {
-		if k == "sops" {
-			continue
-		}
 		fv, ok := fin[k]
-		if !ok {
+		if k == "sops" || !ok {
 			continue
 		}
-		if secret && k == "data" {
-			od, _ := ov.(map[string]any)
-			fd, _ := fv.(map[string]any)
-			for dk, dv := range od {
-				if _, ok := fd[dk]; ok && isCiphertext(dv) {
-					fd[dk] = maskedData
-				}
-			}
-			continue
-		}
-		fin[k] = maskValue(ov, fv)
+		walkValue(ov, fv, func(v any) { fin[k] = v }, top && k == "data", data, fn)
 	}
 }
 
-func maskValue(ov, fv any) any {
+func walkValue(ov, fv any, set func(any), dataMap, data bool, fn func(any, func(any), bool)) {
 	switch o := ov.(type) {
 	case string:
 		if isCiphertext(o) {
-			return Mask
+			fn(fv, set, data)
 		}
 	case map[string]any:
 		if f, ok := fv.(map[string]any); ok {
-			maskLike(o, f, false)
+			walkMap(o, f, false, dataMap, fn)
 		}
 	case []any:
 		if f, ok := fv.([]any); ok && len(f) == len(o) {
 			for i := range o {
-				f[i] = maskValue(o[i], f[i])
+				walkValue(o[i], f[i], func(v any) { f[i] = v }, false, false, fn)
 			}
 		}
 	}
-	return fv
 }
 
 func isCiphertext(v any) bool {
@@ -132,33 +135,14 @@ func Plaintexts(decrypted, rendered *sources.Bundle) []string {
 }
 
 // collectLike calls add with each value of fin at a path where orig holds a ciphertext
-// (and, for a Secret's data, with the decoded value too).
+// (and, for a Secret, with the decoded value too).
 func collectLike(orig, fin map[string]any, secret bool, add func(any)) {
-	for k, ov := range orig {
-		fv, ok := fin[k]
-		if k == "sops" || !ok {
-			continue
-		}
-		switch o := ov.(type) {
-		case string:
-			if isCiphertext(o) {
-				add(fv)
-				if s, ok := fv.(string); ok && secret {
-					if raw, err := base64.StdEncoding.DecodeString(s); err == nil {
-						add(string(raw))
-					}
-				}
-			}
-		case map[string]any:
-			if f, ok := fv.(map[string]any); ok {
-				collectLike(o, f, secret, add)
-			}
-		case []any:
-			if f, ok := fv.([]any); ok && len(f) == len(o) {
-				for i := range o {
-					collectLike(map[string]any{"": o[i]}, map[string]any{"": f[i]}, secret, add)
-				}
+	eachCiphertext(orig, fin, func(v any, _ func(any), _ bool) {
+		add(v)
+		if s, ok := v.(string); ok && secret {
+			if raw, err := base64.StdEncoding.DecodeString(s); err == nil {
+				add(string(raw))
 			}
 		}
-	}
+	})
 }
