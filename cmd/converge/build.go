@@ -126,7 +126,7 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 		return b, err
 	}
 	// As Flux: decrypted first, then substituted (a variable may not reach a ciphertext).
-	if b, err = f.decryption.decrypt(b); err != nil {
+	if b, err = f.decryption.decrypt(ctx, b); err != nil {
 		return b, err
 	}
 	return f.subst.expand(b)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -41,10 +42,10 @@ func (d *decryptionFlags) addFlags(cmd *cobra.Command) {
 
 // decrypt returns b with its encrypted objects decrypted with the key files. Without a key
 // file an encrypted object is refused, except by build, which prints it masked.
-func (d *decryptionFlags) decrypt(b *sources.Bundle) (*sources.Bundle, error) {
+func (d *decryptionFlags) decrypt(ctx context.Context, b *sources.Bundle) (*sources.Bundle, error) {
 	d.rendered = b
 	if len(d.keyFiles) == 0 {
-		_, err := sops.Decrypt(b, nil)
+		_, err := sops.Decrypt(ctx, b, nil)
 		if err == nil || d.build {
 			return b, nil
 		}
@@ -60,7 +61,7 @@ func (d *decryptionFlags) decrypt(b *sources.Bundle) (*sources.Bundle, error) {
 			return nil, fmt.Errorf("--decryption-key-file: %w", err)
 		}
 	}
-	out, err := sops.Decrypt(b, keys)
+	out, err := sops.Decrypt(ctx, b, keys)
 	if errors.Is(err, sops.ErrKey) {
 		return nil, fmt.Errorf("%w\ngive the age identity of a listed recipient with --decryption-key-file", err)
 	}

@@ -152,16 +152,28 @@ func entryFormat(raw []byte) string {
 	return ""
 }
 
+// MaxRecipients bounds the keys one SOPS document may be encrypted for. Each is tried in
+// turn, so a document of a hostile repository listing thousands would cost the daemon
+// seconds of CPU per object; real files list a handful (one key per team or environment).
+const MaxRecipients = 32
+
+// maxAgeKeySize bounds one age-encrypted data key (its armored age file): one recipient
+// stanza takes about 300 bytes, and a file of many stanzas is as costly as many keys.
+const maxAgeKeySize = 4 << 10
+
 // Decrypt returns b with every encrypted object decrypted with keys; keys nil means
 // decryption is not configured, and any encrypted object is an error (ErrNotConfigured).
 // b is not modified: the result is a new Bundle whose Objects slice holds deep copies of
 // the decrypted objects and b's own pointers for the others. When nothing is encrypted b
 // itself is returned. The MAC is always verified. Every failing object is reported
 // (errors.Join of *ObjectError); on error the Bundle is nil, so nothing can be applied.
-func Decrypt(b *sources.Bundle, keys *Keys) (*sources.Bundle, error) {
+func Decrypt(ctx context.Context, b *sources.Bundle, keys *Keys) (*sources.Bundle, error) {
 	var out *sources.Bundle
 	var errs []error
 	for i, o := range b.Objects {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("decryption stopped: %w", context.Cause(ctx))
+		}
 		if splitDotenv(o) {
 			errs = append(errs, &ObjectError{Object: sources.ObjectID(o), Origin: origin(b, i), Err: ErrUnsupported})
 			continue
@@ -414,6 +426,9 @@ func decryptFile(in []byte, inFormat, outFormat string, svc []keyservice.KeyServ
 	if err != nil {
 		return nil, fmt.Errorf("%w: SOPS metadata does not load: %w", ErrIntegrity, userErr(err))
 	}
+	if err := boundKeys(tree.Metadata); err != nil {
+		return nil, err
+	}
 	dataKey, err := tree.Metadata.GetDataKeyWithKeyServices(svc, gosops.DefaultDecryptionOrder)
 	if err != nil {
 		return nil, fmt.Errorf("%w (encrypted for %s): %w", ErrKey, recipients(tree.Metadata), userErr(err))
@@ -437,6 +452,24 @@ func decryptFile(in []byte, inFormat, outFormat string, svc []keyservice.KeyServ
 		return nil, fmt.Errorf("%w: decrypted document does not print as %s", ErrIntegrity, outFormat)
 	}
 	return out, nil
+}
+
+// boundKeys refuses a document encrypted for more than MaxRecipients keys, or with an age
+// data key larger than maxAgeKeySize, before any key is tried.
+func boundKeys(m gosops.Metadata) error {
+	n := 0
+	for _, g := range m.KeyGroups {
+		n += len(g)
+		for _, k := range g {
+			if ak, ok := k.(*sopsage.MasterKey); ok && len(ak.EncryptedKey) > maxAgeKeySize {
+				return fmt.Errorf("%w: an age data key of %d bytes (at most %d: one recipient each)", ErrIntegrity, len(ak.EncryptedKey), maxAgeKeySize)
+			}
+		}
+	}
+	if n > MaxRecipients {
+		return fmt.Errorf("%w: encrypted for %d keys, at most %d are tried", ErrIntegrity, n, MaxRecipients)
+	}
+	return nil
 }
 
 // recipients lists the public identities an object is encrypted for, so a wrong-key error

@@ -1,6 +1,7 @@
 package sops
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"strings"
@@ -84,7 +85,7 @@ func TestDecrypt(t *testing.T) {
 	for _, o := range in.Objects {
 		before = append(before, o.DeepCopy())
 	}
-	out, err := Decrypt(in, keysOf(t, key.Identity))
+	out, err := Decrypt(t.Context(), in, keysOf(t, key.Identity))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +117,13 @@ func TestDecryptWithoutDocument(t *testing.T) {
 	key := sopsfixture.NewKey(t)
 	in := bundle(t, sopsfixture.Encrypt(t, []byte(secretYAML), sopsfixture.DefaultRegex, key.Recipient))
 	in.Ordered = nil
-	if _, err := Decrypt(in, keysOf(t, key.Identity)); !errors.Is(err, ErrIntegrity) {
+	if _, err := Decrypt(t.Context(), in, keysOf(t, key.Identity)); !errors.Is(err, ErrIntegrity) {
 		t.Fatalf("err = %v, want ErrIntegrity (MAC over another field order)", err)
 	}
 	sorted := "apiVersion: v1\ndata:\n  token: YQ==\nkind: Secret\nmetadata:\n  name: db\n  namespace: app\n"
 	in = bundle(t, sopsfixture.Encrypt(t, []byte(sorted), sopsfixture.DefaultRegex, key.Recipient))
 	in.Ordered = nil
-	if _, err := Decrypt(in, keysOf(t, key.Identity)); err != nil {
+	if _, err := Decrypt(t.Context(), in, keysOf(t, key.Identity)); err != nil {
 		t.Fatalf("sorted document without its text: %v", err)
 	}
 }
@@ -138,7 +139,7 @@ func TestDecryptSecretEntry(t *testing.T) {
 	if !Encrypted(in.Objects[0]) {
 		t.Fatal("Encrypted = false for a Secret with an encrypted file entry")
 	}
-	out, err := Decrypt(in, keysOf(t, key.Identity))
+	out, err := Decrypt(t.Context(), in, keysOf(t, key.Identity))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func TestDecryptFailures(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := Decrypt(bundle(t, []byte(tc.doc)), tc.keys)
+			out, err := Decrypt(t.Context(), bundle(t, []byte(tc.doc)), tc.keys)
 			if out != nil {
 				t.Error("a Bundle was returned with the error: it could be applied")
 			}
@@ -236,7 +237,7 @@ func TestDecryptKeepsWhatKustomizeChanged(t *testing.T) {
 	rendered.SetNamespace("prod")
 	rendered.SetLabels(map[string]string{"team": "a"})
 	in := &sources.Bundle{Objects: []*unstructured.Unstructured{rendered}, Origins: []string{"k/kustomization.yaml"}, Ordered: [][]byte{doc}}
-	out, err := Decrypt(in, keysOf(t, key.Identity))
+	out, err := Decrypt(t.Context(), in, keysOf(t, key.Identity))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func TestDecryptKeepsWhatKustomizeChanged(t *testing.T) {
 	v, _, _ := unstructured.NestedString(other.Object, "stringData", "password")
 	_ = unstructured.SetNestedField(moved.Object, v, "stringData", "password")
 	in = &sources.Bundle{Objects: []*unstructured.Unstructured{moved}, Origins: []string{"k/kustomization.yaml"}, Ordered: [][]byte{doc}}
-	if _, err := Decrypt(in, keysOf(t, key.Identity)); !errors.Is(err, ErrIntegrity) || !strings.Contains(err.Error(), ".stringData.password") {
+	if _, err := Decrypt(t.Context(), in, keysOf(t, key.Identity)); !errors.Is(err, ErrIntegrity) || !strings.Contains(err.Error(), ".stringData.password") {
 		t.Errorf("a rendered ciphertext from elsewhere: err = %v, want ErrIntegrity naming .stringData.password", err)
 	}
 }
@@ -263,7 +264,7 @@ func TestDecryptRefusesSplitDotenv(t *testing.T) {
 	enc := base64.StdEncoding.EncodeToString([]byte("ENC[AES256_GCM,data:abc,iv:x,tag:y,type:str]"))
 	doc := "apiVersion: v1\nkind: Secret\nmetadata: {name: env, namespace: app}\ndata:\n  PASSWORD: " + enc + "\n  sops_mac: " + enc + "\n"
 	for _, keys := range []*Keys{nil, keysOf(t, sopsfixture.NewKey(t).Identity)} {
-		if _, err := Decrypt(bundle(t, []byte(doc)), keys); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "Secret app/env") {
+		if _, err := Decrypt(t.Context(), bundle(t, []byte(doc)), keys); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "Secret app/env") {
 			t.Errorf("keys %v: err = %v, want ErrUnsupported naming Secret app/env", keys.Len(), err)
 		}
 	}
@@ -274,7 +275,7 @@ func TestDecryptReportsEveryObject(t *testing.T) {
 	key := sopsfixture.NewKey(t)
 	in := bundle(t, sopsfixture.Encrypt(t, []byte(secretYAML), sopsfixture.DefaultRegex, key.Recipient),
 		sopsfixture.Encrypt(t, []byte(configMapYAML), sopsfixture.DefaultRegex, key.Recipient))
-	_, err := Decrypt(in, nil)
+	_, err := Decrypt(t.Context(), in, nil)
 	if err == nil || !strings.Contains(err.Error(), "Secret app/db") || !strings.Contains(err.Error(), "apps/fileb.yaml: ConfigMap app/cfg") {
 		t.Errorf("err = %v, want both objects named", err)
 	}
@@ -303,7 +304,7 @@ func TestMaskValues(t *testing.T) {
 	key := sopsfixture.NewKey(t)
 	in := bundle(t, sopsfixture.Encrypt(t, []byte(secretYAML), sopsfixture.DefaultRegex, key.Recipient),
 		sopsfixture.Encrypt(t, []byte(configMapYAML), sopsfixture.DefaultRegex, key.Recipient))
-	out, err := Decrypt(in, keysOf(t, key.Identity))
+	out, err := Decrypt(t.Context(), in, keysOf(t, key.Identity))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,5 +328,38 @@ func TestMaskValues(t *testing.T) {
 	}
 	if Encrypted(out.Objects[0]) || !Encrypted(in.Objects[0]) {
 		t.Error("MaskValues modified its input")
+	}
+}
+
+// A document encrypted for more keys than MaxRecipients is refused before any key is tried,
+// naming the object: a hostile repository could otherwise make the daemon try thousands of
+// stanzas per object (about 0.17 ms each) for every object of every render. Before, such a
+// document was decrypted.
+func TestDecryptBoundsRecipients(t *testing.T) {
+	key := sopsfixture.NewKey(t)
+	recipients := []string{key.Recipient}
+	for len(recipients) <= MaxRecipients {
+		recipients = append(recipients, sopsfixture.NewKey(t).Recipient)
+	}
+	doc := sopsfixture.Encrypt(t, []byte(configMapYAML), sopsfixture.DefaultRegex, recipients...)
+	_, err := Decrypt(t.Context(), bundle(t, doc), keysOf(t, key.Identity))
+	if !errors.Is(err, ErrIntegrity) || !strings.Contains(err.Error(), "ConfigMap app/cfg") ||
+		!strings.Contains(err.Error(), "keys") {
+		t.Fatalf("err = %v; want ErrIntegrity naming ConfigMap app/cfg and the key count", err)
+	}
+	doc = sopsfixture.Encrypt(t, []byte(configMapYAML), sopsfixture.DefaultRegex, recipients[:MaxRecipients]...)
+	if _, err := Decrypt(t.Context(), bundle(t, doc), keysOf(t, key.Identity)); err != nil {
+		t.Fatalf("%d recipients: %v", MaxRecipients, err)
+	}
+}
+
+// A cancelled context stops decryption: the daemon bounds it with the build timeout.
+func TestDecryptStopsWithContext(t *testing.T) {
+	key := sopsfixture.NewKey(t)
+	doc := sopsfixture.Encrypt(t, []byte(configMapYAML), sopsfixture.DefaultRegex, key.Recipient)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := Decrypt(ctx, bundle(t, doc), keysOf(t, key.Identity)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v; want context.Canceled", err)
 	}
 }

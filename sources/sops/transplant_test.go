@@ -52,7 +52,7 @@ func TestDecryptRefusesTransplantedCiphertext(t *testing.T) {
 		"mac tagged":     strings.Replace(evil, "mac: ENC[", "mac: !!str ENC[", 1),
 	} {
 		b := loadDir(t, map[string]string{"secret.enc.yaml": string(enc), "leak.yaml": doc, "kustomization.yaml": "resources:\n- leak.yaml\n"})
-		out, err := Decrypt(b, keysOf(t, key.Identity))
+		out, err := Decrypt(t.Context(), b, keysOf(t, key.Identity))
 		if err == nil {
 			t.Errorf("%s: decrypted %s %s/%s with data %v", name, out.Objects[0].GetKind(), out.Objects[0].GetNamespace(),
 				out.Objects[0].GetName(), out.Objects[0].Object["data"])
@@ -74,7 +74,7 @@ func TestDecryptRefusesReplacedEncryptedValue(t *testing.T) {
 		"secret.enc.yaml":    string(enc),
 		"kustomization.yaml": "resources:\n- secret.enc.yaml\npatches:\n- patch: |\n    apiVersion: v1\n    kind: Secret\n    metadata: {name: db, namespace: app}\n    data: {password: YXR0YWNrZXI=}\n",
 	})
-	out, err := Decrypt(b, keysOf(t, key.Identity))
+	out, err := Decrypt(t.Context(), b, keysOf(t, key.Identity))
 	if err == nil || !errors.Is(err, ErrIntegrity) || !strings.Contains(err.Error(), "data.password") {
 		t.Errorf("decrypt of a patched Secret: %v (decrypted: %v), want an integrity error naming data.password", err, out != nil)
 	}

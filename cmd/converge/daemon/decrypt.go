@@ -45,7 +45,7 @@ func (r *reconciler) decrypt(ctx context.Context, s *v1alpha1.Sync, b *sources.B
 	}
 	d := s.Spec.Decryption
 	if d == nil {
-		_, err := sops.Decrypt(b, nil)
+		_, err := sops.Decrypt(ctx, b, nil)
 		return nil, &decryptError{terminal: true, err: fmt.Errorf("%w\nset spec.decryption (provider: sops, secretRef: a Secret "+
 			"of namespace %s with the age identity in an entry ending in %s)", err, s.Namespace, sops.AgeKeySuffix)}
 	}
@@ -62,7 +62,12 @@ func (r *reconciler) decrypt(ctx context.Context, s *v1alpha1.Sync, b *sources.B
 	if err != nil {
 		return nil, &decryptError{err: fmt.Errorf("spec.decryption.secretRef: Secret %s/%s: %w", s.Namespace, d.SecretRef.Name, err)}
 	}
-	out, err := sops.Decrypt(b, keys)
+	dctx, cancel := context.WithTimeout(ctx, r.render.buildTimeout())
+	defer cancel()
+	out, err := sops.Decrypt(dctx, b, keys)
+	if err != nil && ctx.Err() == nil && errors.Is(dctx.Err(), context.DeadlineExceeded) {
+		return nil, &decryptError{err: fmt.Errorf("decryption did not finish within %s (--build-timeout): %w", r.render.buildTimeout(), err)}
+	}
 	if err != nil {
 		hint := "\nthe source must be fixed; nothing was applied or pruned"
 		if errors.Is(err, sops.ErrKey) {

@@ -27,6 +27,14 @@ type renderSettings struct {
 // load fetches and renders src within the build timeout. Kustomize builds are isolated:
 // the repository is untrusted, so its render can reach no network and is stopped at the
 // timeout (see sources.RenderOptions.Isolate).
+// buildTimeout bounds a fetch and render, and separately the decryption that follows it.
+func (rs renderSettings) buildTimeout() time.Duration {
+	if rs.timeout <= 0 {
+		return defaultBuildTimeout
+	}
+	return rs.timeout
+}
+
 func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src sources.Source) (*sources.Bundle, error) {
 	opts := sources.DefaultLoadOptions()
 	opts.Render.Isolate = true
@@ -35,10 +43,7 @@ func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src source
 	if rs.maxFetchSize > 0 {
 		opts.Fetch.MaxFetchSize = rs.maxFetchSize
 	}
-	timeout := rs.timeout
-	if timeout <= 0 {
-		timeout = defaultBuildTimeout
-	}
+	timeout := rs.buildTimeout()
 	lctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	b, err := l.Load(lctx, src, opts)
