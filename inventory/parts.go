@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -272,6 +273,7 @@ func baseOf(st stored) string {
 func (s *Store) collectParts(ctx context.Context, ref Ref, head *corev1.ConfigMap) {
 	list := &corev1.ConfigMapList{}
 	if err := s.c.List(ctx, list, client.InNamespace(ref.Namespace), client.MatchingLabels{PartOfLabel: partOf(ref.ID)}); err != nil {
+		logr.FromContextOrDiscard(ctx).Info("inventory parts not collected", "inventory", ref.String(), "err", err.Error())
 		return
 	}
 	listed := map[string]bool{}
