@@ -271,9 +271,8 @@ func baseOf(st stored) string {
 // best effort: a failure (a role without "list configmaps") leaves the garbage, which
 // nothing reads. Parts without a base (written by the version before it) are left alone.
 func (s *Store) collectParts(ctx context.Context, ref Ref, head *corev1.ConfigMap) {
-	list := &corev1.ConfigMapList{}
-	if err := s.c.List(ctx, list, client.InNamespace(ref.Namespace), client.MatchingLabels{PartOfLabel: partOf(ref.ID)}); err != nil {
-		logr.FromContextOrDiscard(ctx).Info("inventory parts not collected", "inventory", ref.String(), "err", err.Error())
+	all, ok := s.listParts(ctx, ref)
+	if !ok {
 		return
 	}
 	listed := map[string]bool{}
@@ -281,8 +280,7 @@ func (s *Store) collectParts(ctx context.Context, ref Ref, head *corev1.ConfigMa
 		listed[n] = true
 	}
 	var garbage []*corev1.ConfigMap
-	for i := range list.Items {
-		cm := &list.Items[i]
+	for _, cm := range all {
 		base, ok := cm.Annotations[partBaseAnnotation]
 		if listed[cm.Name] || !ok || base == head.ResourceVersion {
 			continue
@@ -290,6 +288,21 @@ func (s *Store) collectParts(ctx context.Context, ref Ref, head *corev1.ConfigMa
 		garbage = append(garbage, cm)
 	}
 	s.dropParts(ctx, garbage)
+}
+
+// listParts lists the ConfigMaps labelled as parts of ref, listed by its head or not; ok is
+// false when the LIST failed (logged: the caller goes on without collecting).
+func (s *Store) listParts(ctx context.Context, ref Ref) (parts []*corev1.ConfigMap, ok bool) {
+	list := &corev1.ConfigMapList{}
+	if err := s.c.List(ctx, list, client.InNamespace(ref.Namespace), client.MatchingLabels{PartOfLabel: partOf(ref.ID)}); err != nil {
+		logr.FromContextOrDiscard(ctx).Info("inventory parts not collected", "inventory", ref.String(), "err", err.Error())
+		return nil, false
+	}
+	parts = make([]*corev1.ConfigMap, len(list.Items))
+	for i := range list.Items {
+		parts[i] = &list.Items[i]
+	}
+	return parts, true
 }
 
 // callStoreHook runs a crash point of StoreHooks.

@@ -217,13 +217,8 @@ func (s *Store) Delete(ctx context.Context, ref Ref) error {
 		}
 	}
 	// Then the parts it does not list (left by a crash): best effort, as collectParts.
-	list := &corev1.ConfigMapList{}
-	if err := s.c.List(ctx, list, client.InNamespace(ref.Namespace), client.MatchingLabels{PartOfLabel: partOf(ref.ID)}); err == nil {
-		garbage := make([]*corev1.ConfigMap, 0, len(list.Items))
-		for i := range list.Items {
-			garbage = append(garbage, &list.Items[i])
-		}
-		s.dropParts(ctx, garbage)
+	if parts, ok := s.listParts(ctx, ref); ok {
+		s.dropParts(ctx, parts)
 	}
 	uid := cm.UID
 	err = s.c.Delete(ctx, cm, client.Preconditions{UID: &uid})
