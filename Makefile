@@ -107,8 +107,14 @@ image: ## build the container image (IMAGE=ghcr.io/converge-dev/converge:$(VERSI
 BENCH_RUNS ?= 3
 BENCH_FLAGS ?=
 
-bench: controlplane bench-render ## benchmark converge vs a Flux-style engine vs a parallel-SSA floor, 10,000 objects (docs/benchmarks.md)
+bench: controlplane bench-render bench-50k ## benchmark converge vs a Flux-style engine vs a parallel-SSA floor, 10,000 objects, then one Sync of 50,000 (docs/benchmarks.md)
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -objects 10000 -runs $(BENCH_RUNS) $(BENCH_FLAGS)
+
+BENCH_50K_ENGINES ?= converge-watch,floor
+
+.PHONY: bench-50k
+bench-50k: controlplane ## one set of 50,000 objects (its inventory in parts): the daemon's engine (converge-watch) and the floor only; the Flux-style baseline would take hours
+	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -objects 50000 -engines $(BENCH_50K_ENGINES) -runs $(BENCH_RUNS) -json .run/bench/results-50000.json $(BENCH_FLAGS)
 
 .PHONY: bench-render
 bench-render: ## kustomize render of 1,000 and 10,000 resources: krusty whole vs Converge's chunked path (minutes: krusty is quadratic)

@@ -175,7 +175,7 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 		return res, errors.Join(rec.errs...)
 	}
 	res.Inventory = stored
-	if !rec.apply(stored).Equal(stored) {
+	if rec.changes(stored) {
 		recorded, err := e.store.Update(ctx, set.Inventory, rec.apply)
 		if err != nil {
 			rec.errs = append(rec.errs, fmt.Errorf("record: %w", err))
@@ -229,7 +229,7 @@ func (r *applyRun) waitReady(ctx context.Context, outs []outcome, rules *HealthR
 // never leaves a stored UID that would make an unannotated object ours (recorded).
 func (e *Engine) writeAhead(ctx context.Context, ref inventory.Ref, old, desired *inventory.Inventory, restore bool) (*inventory.Inventory, error) {
 	stored := old
-	if restore || !old.Union(desired).Equal(old) {
+	if restore || !old.Absorbs(desired) {
 		ahead := desired
 		if restore {
 			ahead = old.Diff(desired).Union(desired)
@@ -260,6 +260,19 @@ func (rec *record) apply(stored *inventory.Inventory) *inventory.Inventory {
 		n.Remove(id)
 	}
 	return n
+}
+
+// changes reports whether apply(stored) differs from stored, without building it: every
+// run asks, and a copy of a large inventory is what a no-op would spend most on. An object
+// both tracked and untracked (not expected) counts as a change: Update then finds there is
+// nothing to write.
+func (rec *record) changes(stored *inventory.Inventory) bool {
+	for _, id := range rec.untrack {
+		if stored.Has(id) {
+			return true
+		}
+	}
+	return !stored.Absorbs(rec.tracked)
 }
 
 // collect fills res.Changes from outs and returns what to record.

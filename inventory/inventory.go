@@ -136,6 +136,22 @@ func (inv *Inventory) Union(other *Inventory) *Inventory {
 	return out
 }
 
+// Absorbs reports whether inv.Union(other) equals inv, without building the union: other
+// adds no object to inv, and no UID that differs from inv's. A no-op reconcile asks this of
+// every object of its set, so it must cost no copy of the inventory (about 130 ms at 50,000
+// objects for the union and its comparison).
+func (inv *Inventory) Absorbs(other *Inventory) bool {
+	if other == nil {
+		return true
+	}
+	for id, uid := range other.entries {
+		if !inv.Has(id) || (uid != "" && inv.UID(id) != uid) {
+			return false
+		}
+	}
+	return true
+}
+
 // Diff returns the entries of inv that are not in other (inv − other), with inv's UIDs:
 // for the stored inventory inv and the desired set other, the prune candidates.
 func (inv *Inventory) Diff(other *Inventory) *Inventory {

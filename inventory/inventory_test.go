@@ -106,3 +106,31 @@ func encode(inv *Inventory) map[string]string {
 	}
 	return data
 }
+
+// TestAbsorbs: Absorbs says what Union followed by Equal says, without the copy.
+func TestAbsorbs(t *testing.T) {
+	tests := []struct {
+		name string
+		a, b []Entry
+		want bool
+	}{
+		{name: "both empty", want: true},
+		{name: "other empty", a: []Entry{e("a", "x", "1")}, want: true},
+		{name: "a new object", a: []Entry{e("a", "x", "1")}, b: []Entry{e("b", "y", "")}},
+		{name: "a write-ahead entry of a recorded object", a: []Entry{e("a", "x", "1")}, b: []Entry{e("a", "x", "")}, want: true},
+		{name: "the same UID", a: []Entry{e("a", "x", "1")}, b: []Entry{e("a", "x", "1")}, want: true},
+		{name: "another UID", a: []Entry{e("a", "x", "1")}, b: []Entry{e("a", "x", "2")}},
+		{name: "a UID for an entry without", a: []Entry{e("a", "x", "")}, b: []Entry{e("a", "x", "3")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := New(tt.a...), New(tt.b...)
+			if got := a.Absorbs(b); got != tt.want {
+				t.Errorf("Absorbs = %v, want %v", got, tt.want)
+			}
+			if union := a.Union(b).Equal(a); union != tt.want {
+				t.Errorf("the test's want %v disagrees with Union+Equal: %v", tt.want, union)
+			}
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,8 +42,9 @@ import (
 //   - A listed part that is missing is an error naming it, never an empty part: its entries
 //     would otherwise be forgotten and their objects never pruned.
 //
-// Unlisted parts (after a crash or a lost race) are garbage: Delete removes the parts the
-// head lists, not those.
+// Unlisted parts (after a crash or a lost race) are garbage, never read: the next write of
+// the head deletes those no writer can list any more (collectParts), and Delete deletes
+// every part of the inventory, listed or not.
 
 // PartsAnnotation on an inventory's head ConfigMap lists its part ConfigMaps, by name, in
 // the same namespace, comma-separated.
@@ -86,8 +88,7 @@ func (s *Store) readParts(ctx context.Context, ref Ref, head *corev1.ConfigMap) 
 			return nil, apierrors.NewConflict(corev1.Resource("configmaps"), ref.Name, fmt.Errorf("inventory %s: part %s replaced while read", ref, name))
 		}
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("inventory %s: its part ConfigMap %s is missing: the objects it listed are no longer known (restore it, or remove its name from the annotation %s)",
-				ref, name, PartsAnnotation)
+			return nil, &MissingPartError{Ref: ref, Part: name}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("inventory %s: read part %s: %w", ref, name, err)
@@ -98,6 +99,32 @@ func (s *Store) readParts(ctx context.Context, ref Ref, head *corev1.ConfigMap) 
 		parts = append(parts, cm)
 	}
 	return parts, nil
+}
+
+// MissingPartError is the error of a read of an inventory whose head lists a part ConfigMap
+// that does not exist (deleted by hand, or by a tool that cleans up ConfigMaps). The objects
+// that part listed are unknown, so the read fails rather than return the rest: an inventory
+// read without them would let an Apply record it and forget those objects for good (never
+// pruned, not deleted with their owner), silently. Nothing is applied, pruned or deleted for
+// the inventory until a person restores the part or accepts the loss; the message says how.
+//
+// No copy recovers the part automatically: the copy a Sync keeps in its status holds at
+// most 5,000 entries, and an inventory has parts only beyond about 9,000, so a copy can
+// never be shown to cover what the part listed.
+type MissingPartError struct {
+	// Ref is the inventory, whose head ConfigMap lists the part.
+	Ref Ref
+	// Part is the name of the missing part ConfigMap, in Ref.Namespace.
+	Part string
+}
+
+func (e *MissingPartError) Error() string {
+	return fmt.Sprintf("inventory %s: its part ConfigMap %s/%s is missing, so the objects it listed are unknown: "+
+		"nothing is applied, pruned or deleted for this inventory until it is back. "+
+		"Restore it from a backup (same name and namespace, label %s=%s), or accept the loss: "+
+		"remove %s from the annotation %s of ConfigMap %s; the objects it listed are then no longer tracked "+
+		"(neither pruned nor deleted with their owner: delete by hand those that left the repository)",
+		e.Ref, e.Ref.Namespace, e.Part, PartOfLabel, partOf(e.Ref.ID), e.Part, PartsAnnotation, e.Ref)
 }
 
 // headMoved reports whether the head of ref is no longer the one read (written again or
@@ -186,6 +213,7 @@ func layout(inv *Inventory, st stored, partBytes int) (head map[string]string, p
 // head over it and lose the change). It returns the names the head must list and the listed
 // parts to delete once it no longer does.
 func (s *Store) writeParts(ctx context.Context, ref Ref, st stored, parts []map[string]string) (names []string, drop []*corev1.ConfigMap, err error) {
+	created := 0
 	for i, data := range parts {
 		if i < len(st.parts) {
 			cm := st.parts[i]
@@ -204,13 +232,88 @@ func (s *Store) writeParts(ctx context.Context, ref Ref, st stored, parts []map[
 		}
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 			Namespace: ref.Namespace, Name: name, Labels: map[string]string{PartOfLabel: partOf(ref.ID)},
+			Annotations: map[string]string{partBaseAnnotation: baseOf(st)},
 		}, Data: data}
 		if err := s.c.Create(ctx, cm); err != nil {
 			return nil, nil, err
 		}
+		created++
+		if h := s.hooks.AfterPart; h != nil {
+			if err := h(created, name); err != nil {
+				return nil, nil, fmt.Errorf("aborted by hook: %w", err)
+			}
+		}
 		names = append(names, name)
 	}
 	return names, drop, nil
+}
+
+// partBaseAnnotation on a part ConfigMap is the resourceVersion of the head its writer read
+// ("none": there was no head). The writer's head write carries that resourceVersion as
+// its precondition, so once the head is at another resourceVersion the part can never be
+// listed: collectParts deletes it.
+const partBaseAnnotation = "converge.dev/inventory-part-base"
+
+// baseOf is the partBaseAnnotation value of the parts written over st.
+func baseOf(st stored) string {
+	if st.head == nil {
+		return "none"
+	}
+	return st.head.ResourceVersion
+}
+
+// collectParts deletes the garbage parts of ref: ConfigMaps labelled as its parts that head
+// (just written) does not list and that no writer can list any more (their base is not
+// head's resourceVersion: a writer still under way that read this head keeps its parts). A
+// crash between creating parts and writing the head, or between writing the head and
+// deleting the parts it dropped, leaves such parts; the next write of the head removes
+// them. It costs one LIST, sent only by writes of an inventory that has or had parts. It is
+// best effort: a failure (a role without "list configmaps") leaves the garbage, which
+// nothing reads. Parts without a base (written by the version before it) are left alone.
+func (s *Store) collectParts(ctx context.Context, ref Ref, head *corev1.ConfigMap) {
+	all, ok := s.listParts(ctx, ref)
+	if !ok {
+		return
+	}
+	listed := map[string]bool{}
+	for _, n := range partNames(head) {
+		listed[n] = true
+	}
+	var garbage []*corev1.ConfigMap
+	for _, cm := range all {
+		base, ok := cm.Annotations[partBaseAnnotation]
+		if listed[cm.Name] || !ok || base == head.ResourceVersion {
+			continue
+		}
+		garbage = append(garbage, cm)
+	}
+	s.dropParts(ctx, garbage)
+}
+
+// listParts lists the ConfigMaps labelled as parts of ref, listed by its head or not; ok is
+// false when the LIST failed (logged: the caller goes on without collecting).
+func (s *Store) listParts(ctx context.Context, ref Ref) (parts []*corev1.ConfigMap, ok bool) {
+	list := &corev1.ConfigMapList{}
+	if err := s.c.List(ctx, list, client.InNamespace(ref.Namespace), client.MatchingLabels{PartOfLabel: partOf(ref.ID)}); err != nil {
+		logr.FromContextOrDiscard(ctx).Info("inventory parts not collected", "inventory", ref.String(), "err", err.Error())
+		return nil, false
+	}
+	parts = make([]*corev1.ConfigMap, len(list.Items))
+	for i := range list.Items {
+		parts[i] = &list.Items[i]
+	}
+	return parts, true
+}
+
+// callStoreHook runs a crash point of StoreHooks.
+func callStoreHook(h func() error) error {
+	if h == nil {
+		return nil
+	}
+	if err := h(); err != nil {
+		return fmt.Errorf("aborted by hook: %w", err)
+	}
+	return nil
 }
 
 // newPartName is <head>-part-<8 random hex>, the head's name shortened so that the whole

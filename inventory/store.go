@@ -25,11 +25,44 @@ type Store struct {
 	c client.Client
 	// partBytes is the entry data one ConfigMap holds before the next part (parts.go).
 	partBytes int
+	hooks     StoreHooks
+}
+
+// StoreOptions configure a Store beyond its client.
+type StoreOptions struct {
+	// PartBytes is how much entry data one ConfigMap holds before the inventory continues in
+	// a part ConfigMap (parts.go). Zero means the default, 900 KiB (about 9,000 objects);
+	// tests set it small so that a few hundred objects span several parts.
+	PartBytes int
+	// Hooks are test-only crash points between the ConfigMap writes of an Update.
+	Hooks StoreHooks
+}
+
+// StoreHooks are crash points of Update, for tests: a hook that returns an error stops the
+// Update at once, as a crash there would (the error is returned, wrapped). Nil hooks are
+// skipped.
+type StoreHooks struct {
+	// AfterPart runs after the k-th new part ConfigMap of an attempt was created (k counts
+	// from 1), before the next part and the head.
+	AfterPart func(k int, name string) error
+	// BeforeHead runs once every new part of an attempt exists, before the head is written.
+	BeforeHead func() error
+	// AfterHead runs after the head was written, before the parts it no longer lists are
+	// deleted.
+	AfterHead func() error
 }
 
 // NewStore returns a Store that uses c, which must read from the API server, not a cache.
 func NewStore(c client.Client) *Store {
-	return &Store{c: c, partBytes: defaultPartBytes}
+	return NewStoreWithOptions(c, StoreOptions{})
+}
+
+// NewStoreWithOptions is NewStore with opts.
+func NewStoreWithOptions(c client.Client, opts StoreOptions) *Store {
+	if opts.PartBytes <= 0 {
+		opts.PartBytes = defaultPartBytes
+	}
+	return &Store{c: c, partBytes: opts.PartBytes, hooks: opts.Hooks}
 }
 
 // Get returns the stored inventory of ref. A missing ConfigMap is an empty inventory, not
@@ -109,6 +142,13 @@ func (s *Store) Update(ctx context.Context, ref Ref, mutate func(stored *Invento
 			return err
 		}
 		cm := st.head
+		if cm != nil && maps.Equal(cm.Data, data) && len(cm.BinaryData) == 0 && sameParts(cm, names) {
+			return nil
+		}
+		if err := callStoreHook(s.hooks.BeforeHead); err != nil {
+			return err
+		}
+		hadParts := len(st.parts) > 0 || len(names) > 0
 		if cm == nil {
 			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 				Namespace: ref.Namespace, Name: ref.Name,
@@ -120,18 +160,24 @@ func (s *Store) Update(ctx context.Context, ref Ref, mutate func(stored *Invento
 				// Someone created it between our read and our create: re-read and retry.
 				return apierrors.NewConflict(corev1.Resource("configmaps"), ref.Name, err)
 			}
-			return err
+			if err != nil {
+				return err
+			}
+		} else {
+			cm.Data = data
+			cm.BinaryData = nil
+			setParts(cm, names)
+			if err := s.c.Update(ctx, cm); err != nil { // carries cm.ResourceVersion: optimistic concurrency
+				return err
+			}
 		}
-		if maps.Equal(cm.Data, data) && len(cm.BinaryData) == 0 && sameParts(cm, names) {
-			return nil
-		}
-		cm.Data = data
-		cm.BinaryData = nil
-		setParts(cm, names)
-		if err := s.c.Update(ctx, cm); err != nil { // carries cm.ResourceVersion: optimistic concurrency
+		if err := callStoreHook(s.hooks.AfterHead); err != nil {
 			return err
 		}
 		s.dropParts(ctx, drop)
+		if hadParts {
+			s.collectParts(ctx, ref, cm)
+		}
 		return nil
 	})
 	if err != nil {
@@ -140,7 +186,8 @@ func (s *Store) Update(ctx context.Context, ref Ref, mutate func(stored *Invento
 	return result, nil
 }
 
-// Delete removes the inventory ConfigMap of ref. A missing ConfigMap is not an error.
+// Delete removes the inventory ConfigMap of ref, the parts it lists, and the parts it does
+// not list any more (left by a crash). A missing ConfigMap is not an error.
 func (s *Store) Delete(ctx context.Context, ref Ref) error {
 	cm, err := s.get(ctx, ref)
 	if err != nil || cm == nil {
@@ -168,6 +215,10 @@ func (s *Store) Delete(ctx context.Context, ref Ref) error {
 		if err := s.c.Delete(ctx, part, client.Preconditions{UID: &puid}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("inventory %s: delete part %s: %w", ref, name, err)
 		}
+	}
+	// Then the parts it does not list (left by a crash): best effort, as collectParts.
+	if parts, ok := s.listParts(ctx, ref); ok {
+		s.dropParts(ctx, parts)
 	}
 	uid := cm.UID
 	err = s.c.Delete(ctx, cm, client.Preconditions{UID: &uid})

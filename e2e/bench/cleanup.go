@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/inventory"
 )
 
 // admin is the benchmark's own, uncounted access to the cluster: cleanups, out-of-band
@@ -69,6 +71,11 @@ func (a *admin) cleanup(ctx context.Context) error {
 	inv := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: inventoryRef.Namespace, Name: inventoryRef.Name}}
 	if err := a.c.Delete(ctx, inv); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("cleanup: inventory: %w", err)
+	}
+	// Its parts, beyond 900 KiB of entries (inventory/parts.go).
+	if err := a.c.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(inventoryRef.Namespace),
+		client.HasLabels{inventory.PartOfLabel}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cleanup: inventory parts: %w", err)
 	}
 	var errs []error
 	var deleted time.Time // when the first existing Namespace was deleted
