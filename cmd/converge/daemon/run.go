@@ -42,7 +42,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(metrics.instrument)
 	o.defaultLeaderTimings()
-	if o.LeaderElect {
+	if o.LeaderElect || o.sharded() {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
@@ -83,7 +83,7 @@ func prepare(ctx context.Context, cfg *rest.Config, s *runtime.Scheme, o Options
 			return err
 		}
 	}
-	if o.LeaderElect {
+	if o.LeaderElect || o.sharded() {
 		if err := ensureNamespace(ctx, direct, o.LeaderNamespace); err != nil {
 			return err
 		}
@@ -115,7 +115,7 @@ func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, e
 		Cache:                         cacheOpts,
 		Metrics:                       metricsserver.Options{BindAddress: "0"}, // we serve our own registry
 		HealthProbeBindAddress:        o.HealthAddr,
-		LeaderElection:                o.LeaderElect,
+		LeaderElection:                o.LeaderElect && !o.sharded(), // sharded: every replica runs the controller
 		LeaderElectionID:              o.leaderElectionID(),
 		LeaderElectionNamespace:       o.LeaderNamespace,
 		LeaderElectionReleaseOnCancel: true,
