@@ -109,6 +109,9 @@ type Options struct {
 	// without watching every namespace of the shared test cluster).
 	alsoWatch []string
 	crash     crashPoints // test-only
+	// skipShardRelease (test-only) stops a sharded daemon without releasing its Leases, as
+	// a SIGKILL would.
+	skipShardRelease bool
 }
 
 // DefaultOptions are the defaults of `converge run`'s flags.

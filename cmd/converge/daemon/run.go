@@ -48,6 +48,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		defer cancel(nil)
 		startPauseFence(ctx, cfg, o.RenewDeadline, cancel)
 	}
+	var shards *sharding
+	if o.sharded() {
+		if shards, reg, err = newSharding(cfg, reg, o); err != nil {
+			return err
+		}
+	}
 	s := scheme.New()
 	if err := prepare(ctx, cfg, s, o); err != nil {
 		return err
@@ -59,7 +65,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := addServers(mgr, reg, o); err != nil {
 		return err
 	}
-	if err := newReconciler(ctx, mgr, cfg, metrics, o).SetupWithManager(ctx, mgr); err != nil {
+	r := newReconciler(ctx, mgr, cfg, metrics, o)
+	if shards != nil {
+		if err := shards.setup(mgr, cfg, s, r, o); err != nil {
+			return fmt.Errorf("sharding: %w", err)
+		}
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
 	if err := mgr.Start(ctx); err != nil {

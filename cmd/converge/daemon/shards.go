@@ -5,7 +5,12 @@ import (
 	"hash/fnv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // The values of Options.Sharding.
@@ -72,3 +77,33 @@ func (o Options) replicaLeaseName() string {
 }
 
 func replicaLeaseName(replica string) string { return "converge-replica-" + replica }
+
+// sharding is what --sharding=auto adds to a daemon: the shard table, whose fence wraps the
+// rest config before any client is built from it, and the coordinator.
+type sharding struct {
+	table   *shardTable
+	metrics *shardMetrics
+}
+
+// newSharding wraps cfg in the shard fence and adds the shard metrics to what reg serves.
+func newSharding(cfg *rest.Config, reg prometheus.Gatherer, o Options) (*sharding, prometheus.Gatherer, error) {
+	own := prometheus.NewRegistry()
+	m, err := newShardMetrics(own)
+	if err != nil {
+		return nil, nil, fmt.Errorf("metrics: %w", err)
+	}
+	t := newShardTable(o.shardCount(), o.RenewDeadline)
+	cfg.Wrap(t.wrap)
+	return &sharding{table: t, metrics: m}, prometheus.Gatherers{reg, own}, nil
+}
+
+// setup gates r by the shard table and adds the coordinator to the manager.
+func (sh *sharding) setup(mgr ctrl.Manager, cfg *rest.Config, s *runtime.Scheme, r *reconciler, o Options) error {
+	api, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	c := newShardCoordinator(o, sh.table, api, mgr.GetCache(), r.forget, sh.metrics, mgr.GetLogger().WithName("shards"))
+	r.shards, r.shardSource = sh.table, c.source()
+	return mgr.Add(c)
+}
