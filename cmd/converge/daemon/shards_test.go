@@ -39,18 +39,24 @@ type sentWrite struct {
 // writeLog records the writes one daemon sends, as the API server receives them.
 type writeLog struct {
 	mu     sync.Mutex
-	next   http.RoundTripper
 	writes []sentWrite
 }
 
-func (l *writeLog) wrap(rt http.RoundTripper) http.RoundTripper { l.next = rt; return l }
+// wrap is called for each client built from the config: one transport each.
+func (l *writeLog) wrap(rt http.RoundTripper) http.RoundTripper { return writeLogTransport{l, rt} }
 
-func (l *writeLog) RoundTrip(req *http.Request) (*http.Response, error) {
+type writeLogTransport struct {
+	l    *writeLog
+	next http.RoundTripper
+}
+
+func (t writeLogTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method == http.MethodGet || req.Method == http.MethodHead || strings.Contains(req.URL.RawQuery, "dryRun") {
-		return l.next.RoundTrip(req)
+		return t.next.RoundTrip(req)
 	}
+	l := t.l
 	start := time.Now()
-	resp, err := l.next.RoundTrip(req)
+	resp, err := t.next.RoundTrip(req)
 	l.mu.Lock()
 	l.writes = append(l.writes, sentWrite{start: start, end: time.Now(), sync: syncOfPath(req.URL.Path)})
 	l.mu.Unlock()
