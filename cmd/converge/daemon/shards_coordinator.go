@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,6 +32,8 @@ const (
 	labelLeaseGroup = "converge.dev/lease-group"
 	leaseKindShard  = "shard"
 	leaseKindMember = "replica"
+	// annotationShards, on every Lease of sharding, is its writer's --shards.
+	annotationShards = "converge.dev/shards"
 )
 
 // shardCoordinator is the Runnable that moves shards between replicas with sharding on. It
@@ -46,7 +49,9 @@ const (
 //     refuses its writes at once, its Syncs are forgotten once their reconciles end;
 //  4. clears the Leases of the shards whose release finished (holder emptied: free at once);
 //  5. acquires free or expired shard Leases while it holds fewer than its fair share, and
-//     queues every known Sync of an acquired shard (nothing waits for its interval);
+//     queues every known Sync of an acquired shard (nothing waits for its interval); but
+//     none while a shard Lease is held under another --shards (a rollout changing it: the
+//     same shard number is other Syncs there), whose replicas it does not count as live;
 //  6. releases the shards above its fair share: no reconcile of them starts, those running
 //     finish (so no Sync is reconciled by two replicas at once), their Syncs are forgotten,
 //     and step 4 clears the Lease.
@@ -146,6 +151,7 @@ func (c *shardCoordinator) step(ctx context.Context) {
 	}
 	shards := map[string]*coordinationv1.Lease{}
 	live := 1 // this replica
+	var other []string // Leases live under another --shards
 	names := map[string]bool{}
 	for i := range list.Items {
 		l := &list.Items[i]
@@ -154,13 +160,18 @@ func (c *shardCoordinator) step(ctx context.Context) {
 		switch l.Labels[labelLeaseKind] {
 		case leaseKindShard:
 			shards[l.Name] = l
+			if !c.sameShards(l) && !c.expired(l, now) {
+				other = append(other, l.Name+"="+l.Annotations[annotationShards])
+			}
 		case leaseKindMember:
 			if l.Name == c.o.replicaLeaseName() {
 				continue
 			}
 			if c.expired(l, now) {
 				c.dropMember(ctx, l)
-			} else {
+				continue
+			}
+			if c.sameShards(l) { // a replica of another --shards shares no shard with this one
 				live++
 			}
 		}
@@ -175,7 +186,15 @@ func (c *shardCoordinator) step(ctx context.Context) {
 	c.clearReleased(ctx, shards)
 	c.sweep()
 	held, _ := c.table.snapshot()
-	if c.steps > 0 && len(held) < fair { // the first step only registers: replicas starting together see each other
+	if len(other) > 0 {
+		// A shard number means other Syncs under another --shards: taking any shard while
+		// one is held under another count could make two replicas write one Sync. Take
+		// nothing until those Leases are released or expire: a rollout that changes --shards
+		// leaves the Syncs to the old replicas until the last of them is gone.
+		if c.steps%20 == 0 {
+			c.log.Info("not acquiring shards: shard Leases are held under another --shards", "shards", c.table.n, "leases", other)
+		}
+	} else if c.steps > 0 && len(held) < fair { // the first step only registers: replicas starting together see each other
 		c.acquire(ctx, shards, now, fair-len(held))
 	}
 	if len(held) > fair {
@@ -196,6 +215,11 @@ func fairShare(n, live int) int {
 		live = 1
 	}
 	return (n + live - 1) / live
+}
+
+// sameShards reports whether l was written by a replica of this one's --shards.
+func (c *shardCoordinator) sameShards(l *coordinationv1.Lease) bool {
+	return l.Annotations[annotationShards] == strconv.Itoa(c.table.n)
 }
 
 // call runs f with a deadline of one RetryPeriod, so a hung request cannot hold up the loop
@@ -233,9 +257,10 @@ func (c *shardCoordinator) leaseSeconds() *int32 {
 
 func (c *shardCoordinator) newLease(name, kind string, now time.Time) *coordinationv1.Lease {
 	t := metav1.NewMicroTime(now)
+	annotations := map[string]string{annotationShards: strconv.Itoa(c.table.n)}
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.o.LeaderNamespace,
-			Labels: map[string]string{labelName: "converge", labelLeaseKind: kind, labelLeaseGroup: c.group}},
+			Labels: map[string]string{labelName: "converge", labelLeaseKind: kind, labelLeaseGroup: c.group}, Annotations: annotations},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(c.identity), LeaseDurationSeconds: c.leaseSeconds(),
 			AcquireTime: &t, RenewTime: &t},
 	}
@@ -253,7 +278,7 @@ func (c *shardCoordinator) renewMembership(ctx context.Context) error {
 				if err := c.api.Get(ctx, client.ObjectKeyFromObject(l), cur); err != nil {
 					return err
 				}
-				cur.Labels, cur.Spec = l.Labels, l.Spec
+				cur.Labels, cur.Annotations, cur.Spec = l.Labels, l.Annotations, l.Spec
 				err = c.api.Update(ctx, cur)
 				l = cur
 			}
@@ -384,7 +409,8 @@ func (c *shardCoordinator) acquire(ctx context.Context, leases map[string]*coord
 			}
 			take := l.DeepCopy()
 			t := metav1.NewMicroTime(sent)
-			take.Labels = c.newLease(name, leaseKindShard, sent).Labels
+			fresh := c.newLease(name, leaseKindShard, sent)
+			take.Labels, take.Annotations = fresh.Labels, fresh.Annotations
 			take.Spec.HolderIdentity, take.Spec.LeaseDurationSeconds = ptr.To(c.identity), c.leaseSeconds()
 			take.Spec.AcquireTime, take.Spec.RenewTime = &t, &t
 			take.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
