@@ -150,7 +150,7 @@ func (c *shardCoordinator) step(ctx context.Context) {
 		return
 	}
 	shards := map[string]*coordinationv1.Lease{}
-	live := 1 // this replica
+	live := 1          // this replica
 	var other []string // Leases live under another --shards
 	names := map[string]bool{}
 	for i := range list.Items {
