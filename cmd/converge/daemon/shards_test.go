@@ -294,6 +294,13 @@ func TestDaemonShardingSplitsAndTakesOver(t *testing.T) {
 		}
 	}
 
+	// Idle, a replica renews its shards with one write per retry period, not one per shard.
+	before := a.fault.CountResource("update", "leases", "")
+	time.Sleep(6 * testRetry)
+	if n := a.fault.CountResource("update", "leases", "") - before; n > 6+2 {
+		t.Errorf("a replica holding %d shards sent %d Lease updates in 6 retry periods", testShards/3, n)
+	}
+
 	c.stop() // no release: its Leases expire
 	killed := time.Now()
 	rev2 := f.republish(names, "2")
