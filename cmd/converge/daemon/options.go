@@ -183,6 +183,9 @@ func (o Options) Validate() error {
 		if o.Replica == "" {
 			return errors.New("--replica-name: must not be empty with --sharding=auto (it names the replica's Lease)")
 		}
+		if o.LeaderNamespace == "" {
+			return errors.New("--leader-election-namespace: must not be empty with --sharding=auto (the shard Leases live there)")
+		}
 		if errs := validation.IsDNS1123Subdomain(o.replicaLeaseName()); len(errs) > 0 {
 			return fmt.Errorf("--replica-name %q: cannot name the replica's Lease: %s", o.Replica, strings.Join(errs, "; "))
 		}
