@@ -33,7 +33,9 @@ type Options struct {
 	LeaderNamespace string
 	// LeaseDuration, RenewDeadline and RetryPeriod are the leader-election timings
 	// (controller-runtime's defaults when zero). A leader paused longer than RenewDeadline
-	// sends no more writes and stops (the pause fence).
+	// sends no more writes and stops (the pause fence). With ShardingAuto they time the shard
+	// Leases the same way: renewed every RetryPeriod, written for until RenewDeadline after the
+	// last renew, taken over LeaseDuration after the last renew was seen.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
 	// Sharding is how replicas share the Syncs: ShardingOff ("" is off too), one leader
