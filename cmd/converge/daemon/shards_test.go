@@ -458,3 +458,43 @@ func TestDaemonShardingWebhookOnAnyReplica(t *testing.T) {
 		t.Errorf("ConfigMap a applied by owner %s: %v, by %s: %v", owner, applied(ds[owner]), other, applied(ds[other]))
 	}
 }
+
+// TestDaemonShardingOtherShardCount: a replica started with another --shards (a rollout
+// changing it) takes no shard while shard Leases are held under the old count, since its
+// shard numbers name other Syncs; the replicas of the old count do not count it as live and
+// keep every Sync reconciled. Once they are gone it takes over.
+func TestDaemonShardingOtherShardCount(t *testing.T) {
+	f := newFixture(t)
+	names, rev1 := f.shardSyncs("1")
+	a := f.startShardDaemon("r-a")
+	a2 := f.startShardDaemon("r-a2")
+	f.waitShares("split among the two old replicas", "r-a", "r-a2")
+	f.createShardSyncs(names)
+	f.waitAllReady(names, rev1, 90*time.Second)
+
+	b := f.startShardDaemon("r-b", func(o *Options) { o.Shards = testShards / 2 })
+	a.stop() // releases its shards: only r-a2 may take them
+	f.waitShares("all taken by the old replica left", "r-a2")
+	rev2 := f.republish(names, "2")
+	f.waitAllReady(names, rev2, 90*time.Second)
+	shardWrites := func() int {
+		n := 0
+		for _, w := range b.fault.Writes() {
+			if strings.Contains(w, "/leases/converge-shard-") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := shardWrites(); n != 0 {
+		t.Errorf("the replica of another --shards wrote %d shard Leases while the old count held them", n)
+	}
+	if w := writersOf(b); len(w) != 0 {
+		t.Errorf("the replica of another --shards wrote for Syncs while the old count held them: %v", w)
+	}
+
+	a2.stop()
+	rev3 := f.republish(names, "3")
+	f.waitAllReady(names, rev3, 90*time.Second)
+	checkOneWriterAtATime(t, a, a2, b)
+}
