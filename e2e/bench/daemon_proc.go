@@ -210,6 +210,51 @@ type daemonMetrics struct {
 	ReconcileSeconds, LoadSeconds float64
 	// HeapInuseMB is go_memstats_heap_inuse_bytes (0 when not exported).
 	HeapInuseMB float64
+	// Go is the Go runtime's view of the daemon's memory.
+	Go goMemory
+}
+
+// goMemory is what the Go runtime says of a process's memory (its go_memstats_* series), in
+// MB: what of the resident set is live heap, heap freed but not returned to the OS, or the
+// runtime's own.
+type goMemory struct {
+	// HeapInuseMB: spans with live objects (and their fragmentation).
+	HeapInuseMB float64 `json:"heapInuseMB"`
+	// HeapIdleMB − HeapReleasedMB: freed heap still held by the process (counted in RSS
+	// until the scavenger returns it).
+	HeapIdleMB     float64 `json:"heapIdleMB"`
+	HeapReleasedMB float64 `json:"heapReleasedMB"`
+	// NextGCMB is the heap size at which the next GC starts.
+	NextGCMB float64 `json:"nextGCMB"`
+	// SysMB is everything the runtime obtained from the OS.
+	SysMB float64 `json:"sysMB"`
+	// StackInuseMB is the goroutine stacks.
+	StackInuseMB float64 `json:"stackInuseMB"`
+}
+
+// String formats g for the log and the report's notes.
+func (g goMemory) String() string {
+	return fmt.Sprintf("heap in use %.0f MB, freed not returned %.0f MB, next GC at %.0f MB, stacks %.0f MB, from the OS %.0f MB",
+		g.HeapInuseMB, g.HeapIdleMB-g.HeapReleasedMB, g.NextGCMB, g.StackInuseMB, g.SysMB)
+}
+
+// set records the go_memstats_* series name, when it is one of g's, at v bytes.
+func (g *goMemory) set(name string, v float64) {
+	mb := v / (1 << 20)
+	switch name {
+	case "go_memstats_heap_inuse_bytes":
+		g.HeapInuseMB = mb
+	case "go_memstats_heap_idle_bytes":
+		g.HeapIdleMB = mb
+	case "go_memstats_heap_released_bytes":
+		g.HeapReleasedMB = mb
+	case "go_memstats_next_gc_bytes":
+		g.NextGCMB = mb
+	case "go_memstats_sys_bytes":
+		g.SysMB = mb
+	case "go_memstats_stack_inuse_bytes":
+		g.StackInuseMB = mb
+	}
 }
 
 // reconciles sums Reconciles.
@@ -248,9 +293,10 @@ func parseDaemonMetrics(r io.Reader) (daemonMetrics, error) {
 		line := sc.Text()
 		name, rest, ok := strings.Cut(line, "{")
 		if !ok {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == "go_memstats_heap_inuse_bytes" {
+			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "go_memstats_") {
 				v, _ := strconv.ParseFloat(f[1], 64)
-				m.HeapInuseMB = v / (1 << 20)
+				m.Go.set(f[0], v)
+				m.HeapInuseMB = m.Go.HeapInuseMB
 			}
 			continue
 		}
