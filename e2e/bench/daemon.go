@@ -229,9 +229,9 @@ func (b *daemonBench) measure(ctx context.Context, sc daemonScenario, run int, s
 	if err := d.saveHeapProfile(ctx, fmt.Sprintf("daemon-%d-%d-syncs.heap.pprof", run+1, len(sc.specs))); err != nil {
 		return s, err
 	}
-	log.Printf("%-10s run %d: intervals after Ready: %d reconciles, %d requests (%s); then %d reconciles, %d requests (%s); peak RSS %.0f MB, RSS %.0f MB, %s",
+	log.Printf("%-10s run %d: intervals after Ready: %d reconciles, %d requests (%s); then %d reconciles, %d requests (%s); %s; %s",
 		sc.name, run+1, s.FirstInterval.Reconciles, s.FirstInterval.Requests.Total(), s.FirstInterval.Requests,
-		s.SecondInterval.Reconciles, s.SecondInterval.Requests.Total(), s.SecondInterval.Requests, s.Memory.PeakRSSMB, s.Memory.RSSMB, s.Go)
+		s.SecondInterval.Reconciles, s.SecondInterval.Requests.Total(), s.SecondInterval.Requests, s.Memory, s.Go)
 	if b.f.prune > 0 {
 		b.full = false
 		if s.Prune, err = b.pruneStep(ctx, d, sc, run); err != nil {

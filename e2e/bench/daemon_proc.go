@@ -112,7 +112,9 @@ func (d *daemon) saveHeapProfile(ctx context.Context, name string) error {
 	if dir == "" {
 		return nil
 	}
-	url := strings.TrimSuffix(d.metricsURL, "/metrics") + "/debug/pprof/heap"
+	// gc=1: a collection first, so that the profile shows what is live, not what became
+	// garbage since the last collection.
+	url := strings.TrimSuffix(d.metricsURL, "/metrics") + "/debug/pprof/heap?gc=1"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -160,8 +162,12 @@ func (d *daemon) stop() error {
 type procMemory struct {
 	// PeakRSSMB is VmHWM, the peak resident set since the process started.
 	PeakRSSMB float64 `json:"peakRssMB"`
-	// RSSMB is VmRSS, the resident set now.
-	RSSMB float64 `json:"rssMB"`
+	// RSSMB is VmRSS, the resident set now: RssAnon (the process's own memory: Go's heap,
+	// stacks and runtime) plus RssFile (pages of files mapped in, mostly the binary's code
+	// and read-only data, which the kernel can drop and read again).
+	RSSMB     float64 `json:"rssMB"`
+	RSSAnonMB float64 `json:"rssAnonMB"`
+	RSSFileMB float64 `json:"rssFileMB"`
 }
 
 // readProcMemory reads VmHWM and VmRSS of pid.
@@ -187,6 +193,10 @@ func readProcMemory(pid int) (procMemory, error) {
 			m.PeakRSSMB = kb / 1024
 		case "VmRSS:":
 			m.RSSMB = kb / 1024
+		case "RssAnon:":
+			m.RSSAnonMB = kb / 1024
+		case "RssFile:":
+			m.RSSFileMB = kb / 1024
 		}
 	}
 	return m, sc.Err()
@@ -403,4 +413,9 @@ func truncateString(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// String formats m for the log and the report's notes.
+func (m procMemory) String() string {
+	return fmt.Sprintf("peak RSS %.0f MB, RSS %.0f MB (anonymous %.0f, files %.0f)", m.PeakRSSMB, m.RSSMB, m.RSSAnonMB, m.RSSFileMB)
 }

@@ -96,8 +96,8 @@ func (b *daemonBench) pruneStep(ctx context.Context, d *daemon, sc daemonScenari
 	if err := d.saveHeapProfile(ctx, fmt.Sprintf("daemon-%d-%d-syncs-pruned.heap.pprof", run+1, len(sc.specs))); err != nil {
 		return nil, err
 	}
-	log.Printf("%-10s run %d: %d leaves pruned, all Ready in %.2fs, %d requests (%s); peak RSS %.0f MB, RSS %.0f MB, %s",
-		sc.name, run+1, n, p.WallSeconds, p.Requests.Total(), p.Requests, p.Memory.PeakRSSMB, p.Memory.RSSMB, p.Go)
+	log.Printf("%-10s run %d: %d leaves pruned, all Ready in %.2fs, %d requests (%s); %s; %s",
+		sc.name, run+1, n, p.WallSeconds, p.Requests.Total(), p.Requests, p.Memory, p.Go)
 	return p, nil
 }
 

@@ -192,10 +192,10 @@ func (r *DaemonReport) table(w io.Writer) error {
 		fmt.Fprintf(w, "\n%s / %s, all Ready: %.2f× (target ≤ 2×)\n", r.Rows[1].Scenario, r.Rows[0].Scenario, r.Ratio)
 	}
 	for _, row := range r.Rows {
-		notes := []string{fmt.Sprintf("memory after the quiet intervals: RSS %.0f MB, %s", row.Memory.RSSMB, row.Go)}
+		notes := []string{fmt.Sprintf("memory after the quiet intervals: %s; %s", row.Memory, row.Go)}
 		if p := row.Prune; p != nil {
-			notes = append(notes, fmt.Sprintf("prune of %d leaves: all Ready in %.2f s, %d requests (%s); then peak RSS %.0f MB, RSS %.0f MB, %s",
-				p.Dropped, p.WallSeconds, p.Requests.Total(), p.Requests, p.Memory.PeakRSSMB, p.Memory.RSSMB, p.Go))
+			notes = append(notes, fmt.Sprintf("prune of %d leaves: all Ready in %.2f s, %d requests (%s); then %s; %s",
+				p.Dropped, p.WallSeconds, p.Requests.Total(), p.Requests, p.Memory, p.Go))
 		}
 		if row.Unsuccessful > 0 {
 			notes = append(notes, fmt.Sprintf("%d unsuccessful reconciles", row.Unsuccessful))
