@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/converge-dev/converge/sources"
 )
 
@@ -26,9 +28,11 @@ type renderSettings struct {
 
 // load fetches and renders src within the build timeout. Kustomize builds are isolated:
 // the repository is untrusted, so its render can reach no network and is stopped at the
-// timeout (see sources.RenderOptions.Isolate).
-func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src sources.Source) (*sources.Bundle, error) {
+// timeout (see sources.RenderOptions.Isolate). owner is the Sync it is for: the loader's
+// render cache keeps the last render of each Sync, not the ones before (LoadOptions.Owner).
+func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src sources.Source, owner types.NamespacedName) (*sources.Bundle, error) {
 	opts := sources.DefaultLoadOptions()
+	opts.Owner = owner.String()
 	opts.Render.Isolate = true
 	opts.Render.Limits = rs.limits
 	opts.Fetch.AllowLocal = rs.allowLocalGit
