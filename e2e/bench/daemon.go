@@ -72,7 +72,7 @@ func runDaemonBench(ctx context.Context, f flags) error {
 		return err
 	}
 	rep := &DaemonReport{Objects: f.objects, Tenants: f.tenants, Runs: f.runs, Profile: string(cluster.API),
-		Concurrent: f.concurrent, Parity: f.parity, Mix: mix.String(), Prune: f.prune,
+		Concurrent: f.concurrent, Parity: f.parity, Mix: mix.String(), Prune: f.prune, GoMemLimit: f.memLimit,
 		IntervalSeconds: f.interval.Seconds(), SettleSeconds: f.settle.Seconds(), Machine: machine()}
 	tmp, err := os.MkdirTemp("", "converge-bench-daemon-")
 	if err != nil {
@@ -202,7 +202,7 @@ func (b *daemonBench) measure(ctx context.Context, sc daemonScenario, run int, s
 	}
 	s.Log = filepath.Join(b.logDir, fmt.Sprintf("daemon-%d-%d-syncs.log", run+1, len(sc.specs)))
 	d, err := startDaemon(ctx, daemonOptions{bin: b.bin, kubeconfig: b.kubeconfig, concurrent: b.f.concurrent,
-		logFile: s.Log, cacheDir: filepath.Join(b.tmp, fmt.Sprintf("git-cache-%d-%d", run, len(sc.specs)))})
+		logFile: s.Log, memLimit: b.f.memLimit, cacheDir: filepath.Join(b.tmp, fmt.Sprintf("git-cache-%d-%d", run, len(sc.specs)))})
 	if err != nil {
 		return s, err
 	}

@@ -38,6 +38,9 @@ type daemonOptions struct {
 	logFile string
 	// cacheDir is its --git-cache-dir, fresh per daemon.
 	cacheDir string
+	// memLimit, when set, is the daemon's GOMEMLIMIT (the Go runtime's soft memory limit,
+	// e.g. "200MiB"); the daemon alone gets it, not the control plane.
+	memLimit string
 }
 
 // daemon is a running `converge run`.
@@ -68,6 +71,9 @@ func startDaemon(ctx context.Context, o daemonOptions) (*daemon, error) {
 	d.cmd = exec.Command(o.bin, "run", "--kubeconfig", o.kubeconfig,
 		"--metrics-addr", metrics, "--health-addr", health, "--leader-elect=false", "--pprof",
 		"--concurrent", strconv.Itoa(o.concurrent), "--git-cache-dir", o.cacheDir, "--allow-local-git")
+	if o.memLimit != "" {
+		d.cmd.Env = append(os.Environ(), "GOMEMLIMIT="+o.memLimit)
+	}
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the benchmark
 	d.startedAt = time.Now()

@@ -25,8 +25,10 @@ type DaemonReport struct {
 	Parity bool `json:"parity,omitempty"`
 	// Mix is the kind mix of the leaves (-mix), Prune the fraction of leaves the -prune
 	// step removed (0: no such step).
-	Mix             string      `json:"mix"`
-	Prune           float64     `json:"prune,omitempty"`
+	Mix   string  `json:"mix"`
+	Prune float64 `json:"prune,omitempty"`
+	// GoMemLimit is the daemon's GOMEMLIMIT (-gomemlimit), empty for none.
+	GoMemLimit      string      `json:"goMemLimit,omitempty"`
 	IntervalSeconds float64     `json:"intervalSeconds"`
 	SettleSeconds   float64     `json:"settleSeconds"`
 	Rows            []DaemonRow `json:"rows"`
@@ -171,6 +173,9 @@ func (r *DaemonReport) table(w io.Writer) error {
 			baseSyncName, parityTierVar, parityRegionVar, parityConfigMap)
 	}
 	fmt.Fprintf(w, "kinds of the leaves: %s\n", r.Mix)
+	if r.GoMemLimit != "" {
+		fmt.Fprintf(w, "the daemon's GOMEMLIMIT: %s\n", r.GoMemLimit)
+	}
 	fmt.Fprintf(w, "load average: %s at start, %s at end\n\n", r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tobjects\tSyncs\tall Ready s\truns, s\tSync Ready s (first / median)\tcold-start requests\tcold start: reconciles, Σ s (fetch+render)\tpeak RSS MB\t"+
