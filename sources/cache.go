@@ -20,11 +20,21 @@ import (
 // successes and terminal errors: the same content renders the same way. The objects it holds
 // are the ones it hands out, not copies (at 10,000 objects a copy per reconcile is tens of
 // megabytes): callers must not modify them (Bundle.Objects).
+//
+// A render loaded for an owner (LoadOptions.Owner: a Sync) is kept while it is the last
+// render of some owner: when an owner loads another render (a new commit), the one it
+// leaves is dropped at once unless another owner's last load is that render. A daemon
+// whose big Sync moved to a new commit otherwise kept the old render until 256 others had
+// pushed it out (after a prune of 10% at 10,000 objects: two renders, 47 MB of the heap,
+// and 292 MB RSS, against 247 MB with one). Renders loaded without an owner are dropped by
+// age only.
 type renderCache struct {
 	mu      sync.Mutex
 	max     int
 	order   []string // most recently used first
 	entries map[string]cacheEntry
+	owners  map[string]string // owner → key of its last load
+	refs    map[string]int    // key → owners whose last load it is
 }
 
 type cacheEntry struct {
@@ -35,7 +45,7 @@ type cacheEntry struct {
 }
 
 func newRenderCache(size int) *renderCache {
-	return &renderCache{max: size, entries: map[string]cacheEntry{}}
+	return &renderCache{max: size, entries: map[string]cacheEntry{}, owners: map[string]string{}, refs: map[string]int{}}
 }
 
 func cacheKey(digest, path string, opts RenderOptions) string {
@@ -63,8 +73,54 @@ func (c *renderCache) put(key string, e cacheEntry) {
 	c.entries[key] = e
 	c.touch(key)
 	for len(c.order) > c.max {
-		delete(c.entries, c.order[len(c.order)-1])
-		c.order = c.order[:len(c.order)-1]
+		c.drop(c.order[len(c.order)-1])
+	}
+}
+
+// own records that key is owner's last load (owner "" is nobody) and drops the render the
+// owner leaves when no other owner's last load is that render.
+func (c *renderCache) own(owner, key string) {
+	if owner == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, had := c.owners[owner]
+	if had && old == key {
+		return
+	}
+	c.owners[owner] = key
+	c.refs[key]++
+	if had {
+		c.release(old)
+	}
+}
+
+// forget drops owner's hold on its last load, as own does for a new one.
+func (c *renderCache) forget(owner string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, had := c.owners[owner]; had {
+		delete(c.owners, owner)
+		c.release(old)
+	}
+}
+
+// release takes one owner off key, dropping the render when none is left; c.mu must be held.
+func (c *renderCache) release(key string) {
+	if c.refs[key]--; c.refs[key] > 0 {
+		return
+	}
+	delete(c.refs, key)
+	c.drop(key)
+}
+
+// drop removes key's render; c.mu must be held. Owners keep their record: a later load of
+// the same key renders again.
+func (c *renderCache) drop(key string) {
+	delete(c.entries, key)
+	if i := slices.Index(c.order, key); i >= 0 {
+		c.order = slices.Delete(c.order, i, i+1)
 	}
 }
 

@@ -34,6 +34,11 @@ func (s Source) String() string {
 type LoadOptions struct {
 	Fetch  git.FetchOptions
 	Render RenderOptions
+	// Owner names the caller's use of the render (a daemon's Sync), so that the render cache
+	// keeps one render per owner: the render an owner loaded before is dropped when it loads
+	// another one and no other owner still uses it. Empty: the render ages out of the
+	// cache only.
+	Owner string
 }
 
 // DefaultLoadOptions returns the default fetch and render options.
@@ -92,6 +97,9 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 	// The render cache is read only after the fetch succeeded with the caller's own
 	// credentials: a commit the caller could not fetch never reaches it.
 	key := cacheKey(digest, src.Path, opts.Render)
+	// Before rendering: the owner's previous render, if nobody else uses it, is dropped
+	// now rather than held next to the new one while it is built.
+	l.cache.own(opts.Owner, key)
 	e, ok := l.cache.get(key)
 	if !ok {
 		e.objs, e.origins, e.ordered, e.err = render(ctx, root, src.Path, opts.Render)
@@ -118,6 +126,12 @@ func exportLimits(opts LoadOptions) git.FetchOptions {
 		f.MaxTotalSize = max(f.MaxTotalSize, l.MaxTotalSize)
 	}
 	return f
+}
+
+// Forget drops owner's hold on the render it loaded last (LoadOptions.Owner): the render is
+// dropped unless another owner's last load is that render. For a Sync that is gone.
+func (l *Loader) Forget(owner string) {
+	l.cache.forget(owner)
 }
 
 // FetchStats returns the git fetcher's counters.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -146,4 +147,69 @@ func commitTime(t *testing.T, unix string) time.Time {
 		t.Fatalf("commit time %q: %v", unix, err)
 	}
 	return time.Unix(sec, 0)
+}
+
+// TestLoadKeepsOneRenderPerOwner: a render loaded for an owner (a Sync) is dropped from the
+// render cache as soon as the owner loads another one (a new commit), unless another
+// owner's last load is that render; Forget releases an owner. Before, every render stayed
+// until 256 newer ones pushed it out: a Sync of 10,000 objects kept one render per commit.
+func TestLoadKeepsOneRenderPerOwner(t *testing.T) {
+	dir := writeTree(t, map[string]string{"apps/a.yaml": cm("a", "apps")})
+	l := NewLoader(t.TempDir())
+	src := Source{Dir: dir, Path: "apps"}
+	load := func(owner string) *Bundle {
+		t.Helper()
+		opts := DefaultLoadOptions()
+		opts.Owner = owner
+		b, err := l.Load(t.Context(), src, opts)
+		if err != nil {
+			t.Fatalf("Load for %q: %v", owner, err)
+		}
+		return b
+	}
+	edit := func(name string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "apps/a.yaml"), []byte(cm(name, "apps")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() []string {
+		var names []string
+		for _, key := range l.cache.order {
+			for _, o := range l.cache.entries[key].objs {
+				names = append(names, o.GetName())
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+
+	load("sync-1")
+	load("sync-2") // the same render
+	edit("b")
+	load("sync-1")
+	if diff := cmp.Diff([]string{"a", "b"}, held()); diff != "" {
+		t.Errorf("sync-2 still uses render a: both kept (-want +got):\n%s", diff)
+	}
+	load("sync-2")
+	if diff := cmp.Diff([]string{"b"}, held()); diff != "" {
+		t.Errorf("nobody uses render a any more (-want +got):\n%s", diff)
+	}
+	first := load("sync-1")
+	if again := load("sync-1"); again.Objects[0] != first.Objects[0] {
+		t.Error("an unchanged source was rendered again for its owner")
+	}
+	edit("c")
+	load("") // no owner: kept by age
+	if diff := cmp.Diff([]string{"b", "c"}, held()); diff != "" {
+		t.Errorf("after a load without owner (-want +got):\n%s", diff)
+	}
+	l.Forget("sync-1")
+	if diff := cmp.Diff([]string{"b", "c"}, held()); diff != "" {
+		t.Errorf("sync-2 still uses render b (-want +got):\n%s", diff)
+	}
+	l.Forget("sync-2")
+	if diff := cmp.Diff([]string{"c"}, held()); diff != "" {
+		t.Errorf("after both owners are forgotten (-want +got):\n%s", diff)
+	}
 }

@@ -35,6 +35,10 @@ type daemonBench struct {
 	revision   string
 	tmp        string // git caches of the daemons
 	logDir     string
+	srv        *gitserver.Server
+	// full is false after a -prune step committed the pruned workload: the next scenario
+	// commits the whole workload again first.
+	full bool
 }
 
 // daemonScenario is one way of splitting the workload into Syncs.
@@ -53,12 +57,23 @@ func runDaemonBench(ctx context.Context, f flags) error {
 	if f.runs < 1 || f.tenants < 1 || f.concurrent < 1 || f.interval <= 0 {
 		return fmt.Errorf("need -runs ≥ 1, -syncs ≥ 1, -concurrent ≥ 1 and -interval > 0")
 	}
-	work, err := generateDaemon(f.objects, f.tenants, f.parity)
+	if f.scenarios != "one" && f.scenarios != "many" && f.scenarios != "both" {
+		return fmt.Errorf("-scenarios %q: want one, many or both", f.scenarios)
+	}
+	if f.prune < 0 || f.prune >= 1 {
+		return fmt.Errorf("-prune %g: want a fraction from 0 (no prune step) to below 1", f.prune)
+	}
+	mix, err := parseMix(f.mix)
+	if err != nil {
+		return err
+	}
+	work, err := generateDaemon(f.objects, f.tenants, daemonWorkloadOptions{Parity: f.parity, Mix: mix})
 	if err != nil {
 		return err
 	}
 	rep := &DaemonReport{Objects: f.objects, Tenants: f.tenants, Runs: f.runs, Profile: string(cluster.API),
-		Concurrent: f.concurrent, Parity: f.parity, IntervalSeconds: f.interval.Seconds(), SettleSeconds: f.settle.Seconds(), Machine: machine()}
+		Concurrent: f.concurrent, Parity: f.parity, Mix: mix.String(), Prune: f.prune, GoMemLimit: f.memLimit,
+		IntervalSeconds: f.interval.Seconds(), SettleSeconds: f.settle.Seconds(), Machine: machine()}
 	tmp, err := os.MkdirTemp("", "converge-bench-daemon-")
 	if err != nil {
 		return err
@@ -92,11 +107,10 @@ func runDaemonBench(ctx context.Context, f flags) error {
 	if err := os.MkdirAll(b.logDir, 0o755); err != nil {
 		return err
 	}
-	srv, err := b.publish(filepath.Join(tmp, "git"))
-	if err != nil {
+	if b.srv, err = b.publish(filepath.Join(tmp, "git")); err != nil {
 		return err
 	}
-	defer srv.Close()
+	defer b.srv.Close()
 
 	scenarios := b.scenarios()
 	samples := make([][]DaemonSample, len(scenarios))
@@ -113,7 +127,7 @@ func runDaemonBench(ctx context.Context, f flags) error {
 	for i, sc := range scenarios {
 		rep.Rows = append(rep.Rows, medianDaemonRow(sc.name, work.tenantObjects(), len(sc.specs), samples[i]))
 	}
-	if len(rep.Rows) == 2 && rep.Rows[0].WallSeconds > 0 {
+	if len(rep.Rows) == 2 && rep.Rows[0].WallSeconds > 0 && rep.Rows[0].Syncs == 1 {
 		rep.Ratio = rep.Rows[1].WallSeconds / rep.Rows[0].WallSeconds
 	}
 	rep.Date = time.Now().UTC().Format(time.RFC3339)
@@ -140,22 +154,27 @@ func (b *daemonBench) publish(root string) (*gitserver.Server, error) {
 		srv.Close()
 		return nil, err
 	}
-	b.repoURL, b.revision = srv.RepoURL("bench"), "main@sha1:"+sha
+	b.repoURL, b.revision, b.full = srv.RepoURL("bench"), "main@sha1:"+sha, true
 	log.Printf("git server %s: %d objects at %s", b.repoURL, b.f.objects, b.revision)
 	return srv, nil
 }
 
 // scenarios are one Sync of every tenant object (the parent folder), then one Sync per
-// tenant folder.
+// tenant folder; -scenarios may keep one of them only.
 func (b *daemonBench) scenarios() []daemonScenario {
 	tenants := make([]syncSpec, len(b.work.Tenants))
 	for t := range b.work.Tenants {
 		tenants[t] = syncSpec{name: "bench-" + tenantName(t, len(b.work.Tenants)), path: b.work.tenantPath(t)}
 	}
-	return []daemonScenario{
-		{name: "one Sync", specs: []syncSpec{{name: "bench-all", path: syncsFolder}}},
-		{name: strconv.Itoa(len(tenants)) + " Syncs", specs: tenants},
+	one := daemonScenario{name: "one Sync", specs: []syncSpec{{name: "bench-all", path: syncsFolder}}}
+	many := daemonScenario{name: strconv.Itoa(len(tenants)) + " Syncs", specs: tenants}
+	switch b.f.scenarios {
+	case "one":
+		return []daemonScenario{one}
+	case "many":
+		return []daemonScenario{many}
 	}
+	return []daemonScenario{one, many}
 }
 
 // template is what the run's Syncs share.
@@ -174,9 +193,16 @@ func (b *daemonBench) timeout() time.Duration {
 // benchmark waits out the API server's namespace live-lookup window.
 func (b *daemonBench) measure(ctx context.Context, sc daemonScenario, run int, settle bool) (DaemonSample, error) {
 	var s DaemonSample
+	if !b.full { // the last scenario's -prune step committed the pruned workload
+		revision, err := b.commit(b.work, "bench workload")
+		if err != nil {
+			return s, err
+		}
+		b.revision, b.full = revision, true
+	}
 	s.Log = filepath.Join(b.logDir, fmt.Sprintf("daemon-%d-%d-syncs.log", run+1, len(sc.specs)))
 	d, err := startDaemon(ctx, daemonOptions{bin: b.bin, kubeconfig: b.kubeconfig, concurrent: b.f.concurrent,
-		logFile: s.Log, cacheDir: filepath.Join(b.tmp, fmt.Sprintf("git-cache-%d-%d", run, len(sc.specs)))})
+		logFile: s.Log, memLimit: b.f.memLimit, cacheDir: filepath.Join(b.tmp, fmt.Sprintf("git-cache-%d-%d", run, len(sc.specs)))})
 	if err != nil {
 		return s, err
 	}
@@ -203,9 +229,15 @@ func (b *daemonBench) measure(ctx context.Context, sc daemonScenario, run int, s
 	if err := d.saveHeapProfile(ctx, fmt.Sprintf("daemon-%d-%d-syncs.heap.pprof", run+1, len(sc.specs))); err != nil {
 		return s, err
 	}
-	log.Printf("%-10s run %d: intervals after Ready: %d reconciles, %d requests (%s); then %d reconciles, %d requests (%s); peak RSS %.0f MB",
+	log.Printf("%-10s run %d: intervals after Ready: %d reconciles, %d requests (%s); then %d reconciles, %d requests (%s); %s; %s",
 		sc.name, run+1, s.FirstInterval.Reconciles, s.FirstInterval.Requests.Total(), s.FirstInterval.Requests,
-		s.SecondInterval.Reconciles, s.SecondInterval.Requests.Total(), s.SecondInterval.Requests, s.Memory.PeakRSSMB)
+		s.SecondInterval.Reconciles, s.SecondInterval.Requests.Total(), s.SecondInterval.Requests, s.Memory, s.Go)
+	if b.f.prune > 0 {
+		b.full = false
+		if s.Prune, err = b.pruneStep(ctx, d, sc, run); err != nil {
+			return s, err
+		}
+	}
 
 	del := time.Now()
 	if err := deleteSyncs(ctx, b.syncs, sc.specs, b.timeout()); err != nil {
@@ -289,7 +321,7 @@ func (b *daemonBench) quiet(ctx context.Context, d *daemon, sc daemonScenario, r
 	}
 	s.FirstInterval = window(ready, mid, midAt.Sub(readyAt))
 	s.SecondInterval = window(mid, end, endAt.Sub(midAt))
-	s.HeapInuseMB = end.HeapInuseMB
+	s.HeapInuseMB, s.Go = end.HeapInuseMB, end.Go
 	for _, spec := range sc.specs {
 		s.Unsuccessful += end.Unsuccessful[spec.name]
 	}

@@ -38,6 +38,9 @@ type daemonOptions struct {
 	logFile string
 	// cacheDir is its --git-cache-dir, fresh per daemon.
 	cacheDir string
+	// memLimit, when set, is the daemon's GOMEMLIMIT (the Go runtime's soft memory limit,
+	// e.g. "200MiB"); the daemon alone gets it, not the control plane.
+	memLimit string
 }
 
 // daemon is a running `converge run`.
@@ -68,6 +71,9 @@ func startDaemon(ctx context.Context, o daemonOptions) (*daemon, error) {
 	d.cmd = exec.Command(o.bin, "run", "--kubeconfig", o.kubeconfig,
 		"--metrics-addr", metrics, "--health-addr", health, "--leader-elect=false", "--pprof",
 		"--concurrent", strconv.Itoa(o.concurrent), "--git-cache-dir", o.cacheDir, "--allow-local-git")
+	if o.memLimit != "" {
+		d.cmd.Env = append(os.Environ(), "GOMEMLIMIT="+o.memLimit)
+	}
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the benchmark
 	d.startedAt = time.Now()
@@ -112,7 +118,9 @@ func (d *daemon) saveHeapProfile(ctx context.Context, name string) error {
 	if dir == "" {
 		return nil
 	}
-	url := strings.TrimSuffix(d.metricsURL, "/metrics") + "/debug/pprof/heap"
+	// gc=1: a collection first, so that the profile shows what is live, not what became
+	// garbage since the last collection.
+	url := strings.TrimSuffix(d.metricsURL, "/metrics") + "/debug/pprof/heap?gc=1"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -160,8 +168,12 @@ func (d *daemon) stop() error {
 type procMemory struct {
 	// PeakRSSMB is VmHWM, the peak resident set since the process started.
 	PeakRSSMB float64 `json:"peakRssMB"`
-	// RSSMB is VmRSS, the resident set now.
-	RSSMB float64 `json:"rssMB"`
+	// RSSMB is VmRSS, the resident set now: RssAnon (the process's own memory: Go's heap,
+	// stacks and runtime) plus RssFile (pages of files mapped in, mostly the binary's code
+	// and read-only data, which the kernel can drop and read again).
+	RSSMB     float64 `json:"rssMB"`
+	RSSAnonMB float64 `json:"rssAnonMB"`
+	RSSFileMB float64 `json:"rssFileMB"`
 }
 
 // readProcMemory reads VmHWM and VmRSS of pid.
@@ -187,6 +199,10 @@ func readProcMemory(pid int) (procMemory, error) {
 			m.PeakRSSMB = kb / 1024
 		case "VmRSS:":
 			m.RSSMB = kb / 1024
+		case "RssAnon:":
+			m.RSSAnonMB = kb / 1024
+		case "RssFile:":
+			m.RSSFileMB = kb / 1024
 		}
 	}
 	return m, sc.Err()
@@ -210,6 +226,51 @@ type daemonMetrics struct {
 	ReconcileSeconds, LoadSeconds float64
 	// HeapInuseMB is go_memstats_heap_inuse_bytes (0 when not exported).
 	HeapInuseMB float64
+	// Go is the Go runtime's view of the daemon's memory.
+	Go goMemory
+}
+
+// goMemory is what the Go runtime says of a process's memory (its go_memstats_* series), in
+// MB: what of the resident set is live heap, heap freed but not returned to the OS, or the
+// runtime's own.
+type goMemory struct {
+	// HeapInuseMB: spans with live objects (and their fragmentation).
+	HeapInuseMB float64 `json:"heapInuseMB"`
+	// HeapIdleMB − HeapReleasedMB: freed heap still held by the process (counted in RSS
+	// until the scavenger returns it).
+	HeapIdleMB     float64 `json:"heapIdleMB"`
+	HeapReleasedMB float64 `json:"heapReleasedMB"`
+	// NextGCMB is the heap size at which the next GC starts.
+	NextGCMB float64 `json:"nextGCMB"`
+	// SysMB is everything the runtime obtained from the OS.
+	SysMB float64 `json:"sysMB"`
+	// StackInuseMB is the goroutine stacks.
+	StackInuseMB float64 `json:"stackInuseMB"`
+}
+
+// String formats g for the log and the report's notes.
+func (g goMemory) String() string {
+	return fmt.Sprintf("heap in use %.0f MB, freed not returned %.0f MB, next GC at %.0f MB, stacks %.0f MB, from the OS %.0f MB",
+		g.HeapInuseMB, g.HeapIdleMB-g.HeapReleasedMB, g.NextGCMB, g.StackInuseMB, g.SysMB)
+}
+
+// set records the go_memstats_* series name, when it is one of g's, at v bytes.
+func (g *goMemory) set(name string, v float64) {
+	mb := v / (1 << 20)
+	switch name {
+	case "go_memstats_heap_inuse_bytes":
+		g.HeapInuseMB = mb
+	case "go_memstats_heap_idle_bytes":
+		g.HeapIdleMB = mb
+	case "go_memstats_heap_released_bytes":
+		g.HeapReleasedMB = mb
+	case "go_memstats_next_gc_bytes":
+		g.NextGCMB = mb
+	case "go_memstats_sys_bytes":
+		g.SysMB = mb
+	case "go_memstats_stack_inuse_bytes":
+		g.StackInuseMB = mb
+	}
 }
 
 // reconciles sums Reconciles.
@@ -248,9 +309,10 @@ func parseDaemonMetrics(r io.Reader) (daemonMetrics, error) {
 		line := sc.Text()
 		name, rest, ok := strings.Cut(line, "{")
 		if !ok {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == "go_memstats_heap_inuse_bytes" {
+			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "go_memstats_") {
 				v, _ := strconv.ParseFloat(f[1], 64)
-				m.HeapInuseMB = v / (1 << 20)
+				m.Go.set(f[0], v)
+				m.HeapInuseMB = m.Go.HeapInuseMB
 			}
 			continue
 		}
@@ -357,4 +419,9 @@ func truncateString(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// String formats m for the log and the report's notes.
+func (m procMemory) String() string {
+	return fmt.Sprintf("peak RSS %.0f MB, RSS %.0f MB (anonymous %.0f, files %.0f)", m.PeakRSSMB, m.RSSMB, m.RSSAnonMB, m.RSSFileMB)
 }

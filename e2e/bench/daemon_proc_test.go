@@ -27,6 +27,12 @@ converge_reconcile_duration_seconds_sum{name="bench-base",namespace="bench-daemo
 converge_reconcile_duration_seconds_count{name="bench-base",namespace="bench-daemon"} 3
 converge_source_load_duration_seconds_sum{name="bench-s00",namespace="bench-daemon"} 0.5
 go_memstats_heap_inuse_bytes 2.097152e+07
+go_memstats_heap_idle_bytes 1.048576e+07
+go_memstats_heap_released_bytes 4.194304e+06
+go_memstats_next_gc_bytes 3.145728e+07
+go_memstats_sys_bytes 4.194304e+07
+go_memstats_stack_inuse_bytes 1.048576e+06
+go_memstats_alloc_bytes 1.048576e+07
 `
 	got, err := parseDaemonMetrics(strings.NewReader(text))
 	if err != nil {
@@ -38,6 +44,7 @@ go_memstats_heap_inuse_bytes 2.097152e+07
 		Reconciles:       map[string]int{"bench-s00": 3, "bench-base": 3},
 		Unsuccessful:     map[string]int{"bench-s00": 1},
 		HeapInuseMB:      20,
+		Go:               goMemory{HeapInuseMB: 20, HeapIdleMB: 10, HeapReleasedMB: 4, NextGCMB: 30, SysMB: 40, StackInuseMB: 1},
 		ReconcileSeconds: 1.75,
 		LoadSeconds:      0.5,
 	}
@@ -72,5 +79,15 @@ E1121 22:18:03.000000    4242 reflector.go:200] "watch ended"
 	}
 	if diff := cmp.Diff([]string{`"Reconciler error" err="boom"`, `"watch ended"`}, sample); diff != "" {
 		t.Errorf("sample (-want +got):\n%s", diff)
+	}
+}
+
+func TestReadProcMemory(t *testing.T) {
+	m, err := readProcMemory(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.RSSMB <= 0 || m.PeakRSSMB < m.RSSMB || m.RSSAnonMB <= 0 || m.RSSFileMB <= 0 || m.RSSAnonMB+m.RSSFileMB > m.RSSMB+1 {
+		t.Errorf("readProcMemory of this process: %+v", m)
 	}
 }

@@ -22,7 +22,13 @@ type DaemonReport struct {
 	Profile    string `json:"profile"`
 	Concurrent int    `json:"concurrent"`
 	// Parity: the measured Syncs depended on the base Sync and substituted variables.
-	Parity          bool        `json:"parity,omitempty"`
+	Parity bool `json:"parity,omitempty"`
+	// Mix is the kind mix of the leaves (-mix), Prune the fraction of leaves the -prune
+	// step removed (0: no such step).
+	Mix   string  `json:"mix"`
+	Prune float64 `json:"prune,omitempty"`
+	// GoMemLimit is the daemon's GOMEMLIMIT (-gomemlimit), empty for none.
+	GoMemLimit      string      `json:"goMemLimit,omitempty"`
 	IntervalSeconds float64     `json:"intervalSeconds"`
 	SettleSeconds   float64     `json:"settleSeconds"`
 	Rows            []DaemonRow `json:"rows"`
@@ -63,6 +69,10 @@ type DaemonSample struct {
 	// Memory is the daemon's VmHWM and VmRSS after the second interval, before the deletion.
 	Memory      procMemory `json:"memory"`
 	HeapInuseMB float64    `json:"heapInuseMB"`
+	// Go is the runtime's view of the daemon's memory at the same time.
+	Go goMemory `json:"go"`
+	// Prune is the -prune step, after the quiet intervals (nil without it).
+	Prune *PruneSample `json:"prune,omitempty"`
 	// DeleteSeconds is from deleting the Syncs until they were gone (every object deleted by
 	// the daemon, finalizers dropped).
 	DeleteSeconds float64 `json:"deleteSeconds"`
@@ -162,6 +172,10 @@ func (r *DaemonReport) table(w io.Writer) error {
 		fmt.Fprintf(w, "-parity: every measured Sync depends on %s and substitutes ${%s} (spec.postBuild.substitute) and ${%s} (ConfigMap %s) in every object, strict\n",
 			baseSyncName, parityTierVar, parityRegionVar, parityConfigMap)
 	}
+	fmt.Fprintf(w, "kinds of the leaves: %s\n", r.Mix)
+	if r.GoMemLimit != "" {
+		fmt.Fprintf(w, "the daemon's GOMEMLIMIT: %s\n", r.GoMemLimit)
+	}
 	fmt.Fprintf(w, "load average: %s at start, %s at end\n\n", r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tobjects\tSyncs\tall Ready s\truns, s\tSync Ready s (first / median)\tcold-start requests\tcold start: reconciles, Σ s (fetch+render)\tpeak RSS MB\t"+
@@ -183,7 +197,11 @@ func (r *DaemonReport) table(w io.Writer) error {
 		fmt.Fprintf(w, "\n%s / %s, all Ready: %.2f× (target ≤ 2×)\n", r.Rows[1].Scenario, r.Rows[0].Scenario, r.Ratio)
 	}
 	for _, row := range r.Rows {
-		var notes []string
+		notes := []string{fmt.Sprintf("memory after the quiet intervals: %s; %s", row.Memory, row.Go)}
+		if p := row.Prune; p != nil {
+			notes = append(notes, fmt.Sprintf("prune of %d leaves: all Ready in %.2f s, %d requests (%s); then %s; %s",
+				p.Dropped, p.WallSeconds, p.Requests.Total(), p.Requests, p.Memory, p.Go))
+		}
 		if row.Unsuccessful > 0 {
 			notes = append(notes, fmt.Sprintf("%d unsuccessful reconciles", row.Unsuccessful))
 		}

@@ -42,15 +42,25 @@ func tenantNamespace(t, n int) string { return nsPrefix + tenantName(t, n) }
 // minDaemonObjects is the smallest workload with at least one leaf per tenant.
 func minDaemonObjects(tenants int) int { return 1 + 2*tenants }
 
+// daemonWorkloadOptions shape the generated daemon workload.
+type daemonWorkloadOptions struct {
+	// Parity: every leaf carries an annotation whose value names the -parity variables, so
+	// that substitution has work in every object.
+	Parity bool
+	// Mix is the kinds of the leaves (-mix); nil is the bench's usual mix (kindPattern).
+	Mix kindMix
+}
+
 // generateDaemon returns a deterministic workload of n objects in total for tenants Syncs:
-// the CRD, one Namespace per tenant, and n − 1 − tenants leaves of the bench's usual mix
-// (leaf), split into tenants contiguous blocks whose sizes differ by at most one. A
-// contiguous block of the leaf sequence carries the kind mix of the whole (kindPattern
-// repeats every 10 leaves), which a split by leaf index modulo tenants would not.
-//
-// With parity every leaf carries an annotation whose value names the -parity variables, so
-// that substitution has work in every object.
-func generateDaemon(n, tenants int, parity bool) (daemonWorkload, error) {
+// the CRD, one Namespace per tenant, and n − 1 − tenants leaves of o.Mix, split into
+// tenants contiguous blocks whose sizes differ by at most one. A contiguous block of the
+// leaf sequence carries the kind mix of the whole (the mix repeats every few leaves), which
+// a split by leaf index modulo tenants would not.
+func generateDaemon(n, tenants int, o daemonWorkloadOptions) (daemonWorkload, error) {
+	mix := o.Mix
+	if mix == nil {
+		mix = kindPattern[:]
+	}
 	if tenants < 1 || n < minDaemonObjects(tenants) {
 		return daemonWorkload{}, fmt.Errorf("%d objects for %d Syncs: need at least %d (the CRD, a Namespace and a leaf per Sync)",
 			n, tenants, minDaemonObjects(tenants))
@@ -63,9 +73,9 @@ func generateDaemon(n, tenants int, parity bool) (daemonWorkload, error) {
 		objs := make([]*unstructured.Unstructured, 0, 1+to-from)
 		objs = append(objs, obj("v1", "Namespace", "", ns, nil))
 		for i := from; i < to; i++ {
-			u := leaf(i)
+			u := leafOf(mix.kindOf(i), i)
 			u.SetNamespace(ns)
-			if parity {
+			if o.Parity {
 				u.SetAnnotations(map[string]string{"bench.converge.dev/placement": "${" + parityTierVar + "}-${" + parityRegionVar + "}"})
 			}
 			objs = append(objs, u)

@@ -24,7 +24,7 @@ func TestGenerateDaemonSplit(t *testing.T) {
 		{name: "one Sync", n: 50, tenants: 1, wantSizes: map[int]int{49: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w, err := generateDaemon(tc.n, tc.tenants, false)
+			w, err := generateDaemon(tc.n, tc.tenants, daemonWorkloadOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,7 +62,7 @@ func TestGenerateDaemonSplit(t *testing.T) {
 }
 
 func TestGenerateDaemonKindMix(t *testing.T) {
-	w, err := generateDaemon(10000, 100, false)
+	w, err := generateDaemon(10000, 100, daemonWorkloadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,14 +81,14 @@ func TestGenerateDaemonKindMix(t *testing.T) {
 }
 
 func TestGenerateDaemonTooSmall(t *testing.T) {
-	if _, err := generateDaemon(200, 100, false); err == nil {
-		t.Error("generateDaemon(200, 100, false) succeeded; every Sync needs a Namespace and a leaf")
+	if _, err := generateDaemon(200, 100, daemonWorkloadOptions{}); err == nil {
+		t.Error("generateDaemon(200, 100, daemonWorkloadOptions{}) succeeded; every Sync needs a Namespace and a leaf")
 	}
 }
 
 func TestDaemonWorkloadFolders(t *testing.T) {
 	const n, tenants = 400, 12
-	w, err := generateDaemon(n, tenants, false)
+	w, err := generateDaemon(n, tenants, daemonWorkloadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestDaemonWorkloadFolders(t *testing.T) {
 // TestGenerateDaemonParity: with -parity every leaf names both variables (so substitution
 // has work in every object) and a Namespace names none.
 func TestGenerateDaemonParity(t *testing.T) {
-	w, err := generateDaemon(400, 4, true)
+	w, err := generateDaemon(400, 4, daemonWorkloadOptions{Parity: true})
 	if err != nil {
 		t.Fatal(err)
 	}

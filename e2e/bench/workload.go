@@ -60,9 +60,13 @@ func obj(apiVersion, kind, ns, name string, body map[string]any) *unstructured.U
 	return u
 }
 
-// leaf returns the i-th leaf object.
+// leaf returns the i-th leaf object of the default mix.
 func leaf(i int) *unstructured.Unstructured {
-	kind := kindPattern[i%len(kindPattern)]
+	return leafOf(kindPattern[i%len(kindPattern)], i)
+}
+
+// leafOf returns the i-th leaf object with the given kind (one of kindPattern's).
+func leafOf(kind string, i int) *unstructured.Unstructured {
 	ns := namespaceName(i % numNamespaces)
 	name := fmt.Sprintf("%s-%05d", strings.ToLower(kind), i)
 	labels := map[string]any{"app": name}

@@ -113,7 +113,12 @@ type Options struct {
 func DefaultOptions() Options { return Options{} }
 
 // Expand substitutes vars in the objects of b and returns a new Bundle; b is not modified.
-// Objects whose text does not change are shared with b, changed ones are new objects.
+// Objects whose text does not change are shared with b; a changed one is a new object that
+// shares with b's every value the substitution left as it was (its maps and lists are its
+// own only on the paths to a substituted value), so it must not be modified either, like
+// b's. A variable sits in a few fields of an object, and a daemon keeps the result to reuse
+// it: a full copy was a second render in memory (23.5 MB live at 10,000 objects, against
+// 9.5 MB shared).
 // With no variable at all nothing is substituted, as under Flux (defaults such as
 // ${var:=x} are then left as written). Failures are *sources.InputError values naming the
 // object, where it was rendered from and the variable or the YAML error; they are joined,
@@ -190,7 +195,57 @@ func expandObject(obj *unstructured.Unstructured, vars Variables, opts Options) 
 	if err := utiljson.Unmarshal(js, &m); err != nil {
 		return nil, fmt.Errorf("substitution made something other than an object: %w", err)
 	}
+	// Object by object, so that the copies of unchanged parts are garbage at once rather
+	// than a second render held until the last object is done.
+	shared(obj.Object, m)
 	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// shared returns in when out holds the same value (the same JSON, in the same Go types),
+// else out with each of its map values and list elements that equals in's at the same
+// place replaced by in's. Only out is written to.
+func shared(in, out any) (any, bool) {
+	switch o := out.(type) {
+	case map[string]any:
+		m, ok := in.(map[string]any)
+		if !ok {
+			return out, false
+		}
+		same := len(m) == len(o)
+		for k, ov := range o {
+			iv, ok := m[k]
+			if !ok {
+				same = false
+				continue
+			}
+			v, eq := shared(iv, ov)
+			o[k], same = v, same && eq
+		}
+		if same {
+			return in, true
+		}
+		return out, false
+	case []any:
+		l, ok := in.([]any)
+		if !ok || len(l) != len(o) {
+			return out, false
+		}
+		same := true
+		for i := range o {
+			v, eq := shared(l[i], o[i])
+			o[i], same = v, same && eq
+		}
+		if same {
+			return in, true
+		}
+		return out, false
+	case nil, string, bool, int64, float64, int, int32:
+		// Scalars of the same dynamic type compare without panic; other types are unequal.
+		if in == out {
+			return in, true
+		}
+	}
+	return out, false
 }
 
 // serialize is sigs.k8s.io/yaml.Marshal's output (what kubectl and kustomize users see),

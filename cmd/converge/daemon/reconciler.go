@@ -185,7 +185,8 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // forget drops what the daemon keeps per Sync (its metric series, the drift trigger's
 // owners and pacing, the retry count, the status writer's record of its last write, its
-// hold on its identity's engine, its last substitution and redactor) once the Sync is gone.
+// hold on its identity's engine, its last substitution and redactor, its render) once the
+// Sync is gone.
 // Deletions trigger no reconcile (syncChanged), so finalize calls it when the finalizer
 // goes; a read that finds no Sync (forgetIfGone) calls it too.
 func (r *reconciler) forget(key types.NamespacedName) {
@@ -195,6 +196,9 @@ func (r *reconciler) forget(key types.NamespacedName) {
 	r.writer.Forget(key)
 	r.engines.forget(key)
 	r.substitutions.forget(key)
+	if r.loader != nil {
+		r.loader.Forget(key.String())
+	}
 }
 
 // forgetIfGone forgets key when err says its Sync is not found (someone else dropped the
@@ -216,7 +220,7 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 		return r.fail(s, o, reasonFetchFailed, err, false), true, nil
 	}
 	loadStart := time.Now()
-	bundle, err := r.render.load(ctx, r.loader, src)
+	bundle, err := r.render.load(ctx, r.loader, src, client.ObjectKeyFromObject(s))
 	if bundle == nil {
 		r.metrics.sourceLoaded(s, time.Since(loadStart), "", time.Time{})
 		// A refused URL or an oversized commit is terminal: nothing is applied or pruned.

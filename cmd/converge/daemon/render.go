@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/converge-dev/converge/sources"
 )
 
@@ -24,9 +26,6 @@ type renderSettings struct {
 	maxFetchSize int64
 }
 
-// load fetches and renders src within the build timeout. Kustomize builds are isolated:
-// the repository is untrusted, so its render can reach no network and is stopped at the
-// timeout (see sources.RenderOptions.Isolate).
 // buildTimeout bounds a fetch and render, and separately the decryption that follows it.
 func (rs renderSettings) buildTimeout() time.Duration {
 	if rs.timeout <= 0 {
@@ -35,8 +34,13 @@ func (rs renderSettings) buildTimeout() time.Duration {
 	return rs.timeout
 }
 
-func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src sources.Source) (*sources.Bundle, error) {
+// load fetches and renders src within the build timeout. Kustomize builds are isolated:
+// the repository is untrusted, so its render can reach no network and is stopped at the
+// timeout (see sources.RenderOptions.Isolate). owner is the Sync it is for: the loader's
+// render cache keeps the last render of each Sync, not the ones before (LoadOptions.Owner).
+func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src sources.Source, owner types.NamespacedName) (*sources.Bundle, error) {
 	opts := sources.DefaultLoadOptions()
+	opts.Owner = owner.String()
 	opts.Render.Isolate = true
 	opts.Render.Limits = rs.limits
 	opts.Fetch.AllowLocal = rs.allowLocalGit

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/sources"
@@ -34,7 +35,7 @@ func TestDaemonRenderTimeout(t *testing.T) {
 		}
 	}
 	rs := renderSettings{timeout: time.Second}
-	_, err := rs.load(t.Context(), sources.NewLoader(t.TempDir()), sources.Source{Dir: dir, Path: "stuck"})
+	_, err := rs.load(t.Context(), sources.NewLoader(t.TempDir()), sources.Source{Dir: dir, Path: "stuck"}, types.NamespacedName{Namespace: "apps", Name: "stuck"})
 	if err == nil || !strings.Contains(err.Error(), "RenderTimeout: fetch and render did not finish within 1s") ||
 		!strings.Contains(err.Error(), "stuck/kustomization.yaml") || !errors.Is(err, context.DeadlineExceeded) || sources.IsTerminal(err) {
 		t.Errorf("load: %v; want a transient RenderTimeout naming stuck/kustomization.yaml", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +23,9 @@ import (
 // (read as the Sync's identity, in order, a later one winning), then those of
 // spec.postBuild.substitute, replaced in every object as Flux does. b is not modified.
 //
-// The result is kept per Sync and reused while the objects and variables stay the same.
+// The result is kept per Sync and reused while the objects and variables stay the same; it
+// shares every part no variable changed with the rendered objects (Expand), so it costs the
+// substituted paths, not a second copy of the render.
 // It also records which values came from Secrets, so that what the daemon writes about s
 // from now on (status message, events) has them redacted: an API server error about an
 // object may quote a substituted value. A failure (an object that cannot be read, a
@@ -48,11 +51,13 @@ func (r *reconciler) substitute(ctx context.Context, s *v1alpha1.Sync, b *source
 	redactor := varsubst.NewRedactor(append(secretValues, plaintexts...))
 	r.substitutions.setRedactor(key, redactor)
 	if err != nil {
+		r.substitutions.dropResult(key)
 		return nil, err
 	}
 	srcs = append(srcs, varsubst.Source{Name: "spec.postBuild.substitute", Values: pb.Substitute})
 	vars, err := varsubst.Merge(srcs...)
 	if err != nil {
+		r.substitutions.dropResult(key)
 		return nil, fmt.Errorf("spec.postBuild: %w", err)
 	}
 	opts := varsubst.DefaultOptions()
@@ -65,7 +70,7 @@ func (r *reconciler) substitute(ctx context.Context, s *v1alpha1.Sync, b *source
 		return out, nil
 	}
 	out, err := varsubst.Expand(b, vars, opts)
-	if err != nil {
+	if err != nil { // lastResult dropped the kept result: nothing to reuse is left
 		return nil, fmt.Errorf("spec.postBuild: %w", err)
 	}
 	r.substitutions.remember(key, b, fp, out)
@@ -163,22 +168,34 @@ func (x *substitutions) setRedactor(key types.NamespacedName, r *varsubst.Redact
 
 // lastResult returns the last result for key when it was computed from the same objects
 // (the same pointers: the render cache hands out the same objects for the same content)
-// with the same fingerprint, as a Bundle of b's revision; nil otherwise.
+// with the same fingerprint, as a Bundle of b's revision; nil otherwise. A result that does
+// not match is dropped at once: it is of no further use, it may hold values of a Secret
+// that has changed since, and kept during the new Expand it would be a second result in
+// memory at the peak.
 func (x *substitutions) lastResult(key types.NamespacedName, b *sources.Bundle, fp [sha256.Size]byte) *sources.Bundle {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	st := x.by[key]
-	if st == nil || st.out == nil || st.fp != fp || len(st.in) != len(b.Objects) {
+	if st == nil || st.out == nil {
 		return nil
 	}
-	for i, o := range b.Objects {
-		if st.in[i] != o {
-			return nil
-		}
+	if st.fp != fp || !slices.Equal(st.in, b.Objects) {
+		st.in, st.out = nil, nil
+		return nil
 	}
 	out := *b
 	out.Objects = st.out.Objects
 	return &out
+}
+
+// dropResult forgets the kept result of key, keeping its redactor: the substitution failed,
+// and whatever it would reuse may be out of date.
+func (x *substitutions) dropResult(key types.NamespacedName) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if st := x.by[key]; st != nil {
+		st.in, st.out = nil, nil
+	}
 }
 
 func (x *substitutions) remember(key types.NamespacedName, b *sources.Bundle, fp [sha256.Size]byte, out *sources.Bundle) {
