@@ -230,7 +230,8 @@ func (w *Writer) apply(sync *v1alpha1.Sync, o Outcome) bool {
 // or when the recorded summary is missing or reports failures. Otherwise o was a no-op and
 // the recorded summary, which describes the last apply that changed something, stays; only
 // its NotReady count, a state rather than an action, follows o. So a no-op reconcile, a
-// daemon restart included, writes nothing (I7).
+// daemon restart under the same replica name included, writes nothing (I7); a new owner
+// (Writer.Owner) costs one write.
 func summaryOf(before v1alpha1.SyncStatus, o Outcome) *v1alpha1.Summary {
 	prev := before.Summary
 	switch {
