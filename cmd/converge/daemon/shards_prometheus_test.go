@@ -60,6 +60,8 @@ func TestShardingMetricsProvenByPrometheus(t *testing.T) {
 	unheld := m.panel(t, "Unheld shards", f.ns)
 	prom.waitFor("no unheld shard", unheld, func(s []sample) bool { return len(s) == 1 && value(s[0]) == 0 })
 	prom.waitFor("ConvergeShardsUnheld silent", m.alert(t, "ConvergeShardsUnheld"), isEmpty)
+	// rate() needs two scrapes of the counters: wait for them, then every panel has data.
+	prom.waitFor("the handover series", m.panel(t, "Shard handovers by event", f.ns), nonEmpty)
 	for source, n := range prom.evaluateAll(t, m, f.ns) {
 		for _, title := range m.rowPanels("Sharding") {
 			if source == fmt.Sprintf("panel %q target 0", title) && n == 0 {
