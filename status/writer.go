@@ -66,6 +66,13 @@ type Writer struct {
 	Backoff wait.Backoff
 	// Now is the clock for condition transition times; nil means time.Now.
 	Now func() time.Time
+	// Owner is the name of the replica writing (the daemon's --replica-name). Write records
+	// it as status.owner in the same patch as the outcome, never in a write of its own, so
+	// `converge status` can say which replica reconciles a Sync. An outcome that changes
+	// nothing but the owner (the first reconcile after a handover) is one write; an
+	// unchanged owner keeps a no-op reconcile write-free (I7). Empty leaves status.owner
+	// as it is.
+	Owner string
 
 	mu      sync.Mutex
 	written map[types.NamespacedName]string // resourceVersion after our last write, per Sync
@@ -211,6 +218,9 @@ func (w *Writer) apply(sync *v1alpha1.Sync, o Outcome) bool {
 		s.Inventory = o.Inventory
 	}
 	s.Summary = summaryOf(before, o)
+	if w.Owner != "" {
+		s.Owner = w.Owner
+	}
 	return !equality.Semantic.DeepEqual(before, *s)
 }
 
@@ -220,7 +230,8 @@ func (w *Writer) apply(sync *v1alpha1.Sync, o Outcome) bool {
 // or when the recorded summary is missing or reports failures. Otherwise o was a no-op and
 // the recorded summary, which describes the last apply that changed something, stays; only
 // its NotReady count, a state rather than an action, follows o. So a no-op reconcile, a
-// daemon restart included, writes nothing (I7).
+// daemon restart under the same replica name included, writes nothing (I7); a new owner
+// (Writer.Owner) costs one write.
 func summaryOf(before v1alpha1.SyncStatus, o Outcome) *v1alpha1.Summary {
 	prev := before.Summary
 	switch {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"github.com/converge-dev/converge/cmd/converge/internal/installer"
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -60,8 +63,11 @@ func TestBaseObjects(t *testing.T) {
 		"CustomResourceDefinition/syncs.converge.dev",
 		"Deployment/converge-system/converge",
 		"Namespace/converge-system",
+		"PodDisruptionBudget/converge-system/converge",
 		"Role/converge-system/converge-leader-election",
+		"Role/converge-system/converge-shard-leases",
 		"RoleBinding/converge-system/converge-leader-election",
+		"RoleBinding/converge-system/converge-shard-leases",
 		"Service/converge-system/converge-metrics",
 		"ServiceAccount/converge-system/converge",
 	}
@@ -85,6 +91,15 @@ func TestBaseRBACIsLeastPrivilege(t *testing.T) {
 	objs := renderedBase(t)
 	cluster := find[rbacv1.ClusterRole](t, objs, "ClusterRole", "converge").Rules
 	leases := find[rbacv1.Role](t, objs, "Role", "converge-leader-election").Rules
+	shards := find[rbacv1.Role](t, objs, "Role", "converge-shard-leases")
+	if shards.Namespace != "converge-system" {
+		t.Errorf("the shard Lease Role is in namespace %q, want converge-system only", shards.Namespace)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" && allowsAny(o, "coordination.k8s.io", "leases") {
+			t.Errorf("ClusterRole %s grants leases: Lease rights belong in converge-system's Roles only", o.GetName())
+		}
+	}
 	for _, tc := range []struct {
 		name                          string
 		rules                         []rbacv1.PolicyRule
@@ -108,6 +123,11 @@ func TestBaseRBACIsLeastPrivilege(t *testing.T) {
 		{"create the lease", leases, "coordination.k8s.io", "leases", "create", "", true},
 		{"renew the lease", leases, "coordination.k8s.io", "leases", "update", "converge-leader", true},
 		{"renew another lease", leases, "coordination.k8s.io", "leases", "update", "kube-scheduler", false},
+		{"list shard and replica leases", shards.Rules, "coordination.k8s.io", "leases", "list", "", true},
+		{"create a shard lease", shards.Rules, "coordination.k8s.io", "leases", "create", "", true},
+		{"take over a shard lease", shards.Rules, "coordination.k8s.io", "leases", "update", "converge-shard-07", true},
+		{"delete the replica lease", shards.Rules, "coordination.k8s.io", "leases", "delete", "converge-replica-converge-7d9f8-x2k4p", true},
+		{"shard leases are no secrets", shards.Rules, "", "secrets", "get", "", false},
 	} {
 		if got := allows(tc.rules, tc.group, tc.resource, tc.verb, tc.object); got != tc.want {
 			t.Errorf("%s: allowed %v, want %v", tc.name, got, tc.want)
@@ -129,6 +149,20 @@ func TestBaseRBACIsLeastPrivilege(t *testing.T) {
 		apply.AggregationRule.ClusterRoleSelectors[0].MatchLabels["rbac.converge.dev/aggregate-to-apply"] != "true" {
 		t.Errorf("converge-apply must aggregate rbac.converge.dev/aggregate-to-apply and own no rules: %+v", apply)
 	}
+}
+
+// allowsAny reports whether the role object o has a rule on group/resource.
+func allowsAny(o *unstructured.Unstructured, group, resource string) bool {
+	role := &rbacv1.ClusterRole{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, role); err != nil {
+		return false
+	}
+	for _, r := range role.Rules {
+		if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) {
+			return true
+		}
+	}
+	return false
 }
 
 func flatten(v any) []string {
@@ -154,8 +188,8 @@ func flatten(v any) []string {
 func TestBaseDeploymentIsHardened(t *testing.T) {
 	d := find[appsv1.Deployment](t, renderedBase(t), "Deployment", "converge")
 	pod := d.Spec.Template.Spec
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 || pod.ServiceAccountName != "converge" || len(pod.Containers) != 1 {
-		t.Fatalf("want 2 replicas of one container as ServiceAccount converge: %+v", d.Spec)
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 || pod.ServiceAccountName != "converge" || len(pod.Containers) != 1 {
+		t.Fatalf("want 3 replicas of one container as ServiceAccount converge: %+v", d.Spec)
 	}
 	c := pod.Containers[0]
 	sc := c.SecurityContext
@@ -177,11 +211,26 @@ func TestBaseDeploymentIsHardened(t *testing.T) {
 	case c.Image != installer.BaseImage+":latest":
 		t.Errorf("image %s, want the placeholder %s:latest", c.Image, installer.BaseImage)
 	}
-	for _, arg := range []string{"run", "--install-crd=false", "--leader-elect=true", "--leader-election-namespace=converge-system",
+	for _, arg := range []string{"run", "--install-crd=false", "--sharding=auto", "--leader-elect=true", "--leader-election-namespace=converge-system",
 		"--health-addr=:8081", "--metrics-addr=:8080", "--git-cache-dir=/tmp/converge-cache"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("daemon args %v lack %s", c.Args, arg)
 		}
+	}
+	// The replica's name is its pod's: --replica-name defaults to $POD_NAME.
+	if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAME" }); i < 0 ||
+		c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.FieldRef == nil || c.Env[i].ValueFrom.FieldRef.FieldPath != "metadata.name" {
+		t.Errorf("want POD_NAME from the downward API (metadata.name): %+v", c.Env)
+	}
+	// Replicas prefer distinct nodes.
+	if a := pod.Affinity; a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+		a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.TopologyKey != "kubernetes.io/hostname" {
+		t.Errorf("want a preferred pod anti-affinity by kubernetes.io/hostname: %+v", pod.Affinity)
+	}
+	pdb := find[policyv1.PodDisruptionBudget](t, renderedBase(t), "PodDisruptionBudget", "converge")
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.Selector == nil ||
+		!maps.Equal(pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels) {
+		t.Errorf("want a PodDisruptionBudget of maxUnavailable 1 selecting the Deployment's pods: %+v", pdb.Spec)
 	}
 	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/tmp" || pod.Volumes[0].EmptyDir == nil {
 		t.Errorf("want an emptyDir at /tmp for the git cache: %+v %+v", c.VolumeMounts, pod.Volumes)

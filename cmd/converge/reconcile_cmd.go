@@ -36,7 +36,7 @@ prints the Sync. It exits non-zero when the Sync is not Ready afterwards.`,
 			key := client.ObjectKey{Namespace: kube.namespace(), Name: args[0]}
 			s, err := requestReconcile(cmd.Context(), c, key, timeout)
 			if s != nil {
-				printSyncs(cmd.OutOrStdout(), []v1alpha1.Sync{*s}, false)
+				err = errors.Join(err, printSyncs(cmd.OutOrStdout(), []v1alpha1.Sync{*s}, statusView{Now: time.Now()}))
 			}
 			return err
 		},

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/converge-dev/converge/cmd/converge/daemon"
 )
 
 // TestStatusAndReconcileCommands checks `converge reconcile` makes a new commit land although
@@ -27,5 +29,26 @@ func TestStatusAndReconcileCommands(t *testing.T) {
 	}
 	if _, code := cli(t, "status", "-n", f.ns, "missing"); code == 0 {
 		t.Errorf("status of a missing Sync exited 0")
+	}
+
+	// -A and -o json name the replica that wrote the status: the daemon's --replica-name
+	// (by default the host name here).
+	owner := daemon.DefaultOptions().Replica
+	out, code = cli(t, "status", "-A")
+	var line string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, f.ns+" ") {
+			line = l
+		}
+	}
+	if code != 0 || !strings.Contains(out, "OWNER") || !strings.Contains(line, " "+owner+" ") {
+		t.Errorf("status -A: exit %d, want the OWNER column with %q on the line of %s:\n%s", code, owner, f.ns, out)
+	}
+	out, code = cli(t, "status", "-n", f.ns, "app", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"owner": "`+owner+`"`) {
+		t.Errorf("status -o json: exit %d, want owner %q:\n%s", code, owner, out)
+	}
+	if _, code := cli(t, "status", "-n", f.ns, "-o", "name"); code == 0 {
+		t.Errorf("status -o name (no such format) exited 0")
 	}
 }

@@ -18,6 +18,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -42,7 +43,7 @@ var env *cluster.Cluster
 func TestMain(m *testing.M) { cluster.Main(m, cluster.Full, &env) }
 
 // baseObjects is the number of objects of deploy/ (kubectl kustomize deploy | grep -c ^kind:).
-const baseObjects = 11
+const baseObjects = 14
 
 // TestDeployLifecycle installs deploy/ with the binary (dry-run, apply, re-apply), checks
 // kubectl's own dry-run of the base, runs the daemon authenticated as the base's
@@ -62,6 +63,7 @@ func TestDeployLifecycle(t *testing.T) {
 		{"second install changes nothing", testReinstallNoop},
 		{"kubectl server-side dry-run", testKubectlDryRun},
 		{"daemon as the ServiceAccount", testDaemonAsServiceAccount},
+		{"sharded daemons as the ServiceAccount", testShardedDaemonsAsServiceAccount},
 		{"uninstall refuses without --yes", testUninstallNeedsYes},
 		{"uninstall", testUninstall},
 	}
@@ -137,8 +139,15 @@ func testInstall(t *testing.T, f *fixture) {
 	if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: "converge-system", Name: "converge"}, d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Status.AvailableReplicas != 2 {
-		t.Errorf("the daemon Deployment has %d available replicas, want 2 (PodSecurity restricted admits its pods)", d.Status.AvailableReplicas)
+	if d.Status.AvailableReplicas != 3 {
+		t.Errorf("the daemon Deployment has %d available replicas, want 3 (PodSecurity restricted admits its pods)", d.Status.AvailableReplicas)
+	}
+	pdb := &policyv1.PodDisruptionBudget{}
+	if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: "converge-system", Name: "converge"}, pdb); err != nil {
+		t.Fatal(err)
+	}
+	if pdb.Status.ExpectedPods != 3 || pdb.Status.DisruptionsAllowed != 1 {
+		t.Errorf("PodDisruptionBudget: %d expected pods, %d disruptions allowed; want 3 and 1", pdb.Status.ExpectedPods, pdb.Status.DisruptionsAllowed)
 	}
 }
 
@@ -256,6 +265,69 @@ func testDaemonAsServiceAccount(t *testing.T, f *fixture) {
 	s = &v1alpha1.Sync{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, s); err != nil || len(s.Finalizers) == 0 {
 		t.Errorf("Sync app has no finalizer (%v): the uninstall step would not test their removal", err)
+	}
+}
+
+// testShardedDaemonsAsServiceAccount runs two daemons with --sharding=auto as the base's
+// ServiceAccount: with only the base's Lease RBAC they create, hold and share the shard
+// Leases and their replica Leases in converge-system, and a Sync becomes Ready with
+// status.owner naming the replica that holds its shard.
+func testShardedDaemonsAsServiceAccount(t *testing.T, f *fixture) {
+	c, ns := f.c, f.ns
+	srv, err := gitserver.Start(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	rev := publish(t, srv, "sharded", "cm.yaml", fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: sharded, namespace: %s}\ndata: {k: v}\n", ns))
+	kubeconfig := serviceAccountKubeconfig(t)
+	var daemons []*binary.Process
+	for _, name := range []string{"converge-r0", "converge-r1"} {
+		daemons = append(daemons, binary.Start(t, "run", "--kubeconfig", kubeconfig, "--replica-name", name,
+			"--install-crd=false", "--sharding=auto", "--leader-elect=true", "--leader-election-namespace=converge-system",
+			"--metrics-addr=0", "--health-addr="+cluster.FreeAddr(), "--git-cache-dir="+t.TempDir(), "--allow-local-git"))
+	}
+	createSync(t, c, ns, "sharded", srv.RepoURL("sharded"))
+	s := waitSync(t, c, ns, "sharded", func(s *v1alpha1.Sync) bool {
+		return s.Status.LastAppliedRevision == rev && meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionReady)
+	})
+	if s.Status.Owner != "converge-r0" && s.Status.Owner != "converge-r1" {
+		t.Errorf("status.owner %q, want one of the replicas converge-r0, converge-r1", s.Status.Owner)
+	}
+
+	// Every shard Lease held, by both replicas between them; both replica Leases present.
+	var holders map[string]int
+	waitFor(t, "the shard Leases shared by both replicas", func(ctx context.Context) bool {
+		list := &coordinationv1.LeaseList{}
+		if err := c.List(ctx, list, client.InNamespace("converge-system"), client.MatchingLabels{"app.kubernetes.io/name": "converge"}); err != nil {
+			return false
+		}
+		holders = map[string]int{}
+		shards := 0
+		for _, l := range list.Items {
+			switch {
+			case strings.HasPrefix(l.Name, "converge-shard-"):
+				shards++
+				if l.Spec.HolderIdentity != nil {
+					holders[strings.SplitN(*l.Spec.HolderIdentity, "_", 2)[0]]++
+				}
+			case strings.HasPrefix(l.Name, "converge-replica-"):
+				holders[l.Name]++
+			}
+		}
+		return shards == 64 && holders["converge-r0"]+holders["converge-r1"] == 64 && holders["converge-r0"] > 0 && holders["converge-r1"] > 0 &&
+			holders["converge-replica-converge-r0"] == 1 && holders["converge-replica-converge-r1"] == 1
+	})
+	for _, d := range daemons {
+		if err := d.Stop(); err != nil {
+			t.Error(err)
+		}
+		// The Sync "forbidden" of the previous step fails as before; a Lease request must not.
+		for _, line := range strings.Split(d.Log(), "\n") {
+			if strings.Contains(line, "forbidden") && strings.Contains(line, "leases") {
+				t.Errorf("a sharded daemon was refused a Lease request: %s", line)
+			}
+		}
 	}
 }
 

@@ -44,6 +44,7 @@ const (
 // +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].message",description="The Ready condition's message"
 // +kubebuilder:printcolumn:name="Revision",type="string",JSONPath=".status.lastAppliedRevision",description="The last revision applied successfully"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="Owner",type="string",JSONPath=".status.owner",priority=1,description="The replica that wrote the status (kubectl get -o wide)"
 type Sync struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -377,6 +378,11 @@ type SyncStatus struct {
 	// Summary counts what the last apply that changed something did.
 	// +optional
 	Summary *Summary `json:"summary,omitempty"`
+	// Owner is the replica (its --replica-name, by default the pod name) that wrote this
+	// status, in the same write as the outcome: with several replicas it says which one
+	// reconciles the Sync. After a handover the new owner's first reconcile rewrites it.
+	// +optional
+	Owner string `json:"owner,omitempty"`
 }
 
 // InventoryStatus names the inventory ConfigMap and its size.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -300,7 +301,12 @@ func TestMonitoringUsesExportedMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	observeAll(t, rec)
-	mfs, err := reg.Gather()
+	shardReg := prometheus.NewRegistry() // served beside reg with --sharding=auto
+	sm, err := newShardMetrics(shardReg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := prometheus.Gatherers{reg, shardReg}.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +337,7 @@ func TestMonitoringUsesExportedMetrics(t *testing.T) {
 			}
 		}
 	}
-	for _, c := range rec.collectors() {
+	for _, c := range append(rec.collectors(), sm.shards, sm.held, sm.owned, sm.handovers) {
 		ch := make(chan *prometheus.Desc, 1)
 		c.Describe(ch)
 		name := metricNameRE.FindString((<-ch).String())
@@ -458,11 +464,17 @@ func TestMetricsProvenByPrometheus(t *testing.T) {
 		prom.waitFor("library metric "+expr, expr, nonEmpty)
 	}
 
-	// Every query parses and, after the run, every panel but the not-ready list and API errors
-	// shows data.
+	// Every query parses and, after the run, every panel but the not-ready list, API errors
+	// and the Sharding row (this daemon runs with --sharding=off; see
+	// TestShardingMetricsProvenByPrometheus) shows data.
 	got := prom.evaluateAll(t, m, f.ns)
+	sharding := m.rowPanels("Sharding")
+	if len(sharding) == 0 {
+		t.Errorf("dashboard.json has no Sharding row")
+	}
 	for source, n := range got {
-		if n == 0 && !strings.Contains(source, `"Not ready Syncs"`) && !strings.Contains(source, `"API errors"`) && !strings.HasPrefix(source, "alert ") {
+		if n == 0 && !strings.Contains(source, `"Not ready Syncs"`) && !strings.Contains(source, `"API errors"`) && !strings.HasPrefix(source, "alert ") &&
+			!slices.ContainsFunc(sharding, func(title string) bool { return strings.HasPrefix(source, fmt.Sprintf("panel %q", title)) }) {
 			t.Errorf("%s returned no series after the run", source)
 		}
 	}
@@ -500,6 +512,23 @@ func (m monitoring) alert(t *testing.T, name string) string {
 	}
 	t.Fatalf("no alert %s in rules.yaml", name)
 	return ""
+}
+
+// rowPanels lists the titles of the panels under the row titled row: those after it, up to
+// the next row, in the dashboard's (flat, expanded) panel list.
+func (m monitoring) rowPanels(row string) []string {
+	var out []string
+	in := false
+	for _, p := range m.dashboard.Panels {
+		if p.Type == "row" {
+			in = p.Title == row
+			continue
+		}
+		if in {
+			out = append(out, p.Title)
+		}
+	}
+	return out
 }
 
 // panel returns the first query of the named panel with the variables set for namespace.

@@ -62,9 +62,9 @@ func (b *lockedBuffer) String() string {
 	return b.b.String()
 }
 
-// startPrometheus runs bin on loopback, scraping target every second and evaluating the
-// shipped rules every second, until the test ends.
-func startPrometheus(t *testing.T, bin, target string) *promServer {
+// startPrometheus runs bin on loopback, scraping the targets (one job, "converge") every
+// second and evaluating the shipped rules every second, until the test ends.
+func startPrometheus(t *testing.T, bin string, targets ...string) *promServer {
 	t.Helper()
 	rules, err := filepath.Abs(filepath.Join(monitoringDir, "rules.yaml"))
 	if err != nil {
@@ -75,8 +75,8 @@ func startPrometheus(t *testing.T, bin, target string) *promServer {
 rule_files: [%q]
 scrape_configs:
   - job_name: converge
-    static_configs: [{targets: [%q]}]
-`, rules, target)
+    static_configs: [{targets: [%s]}]
+`, rules, quoteAll(targets))
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +119,15 @@ scrape_configs:
 		t.Fatalf("prometheus never ready: %v", err)
 	}
 	return p
+}
+
+// quoteAll is the targets as a YAML flow sequence's items.
+func quoteAll(targets []string) string {
+	q := make([]string, len(targets))
+	for i, t := range targets {
+		q[i] = fmt.Sprintf("%q", t)
+	}
+	return strings.Join(q, ", ")
 }
 
 // sample is one series of an instant query result.
