@@ -111,6 +111,7 @@ func TestBaseRBACIsLeastPrivilege(t *testing.T) {
 		{"write sync status", cluster, "converge.dev", "syncs/status", "patch", "", true},
 		{"create inventories", cluster, "", "configmaps", "create", "", true},
 		{"update inventories", cluster, "", "configmaps", "update", "", true},
+		{"collect unlisted inventory parts", cluster, "", "configmaps", "list", "", true},
 		{"read a git secret", cluster, "", "secrets", "get", "", true},
 		{"list secrets", cluster, "", "secrets", "list", "", false},
 		{"record events", cluster, "", "events", "create", "", true},
