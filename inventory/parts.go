@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -282,12 +283,36 @@ func (s *Store) collectParts(ctx context.Context, ref Ref, head *corev1.ConfigMa
 	var garbage []*corev1.ConfigMap
 	for _, cm := range all {
 		base, ok := cm.Annotations[partBaseAnnotation]
-		if listed[cm.Name] || !ok || base == head.ResourceVersion {
+		if listed[cm.Name] || !ok || base == head.ResourceVersion || !isPartName(ref, cm.Name) ||
+			!olderThan(cm.ResourceVersion, head.ResourceVersion) {
 			continue
 		}
 		garbage = append(garbage, cm)
 	}
 	s.dropParts(ctx, garbage)
+}
+
+// olderThan reports whether resourceVersion a was written before b: a part written before
+// head (and not listed by it) can never be listed again, while one written after it may
+// belong to a newer head (this collection ran late, another writer went on). Parts are
+// never written twice, so a part's resourceVersion is its creation. Kubernetes compares
+// resourceVersions as integers (since 1.35, KEP-5504); anything else is not collected.
+func olderThan(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x < y
+}
+
+// isPartName reports whether name has the shape newPartName gives ref's parts: a
+// ConfigMap that merely carries the label (another Sync's render, a tenant's hand) is
+// never collected.
+func isPartName(ref Ref, name string) bool {
+	i := strings.LastIndex(name, "-part-")
+	if i < 0 || len(name)-i != len("-part-")+8 || !strings.HasPrefix(ref.Name, name[:i]) {
+		return false
+	}
+	_, err := hex.DecodeString(name[i+len("-part-"):])
+	return err == nil
 }
 
 // listParts lists the ConfigMaps labelled as parts of ref, listed by its head or not; ok is

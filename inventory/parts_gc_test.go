@@ -72,7 +72,7 @@ func TestStorePartsGarbageCollected(t *testing.T) {
 	var inflight string
 	crash = withHooks(s, StoreHooks{AfterHead: func() error {
 		head := configMaps(t, plain, ns)["inv"]
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "inv-part-inflight",
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "inv-part-0badc0de",
 			Labels:      map[string]string{PartOfLabel: partOf("id-1")},
 			Annotations: map[string]string{partBaseAnnotation: head.ResourceVersion}}}
 		inflight = cm.Name
@@ -163,5 +163,52 @@ func TestStoreMissingPartError(t *testing.T) {
 	}
 	if _, _, err := s.Lookup(ctx, ref); !errors.As(err, &missing) {
 		t.Errorf("Lookup: %v, want a MissingPartError", err)
+	}
+}
+
+// A writer whose collection runs late (slowed after its head write: a 429, a handover, two
+// CLI runs on one inventory) must not delete the parts a newer head lists: a part created
+// after its own head write may belong to a newer head. Before, it deleted them (every read
+// then failed with MissingPartError).
+func TestStaleCollectorKeepsNewerParts(t *testing.T) {
+	cluster.Require(t, env)
+	ctx := testCtx(t)
+	ns := env.Namespace(t)
+	s, _, _ := smallParts(t)
+	ref := Ref{Namespace: ns, Name: "inv", ID: "id-1"}
+	if err := s.Write(ctx, ref, New(entries(ns, "a", 10)...)); err != nil {
+		t.Fatal(err)
+	}
+	other := withHooks(s, StoreHooks{})
+	fired := false
+	stale := withHooks(s, StoreHooks{AfterHead: func() error {
+		if fired {
+			return nil
+		}
+		fired = true
+		// While the first writer is paused after its head write, another writes twice.
+		g1 := New(entries(ns, "a", 11)...)
+		if err := other.Write(ctx, ref, g1); err != nil {
+			t.Fatal(err)
+		}
+		g2 := g1.Union(New(entries(ns, "b", 10)...))
+		if err := other.Write(ctx, ref, g2); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.Get(ctx, ref); err != nil {
+			t.Fatalf("before the stale collection: %v", err)
+		}
+		return nil
+	}})
+	if err := stale.Write(ctx, ref, New(entries(ns, "a", 9)...)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Get(ctx, ref)
+	var mp *MissingPartError
+	if errors.As(err, &mp) {
+		t.Fatalf("a late collection deleted a part a newer head lists: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
