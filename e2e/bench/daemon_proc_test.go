@@ -27,6 +27,11 @@ converge_reconcile_duration_seconds_sum{name="bench-base",namespace="bench-daemo
 converge_reconcile_duration_seconds_count{name="bench-base",namespace="bench-daemon"} 3
 converge_source_load_duration_seconds_sum{name="bench-s00",namespace="bench-daemon"} 0.5
 go_memstats_heap_inuse_bytes 2.097152e+07
+converge_shards 64
+converge_shards_held 21
+converge_syncs_owned 330
+converge_shard_handovers_total{event="acquired"} 23
+converge_shard_handovers_total{event="released"} 2
 `
 	got, err := parseDaemonMetrics(strings.NewReader(text))
 	if err != nil {
@@ -40,6 +45,10 @@ go_memstats_heap_inuse_bytes 2.097152e+07
 		HeapInuseMB:      20,
 		ReconcileSeconds: 1.75,
 		LoadSeconds:      0.5,
+		Shards:           64,
+		ShardsHeld:       21,
+		SyncsOwned:       330,
+		Handovers:        map[string]int{"acquired": 23, "released": 2},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("parseDaemonMetrics (-want +got):\n%s", diff)
