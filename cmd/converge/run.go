@@ -59,6 +59,8 @@ authoring).`,
 	f.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "address of /healthz and /readyz")
 	f.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader (Lease) so only one replica reconciles")
 	f.StringVar(&o.Replica, "replica-name", o.Replica, "this replica's name, in Sync status and in the Leases replicas coordinate through (default: $POD_NAME, else the host name)")
+	f.StringVar(&o.Sharding, "sharding", o.Sharding, "how replicas share the Syncs: \"off\" (one elected leader reconciles every Sync) or \"auto\" (every replica reconciles the Syncs of the shards it holds; shard Leases in --leader-election-namespace, moved between live replicas by themselves)")
+	f.IntVar(&o.Shards, "shards", o.Shards, "with --sharding=auto, the number of shards (1..256) the Syncs are split into by a hash of their UID; every replica must use the same number")
 	f.StringVar(&o.LeaderNamespace, "leader-election-namespace", o.LeaderNamespace, "namespace of the leader-election Lease")
 	f.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", o.LeaseDuration, "how long followers wait before taking over an unrenewed lease")
 	f.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", o.RenewDeadline, "how long the leader keeps trying to renew before it stops leading; a leader paused longer than this sends no more writes and exits")

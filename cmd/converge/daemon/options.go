@@ -3,6 +3,7 @@ package daemon
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,6 +35,16 @@ type Options struct {
 	// (controller-runtime's defaults when zero). A leader paused longer than RenewDeadline
 	// sends no more writes and stops (the pause fence).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
+	// Sharding is how replicas share the Syncs: ShardingOff ("" is off too), one leader
+	// reconciles every Sync (LeaderElect); ShardingAuto, every replica reconciles the Syncs
+	// of the shards it holds, each shard guarded by a Lease in LeaderNamespace, and live
+	// replicas balance the shards among themselves (LeaderElect is then ignored).
+	Sharding string
+	// Shards is the number of shards with ShardingAuto (defaultShards when zero, at most
+	// maxShards). A Sync's shard is a hash of its UID modulo Shards, so every replica of a
+	// Deployment must use the same number.
+	Shards int
 
 	// Replica names this daemon process among its replicas: in Sync status (which replica
 	// wrote it) and in the Leases replicas coordinate through. DefaultOptions sets it from
@@ -98,6 +109,9 @@ type Options struct {
 	// without watching every namespace of the shared test cluster).
 	alsoWatch []string
 	crash     crashPoints // test-only
+	// skipShardRelease (test-only) stops a sharded daemon without releasing its Leases, as
+	// a SIGKILL would.
+	skipShardRelease bool
 }
 
 // DefaultOptions are the defaults of `converge run`'s flags.
@@ -108,6 +122,8 @@ func DefaultOptions() Options {
 		LeaderElect:     true,
 		LeaderNamespace: "converge-system",
 		Replica:         defaultReplica(),
+		Sharding:        ShardingOff,
+		Shards:          defaultShards,
 		LeaseDuration:   15 * time.Second,
 		RenewDeadline:   10 * time.Second,
 		RetryPeriod:     2 * time.Second,
@@ -157,6 +173,21 @@ func (o Options) Validate() error {
 		if errs := validation.IsDNS1123Subdomain(sa); len(errs) > 0 {
 			return fmt.Errorf("--default-service-account %q: not a service account name: %s", sa, strings.Join(errs, "; "))
 		}
+	}
+	switch o.Sharding {
+	case "", ShardingOff:
+	case ShardingAuto:
+		if o.Shards != 0 && (o.Shards < 1 || o.Shards > maxShards) {
+			return fmt.Errorf("--shards %d: must be between 1 and %d", o.Shards, maxShards)
+		}
+		if o.Replica == "" {
+			return errors.New("--replica-name: must not be empty with --sharding=auto (it names the replica's Lease)")
+		}
+		if errs := validation.IsDNS1123Subdomain(o.replicaLeaseName()); len(errs) > 0 {
+			return fmt.Errorf("--replica-name %q: cannot name the replica's Lease: %s", o.Replica, strings.Join(errs, "; "))
+		}
+	default:
+		return fmt.Errorf("--sharding %q: must be %q or %q", o.Sharding, ShardingOff, ShardingAuto)
 	}
 	if _, err := labels.Parse(o.WatchLabelSelector); err != nil {
 		return fmt.Errorf("--watch-label-selector %q: %w", o.WatchLabelSelector, err)

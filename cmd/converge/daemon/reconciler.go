@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/sources"
@@ -57,6 +58,11 @@ type reconciler struct {
 	grace   time.Duration // deletion grace (finalize); zero means defaultDeletionGrace
 	// concurrency is how many Syncs are reconciled in parallel (MaxConcurrentReconciles).
 	concurrency int
+
+	// shards, with sharding on, gates reconciles to the Syncs of the shards this replica
+	// holds (shards_table.go); shardSource queues the Syncs of an acquired shard. Nil when off.
+	shards      *shardTable
+	shardSource source.Source
 
 	// substitutions keep each Sync's last substitution and the Secret-sourced values to hide
 	// (substitute.go).
@@ -104,6 +110,9 @@ func (r *reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.drift != nil {
 		b = b.WatchesRawSource(r.drift.source())
 	}
+	if r.shardSource != nil {
+		b = b.WatchesRawSource(r.shardSource)
+	}
 	return b.
 		// Names are validated per process; tests run several daemons in one process.
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.concurrency, SkipNameValidation: ptr.To(true)}).
@@ -117,6 +126,17 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	s := &v1alpha1.Sync{}
 	if err := r.client.Get(ctx, req.NamespacedName, s); err != nil {
 		return ctrl.Result{}, r.forgetIfGone(req.NamespacedName, err)
+	}
+	if r.shards != nil {
+		// Another replica's shard, or one being released: no write, no requeue (its holder
+		// reconciles it; an acquired shard queues its Syncs).
+		i := shardOf(s.UID, r.shards.n)
+		done, ok := r.shards.begin(i)
+		if !ok {
+			return ctrl.Result{}, nil
+		}
+		defer done()
+		ctx = withShard(ctx, i) // the shard fence checks every write made with it
 	}
 	if !s.DeletionTimestamp.IsZero() {
 		r.metrics.forget(req.NamespacedName)

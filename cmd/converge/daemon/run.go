@@ -42,11 +42,17 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(metrics.instrument)
 	o.defaultLeaderTimings()
-	if o.LeaderElect {
+	if o.LeaderElect || o.sharded() {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
 		startPauseFence(ctx, cfg, o.RenewDeadline, cancel)
+	}
+	var shards *sharding
+	if o.sharded() {
+		if shards, reg, err = newSharding(cfg, reg, o); err != nil {
+			return err
+		}
 	}
 	s := scheme.New()
 	if err := prepare(ctx, cfg, s, o); err != nil {
@@ -59,7 +65,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := addServers(mgr, reg, o); err != nil {
 		return err
 	}
-	if err := newReconciler(ctx, mgr, cfg, metrics, o).SetupWithManager(ctx, mgr); err != nil {
+	r := newReconciler(ctx, mgr, cfg, metrics, o)
+	if shards != nil {
+		if err := shards.setup(mgr, cfg, s, r, o); err != nil {
+			return fmt.Errorf("sharding: %w", err)
+		}
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
 	if err := mgr.Start(ctx); err != nil {
@@ -83,7 +95,7 @@ func prepare(ctx context.Context, cfg *rest.Config, s *runtime.Scheme, o Options
 			return err
 		}
 	}
-	if o.LeaderElect {
+	if o.LeaderElect || o.sharded() {
 		if err := ensureNamespace(ctx, direct, o.LeaderNamespace); err != nil {
 			return err
 		}
@@ -115,7 +127,7 @@ func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, e
 		Cache:                         cacheOpts,
 		Metrics:                       metricsserver.Options{BindAddress: "0"}, // we serve our own registry
 		HealthProbeBindAddress:        o.HealthAddr,
-		LeaderElection:                o.LeaderElect,
+		LeaderElection:                o.LeaderElect && !o.sharded(), // sharded: every replica runs the controller
 		LeaderElectionID:              o.leaderElectionID(),
 		LeaderElectionNamespace:       o.LeaderNamespace,
 		LeaderElectionReleaseOnCancel: true,

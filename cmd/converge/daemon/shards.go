@@ -1,0 +1,109 @@
+package daemon
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The values of Options.Sharding.
+const (
+	// ShardingOff is one elected leader reconciling every Sync (the default).
+	ShardingOff = "off"
+	// ShardingAuto is every replica reconciling the Syncs of the shards whose Leases it
+	// holds, the replicas balancing the shards among themselves.
+	ShardingAuto = "auto"
+)
+
+const (
+	// defaultShards is Options.Shards when zero: enough for 64 replicas to hold one each,
+	// few enough that a coordinator renews its share in a handful of requests.
+	defaultShards = 64
+	// maxShards bounds Options.Shards: every shard is a Lease renewed every RetryPeriod.
+	maxShards = 256
+)
+
+// sharded reports whether the daemon shares the Syncs with its replicas by shard Leases.
+func (o Options) sharded() bool { return o.Sharding == ShardingAuto }
+
+// shardCount is Options.Shards, defaulted.
+func (o Options) shardCount() int {
+	if o.Shards <= 0 {
+		return defaultShards
+	}
+	return o.Shards
+}
+
+// shardOf is the shard of the Sync of this UID: FNV-1a (32 bits) of the UID modulo n. The
+// UID, not the name: a Sync deleted and re-created under its name is another Sync, which may
+// belong to another shard; the old one is finalized by its own shard's holder before the
+// API server lets the name be reused.
+func shardOf(uid types.UID, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(uid))
+	return int(h.Sum32() % uint32(n))
+}
+
+// leaseGroup is what the Lease names of one Deployment share: "" for all Syncs, or the hash
+// of the --watch-label-selector (as leaderElectionID), so that Deployments of different
+// selectors neither share shards nor count each other's replicas.
+func (o Options) leaseGroup() string {
+	return strings.TrimPrefix(strings.TrimPrefix(o.leaderElectionID(), "converge-leader"), "-")
+}
+
+// shardLeaseName names the Lease of shard i: converge-shard-NN, or converge-shard-<hash>-NN
+// with a watch label selector.
+func (o Options) shardLeaseName(i int) string {
+	if g := o.leaseGroup(); g != "" {
+		return fmt.Sprintf("converge-shard-%s-%02d", g, i)
+	}
+	return fmt.Sprintf("converge-shard-%02d", i)
+}
+
+// replicaLeaseName names the membership Lease of a replica: converge-replica-<name> (the
+// selector's hash inserted, as for the shards, with a watch label selector).
+func (o Options) replicaLeaseName() string {
+	if g := o.leaseGroup(); g != "" {
+		return "converge-replica-" + g + "-" + o.Replica
+	}
+	return replicaLeaseName(o.Replica)
+}
+
+func replicaLeaseName(replica string) string { return "converge-replica-" + replica }
+
+// sharding is what --sharding=auto adds to a daemon: the shard table, whose fence wraps the
+// rest config before any client is built from it, and the coordinator.
+type sharding struct {
+	table   *shardTable
+	metrics *shardMetrics
+}
+
+// newSharding wraps cfg in the shard fence and adds the shard metrics to what reg serves.
+func newSharding(cfg *rest.Config, reg prometheus.Gatherer, o Options) (*sharding, prometheus.Gatherer, error) {
+	own := prometheus.NewRegistry()
+	m, err := newShardMetrics(own)
+	if err != nil {
+		return nil, nil, fmt.Errorf("metrics: %w", err)
+	}
+	t := newShardTable(o.shardCount(), o.RenewDeadline)
+	cfg.Wrap(t.wrap)
+	return &sharding{table: t, metrics: m}, prometheus.Gatherers{reg, own}, nil
+}
+
+// setup gates r by the shard table and adds the coordinator to the manager.
+func (sh *sharding) setup(mgr ctrl.Manager, cfg *rest.Config, s *runtime.Scheme, r *reconciler, o Options) error {
+	api, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	c := newShardCoordinator(o, sh.table, api, mgr.GetCache(), r.forget, sh.metrics, mgr.GetLogger().WithName("shards"))
+	r.shards, r.shardSource = sh.table, c.source()
+	return mgr.Add(c)
+}

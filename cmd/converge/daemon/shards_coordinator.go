@@ -1,0 +1,486 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/converge-dev/converge/status/v1alpha1"
+)
+
+// Labels of the Leases of sharding: the app's name (RBAC and dashboards find them by it),
+// what the Lease is, and which group of replicas (one per watch label selector) it belongs to.
+const (
+	labelName       = "app.kubernetes.io/name"
+	labelLeaseKind  = "converge.dev/lease"
+	labelLeaseGroup = "converge.dev/lease-group"
+	leaseKindShard  = "shard"
+	leaseKindMember = "replica"
+)
+
+// shardCoordinator is the Runnable that moves shards between replicas with sharding on. It
+// runs on every replica (no leader election) and, every RetryPeriod:
+//
+//  1. renews this replica's membership Lease (converge-replica-<name>);
+//  2. lists the group's Leases and counts the live replicas: those whose Lease was seen to
+//     change within its lease duration (judged, as client-go's leader election does, on this
+//     process's monotonic clock from when a record was first observed, never by comparing
+//     clocks), the fair share being ceil(shards / live);
+//  3. renews the shard Leases it holds (optimistic lock on resourceVersion); a shard whose
+//     Lease another holder took, or not renewed within RenewDeadline, is lost: the fence
+//     refuses its writes at once, its Syncs are forgotten once their reconciles end;
+//  4. clears the Leases of the shards whose release finished (holder emptied: free at once);
+//  5. acquires free or expired shard Leases while it holds fewer than its fair share, and
+//     queues every known Sync of an acquired shard (nothing waits for its interval);
+//  6. releases the shards above its fair share: no reconcile of them starts, those running
+//     finish (so no Sync is reconciled by two replicas at once), their Syncs are forgotten,
+//     and step 4 clears the Lease.
+//
+// The holder identity is the replica's name with a random suffix per process: a restarted
+// pod waits for its predecessor's Leases to expire like any other replica.
+type shardCoordinator struct {
+	o        Options
+	table    *shardTable
+	api      client.Client // uncached: Leases
+	syncs    client.Reader // the manager's cache: the Syncs of a shard
+	forget   func(types.NamespacedName)
+	metrics  *shardMetrics
+	log      logr.Logger
+	identity string
+	group    string
+	now      func() time.Time
+
+	mu    sync.Mutex
+	queue workqueue.TypedRateLimitingInterface[reconcile.Request] // nil until the controller starts
+
+	// loop goroutine only:
+	seen    map[string]observedLease
+	replica *coordinationv1.Lease
+	steps   int
+	offset  int // where this replica starts looking for shards to acquire
+}
+
+// observedLease is a Lease's resourceVersion and when this process first saw it.
+type observedLease struct {
+	rv string
+	at time.Time
+}
+
+func newShardCoordinator(o Options, table *shardTable, api client.Client, syncs client.Reader,
+	forget func(types.NamespacedName), metrics *shardMetrics, log logr.Logger) *shardCoordinator {
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	id := o.Replica + "_" + hex.EncodeToString(suffix)
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	group := o.leaseGroup()
+	if group == "" {
+		group = "all"
+	}
+	return &shardCoordinator{o: o, table: table, api: api, syncs: syncs, forget: forget, metrics: metrics,
+		log: log.WithValues("identity", id), identity: id, group: group, now: time.Now,
+		seen: map[string]observedLease{}, offset: int(h.Sum32() % uint32(table.n))}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every replica coordinates.
+func (c *shardCoordinator) NeedLeaderElection() bool { return false }
+
+// source hands the coordinator the controller's queue, to queue the Syncs of an acquired
+// shard.
+func (c *shardCoordinator) source() source.Source {
+	return source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.queue = q
+		return nil
+	})
+}
+
+// Start implements manager.Runnable: it coordinates until ctx ends, then releases what it
+// holds (see shutdown).
+func (c *shardCoordinator) Start(ctx context.Context) error {
+	c.metrics.shards.Set(float64(c.table.n))
+	t := time.NewTicker(c.o.RetryPeriod)
+	defer t.Stop()
+	for {
+		c.step(ctx)
+		select {
+		case <-ctx.Done():
+			c.shutdown()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (c *shardCoordinator) step(ctx context.Context) {
+	defer func() { c.steps++ }()
+	if err := c.renewMembership(ctx); err != nil {
+		c.log.Error(err, "renewing the replica Lease")
+	}
+	now := c.now()
+	list := &coordinationv1.LeaseList{}
+	err := c.call(ctx, func(ctx context.Context) error {
+		return c.api.List(ctx, list, client.InNamespace(c.o.LeaderNamespace),
+			client.MatchingLabels{labelName: "converge", labelLeaseGroup: c.group})
+	})
+	if err != nil {
+		c.log.Error(err, "listing the shard Leases")
+		c.sweep()
+		return
+	}
+	shards := map[string]*coordinationv1.Lease{}
+	live := 1 // this replica
+	names := map[string]bool{}
+	for i := range list.Items {
+		l := &list.Items[i]
+		names[l.Name] = true
+		c.observe(l, now)
+		switch l.Labels[labelLeaseKind] {
+		case leaseKindShard:
+			shards[l.Name] = l
+		case leaseKindMember:
+			if l.Name == c.o.replicaLeaseName() {
+				continue
+			}
+			if c.expired(l, now) {
+				c.dropMember(ctx, l)
+			} else {
+				live++
+			}
+		}
+	}
+	for name := range c.seen {
+		if !names[name] {
+			delete(c.seen, name)
+		}
+	}
+	fair := fairShare(c.table.n, live)
+	c.renewShards(ctx, shards)
+	c.clearReleased(ctx, shards)
+	c.sweep()
+	held, _ := c.table.snapshot()
+	if c.steps > 0 && len(held) < fair { // the first step only registers: replicas starting together see each other
+		c.acquire(ctx, shards, now, fair-len(held))
+	}
+	if len(held) > fair {
+		for _, i := range held[fair:] {
+			if c.table.stop(i, false) {
+				c.log.Info("releasing shard", "shard", i, "fair", fair, "live", live)
+				go c.drain(ctx, i)
+			}
+		}
+	}
+	c.gauge(ctx)
+}
+
+// fairShare is how many of n shards each of live replicas may hold: ceil(n/live), so that
+// the live replicas together can hold every shard, none holding more than one above another.
+func fairShare(n, live int) int {
+	if live < 1 {
+		live = 1
+	}
+	return (n + live - 1) / live
+}
+
+// call runs f with a deadline of one RetryPeriod, so a hung request cannot hold up the loop
+// past the renew deadlines of the other shards.
+func (c *shardCoordinator) call(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, c.o.RetryPeriod)
+	defer cancel()
+	return f(ctx)
+}
+
+// observe notes when this process first saw l at its resourceVersion.
+func (c *shardCoordinator) observe(l *coordinationv1.Lease, now time.Time) {
+	if o, ok := c.seen[l.Name]; !ok || o.rv != l.ResourceVersion {
+		c.seen[l.Name] = observedLease{rv: l.ResourceVersion, at: now}
+	}
+}
+
+// expired reports whether l is free: no holder, or seen unchanged for its lease duration.
+func (c *shardCoordinator) expired(l *coordinationv1.Lease, now time.Time) bool {
+	if ptr.Deref(l.Spec.HolderIdentity, "") == "" {
+		return true
+	}
+	d := c.o.LeaseDuration
+	if s := ptr.Deref(l.Spec.LeaseDurationSeconds, 0); s > 0 {
+		d = time.Duration(s) * time.Second
+	}
+	o, ok := c.seen[l.Name]
+	return ok && o.rv == l.ResourceVersion && now.Sub(o.at) >= d
+}
+
+func (c *shardCoordinator) leaseSeconds() *int32 {
+	s := int32((c.o.LeaseDuration + time.Second - 1) / time.Second)
+	return &s
+}
+
+func (c *shardCoordinator) newLease(name, kind string, now time.Time) *coordinationv1.Lease {
+	t := metav1.NewMicroTime(now)
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.o.LeaderNamespace,
+			Labels: map[string]string{labelName: "converge", labelLeaseKind: kind, labelLeaseGroup: c.group}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(c.identity), LeaseDurationSeconds: c.leaseSeconds(),
+			AcquireTime: &t, RenewTime: &t},
+	}
+}
+
+// renewMembership creates or renews this replica's Lease.
+func (c *shardCoordinator) renewMembership(ctx context.Context) error {
+	now := c.now()
+	return c.call(ctx, func(ctx context.Context) error {
+		if c.replica == nil {
+			l := c.newLease(c.o.replicaLeaseName(), leaseKindMember, now)
+			err := c.api.Create(ctx, l)
+			if apierrors.IsAlreadyExists(err) {
+				cur := &coordinationv1.Lease{}
+				if err := c.api.Get(ctx, client.ObjectKeyFromObject(l), cur); err != nil {
+					return err
+				}
+				cur.Labels, cur.Spec = l.Labels, l.Spec
+				err = c.api.Update(ctx, cur)
+				l = cur
+			}
+			if err != nil {
+				return err
+			}
+			c.replica = l
+			return nil
+		}
+		l := c.replica.DeepCopy()
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+		if err := c.api.Update(ctx, l); err != nil {
+			c.replica = nil
+			return err
+		}
+		c.replica = l
+		return nil
+	})
+}
+
+// dropMember deletes the Lease of a replica gone without deleting it (killed), so the
+// namespace does not collect one per pod ever run.
+func (c *shardCoordinator) dropMember(ctx context.Context, l *coordinationv1.Lease) {
+	_ = c.call(ctx, func(ctx context.Context) error {
+		return c.api.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion})
+	})
+}
+
+// renewShards renews every held shard's Lease (those being released too: their reconciles
+// may still be writing). A Lease gone or held by another is lost.
+func (c *shardCoordinator) renewShards(ctx context.Context, leases map[string]*coordinationv1.Lease) {
+	for i := 0; i < c.table.n; i++ {
+		if !c.table.isHeld(i) {
+			continue
+		}
+		l := leases[c.o.shardLeaseName(i)]
+		if l == nil || ptr.Deref(l.Spec.HolderIdentity, "") != c.identity {
+			holder := ""
+			if l != nil {
+				holder = ptr.Deref(l.Spec.HolderIdentity, "")
+			}
+			c.lose(i, "the Lease is held by "+holder)
+			continue
+		}
+		sent := c.now()
+		l = l.DeepCopy()
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(sent))
+		err := c.call(ctx, func(ctx context.Context) error { return c.api.Update(ctx, l) })
+		switch {
+		case err == nil:
+			c.table.renewed(i, sent)
+			leases[l.Name] = l
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			c.lose(i, err.Error())
+		default:
+			c.log.Error(err, "renewing a shard Lease", "shard", i) // lost at the deadline (sweep)
+		}
+	}
+}
+
+// clearReleased empties the holder of the shards whose release finished.
+func (c *shardCoordinator) clearReleased(ctx context.Context, leases map[string]*coordinationv1.Lease) {
+	for _, i := range c.table.toClear() {
+		if l := leases[c.o.shardLeaseName(i)]; l != nil && ptr.Deref(l.Spec.HolderIdentity, "") == c.identity {
+			c.clear(ctx, l)
+		}
+		c.table.cleared(i)
+		c.metrics.handovers.WithLabelValues("released").Inc()
+		c.log.Info("released shard", "shard", i)
+	}
+}
+
+// clear writes l with no holder: another replica may take it at once.
+func (c *shardCoordinator) clear(ctx context.Context, l *coordinationv1.Lease) {
+	l = l.DeepCopy()
+	l.Spec.HolderIdentity = nil
+	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(c.now()))
+	if err := c.call(ctx, func(ctx context.Context) error { return c.api.Update(ctx, l) }); err != nil {
+		c.log.Error(err, "clearing a shard Lease (it expires instead)", "lease", l.Name)
+	}
+}
+
+// sweep loses the held shards not renewed within the renew deadline.
+func (c *shardCoordinator) sweep() {
+	for i := 0; i < c.table.n; i++ {
+		if c.table.expired(i) {
+			c.lose(i, "not renewed within the renew deadline")
+		}
+	}
+}
+
+// lose gives shard i up without a Lease write: its writes are refused from now on.
+func (c *shardCoordinator) lose(i int, why string) {
+	drain := c.table.stop(i, true)
+	c.metrics.handovers.WithLabelValues("lost").Inc()
+	c.log.Info("lost shard", "shard", i, "reason", why)
+	if drain {
+		go c.drain(context.Background(), i)
+	}
+}
+
+// drain waits for the reconciles of stopped shard i to end, then forgets its Syncs.
+func (c *shardCoordinator) drain(ctx context.Context, i int) {
+	if err := c.table.drain(ctx, i); err != nil {
+		c.log.Error(err, "draining a shard")
+	}
+	c.eachSync(context.Background(), i, c.forget)
+	c.table.drained(i)
+}
+
+// acquire takes up to want free or expired shards, starting at this replica's offset so
+// replicas starting together contend less.
+func (c *shardCoordinator) acquire(ctx context.Context, leases map[string]*coordinationv1.Lease, now time.Time, want int) {
+	for j := 0; j < c.table.n && want > 0; j++ {
+		i := (c.offset + j) % c.table.n
+		if !c.table.free(i) {
+			continue
+		}
+		name := c.o.shardLeaseName(i)
+		l := leases[name]
+		if l != nil && !c.expired(l, now) && ptr.Deref(l.Spec.HolderIdentity, "") != c.identity {
+			continue
+		}
+		sent := c.now()
+		err := c.call(ctx, func(ctx context.Context) error {
+			if l == nil {
+				return c.api.Create(ctx, c.newLease(name, leaseKindShard, sent))
+			}
+			take := l.DeepCopy()
+			t := metav1.NewMicroTime(sent)
+			take.Labels = c.newLease(name, leaseKindShard, sent).Labels
+			take.Spec.HolderIdentity, take.Spec.LeaseDurationSeconds = ptr.To(c.identity), c.leaseSeconds()
+			take.Spec.AcquireTime, take.Spec.RenewTime = &t, &t
+			take.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+			return c.api.Update(ctx, take)
+		})
+		if err != nil {
+			if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+				c.log.Error(err, "acquiring a shard Lease", "shard", i)
+			}
+			continue
+		}
+		c.table.renewed(i, sent)
+		want--
+		c.metrics.handovers.WithLabelValues("acquired").Inc()
+		c.log.Info("acquired shard", "shard", i)
+		c.enqueue(i)
+	}
+}
+
+// enqueue queues every known Sync of shard i: a handover waits for no interval.
+func (c *shardCoordinator) enqueue(i int) {
+	c.mu.Lock()
+	q := c.queue
+	c.mu.Unlock()
+	if q == nil {
+		return // the controller has not started: its first list queues every Sync
+	}
+	c.eachSync(context.Background(), i, func(key types.NamespacedName) { q.Add(reconcile.Request{NamespacedName: key}) })
+}
+
+// eachSync calls f with every cached Sync of shard i.
+func (c *shardCoordinator) eachSync(ctx context.Context, i int, f func(types.NamespacedName)) {
+	list := &v1alpha1.SyncList{}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.syncs.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		c.log.Error(err, "listing the Syncs of a shard", "shard", i)
+		return
+	}
+	for _, s := range list.Items {
+		if shardOf(s.UID, c.table.n) == i {
+			f(types.NamespacedName{Namespace: s.Namespace, Name: s.Name})
+		}
+	}
+}
+
+// gauge sets the held-shards and owned-Syncs gauges.
+func (c *shardCoordinator) gauge(ctx context.Context) {
+	held, releasing := c.table.snapshot()
+	c.metrics.held.Set(float64(len(held) + releasing))
+	list := &v1alpha1.SyncList{}
+	if err := c.syncs.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		return
+	}
+	owned := 0
+	for _, s := range list.Items {
+		if c.table.isHeld(shardOf(s.UID, c.table.n)) {
+			owned++
+		}
+	}
+	c.metrics.owned.Set(float64(owned))
+}
+
+// shutdown, once the daemon stops, releases what it holds so the other replicas take over at
+// once rather than after the lease duration: no reconcile starts, those running end (within
+// the renew deadline, after which the fence refuses their writes anyway), then the shard
+// Leases are cleared and the replica Lease deleted.
+func (c *shardCoordinator) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), c.o.RenewDeadline)
+	defer cancel()
+	var held []int
+	for i := 0; i < c.table.n; i++ {
+		if c.table.isHeld(i) {
+			c.table.stop(i, false)
+			held = append(held, i)
+		}
+	}
+	if c.o.skipShardRelease { // test-only: a SIGKILL releases nothing
+		return
+	}
+	for _, i := range held {
+		if err := c.table.drain(ctx, i); err != nil || !c.table.writable(i) {
+			continue // it expires instead
+		}
+		l := &coordinationv1.Lease{}
+		err := c.call(ctx, func(ctx context.Context) error {
+			return c.api.Get(ctx, client.ObjectKey{Namespace: c.o.LeaderNamespace, Name: c.o.shardLeaseName(i)}, l)
+		})
+		if err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == c.identity {
+			c.clear(ctx, l)
+			c.metrics.handovers.WithLabelValues("released").Inc()
+		}
+		c.table.cleared(i)
+	}
+	if c.replica != nil {
+		_ = c.call(ctx, func(ctx context.Context) error { return client.IgnoreNotFound(c.api.Delete(ctx, c.replica)) })
+	}
+	c.log.Info(fmt.Sprintf("released %d shards", len(held)))
+}

@@ -1,0 +1,57 @@
+package daemon
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestShardingOptionsValidate: a bad --sharding or --shards stops the daemon at start,
+// naming the flag.
+func TestShardingOptionsValidate(t *testing.T) {
+	for _, c := range []struct {
+		sharding string
+		shards   int
+		replica  string
+		flag     string
+	}{
+		{"on", 0, "r", "--sharding"},
+		{ShardingAuto, 257, "r", "--shards"},
+		{ShardingAuto, -1, "r", "--shards"},
+		{ShardingAuto, 64, "", "--replica-name"},
+		{ShardingAuto, 64, "Bad_Name", "--replica-name"},
+	} {
+		o := DefaultOptions()
+		o.Sharding, o.Shards, o.Replica = c.sharding, c.shards, c.replica
+		err := o.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("Sharding %q Shards %d Replica %q: error %v, want one naming %s", c.sharding, c.shards, c.replica, err, c.flag)
+		}
+	}
+	for _, s := range []string{"", ShardingOff, ShardingAuto} {
+		o := DefaultOptions()
+		o.Sharding, o.Replica = s, "converge-7d9f-abcde"
+		if err := o.Validate(); err != nil {
+			t.Errorf("Sharding %q: %v", s, err)
+		}
+	}
+}
+
+// TestShardLeaseNames: the names other areas rely on (deploy RBAC, dashboards).
+func TestShardLeaseNames(t *testing.T) {
+	o := DefaultOptions()
+	o.Replica = "converge-0"
+	if got := o.shardLeaseName(7); got != "converge-shard-07" {
+		t.Errorf("shard lease %q", got)
+	}
+	if got := o.replicaLeaseName(); got != "converge-replica-converge-0" {
+		t.Errorf("replica lease %q", got)
+	}
+	o.WatchLabelSelector = "converge.dev/shard=a"
+	g := strings.TrimPrefix(o.leaderElectionID(), "converge-leader-")
+	if got := o.shardLeaseName(63); got != "converge-shard-"+g+"-63" {
+		t.Errorf("shard lease with selector %q", got)
+	}
+	if got := o.replicaLeaseName(); got != "converge-replica-"+g+"-converge-0" {
+		t.Errorf("replica lease with selector %q", got)
+	}
+}

@@ -1,0 +1,120 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TestFairShare: the live replicas' shares cover every shard, and differ by at most one
+// shard once balanced.
+func TestFairShare(t *testing.T) {
+	for _, c := range []struct{ n, live, want int }{
+		{64, 1, 64}, {64, 3, 22}, {64, 4, 16}, {64, 5, 13}, {12, 3, 4}, {12, 5, 3}, {1, 3, 1}, {64, 0, 64}, {3, 64, 1},
+	} {
+		got := fairShare(c.n, c.live)
+		if got != c.want {
+			t.Errorf("fairShare(%d, %d) = %d, want %d", c.n, c.live, got, c.want)
+		}
+		if c.live > 0 && got*c.live < c.n {
+			t.Errorf("fairShare(%d, %d) = %d: %d replicas cannot hold every shard", c.n, c.live, got, c.live)
+		}
+	}
+}
+
+// TestShardOfStable: a Sync's shard depends on its UID only, and spreads.
+func TestShardOfStable(t *testing.T) {
+	if shardOf("3c1f0b8e-1111-4c1d-9a0e-000000000001", 64) != shardOf("3c1f0b8e-1111-4c1d-9a0e-000000000001", 64) {
+		t.Fatal("shardOf is not stable")
+	}
+	used := map[int]bool{}
+	for i := 0; i < 640; i++ {
+		used[shardOf(types.UID(time.Duration(i).String()+"-uid"), 64)] = true
+	}
+	if len(used) < 60 {
+		t.Errorf("640 UIDs fell in only %d of 64 shards", len(used))
+	}
+}
+
+// TestShardFence: a write made for a shard goes out only while the shard is held and
+// renewed within the deadline; a released or lost shard, or one past its deadline, refuses
+// it before it is sent. Reads and writes that name no shard pass.
+func TestShardFence(t *testing.T) {
+	var sent int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sent++ }))
+	defer srv.Close()
+	now := time.Unix(1000, 0)
+	tab := newShardTable(4, 10*time.Second)
+	tab.now = func() time.Time { return now }
+	rt := tab.wrap(http.DefaultTransport)
+	do := func(ctx context.Context, method string) error {
+		req, _ := http.NewRequestWithContext(ctx, method, srv.URL, nil)
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	shard1 := withShard(context.Background(), 1)
+	mustRefuse := func(what string) {
+		t.Helper()
+		before := sent
+		if err := do(shard1, http.MethodPatch); !errors.Is(err, errShardNotHeld) || sent != before {
+			t.Errorf("%s: a write went out (err %v)", what, err)
+		}
+		if err := do(shard1, http.MethodGet); err != nil {
+			t.Errorf("%s: a read was refused: %v", what, err)
+		}
+		if err := do(context.Background(), http.MethodPost); err != nil {
+			t.Errorf("%s: a write naming no shard was refused: %v", what, err)
+		}
+	}
+	mustRefuse("never held")
+	if _, ok := tab.begin(1); ok {
+		t.Error("a reconcile started for a shard not held")
+	}
+
+	tab.renewed(1, now)
+	done, ok := tab.begin(1)
+	if !ok {
+		t.Fatal("no reconcile starts for a held shard")
+	}
+	if err := do(shard1, http.MethodPatch); err != nil {
+		t.Fatalf("held: %v", err)
+	}
+	// Releasing: no reconcile starts, the running one may still write.
+	if !tab.stop(1, false) {
+		t.Fatal("stop: nothing to drain")
+	}
+	if _, ok := tab.begin(1); ok {
+		t.Error("a reconcile started for a shard being released")
+	}
+	if err := do(shard1, http.MethodPatch); err != nil {
+		t.Errorf("a reconcile of a shard being released could not finish its writes: %v", err)
+	}
+	// Past the deadline without a renew (paused, or the API server unreachable).
+	now = now.Add(10 * time.Second)
+	mustRefuse("past the renew deadline")
+	now = now.Add(-5 * time.Second)
+	// Lost: refused at once, though within the deadline.
+	tab.stop(1, true)
+	mustRefuse("lost")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	if err := tab.drain(ctx, 1); err == nil {
+		t.Error("drained while a reconcile still runs")
+	}
+	cancel()
+	done()
+	if err := tab.drain(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	tab.drained(1)
+	if !tab.free(1) {
+		t.Error("a lost and drained shard is not free to acquire again")
+	}
+}
