@@ -453,11 +453,14 @@ func TestBinaryShardsRebalanceOnReplicaAdded(t *testing.T) {
 	f.stopCheckers()
 }
 
-// TestBinaryShardsPausedReplicaFenced: three replicas share eight Syncs; the one owning the
-// most is paused with SIGSTOP past its renew deadline while a commit is published. The others
-// take its shards and make every Sync Ready at the commit; after SIGCONT, the paused replica
-// sends no write of any Sync (it exits, fenced, or stays silent), a later commit still becomes
-// Ready on every Sync, and the checkers see no violation (I1, I2, I5).
+// TestBinaryShardsPausedReplicaFenced is S03 for a sharded replica: three replicas share
+// eight Syncs; the one owning the most applies a commit slowly (its ConfigMap patches delayed
+// at its proxy) and is paused with SIGSTOP in the middle of it, past its renew deadline. The
+// others take its shards and make every Sync Ready at a later commit; then it resumes with
+// the rest of its reconciles planned and its Lease reads slowed (it learns late that it lost
+// its shards). It must send no write of any Sync after resuming (it exits, fenced, or stays
+// silent); a later commit still becomes Ready on every Sync, no Sync is written by two
+// replicas at once, and the checkers see no violation (I1, I2, I5).
 func TestBinaryShardsPausedReplicaFenced(t *testing.T) {
 	f := newFleet(t)
 	rev1 := f.publish("1")
@@ -469,15 +472,31 @@ func TestBinaryShardsPausedReplicaFenced(t *testing.T) {
 	f.waitReady(rev1)
 
 	paused := f.busiest()
+	paused.proxy.SetRules(fault.Rule{Verb: "patch", Resource: "configmaps", Latency: 300 * time.Millisecond})
+	before := len(paused.proxy.TimedWrites())
+	f.publish("2")
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, fleetWait, true, func(context.Context) (bool, error) {
+		n := 0
+		for _, w := range paused.proxy.TimedWrites()[before:] {
+			if strings.Contains(w.Request, "/configmaps/") && strings.Contains(w.Request, "-cm-") {
+				n++
+			}
+		}
+		return n >= 2, nil
+	})
+	if err != nil {
+		t.Fatalf("never caught %s applying the second commit", paused.name)
+	}
 	if err := paused.proc.Pause(); err != nil {
 		t.Fatal(err)
 	}
 	paused.gone = true
-	rev2 := f.publish("2")
-	f.waitReady(rev2)
+	rev3 := f.publish("3")
+	f.waitReady(rev3) // the others took its shards
 	f.waitSpread()
 
-	paused.proxy.Reset()
+	mark := len(paused.proxy.TimedWrites()) // its writes before the pause stay for checkOneWriter
+	paused.proxy.SetRules(fault.Rule{Resource: "leases", Latency: 3 * time.Second})
 	if err := paused.proc.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +506,7 @@ func TestBinaryShardsPausedReplicaFenced(t *testing.T) {
 		exited = true
 	case <-time.After(4 * fleetLease): // long enough for a stale worker to write
 	}
-	for _, w := range paused.proxy.TimedWrites() {
+	for _, w := range paused.proxy.TimedWrites()[mark:] {
 		if strings.Contains(w.Request, "/leases/") {
 			t.Logf("after resuming, %s sent %s: %s", paused.name, w.Request, w.Result)
 			continue
@@ -495,9 +514,11 @@ func TestBinaryShardsPausedReplicaFenced(t *testing.T) {
 		t.Errorf("after resuming, the paused replica %s wrote %s: %s (exited: %v)", paused.name, w.Request, w.Result, exited)
 	}
 	t.Logf("the paused replica exited after resuming: %v", exited)
-	rev3 := f.publish("3")
 	f.waitReady(rev3)
 	f.checkVersion("3")
+	rev4 := f.publish("4")
+	f.waitReady(rev4)
+	f.checkVersion("4")
 	f.checkOneWriter()
 	f.stopCheckers()
 }
