@@ -203,7 +203,7 @@ func (f *fleet) shardHolders(ctx context.Context) (map[string]string, error) {
 }
 
 // waitSpread waits until the shard Leases are all held by live replicas, each holding at
-// least its floor share, and returns the holders.
+// least what is left when the others hold their fair share, and returns the holders.
 func (f *fleet) waitSpread() map[string]string {
 	f.t.Helper()
 	var holders map[string]string
@@ -218,7 +218,9 @@ func (f *fleet) waitSpread() map[string]string {
 		}
 		total := 0
 		for _, r := range f.live() {
-			if count[r.name] < fleetShards/len(f.live()) {
+			// Replicas take up to ceil(shards / live) each, so the last may hold less.
+			fair := (fleetShards + len(f.live()) - 1) / len(f.live())
+			if count[r.name] < max(1, fleetShards-(len(f.live())-1)*fair) {
 				return false, nil
 			}
 			total += count[r.name]

@@ -184,7 +184,7 @@ func scrapeAll(ctx context.Context, ds []*daemon) ([]*daemonMetrics, error) {
 }
 
 // shardsSpread reports whether the live replicas hold every shard between them and each at
-// least its floor share. Without sharding metrics (--sharding=off) it reports true.
+// least minShare. Without sharding metrics (--sharding=off) it reports true.
 func shardsSpread(ms []*daemonMetrics) (bool, string) {
 	total, held, live, least := -1, 0, 0, -1
 	var parts []string
@@ -207,7 +207,14 @@ func shardsSpread(ms []*daemonMetrics) (bool, string) {
 	if live == 0 {
 		return false, "no replica"
 	}
-	return held == total && least >= total/live, desc
+	return held == total && least >= minShare(total, live), desc
+}
+
+// minShare is the fewest shards a live replica holds once the shards are spread: replicas
+// take up to their fair share, ceil(shards / live), so the last one may hold less.
+func minShare(shards, live int) int {
+	fair := (shards + live - 1) / live
+	return max(1, shards-(live-1)*fair)
 }
 
 // waitShards waits until the live replicas spread the shards between them (shardsSpread),
