@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,22 +32,30 @@ const (
 	labelLeaseGroup = "converge.dev/lease-group"
 	leaseKindShard  = "shard"
 	leaseKindMember = "replica"
+	// annotationShards, on every Lease of sharding, is its writer's --shards.
+	annotationShards = "converge.dev/shards"
 )
 
 // shardCoordinator is the Runnable that moves shards between replicas with sharding on. It
 // runs on every replica (no leader election) and, every RetryPeriod:
 //
-//  1. renews this replica's membership Lease (converge-replica-<name>);
+//  1. renews this replica's membership Lease (converge-replica-<name>): this one write is
+//     the renewal of every shard it holds, so idle coordination costs one write and one list
+//     per replica and RetryPeriod, whatever the number of shards;
 //  2. lists the group's Leases and counts the live replicas: those whose Lease was seen to
 //     change within its lease duration (judged, as client-go's leader election does, on this
 //     process's monotonic clock from when a record was first observed, never by comparing
 //     clocks), the fair share being ceil(shards / live);
-//  3. renews the shard Leases it holds (optimistic lock on resourceVersion); a shard whose
-//     Lease another holder took, or not renewed within RenewDeadline, is lost: the fence
-//     refuses its writes at once, its Syncs are forgotten once their reconciles end;
+//  3. checks the shard Leases it holds: a shard whose Lease another holder took, or whose
+//     replica Lease was not renewed within RenewDeadline, is lost: the fence refuses its
+//     writes at once, its Syncs are forgotten once their reconciles end. A shard Lease is
+//     taken from its holder only when neither it nor the holder's replica Lease changed for
+//     the lease duration;
 //  4. clears the Leases of the shards whose release finished (holder emptied: free at once);
 //  5. acquires free or expired shard Leases while it holds fewer than its fair share, and
-//     queues every known Sync of an acquired shard (nothing waits for its interval);
+//     queues every known Sync of an acquired shard (nothing waits for its interval); but
+//     none while a shard Lease is held under another --shards (a rollout changing it: the
+//     same shard number is other Syncs there), whose replicas it does not count as live;
 //  6. releases the shards above its fair share: no reconcile of them starts, those running
 //     finish (so no Sync is reconciled by two replicas at once), their Syncs are forgotten,
 //     and step 4 clears the Lease.
@@ -145,24 +154,47 @@ func (c *shardCoordinator) step(ctx context.Context) {
 		return
 	}
 	shards := map[string]*coordinationv1.Lease{}
-	live := 1 // this replica
+	members := map[string]*coordinationv1.Lease{} // holder identity → its replica Lease
+	live := 1                                     // this replica
+	var other []string                            // Leases live under another --shards
 	names := map[string]bool{}
 	for i := range list.Items {
 		l := &list.Items[i]
 		names[l.Name] = true
-		c.observe(l, now)
+		c.observe(l.Name, l.ResourceVersion, now)
 		switch l.Labels[labelLeaseKind] {
 		case leaseKindShard:
 			shards[l.Name] = l
 		case leaseKindMember:
+			if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "" {
+				members[h] = l
+			}
 			if l.Name == c.o.replicaLeaseName() {
 				continue
 			}
-			if c.expired(l, now) {
+			if c.unchanged(l.Name, c.duration(l), now) {
 				c.dropMember(ctx, l)
-			} else {
+				continue
+			}
+			if c.sameShards(l) { // a replica of another --shards shares no shard with this one
 				live++
 			}
+		}
+	}
+	for _, l := range shards {
+		h := ptr.Deref(l.Spec.HolderIdentity, "")
+		if h == "" {
+			continue
+		}
+		key := "holder:" + h
+		names[key] = true
+		rv := "absent"
+		if m := members[h]; m != nil {
+			rv = m.ResourceVersion
+		}
+		c.observeHolder(key, rv, c.duration(l), now)
+		if !c.sameShards(l) && !c.expired(l, now) {
+			other = append(other, l.Name+"="+l.Annotations[annotationShards])
 		}
 	}
 	for name := range c.seen {
@@ -171,11 +203,19 @@ func (c *shardCoordinator) step(ctx context.Context) {
 		}
 	}
 	fair := fairShare(c.table.n, live)
-	c.renewShards(ctx, shards)
+	c.checkShards(shards)
 	c.clearReleased(ctx, shards)
 	c.sweep()
 	held, _ := c.table.snapshot()
-	if c.steps > 0 && len(held) < fair { // the first step only registers: replicas starting together see each other
+	if len(other) > 0 {
+		// A shard number means other Syncs under another --shards: taking any shard while
+		// one is held under another count could make two replicas write one Sync. Take
+		// nothing until those Leases are released or expire: a rollout that changes --shards
+		// leaves the Syncs to the old replicas until the last of them is gone.
+		if c.steps%20 == 0 {
+			c.log.Info("not acquiring shards: shard Leases are held under another --shards", "shards", c.table.n, "leases", other)
+		}
+	} else if c.steps > 0 && len(held) < fair { // the first step only registers: replicas starting together see each other
 		c.acquire(ctx, shards, now, fair-len(held))
 	}
 	if len(held) > fair {
@@ -198,6 +238,11 @@ func fairShare(n, live int) int {
 	return (n + live - 1) / live
 }
 
+// sameShards reports whether l was written by a replica of this one's --shards.
+func (c *shardCoordinator) sameShards(l *coordinationv1.Lease) bool {
+	return l.Annotations[annotationShards] == strconv.Itoa(c.table.n)
+}
+
 // call runs f with a deadline of one RetryPeriod, so a hung request cannot hold up the loop
 // past the renew deadlines of the other shards.
 func (c *shardCoordinator) call(ctx context.Context, f func(context.Context) error) error {
@@ -206,24 +251,48 @@ func (c *shardCoordinator) call(ctx context.Context, f func(context.Context) err
 	return f(ctx)
 }
 
-// observe notes when this process first saw l at its resourceVersion.
-func (c *shardCoordinator) observe(l *coordinationv1.Lease, now time.Time) {
-	if o, ok := c.seen[l.Name]; !ok || o.rv != l.ResourceVersion {
-		c.seen[l.Name] = observedLease{rv: l.ResourceVersion, at: now}
+// observe notes when this process first saw the record key (a Lease's name, or a holder)
+// at version rv.
+func (c *shardCoordinator) observe(key, rv string, now time.Time) {
+	if o, ok := c.seen[key]; !ok || o.rv != rv {
+		c.seen[key] = observedLease{rv: rv, at: now}
 	}
 }
 
-// expired reports whether l is free: no holder, or seen unchanged for its lease duration.
+// observeHolder observes the replica Lease of a shard holder (rv "absent" when it has none).
+// A Lease deleted after it had expired stays expired: the replica that deleted it (dropMember)
+// does not make the others wait a second lease duration for its shards.
+func (c *shardCoordinator) observeHolder(key, rv string, d time.Duration, now time.Time) {
+	if o, ok := c.seen[key]; ok && o.rv != rv && rv == "absent" && now.Sub(o.at) >= d {
+		c.seen[key] = observedLease{rv: rv, at: o.at}
+		return
+	}
+	c.observe(key, rv, now)
+}
+
+// unchanged reports whether the record key was seen at one version for d or longer.
+func (c *shardCoordinator) unchanged(key string, d time.Duration, now time.Time) bool {
+	o, ok := c.seen[key]
+	return ok && now.Sub(o.at) >= d
+}
+
+// duration is l's lease duration, else this replica's.
+func (c *shardCoordinator) duration(l *coordinationv1.Lease) time.Duration {
+	if s := ptr.Deref(l.Spec.LeaseDurationSeconds, 0); s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return c.o.LeaseDuration
+}
+
+// expired reports whether shard Lease l is free: no holder, or neither it nor its holder's
+// replica Lease (which the holder renews for all its shards) changed for the lease duration.
 func (c *shardCoordinator) expired(l *coordinationv1.Lease, now time.Time) bool {
-	if ptr.Deref(l.Spec.HolderIdentity, "") == "" {
+	h := ptr.Deref(l.Spec.HolderIdentity, "")
+	if h == "" {
 		return true
 	}
-	d := c.o.LeaseDuration
-	if s := ptr.Deref(l.Spec.LeaseDurationSeconds, 0); s > 0 {
-		d = time.Duration(s) * time.Second
-	}
-	o, ok := c.seen[l.Name]
-	return ok && o.rv == l.ResourceVersion && now.Sub(o.at) >= d
+	d := c.duration(l)
+	return c.unchanged(l.Name, d, now) && c.unchanged("holder:"+h, d, now)
 }
 
 func (c *shardCoordinator) leaseSeconds() *int32 {
@@ -233,27 +302,31 @@ func (c *shardCoordinator) leaseSeconds() *int32 {
 
 func (c *shardCoordinator) newLease(name, kind string, now time.Time) *coordinationv1.Lease {
 	t := metav1.NewMicroTime(now)
+	annotations := map[string]string{annotationShards: strconv.Itoa(c.table.n)}
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.o.LeaderNamespace,
-			Labels: map[string]string{labelName: "converge", labelLeaseKind: kind, labelLeaseGroup: c.group}},
+			Labels: map[string]string{labelName: "converge", labelLeaseKind: kind, labelLeaseGroup: c.group}, Annotations: annotations},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(c.identity), LeaseDurationSeconds: c.leaseSeconds(),
 			AcquireTime: &t, RenewTime: &t},
 	}
 }
 
-// renewMembership creates or renews this replica's Lease.
+// renewMembership creates or renews this replica's Lease. Its renewal is the renewal of
+// every shard this replica holds (one write per RetryPeriod, not one per shard): on success
+// they are valid until the renew deadline from when it was sent. A replica Lease deleted or
+// taken over means another replica judged this one gone: every shard is lost.
 func (c *shardCoordinator) renewMembership(ctx context.Context) error {
-	now := c.now()
-	return c.call(ctx, func(ctx context.Context) error {
+	sent := c.now()
+	err := c.call(ctx, func(ctx context.Context) error {
 		if c.replica == nil {
-			l := c.newLease(c.o.replicaLeaseName(), leaseKindMember, now)
+			l := c.newLease(c.o.replicaLeaseName(), leaseKindMember, sent)
 			err := c.api.Create(ctx, l)
-			if apierrors.IsAlreadyExists(err) {
+			if apierrors.IsAlreadyExists(err) { // a predecessor of this name: its shards wait for its Lease duration
 				cur := &coordinationv1.Lease{}
 				if err := c.api.Get(ctx, client.ObjectKeyFromObject(l), cur); err != nil {
 					return err
 				}
-				cur.Labels, cur.Spec = l.Labels, l.Spec
+				cur.Labels, cur.Annotations, cur.Spec = l.Labels, l.Annotations, l.Spec
 				err = c.api.Update(ctx, cur)
 				l = cur
 			}
@@ -264,14 +337,46 @@ func (c *shardCoordinator) renewMembership(ctx context.Context) error {
 			return nil
 		}
 		l := c.replica.DeepCopy()
-		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-		if err := c.api.Update(ctx, l); err != nil {
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(sent))
+		err := c.api.Update(ctx, l)
+		if apierrors.IsConflict(err) { // our own write whose answer was lost, or another took the name
+			cur := &coordinationv1.Lease{}
+			if err := c.api.Get(ctx, client.ObjectKeyFromObject(l), cur); err != nil {
+				return err
+			}
+			if ptr.Deref(cur.Spec.HolderIdentity, "") != c.identity {
+				c.replica = nil
+				c.loseAll("the replica Lease is held by " + ptr.Deref(cur.Spec.HolderIdentity, "") + " (another process with this --replica-name?)")
+				return err
+			}
+			l = cur
+			l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(sent))
+			err = c.api.Update(ctx, l)
+		}
+		if apierrors.IsNotFound(err) {
 			c.replica = nil
+			c.loseAll("the replica Lease was deleted: another replica judged this one gone")
 			return err
+		}
+		if err != nil {
+			return err // renewed again next step; the shards stay valid until the deadline
 		}
 		c.replica = l
 		return nil
 	})
+	if err == nil {
+		c.table.renewAll(sent)
+	}
+	return err
+}
+
+// loseAll loses every held shard.
+func (c *shardCoordinator) loseAll(why string) {
+	for i := 0; i < c.table.n; i++ {
+		if c.table.isHeld(i) {
+			c.lose(i, why)
+		}
+	}
 }
 
 // dropMember deletes the Lease of a replica gone without deleting it (killed), so the
@@ -282,34 +387,18 @@ func (c *shardCoordinator) dropMember(ctx context.Context, l *coordinationv1.Lea
 	})
 }
 
-// renewShards renews every held shard's Lease (those being released too: their reconciles
-// may still be writing). A Lease gone or held by another is lost.
-func (c *shardCoordinator) renewShards(ctx context.Context, leases map[string]*coordinationv1.Lease) {
+// checkShards loses the held shards whose Lease is gone or held by another.
+func (c *shardCoordinator) checkShards(leases map[string]*coordinationv1.Lease) {
 	for i := 0; i < c.table.n; i++ {
 		if !c.table.isHeld(i) {
 			continue
 		}
-		l := leases[c.o.shardLeaseName(i)]
-		if l == nil || ptr.Deref(l.Spec.HolderIdentity, "") != c.identity {
-			holder := ""
+		if l := leases[c.o.shardLeaseName(i)]; l == nil || ptr.Deref(l.Spec.HolderIdentity, "") != c.identity {
+			holder := "nobody"
 			if l != nil {
 				holder = ptr.Deref(l.Spec.HolderIdentity, "")
 			}
 			c.lose(i, "the Lease is held by "+holder)
-			continue
-		}
-		sent := c.now()
-		l = l.DeepCopy()
-		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(sent))
-		err := c.call(ctx, func(ctx context.Context) error { return c.api.Update(ctx, l) })
-		switch {
-		case err == nil:
-			c.table.renewed(i, sent)
-			leases[l.Name] = l
-		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-			c.lose(i, err.Error())
-		default:
-			c.log.Error(err, "renewing a shard Lease", "shard", i) // lost at the deadline (sweep)
 		}
 	}
 }
@@ -384,7 +473,8 @@ func (c *shardCoordinator) acquire(ctx context.Context, leases map[string]*coord
 			}
 			take := l.DeepCopy()
 			t := metav1.NewMicroTime(sent)
-			take.Labels = c.newLease(name, leaseKindShard, sent).Labels
+			fresh := c.newLease(name, leaseKindShard, sent)
+			take.Labels, take.Annotations = fresh.Labels, fresh.Annotations
 			take.Spec.HolderIdentity, take.Spec.LeaseDurationSeconds = ptr.To(c.identity), c.leaseSeconds()
 			take.Spec.AcquireTime, take.Spec.RenewTime = &t, &t
 			take.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)

@@ -87,7 +87,20 @@ func (t *shardTable) renewed(i int, sent time.Time) {
 	s.held, s.validUntil = true, sent.Add(t.deadline)
 }
 
-// held lists the shards held and not being released, and counts those being released.
+// renewAll records a successful renew of this replica's Lease sent at sent: every held
+// shard is valid until the deadline from then.
+func (t *shardTable) renewAll(sent time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	until := sent.Add(t.deadline)
+	for i := range t.shards {
+		if s := &t.shards[i]; s.held && until.After(s.validUntil) {
+			s.validUntil = until
+		}
+	}
+}
+
+// snapshot lists the shards held and not being released, and counts those being released.
 func (t *shardTable) snapshot() (held []int, releasing int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

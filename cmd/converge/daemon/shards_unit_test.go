@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 // TestFairShare: the live replicas' shares cover every shard, and differ by at most one
@@ -116,5 +119,47 @@ func TestShardFence(t *testing.T) {
 	tab.drained(1)
 	if !tab.free(1) {
 		t.Error("a lost and drained shard is not free to acquire again")
+	}
+}
+
+// TestShardLeaseExpiry: a held shard Lease is taken only once neither it nor its holder's
+// replica Lease changed for the lease duration on this process's clock; a replica Lease
+// deleted while fresh (another process took the replica's name) restarts the wait, one
+// deleted after it expired does not.
+func TestShardLeaseExpiry(t *testing.T) {
+	const d = 4 * time.Second
+	c := &shardCoordinator{o: Options{LeaseDuration: d}, seen: map[string]observedLease{}}
+	shard := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "converge-shard-00", ResourceVersion: "1"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("x_1")}}
+	t0 := time.Unix(1000, 0)
+	see := func(now time.Time, member string) bool {
+		c.observe(shard.Name, shard.ResourceVersion, now)
+		c.observeHolder("holder:x_1", member, d, now)
+		return c.expired(shard, now)
+	}
+	if see(t0, "10") || see(t0.Add(d-time.Millisecond), "10") {
+		t.Fatal("expired before the lease duration")
+	}
+	if see(t0.Add(d-time.Millisecond), "11") || see(t0.Add(2*d-2*time.Millisecond), "11") {
+		t.Fatal("expired though the holder renewed its replica Lease")
+	}
+	if !see(t0.Add(2*d), "11") {
+		t.Fatal("not expired a lease duration after the holder's last renew")
+	}
+	if !see(t0.Add(2*d+time.Second), "absent") {
+		t.Fatal("the replica Lease deleted after it expired restarted the wait")
+	}
+	// A fresh replica Lease deleted: wait again.
+	c.seen = map[string]observedLease{}
+	see(t0, "10")
+	if see(t0.Add(time.Second), "absent") || see(t0.Add(d), "absent") {
+		t.Fatal("a replica Lease deleted while fresh let its shards go at once")
+	}
+	if !see(t0.Add(time.Second+d), "absent") {
+		t.Fatal("never expired")
+	}
+	free := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "converge-shard-01"}}
+	if !c.expired(free, t0) {
+		t.Error("a Lease without holder is not free")
 	}
 }
