@@ -208,8 +208,12 @@ func (f *fleet) waitSpread() map[string]string {
 	f.t.Helper()
 	var holders map[string]string
 	err := wait.PollUntilContextTimeout(f.t.Context(), 250*time.Millisecond, fleetWait, true, func(ctx context.Context) (bool, error) {
-		var err error
-		if holders, err = f.shardHolders(ctx); err != nil || len(holders) != fleetShards {
+		now, err := f.shardHolders(ctx)
+		if err != nil {
+			return false, nil
+		}
+		holders = now
+		if len(holders) != fleetShards {
 			return false, nil
 		}
 		count := map[string]int{}
@@ -521,6 +525,31 @@ func TestBinaryShardsPausedReplicaFenced(t *testing.T) {
 	rev4 := f.publish("4")
 	f.waitReady(rev4)
 	f.checkVersion("4")
+	f.checkOneWriter()
+	f.stopCheckers()
+}
+
+// TestBinaryShardsReplicaRecoversFromAPIErrors: two replicas share eight Syncs; the API
+// server answers every request of the one owning the most with 503 for twice its renew
+// deadline, so it loses its shard Leases (or at least stops writing under them). Once the
+// errors stop, a new commit must become Ready on every Sync: whichever replica holds a shard
+// now reconciles its Syncs (found by the two-replica fault sweep, seeds 1 and 2).
+func TestBinaryShardsReplicaRecoversFromAPIErrors(t *testing.T) {
+	f := newFleet(t)
+	rev1 := f.publish("1")
+	f.start("replica-a")
+	f.start("replica-b")
+	f.waitSpread()
+	f.createSyncs()
+	f.waitReady(rev1)
+
+	failing := f.busiest()
+	failing.proxy.SetRules(fault.Rule{Status: http.StatusServiceUnavailable, For: 2 * fleetRenew})
+	time.Sleep(2*fleetRenew + time.Second) // the fault's length, not a timing assertion
+	rev2 := f.publish("2")
+	f.waitReady(rev2)
+	f.checkVersion("2")
+	f.waitSpread()
 	f.checkOneWriter()
 	f.stopCheckers()
 }

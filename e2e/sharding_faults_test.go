@@ -56,16 +56,19 @@ func TestBinaryShardsRandomFaults(t *testing.T) {
 	failed := 0
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			done := runDaemonSweep(t, seed)
-			mu.Lock()
-			defer mu.Unlock()
-			for _, a := range done {
-				actions[a]++
-			}
-			if t.Failed() {
-				failed++
-				t.Logf("replay: make test-faults-daemon SEED=%d", seed)
-			}
+			var done []string
+			defer func() { // also after a t.Fatal of the seed
+				mu.Lock()
+				defer mu.Unlock()
+				for _, a := range done {
+					actions[a]++
+				}
+				if t.Failed() {
+					failed++
+					t.Logf("replay: make test-faults-daemon SEED=%d", seed)
+				}
+			}()
+			runDaemonSweep(t, seed, &done)
 		})
 	}
 	names := make([]string, 0, len(actions))
@@ -81,8 +84,8 @@ func TestBinaryShardsRandomFaults(t *testing.T) {
 	fmt.Println(b.String())
 }
 
-// runDaemonSweep runs one seed and returns the faults it injected, one word each.
-func runDaemonSweep(t *testing.T, seed uint64) []string {
+// runDaemonSweep runs one seed, appending the faults it injects to done, one word each.
+func runDaemonSweep(t *testing.T, seed uint64, done *[]string) {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	f := newFleet(t)
 	rev := f.publish("1")
@@ -91,7 +94,6 @@ func runDaemonSweep(t *testing.T, seed uint64) []string {
 	f.waitSpread()
 	f.createSyncs()
 	f.waitReady(rev)
-	var done []string
 	for round := 2; round < 2+sweepRounds; round++ {
 		live := f.live()
 		victim := live[r.IntN(len(live))]
@@ -104,7 +106,8 @@ func runDaemonSweep(t *testing.T, seed uint64) []string {
 		successor := fmt.Sprintf("replica-%c-%d", victim.name[len("replica-")], round)
 		switch r.IntN(3) {
 		case 0:
-			done = append(done, "kill")
+			*done = append(*done, "kill")
+			t.Logf("round %d: %s on %s (commit before the fault: %v)", round, "kill", victim.name, early)
 			if err := victim.proc.Kill(); err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +119,8 @@ func runDaemonSweep(t *testing.T, seed uint64) []string {
 			f.start(successor)
 		case 1:
 			pause := time.Second + time.Duration(r.Int64N(int64(2*fleetLease)))
-			done = append(done, "pause")
+			*done = append(*done, "pause")
+			t.Logf("round %d: %s on %s (commit before the fault: %v)", round, "pause", victim.name, early)
 			if err := victim.proc.Pause(); err != nil {
 				t.Fatal(err)
 			}
@@ -140,7 +144,8 @@ func runDaemonSweep(t *testing.T, seed uint64) []string {
 				t.Logf("round %d: %s paused %s, still running", round, victim.name, pause.Round(time.Millisecond))
 			}
 		default:
-			done = append(done, "api-errors")
+			*done = append(*done, "api-errors")
+			t.Logf("round %d: %s on %s (commit before the fault: %v)", round, "api-errors", victim.name, early)
 			window := 2*time.Second + time.Duration(r.Int64N(int64(2*fleetLease)))
 			victim.proxy.SetRules(
 				fault.Rule{Status: http.StatusServiceUnavailable, Probability: 0.2 + 0.3*r.Float64(), For: window},
@@ -159,7 +164,6 @@ func runDaemonSweep(t *testing.T, seed uint64) []string {
 	f.waitSpread()
 	f.checkOneWriter()
 	f.stopCheckers()
-	return done
 }
 
 // sleepRandom sleeps up to max, at random.
