@@ -33,7 +33,9 @@ type Options struct {
 	LeaderNamespace string
 	// LeaseDuration, RenewDeadline and RetryPeriod are the leader-election timings
 	// (controller-runtime's defaults when zero). A leader paused longer than RenewDeadline
-	// sends no more writes and stops (the pause fence).
+	// sends no more writes and stops (the pause fence). With ShardingAuto they time the shard
+	// Leases the same way: renewed every RetryPeriod, written for until RenewDeadline after the
+	// last renew, taken over LeaseDuration after the last renew was seen.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
 	// Sharding is how replicas share the Syncs: ShardingOff ("" is off too), one leader
@@ -182,6 +184,9 @@ func (o Options) Validate() error {
 		}
 		if o.Replica == "" {
 			return errors.New("--replica-name: must not be empty with --sharding=auto (it names the replica's Lease)")
+		}
+		if o.LeaderNamespace == "" {
+			return errors.New("--leader-election-namespace: must not be empty with --sharding=auto (the shard Leases live there)")
 		}
 		if errs := validation.IsDNS1123Subdomain(o.replicaLeaseName()); len(errs) > 0 {
 			return fmt.Errorf("--replica-name %q: cannot name the replica's Lease: %s", o.Replica, strings.Join(errs, "; "))

@@ -19,9 +19,13 @@ func TestShardingOptionsValidate(t *testing.T) {
 		{ShardingAuto, -1, "r", "--shards"},
 		{ShardingAuto, 64, "", "--replica-name"},
 		{ShardingAuto, 64, "Bad_Name", "--replica-name"},
+		{ShardingAuto, 64, "no-namespace", "--leader-election-namespace"},
 	} {
 		o := DefaultOptions()
 		o.Sharding, o.Shards, o.Replica = c.sharding, c.shards, c.replica
+		if c.replica == "no-namespace" {
+			o.LeaderNamespace = ""
+		}
 		err := o.Validate()
 		if err == nil || !strings.Contains(err.Error(), c.flag) {
 			t.Errorf("Sharding %q Shards %d Replica %q: error %v, want one naming %s", c.sharding, c.shards, c.replica, err, c.flag)

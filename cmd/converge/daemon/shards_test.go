@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -11,12 +12,15 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
+	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/fault"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
@@ -390,4 +394,67 @@ func TestDaemonShardingRenewBlocked(t *testing.T) {
 		}
 	}
 	checkOneWriterAtATime(t, a, b)
+}
+
+// TestDaemonShardingWebhookOnAnyReplica: the push webhook reaches any replica (a Service
+// picks one); a replica that does not own the Sync still annotates it, and the owner applies
+// the pushed commit. The other replica applies nothing.
+func TestDaemonShardingWebhookOnAnyReplica(t *testing.T) {
+	f := newFixture(t)
+	rev1 := f.publish(map[string]string{"b.yaml": cmB})
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-webhook", Namespace: f.ns},
+		StringData: map[string]string{webhookTokenKey: "s3cret\n"}}
+	if err := f.c.Create(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	addrs := map[string]string{"r-a": cluster.FreeAddr(), "r-b": cluster.FreeAddr()}
+	ds := map[string]*shardDaemon{}
+	for name, addr := range addrs {
+		ds[name] = f.startShardDaemon(name, func(o *Options) { o.WebhookAddr = addr })
+	}
+	holders := f.waitShares("split among two replicas", "r-a", "r-b")
+	s := f.createSync(time.Hour, func(s *v1alpha1.Sync) {
+		s.Spec.Webhook = &v1alpha1.Webhook{SecretRef: v1alpha1.LocalObjectReference{Name: secret.Name}}
+		s.Spec.TargetNamespace = f.ns
+	})
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+	if err := f.c.Get(context.Background(), client.ObjectKeyFromObject(s), s); err != nil {
+		t.Fatal(err)
+	}
+	owner := holders[shardOf(s.UID, testShards)]
+	other := "r-a"
+	if owner == "r-a" {
+		other = "r-b"
+	}
+
+	rev2 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	body := []byte(`{"ref":"refs/heads/main"}`)
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addrs[other]+"/hooks/"+f.ns+"/app", bytes.NewReader(body))
+		req.Header.Set("X-Hub-Signature-256", "sha256="+sign([]byte("s3cret"), body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			return false, fmt.Errorf("webhook of %s: status %d", other, resp.StatusCode)
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitSync("Ready at the commit pushed to the replica that does not own it", readyAt(rev2))
+	applied := func(d *shardDaemon) bool {
+		for _, w := range d.fault.Writes() {
+			if strings.Contains(w, "/configmaps/a") {
+				return true
+			}
+		}
+		return false
+	}
+	if !applied(ds[owner]) || applied(ds[other]) {
+		t.Errorf("ConfigMap a applied by owner %s: %v, by %s: %v", owner, applied(ds[owner]), other, applied(ds[other]))
+	}
 }
