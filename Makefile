@@ -64,6 +64,11 @@ test-faults: controlplane ## randomized fault sweep: SEEDS=N seeds (default 200)
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) CONVERGE_FAULT_SEEDS=$(SEEDS) CONVERGE_FAULT_SEED=$(SEED) \
 		go test -race -count=1 -timeout 60m -v -run TestRandomFaults ./engine/ | grep -v '^=== RUN\|^    --- PASS\|faults_test.go:.*under faults'
 
+.PHONY: test-faults-daemon
+test-faults-daemon: controlplane ## two-replica fault sweep (replicas killed, paused, failing at random): SEEDS=N seeds, or SEED=n to replay one
+	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) CONVERGE_FAULT_SEEDS=$(SEEDS) CONVERGE_FAULT_SEED=$(SEED) \
+		go test -count=1 -timeout 600m -v -run TestBinaryShardsRandomFaults ./e2e/ | grep -v '^=== RUN\|^    --- PASS'
+
 unit: ## only tests that need no control plane (-short)
 	go test -race -short -count=1 ./...
 
@@ -126,3 +131,7 @@ bench-quick: controlplane ## the same benchmark at 1,000 objects, for CI (prints
 .PHONY: bench-daemon
 bench-daemon: controlplane ## one converge daemon: 1 Sync of 10,000 objects vs 100 Syncs of 100 (BENCH_FLAGS=-objects=1000 for a quick run)
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -daemon -objects 10000 -runs $(BENCH_RUNS) $(BENCH_FLAGS)
+
+.PHONY: bench-daemon-scale
+bench-daemon-scale: controlplane ## issue 18's scale scenario: 1,000 Syncs x 100 objects on 1 and on 3 sharded replicas (BENCH_FLAGS="-syncs 30 -objects 600" for a quick run)
+	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -daemon -scale -syncs 1000 -objects 100000 -replicas 1,3 $(BENCH_FLAGS)

@@ -41,6 +41,11 @@ type daemonOptions struct {
 	// memLimit, when set, is the daemon's GOMEMLIMIT (the Go runtime's soft memory limit,
 	// e.g. "200MiB"); the daemon alone gets it, not the control plane.
 	memLimit string
+	// electLeader leaves leader election on (the scale scenario's replicas coordinate
+	// through Leases); off, the daemon runs with --leader-elect=false.
+	electLeader bool
+	// args are appended to the command line (the scale scenario's sharding flags).
+	args []string
 }
 
 // daemon is a running `converge run`.
@@ -68,9 +73,13 @@ func startDaemon(ctx context.Context, o daemonOptions) (*daemon, error) {
 	metrics, health := cluster.FreeAddr(), cluster.FreeAddr()
 	d := &daemon{log: logf, logPath: o.logFile, metricsURL: "http://" + metrics + "/metrics", readyzURL: "http://" + health + "/readyz",
 		done: make(chan struct{}), http: &http.Client{Timeout: 10 * time.Second}}
-	d.cmd = exec.Command(o.bin, "run", "--kubeconfig", o.kubeconfig,
-		"--metrics-addr", metrics, "--health-addr", health, "--leader-elect=false", "--pprof",
-		"--concurrent", strconv.Itoa(o.concurrent), "--git-cache-dir", o.cacheDir, "--allow-local-git")
+	args := []string{"run", "--kubeconfig", o.kubeconfig,
+		"--metrics-addr", metrics, "--health-addr", health, "--pprof",
+		"--concurrent", strconv.Itoa(o.concurrent), "--git-cache-dir", o.cacheDir, "--allow-local-git"}
+	if !o.electLeader {
+		args = append(args, "--leader-elect=false")
+	}
+	d.cmd = exec.Command(o.bin, append(args, o.args...)...)
 	if o.memLimit != "" {
 		d.cmd.Env = append(os.Environ(), "GOMEMLIMIT="+o.memLimit)
 	}
@@ -226,6 +235,11 @@ type daemonMetrics struct {
 	ReconcileSeconds, LoadSeconds float64
 	// HeapInuseMB is go_memstats_heap_inuse_bytes (0 when not exported).
 	HeapInuseMB float64
+	// Shards, ShardsHeld and SyncsOwned are the gauges converge_shards, converge_shards_held
+	// and converge_syncs_owned of --sharding=auto (-1 when not exported); Handovers is
+	// converge_shard_handovers_total by event.
+	Shards, ShardsHeld, SyncsOwned int
+	Handovers                      map[string]int
 	// Go is the Go runtime's view of the daemon's memory.
 	Go goMemory
 }
@@ -302,21 +316,37 @@ func (d *daemon) scrape(ctx context.Context) (daemonMetrics, error) {
 
 // parseDaemonMetrics reads the series of daemonMetrics from the Prometheus text format.
 func parseDaemonMetrics(r io.Reader) (daemonMetrics, error) {
-	m := daemonMetrics{Requests: Counts{}, NotOK: Counts{}, Reconciles: map[string]int{}, Unsuccessful: map[string]int{}}
+	m := daemonMetrics{Requests: Counts{}, NotOK: Counts{}, Reconciles: map[string]int{}, Unsuccessful: map[string]int{},
+		Shards: -1, ShardsHeld: -1, SyncsOwned: -1, Handovers: map[string]int{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		name, rest, ok := strings.Cut(line, "{")
 		if !ok {
-			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "go_memstats_") {
-				v, _ := strconv.ParseFloat(f[1], 64)
+			f := strings.Fields(line)
+			if len(f) != 2 {
+				continue
+			}
+			v, _ := strconv.ParseFloat(f[1], 64)
+			switch {
+			case strings.HasPrefix(f[0], "go_memstats_"):
 				m.Go.set(f[0], v)
 				m.HeapInuseMB = m.Go.HeapInuseMB
+			case f[0] == "converge_shards":
+				m.Shards = int(v)
+			case f[0] == "converge_shards_held":
+				m.ShardsHeld = int(v)
+			case f[0] == "converge_syncs_owned":
+				m.SyncsOwned = int(v)
 			}
 			continue
 		}
 		switch name {
+		case "converge_shard_handovers_total":
+			if labels, v, ok := parseSample("{" + rest); ok {
+				m.Handovers[labels["event"]] += int(v)
+			}
 		case "converge_api_requests_total":
 			labels, v, ok := parseSample("{" + rest)
 			if !ok {

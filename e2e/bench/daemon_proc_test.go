@@ -33,6 +33,11 @@ go_memstats_next_gc_bytes 3.145728e+07
 go_memstats_sys_bytes 4.194304e+07
 go_memstats_stack_inuse_bytes 1.048576e+06
 go_memstats_alloc_bytes 1.048576e+07
+converge_shards 64
+converge_shards_held 21
+converge_syncs_owned 330
+converge_shard_handovers_total{event="acquired"} 23
+converge_shard_handovers_total{event="released"} 2
 `
 	got, err := parseDaemonMetrics(strings.NewReader(text))
 	if err != nil {
@@ -47,6 +52,10 @@ go_memstats_alloc_bytes 1.048576e+07
 		Go:               goMemory{HeapInuseMB: 20, HeapIdleMB: 10, HeapReleasedMB: 4, NextGCMB: 30, SysMB: 40, StackInuseMB: 1},
 		ReconcileSeconds: 1.75,
 		LoadSeconds:      0.5,
+		Shards:           64,
+		ShardsHeld:       21,
+		SyncsOwned:       330,
+		Handovers:        map[string]int{"acquired": 23, "released": 2},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("parseDaemonMetrics (-want +got):\n%s", diff)

@@ -5,6 +5,7 @@
 //
 //	go run ./e2e/bench -objects 1000 -runs 3
 //	go run ./e2e/bench -daemon -objects 1000   # one daemon: 1 Sync against 100 Syncs
+//	go run ./e2e/bench -daemon -scale -syncs 30 -objects 600 -replicas 1,3   # sharded replicas
 //
 // The engines run one after the other on the same namespaces and names, each in its own
 // child process (so that peak RSS is per engine), each cold apply after a cleanup that
@@ -63,6 +64,11 @@ type flags struct {
 	scenarios  string
 	prune      float64
 	memLimit   string
+	// scale scenario (daemon_scale.go): -syncs Syncs on -replicas replicas with sharding.
+	scale    bool
+	replicas string
+	sharding string
+	shards   int
 	// render mode (render.go): kustomize builds, krusty whole vs Converge's path.
 	render bool
 }
@@ -95,9 +101,19 @@ func parseFlags() flags {
 	flag.StringVar(&f.memLimit, "gomemlimit", "", "with -daemon: the daemon's GOMEMLIMIT (e.g. 200MiB; empty: none)")
 	flag.IntVar(&f.concurrent, "concurrent", 4, "with -daemon: the daemon's --concurrent (Syncs reconciled in parallel)")
 	flag.DurationVar(&f.interval, "interval", 20*time.Second, "with -daemon: the Syncs' spec.interval, also the length of each quiet interval counted after Ready")
+	flag.BoolVar(&f.scale, "scale", false, "with -daemon: the scale scenario instead: -syncs Syncs sharing -objects objects, on each replica count of -replicas (docs/benchmarks.md)")
+	flag.StringVar(&f.replicas, "replicas", "1,3", "with -daemon -scale: the replica counts to measure, comma-separated, each with fresh daemons")
+	flag.StringVar(&f.sharding, "sharding", "auto", "with -daemon -scale: the replicas' --sharding (off: leader election only, as before issue 18)")
+	flag.IntVar(&f.shards, "shards", 0, "with -daemon -scale: the replicas' --shards (0: the daemon's default)")
 	flag.Parse()
 	if f.daemon && !flagSet("json") {
 		f.jsonFile = filepath.Join(".run", "bench", "daemon.json")
+		if f.scale {
+			f.jsonFile = filepath.Join(".run", "bench", "daemon-scale.json")
+		}
+	}
+	if f.scale && !flagSet("interval") {
+		f.interval = time.Minute // 1,000 Syncs every 20 s would be 50 reconciles a second
 	}
 	return f
 }
@@ -119,6 +135,8 @@ func main() {
 	switch {
 	case f.child != "":
 		err = runChild(ctx, f)
+	case f.daemon && f.scale:
+		err = runScaleBench(ctx, f)
 	case f.daemon:
 		err = runDaemonBench(ctx, f)
 	case f.render:

@@ -354,6 +354,9 @@ func idOf(cm *corev1.ConfigMap) string {
 func (c *Checker) Fence(ctx context.Context) error {
 	c.fences++
 	name := fmt.Sprintf("checker-fence-%d", c.fences)
+	if c.opts.Sync != "" { // several checkers, one per Sync, may share a namespace
+		name = fmt.Sprintf("checker-fence-%s-%d", c.opts.Sync, c.fences)
+	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{fenceLabel: "true"}}}
 	if _, err := c.kube.CoreV1().ConfigMaps(c.opts.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("checker: fence: %w", err)

@@ -102,8 +102,9 @@ type Transport struct {
 	phase    chan struct{} // closed when SetRules replaces the rules
 	counts   map[countKey]int
 	writes   []string
-	results  []string // the outcome of each write: an HTTP status code or the fault that ate it
-	resets   int      // Reset calls, so a write finishing after a Reset is not recorded
+	results  []string       // the outcome of each write: an HTTP status code or the fault that ate it
+	spans    [][2]time.Time // when each write was sent and when its outcome came (zero: pending)
+	resets   int            // Reset calls, so a write finishing after a Reset is not recorded
 	injected int
 	faults   map[string]int
 	rand     *rand.Rand
@@ -234,6 +235,26 @@ func (t *Transport) WriteResults() []string {
 	return out
 }
 
+// TimedWrite is one write sent through a Transport and when: Start when it was sent, End
+// when its outcome came (zero while pending).
+type TimedWrite struct {
+	Request    string // "VERB /path"
+	Result     string // as in WriteResults
+	Start, End time.Time
+}
+
+// TimedWrites lists the writes sent since the last Reset with when they were sent and
+// answered, for tests that compare the writes of several clients in time.
+func (t *Transport) TimedWrites() []TimedWrite {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]TimedWrite, len(t.writes))
+	for i, w := range t.writes {
+		out[i] = TimedWrite{Request: w, Result: t.results[i], Start: t.spans[i][0], End: t.spans[i][1]}
+	}
+	return out
+}
+
 // Injected returns how many faults were injected (request actions; see Faults for streams).
 func (t *Transport) Injected() int {
 	t.mu.Lock()
@@ -270,6 +291,7 @@ func (t *Transport) Reset() {
 	t.counts = nil
 	t.writes = nil
 	t.results = nil
+	t.spans = nil
 	t.resets++
 }
 
@@ -284,6 +306,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	if isWrite(info.verb) && req.URL.Query().Get("dryRun") == "" {
 		t.writes = append(t.writes, req.Method+" "+req.URL.Path)
 		t.results = append(t.results, "pending")
+		t.spans = append(t.spans, [2]time.Time{time.Now()})
 		i, resets := len(t.writes)-1, t.resets
 		defer func() { t.recordResult(i, resets, resp, err) }()
 	}
@@ -344,6 +367,7 @@ func (t *Transport) recordResult(i, resets int, resp *http.Response, err error) 
 	if t.resets != resets {
 		return
 	}
+	t.spans[i][1] = time.Now()
 	switch {
 	case err != nil:
 		t.results[i] = err.Error()
