@@ -24,7 +24,7 @@ import (
 func TestFinalizeForgetsTheSync(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	if err := installSyncCRD(ctx, f.c); err != nil {
+	if err := installSyncCRD(ctx, env.Config, f.c); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
@@ -71,7 +71,7 @@ func TestFinalizeForgetsTheSync(t *testing.T) {
 func TestFinalizeForgetsASyncAlreadyGone(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	if err := installSyncCRD(ctx, f.c); err != nil {
+	if err := installSyncCRD(ctx, env.Config, f.c); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := newRecorder(prometheus.NewRegistry())

@@ -91,7 +91,7 @@ func prepare(ctx context.Context, cfg *rest.Config, s *runtime.Scheme, o Options
 		return err
 	}
 	if o.InstallCRD {
-		if err := installSyncCRD(ctx, direct); err != nil {
+		if err := installSyncCRD(ctx, cfg, direct); err != nil {
 			return err
 		}
 	}

@@ -38,7 +38,7 @@ func newHookFixture(t *testing.T, opts webhookOptions, mutate ...func(*webhook))
 	f := newFixture(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	if err := installSyncCRD(ctx, f.c); err != nil {
+	if err := installSyncCRD(ctx, env.Config, f.c); err != nil {
 		t.Fatal(err)
 	}
 	addr := cluster.FreeAddr()
