@@ -51,17 +51,28 @@ const (
 //     writes at once, its Syncs are forgotten once their reconciles end. A shard Lease is
 //     taken from its holder only when neither it nor the holder's replica Lease changed for
 //     the lease duration;
-//  4. clears the Leases of the shards whose release finished (holder emptied: free at once);
+//  4. clears the Leases of the shards whose release finished (holder emptied: free at once;
+//     a failed clear is retried next step);
 //  5. acquires free or expired shard Leases while it holds fewer than its fair share, and
 //     queues every known Sync of an acquired shard (nothing waits for its interval); but
-//     none while a shard Lease is held under another --shards (a rollout changing it: the
-//     same shard number is other Syncs there), whose replicas it does not count as live;
-//  6. releases the shards above its fair share: no reconcile of them starts, those running
-//     finish (so no Sync is reconciled by two replicas at once), their Syncs are forgotten,
-//     and step 4 clears the Lease.
+//     none while a shard Lease is held, or a replica Lease lives, under another --shards (a
+//     rollout changing it: the same shard number is other Syncs there), whose replicas it
+//     does not count as live; nor in the step that created its replica Lease or whose
+//     renewal failed;
+//  6. clears the shard Leases naming its identity that it does not hold (an acquire whose
+//     answer was lost, a lost shard): with its replica Lease renewed they would never expire;
+//  7. releases the shards above its fair share: no reconcile of them starts, those running
+//     finish (so no Sync is reconciled by two replicas at once; those still running after
+//     RenewDeadline are fenced: the shard is lost instead), their Syncs are forgotten, and
+//     step 4 clears the Lease.
 //
-// The holder identity is the replica's name with a random suffix per process: a restarted
-// pod waits for its predecessor's Leases to expire like any other replica.
+// A step sweeps the shards past their deadline before renewing, and sends no write later
+// than RetryPeriod before the renew deadline from its renewal, so the next renewal is sent
+// while the held shards are valid.
+//
+// The holder identity is the replica's name with a random suffix per process, and a new one
+// whenever its replica Lease was deleted or taken: a restarted pod waits for its
+// predecessor's Leases to expire like any other replica.
 type shardCoordinator struct {
 	o        Options
 	table    *shardTable
