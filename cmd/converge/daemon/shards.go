@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -145,10 +146,12 @@ func (s *shardReads) forget(key types.NamespacedName) {
 }
 
 // firstReadOfHolding returns the Sync to reconcile: cached, read by the reconcile, unless
-// this is its first reconcile since its shard i was acquired; then the Sync is read from the
-// API server (the cache may predate the previous holder's writes) and the status writer
-// forgets its record of it. A nil Sync ends the reconcile with err (nil: the Sync is gone),
-// requeued when the live Sync is another incarnation (its shard may differ).
+// this is its first reconcile since its shard i was acquired. Then the Sync is read from
+// the API server too: the cache may predate the previous holder's writes, and everything
+// the reconcile reads from it (the spec, the status writer's base) must not. Only once the
+// cache shows the resourceVersion read live is the Sync reconciled (and the status writer's
+// record of it forgotten); until then it is requeued. A nil Sync ends the reconcile with err
+// (nil: the Sync is gone), requeued when requeue is set.
 func (r *reconciler) firstReadOfHolding(ctx context.Context, key types.NamespacedName, cached *v1alpha1.Sync, i int) (s *v1alpha1.Sync, requeue bool, err error) {
 	epoch := r.shards.epoch(i)
 	if !r.shardReads.stale(key, epoch) {
@@ -158,7 +161,10 @@ func (r *reconciler) firstReadOfHolding(ctx context.Context, key types.Namespace
 	if err := r.live.Get(ctx, key, fresh); err != nil {
 		return nil, false, r.forgetIfGone(key, err)
 	}
-	if fresh.UID != cached.UID {
+	if fresh.UID != cached.UID || fresh.ResourceVersion != cached.ResourceVersion {
+		// Another incarnation, or the cache is behind: reconcile from a newer read.
+		logr.FromContextOrDiscard(ctx).V(1).Info("first reconcile since the shard was acquired: the cache is behind the API server, requeued",
+			"shard", i, "cached", cached.ResourceVersion, "live", fresh.ResourceVersion)
 		return nil, true, nil
 	}
 	r.writer.Forget(key)
@@ -166,10 +172,10 @@ func (r *reconciler) firstReadOfHolding(ctx context.Context, key types.Namespace
 	return fresh, false, nil
 }
 
-// requeueIf is a requeue right away when b, else none.
+// requeueIf is a requeue soon (the cache catching up) when b, else none.
 func requeueIf(b bool) time.Duration {
 	if b {
-		return time.Millisecond
+		return 100 * time.Millisecond
 	}
 	return 0
 }

@@ -426,8 +426,10 @@ func TestShardDrainBounded(t *testing.T) {
 }
 
 // TestShardFirstReadAfterAcquireIsLive: the first reconcile of a Sync after its shard was
-// acquired reads the Sync from the API server (the cache may predate the previous holder's
-// writes); the next ones use the cache; a new acquisition reads live again.
+// acquired reads the Sync from the API server and goes on only once the cache shows what
+// it read (the cache may predate the previous holder's writes: reconciling an old
+// generation would apply an old revision and prune); the next ones use the cache alone; a
+// new acquisition reads live again.
 func TestShardFirstReadAfterAcquireIsLive(t *testing.T) {
 	now := time.Unix(1000, 0)
 	tab := newShardTable(1, 10*time.Second)
@@ -441,23 +443,32 @@ func TestShardFirstReadAfterAcquireIsLive(t *testing.T) {
 			return c.Get(ctx, k, obj, opts...)
 		},
 	}).Build()
+	cur := &v1alpha1.Sync{}
+	if err := live.Get(context.Background(), key, cur); err != nil {
+		t.Fatal(err)
+	}
+	reads.Store(0)
 	r := &reconciler{shards: tab, live: live, writer: &status.Writer{}}
-	cached := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", UID: "u1", Generation: 1}}
-	read := func(want int64, wantReads int32) {
+	stale := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", UID: "u1", Generation: 1, ResourceVersion: "1"}}
+	read := func(cached *v1alpha1.Sync, wantSync bool, wantReads int32) {
 		t.Helper()
 		s, requeue, err := r.firstReadOfHolding(context.Background(), key, cached, 0)
-		if err != nil || requeue || s == nil {
-			t.Fatalf("read: %v %v %v", s, requeue, err)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if s.Generation != want || reads.Load() != wantReads {
-			t.Fatalf("reconciled generation %d after %d live reads, want %d after %d", s.Generation, reads.Load(), want, wantReads)
+		if (s != nil) != wantSync || requeue == wantSync || reads.Load() != wantReads {
+			t.Fatalf("got Sync %v, requeue %v after %d live reads; want Sync %v after %d", s != nil, requeue, reads.Load(), wantSync, wantReads)
+		}
+		if s != nil && s.Generation != 2 {
+			t.Fatalf("reconciling generation %d, the API server has 2", s.Generation)
 		}
 	}
 	tab.renewed(0, now)
-	read(2, 1) // first after acquire: live
-	read(1, 1) // then the cache
+	read(stale, false, 1) // first after acquire, cache behind: requeued, not reconciled
+	read(cur, true, 2)    // cache caught up: reconciled
+	read(cur, true, 2)    // then the cache alone
 	tab.stop(0, true)
 	tab.drained(0)
 	tab.renewed(0, now)
-	read(2, 2) // acquired again: live
+	read(cur, true, 3) // acquired again: read live again
 }
