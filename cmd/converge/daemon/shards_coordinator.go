@@ -428,6 +428,9 @@ func (c *shardCoordinator) loseAll(why string) {
 // dropMember deletes the Lease of a replica gone without deleting it (killed), so the
 // namespace does not collect one per pod ever run.
 func (c *shardCoordinator) dropMember(ctx context.Context, l *coordinationv1.Lease) {
+	if !c.inBudget() {
+		return // next step
+	}
 	_ = c.call(ctx, func(ctx context.Context) error {
 		return c.api.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion})
 	})
