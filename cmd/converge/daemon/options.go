@@ -191,6 +191,15 @@ func (o Options) Validate() error {
 		if errs := validation.IsDNS1123Subdomain(o.replicaLeaseName()); len(errs) > 0 {
 			return fmt.Errorf("--replica-name %q: cannot name the replica's Lease: %s", o.Replica, strings.Join(errs, "; "))
 		}
+		// A shard is written for until RenewDeadline after its last renew and taken over
+		// LeaseDuration after the last renew was seen: the gap must cover a renewal in flight
+		// (a request takes up to RetryPeriod) and the next step's (RetryPeriod later).
+		t := o
+		t.defaultLeaderTimings()
+		if t.LeaseDuration < t.RenewDeadline+2*t.RetryPeriod {
+			return fmt.Errorf("--leader-election-lease-duration %s: must be at least --leader-election-renew-deadline (%s) + 2 × --leader-election-retry-period (%s) with --sharding=auto",
+				t.LeaseDuration, t.RenewDeadline, t.RetryPeriod)
+		}
 	default:
 		return fmt.Errorf("--sharding %q: must be %q or %q", o.Sharding, ShardingOff, ShardingAuto)
 	}

@@ -63,6 +63,7 @@ type reconciler struct {
 	// holds (shards_table.go); shardSource queues the Syncs of an acquired shard. Nil when off.
 	shards      *shardTable
 	shardSource source.Source
+	shardReads  shardReads // per Sync, the holding of its shard it was last read live under
 
 	// substitutions keep each Sync's last substitution and the Secret-sourced values to hide
 	// (substitute.go).
@@ -137,6 +138,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		defer done()
 		ctx = withShard(ctx, i) // the shard fence checks every write made with it
+		fresh, requeue, err := r.firstReadOfHolding(ctx, req.NamespacedName, s, i)
+		if fresh == nil {
+			return ctrl.Result{RequeueAfter: requeueIf(requeue)}, err
+		}
+		s = fresh
 	}
 	if !s.DeletionTimestamp.IsZero() {
 		r.metrics.forget(req.NamespacedName)
@@ -194,6 +200,7 @@ func (r *reconciler) forget(key types.NamespacedName) {
 	r.drift.forget(key)
 	r.retries.reset(key)
 	r.writer.Forget(key)
+	r.shardReads.forget(key)
 	r.engines.forget(key)
 	r.substitutions.forget(key)
 	if r.loader != nil {

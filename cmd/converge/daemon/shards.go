@@ -1,16 +1,22 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"sync"
+	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // The values of Options.Sharding.
@@ -106,4 +112,70 @@ func (sh *sharding) setup(mgr ctrl.Manager, cfg *rest.Config, s *runtime.Scheme,
 	c := newShardCoordinator(o, sh.table, api, mgr.GetCache(), r.forget, sh.metrics, mgr.GetLogger().WithName("shards"))
 	r.shards, r.shardSource = sh.table, c.source()
 	return mgr.Add(c)
+}
+
+// shardReads remembers, per Sync, under which holding of its shard (shardTable.epoch) it
+// was last read from the API server. A replica that just acquired a shard may have a cache
+// older than the previous holder's last writes (its informer lags): reconciling from it
+// could apply an old revision and prune what the previous holder applied since.
+type shardReads struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]uint64
+}
+
+// stale reports whether key was not yet read live under holding epoch.
+func (s *shardReads) stale(key types.NamespacedName, epoch uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[key] != epoch
+}
+
+func (s *shardReads) record(key types.NamespacedName, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[types.NamespacedName]uint64{}
+	}
+	s.m[key] = epoch
+}
+
+func (s *shardReads) forget(key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, key)
+}
+
+// firstReadOfHolding returns the Sync to reconcile: cached, read by the reconcile, unless
+// this is its first reconcile since its shard i was acquired. Then the Sync is read from
+// the API server too: the cache may predate the previous holder's writes, and everything
+// the reconcile reads from it (the spec, the status writer's base) must not. Only once the
+// cache shows the resourceVersion read live is the Sync reconciled (and the status writer's
+// record of it forgotten); until then it is requeued. A nil Sync ends the reconcile with err
+// (nil: the Sync is gone), requeued when requeue is set.
+func (r *reconciler) firstReadOfHolding(ctx context.Context, key types.NamespacedName, cached *v1alpha1.Sync, i int) (s *v1alpha1.Sync, requeue bool, err error) {
+	epoch := r.shards.epoch(i)
+	if !r.shardReads.stale(key, epoch) {
+		return cached, false, nil
+	}
+	fresh := &v1alpha1.Sync{}
+	if err := r.live.Get(ctx, key, fresh); err != nil {
+		return nil, false, r.forgetIfGone(key, err)
+	}
+	if fresh.UID != cached.UID || fresh.ResourceVersion != cached.ResourceVersion {
+		// Another incarnation, or the cache is behind: reconcile from a newer read.
+		logr.FromContextOrDiscard(ctx).V(1).Info("first reconcile since the shard was acquired: the cache is behind the API server, requeued",
+			"shard", i, "cached", cached.ResourceVersion, "live", fresh.ResourceVersion)
+		return nil, true, nil
+	}
+	r.writer.Forget(key)
+	r.shardReads.record(key, epoch)
+	return fresh, false, nil
+}
+
+// requeueIf is a requeue soon (the cache catching up) when b, else none.
+func requeueIf(b bool) time.Duration {
+	if b {
+		return 100 * time.Millisecond
+	}
+	return 0
 }

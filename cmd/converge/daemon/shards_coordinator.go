@@ -51,17 +51,28 @@ const (
 //     writes at once, its Syncs are forgotten once their reconciles end. A shard Lease is
 //     taken from its holder only when neither it nor the holder's replica Lease changed for
 //     the lease duration;
-//  4. clears the Leases of the shards whose release finished (holder emptied: free at once);
+//  4. clears the Leases of the shards whose release finished (holder emptied: free at once;
+//     a failed clear is retried next step);
 //  5. acquires free or expired shard Leases while it holds fewer than its fair share, and
 //     queues every known Sync of an acquired shard (nothing waits for its interval); but
-//     none while a shard Lease is held under another --shards (a rollout changing it: the
-//     same shard number is other Syncs there), whose replicas it does not count as live;
-//  6. releases the shards above its fair share: no reconcile of them starts, those running
-//     finish (so no Sync is reconciled by two replicas at once), their Syncs are forgotten,
-//     and step 4 clears the Lease.
+//     none while a shard Lease is held, or a replica Lease lives, under another --shards (a
+//     rollout changing it: the same shard number is other Syncs there), whose replicas it
+//     does not count as live; nor in the step that created its replica Lease or whose
+//     renewal failed;
+//  6. clears the shard Leases naming its identity that it does not hold (an acquire whose
+//     answer was lost, a lost shard): with its replica Lease renewed they would never expire;
+//  7. releases the shards above its fair share: no reconcile of them starts, those running
+//     finish (so no Sync is reconciled by two replicas at once; those still running after
+//     RenewDeadline are fenced: the shard is lost instead), their Syncs are forgotten, and
+//     step 4 clears the Lease.
 //
-// The holder identity is the replica's name with a random suffix per process: a restarted
-// pod waits for its predecessor's Leases to expire like any other replica.
+// A step sweeps the shards past their deadline before renewing, and sends no write later
+// than RetryPeriod before the renew deadline from its renewal, so the next renewal is sent
+// while the held shards are valid.
+//
+// The holder identity is the replica's name with a random suffix per process, and a new one
+// whenever its replica Lease was deleted or taken: a restarted pod waits for its
+// predecessor's Leases to expire like any other replica.
 type shardCoordinator struct {
 	o        Options
 	table    *shardTable
@@ -76,12 +87,15 @@ type shardCoordinator struct {
 
 	mu    sync.Mutex
 	queue workqueue.TypedRateLimitingInterface[reconcile.Request] // nil until the controller starts
+	ctx   context.Context                                         // Start's: the drains of lost shards end with it
 
 	// loop goroutine only:
-	seen    map[string]observedLease
-	replica *coordinationv1.Lease
-	steps   int
-	offset  int // where this replica starts looking for shards to acquire
+	seen       map[string]observedLease
+	replica    *coordinationv1.Lease
+	steps      int
+	registered bool      // the replica Lease was created in this step: acquire nothing yet
+	renewed    time.Time // when this step's successful replica renewal was sent (zero: it failed)
+	offset     int       // where this replica starts looking for shards to acquire
 }
 
 // observedLease is a Lease's resourceVersion and when this process first saw it.
@@ -92,9 +106,7 @@ type observedLease struct {
 
 func newShardCoordinator(o Options, table *shardTable, api client.Client, syncs client.Reader,
 	forget func(types.NamespacedName), metrics *shardMetrics, log logr.Logger) *shardCoordinator {
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	id := o.Replica + "_" + hex.EncodeToString(suffix)
+	id := newIdentity(o.Replica)
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(id))
 	group := o.leaseGroup()
@@ -102,8 +114,15 @@ func newShardCoordinator(o Options, table *shardTable, api client.Client, syncs 
 		group = "all"
 	}
 	return &shardCoordinator{o: o, table: table, api: api, syncs: syncs, forget: forget, metrics: metrics,
-		log: log.WithValues("identity", id), identity: id, group: group, now: time.Now,
+		log: log, identity: id, group: group, now: time.Now,
 		seen: map[string]observedLease{}, offset: int(h.Sum32() % uint32(table.n))}
+}
+
+// newIdentity is a holder identity for replica: its name with a random suffix.
+func newIdentity(replica string) string {
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	return replica + "_" + hex.EncodeToString(suffix)
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every replica coordinates.
@@ -123,6 +142,9 @@ func (c *shardCoordinator) source() source.Source {
 // Start implements manager.Runnable: it coordinates until ctx ends, then releases what it
 // holds (see shutdown).
 func (c *shardCoordinator) Start(ctx context.Context) error {
+	c.mu.Lock()
+	c.ctx = ctx
+	c.mu.Unlock()
 	c.metrics.shards.Set(float64(c.table.n))
 	t := time.NewTicker(c.o.RetryPeriod)
 	defer t.Stop()
@@ -139,15 +161,21 @@ func (c *shardCoordinator) Start(ctx context.Context) error {
 
 func (c *shardCoordinator) step(ctx context.Context) {
 	defer func() { c.steps++ }()
+	// Sweep first: a shard past its deadline is lost before the renewal, which must not
+	// revive it (renewAll extends only the shards still valid when it was sent).
+	c.sweep()
+	c.registered, c.renewed = false, time.Time{}
 	if err := c.renewMembership(ctx); err != nil {
-		c.log.Error(err, "renewing the replica Lease")
+		c.log.Error(err, "renewing the replica Lease", "identity", c.identity)
 	}
-	now := c.now()
 	list := &coordinationv1.LeaseList{}
 	err := c.call(ctx, func(ctx context.Context) error {
 		return c.api.List(ctx, list, client.InNamespace(c.o.LeaderNamespace),
 			client.MatchingLabels{labelName: "converge", labelLeaseGroup: c.group})
 	})
+	// Observed once the List returned (as client-go's leader election does): a record is
+	// never judged older than it is by the time the answer took.
+	now := c.now()
 	if err != nil {
 		c.log.Error(err, "listing the shard Leases")
 		c.sweep()
@@ -178,6 +206,14 @@ func (c *shardCoordinator) step(ctx context.Context) {
 			}
 			if c.sameShards(l) { // a replica of another --shards shares no shard with this one
 				live++
+			} else {
+				// A live replica of another --shards: acquire nothing while it lives, as
+				// for a shard Lease held under another count. With a replica's first step
+				// (after creating its replica Lease) acquiring nothing and every later one
+				// listing after its renewal, two replicas of different counts cannot both
+				// acquire: each lists after registering, so whichever lists second sees
+				// the other's registration.
+				other = append(other, l.Name+"="+l.Annotations[annotationShards])
 			}
 		}
 	}
@@ -209,15 +245,19 @@ func (c *shardCoordinator) step(ctx context.Context) {
 	held, _ := c.table.snapshot()
 	if len(other) > 0 {
 		// A shard number means other Syncs under another --shards: taking any shard while
-		// one is held under another count could make two replicas write one Sync. Take
-		// nothing until those Leases are released or expire: a rollout that changes --shards
-		// leaves the Syncs to the old replicas until the last of them is gone.
+		// one is held, or a replica lives, under another count could make two replicas
+		// write one Sync. Take nothing until those Leases are released or expire: a rollout
+		// that changes --shards leaves the Syncs to the old replicas until the last of them
+		// is gone.
 		if c.steps%20 == 0 {
-			c.log.Info("not acquiring shards: shard Leases are held under another --shards", "shards", c.table.n, "leases", other)
+			c.log.Info("not acquiring shards: Leases are held under another --shards", "shards", c.table.n, "leases", other)
 		}
-	} else if c.steps > 0 && len(held) < fair { // the first step only registers: replicas starting together see each other
+	} else if c.steps > 0 && !c.registered && !c.renewed.IsZero() && len(held) < fair {
+		// The first step after creating the replica Lease only registers (replicas starting
+		// together see each other), and a step whose renewal failed takes nothing.
 		c.acquire(ctx, shards, now, fair-len(held))
 	}
+	c.clearStray(ctx, shards)
 	if len(held) > fair {
 		for _, i := range held[fair:] {
 			if c.table.stop(i, false) {
@@ -333,7 +373,7 @@ func (c *shardCoordinator) renewMembership(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			c.replica = l
+			c.replica, c.registered = l, true
 			return nil
 		}
 		l := c.replica.DeepCopy()
@@ -366,22 +406,31 @@ func (c *shardCoordinator) renewMembership(ctx context.Context) error {
 	})
 	if err == nil {
 		c.table.renewAll(sent)
+		c.renewed = sent
 	}
 	return err
 }
 
-// loseAll loses every held shard.
+// loseAll loses every held shard, and takes a new holder identity: the replica Lease it
+// re-creates must not make the shard Leases still naming the old identity look held by a
+// live replica (nobody would ever take them over).
 func (c *shardCoordinator) loseAll(why string) {
 	for i := 0; i < c.table.n; i++ {
 		if c.table.isHeld(i) {
 			c.lose(i, why)
 		}
 	}
+	old := c.identity
+	c.identity = newIdentity(c.o.Replica)
+	c.log.Info("new holder identity", "old", old, "identity", c.identity)
 }
 
 // dropMember deletes the Lease of a replica gone without deleting it (killed), so the
 // namespace does not collect one per pod ever run.
 func (c *shardCoordinator) dropMember(ctx context.Context, l *coordinationv1.Lease) {
+	if !c.inBudget() {
+		return // next step
+	}
 	_ = c.call(ctx, func(ctx context.Context) error {
 		return c.api.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion})
 	})
@@ -403,26 +452,63 @@ func (c *shardCoordinator) checkShards(leases map[string]*coordinationv1.Lease) 
 	}
 }
 
-// clearReleased empties the holder of the shards whose release finished.
+// clearReleased empties the holder of the shards whose release finished. A shard whose
+// clear failed stays releasing (held, renewed) and is cleared again next step: its Lease
+// must not keep naming this live replica, which would never be taken over.
 func (c *shardCoordinator) clearReleased(ctx context.Context, leases map[string]*coordinationv1.Lease) {
 	for _, i := range c.table.toClear() {
+		if !c.inBudget() {
+			return
+		}
 		if l := leases[c.o.shardLeaseName(i)]; l != nil && ptr.Deref(l.Spec.HolderIdentity, "") == c.identity {
-			c.clear(ctx, l)
+			if err := c.clear(ctx, l); err != nil && !apierrors.IsNotFound(err) {
+				c.log.Error(err, "clearing a released shard Lease (retried next step)", "lease", l.Name)
+				continue
+			}
+			c.metrics.handovers.WithLabelValues("released").Inc()
 		}
 		c.table.cleared(i)
-		c.metrics.handovers.WithLabelValues("released").Inc()
 		c.log.Info("released shard", "shard", i)
 	}
 }
 
+// clearStray clears the shard Leases naming this replica's identity that it does not hold
+// (an acquire whose answer was lost, a shard lost by its deadline or a drain that took too
+// long): with this replica's Lease renewed they would never expire, so nobody would take
+// them over. A free one under the fair share was re-taken by acquire already.
+func (c *shardCoordinator) clearStray(ctx context.Context, leases map[string]*coordinationv1.Lease) {
+	for i := 0; i < c.table.n; i++ {
+		l := leases[c.o.shardLeaseName(i)]
+		if l == nil || ptr.Deref(l.Spec.HolderIdentity, "") != c.identity || c.table.isHeld(i) {
+			continue
+		}
+		if !c.inBudget() {
+			return
+		}
+		if err := c.clear(ctx, l); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			c.log.Error(err, "clearing a shard Lease this replica does not hold (retried next step)", "lease", l.Name)
+			continue
+		}
+		c.log.Info("cleared a shard Lease naming this replica, which does not hold it", "shard", i)
+	}
+}
+
+// inBudget reports whether this step may still send a write: only until RetryPeriod before
+// the renew deadline from its renewal, so that the next step's renewal (each call taking
+// at most RetryPeriod) is sent while the held shards are still valid.
+func (c *shardCoordinator) inBudget() bool {
+	if c.renewed.IsZero() {
+		return true // nothing renewed, nothing to keep: the shards run out by their deadline
+	}
+	return c.now().Before(c.renewed.Add(c.o.RenewDeadline - c.o.RetryPeriod))
+}
+
 // clear writes l with no holder: another replica may take it at once.
-func (c *shardCoordinator) clear(ctx context.Context, l *coordinationv1.Lease) {
+func (c *shardCoordinator) clear(ctx context.Context, l *coordinationv1.Lease) error {
 	l = l.DeepCopy()
 	l.Spec.HolderIdentity = nil
 	l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(c.now()))
-	if err := c.call(ctx, func(ctx context.Context) error { return c.api.Update(ctx, l) }); err != nil {
-		c.log.Error(err, "clearing a shard Lease (it expires instead)", "lease", l.Name)
-	}
+	return c.call(ctx, func(ctx context.Context) error { return c.api.Update(ctx, l) })
 }
 
 // sweep loses the held shards not renewed within the renew deadline.
@@ -438,15 +524,39 @@ func (c *shardCoordinator) sweep() {
 func (c *shardCoordinator) lose(i int, why string) {
 	drain := c.table.stop(i, true)
 	c.metrics.handovers.WithLabelValues("lost").Inc()
-	c.log.Info("lost shard", "shard", i, "reason", why)
+	c.log.Info("lost shard", "shard", i, "reason", why, "identity", c.identity)
 	if drain {
-		go c.drain(context.Background(), i)
+		go c.drain(c.runCtx(), i)
 	}
 }
 
-// drain waits for the reconciles of stopped shard i to end, then forgets its Syncs.
+// runCtx is Start's context (Background before Start, in tests).
+func (c *shardCoordinator) runCtx() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx == nil {
+		return context.Background()
+	}
+	return c.ctx
+}
+
+// drain waits for the reconciles of stopped shard i to end, then forgets its Syncs. A shard
+// being released whose reconciles do not end within the renew deadline is lost instead:
+// the fence refuses their writes from then on and clearStray hands its Lease over, while
+// the shard stays unacquirable here until they end.
 func (c *shardCoordinator) drain(ctx context.Context, i int) {
-	if err := c.table.drain(ctx, i); err != nil {
+	bounded, cancel := context.WithTimeout(ctx, c.o.RenewDeadline)
+	err := c.table.drain(bounded, i)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		if c.table.isHeld(i) {
+			c.table.stop(i, true)
+			c.metrics.handovers.WithLabelValues("lost").Inc()
+			c.log.Info("lost shard: its reconciles did not end within the renew deadline; their writes are refused", "shard", i, "reason", err.Error())
+		}
+		err = c.table.drain(ctx, i)
+	}
+	if err != nil {
 		c.log.Error(err, "draining a shard")
 	}
 	c.eachSync(context.Background(), i, c.forget)
@@ -456,7 +566,7 @@ func (c *shardCoordinator) drain(ctx context.Context, i int) {
 // acquire takes up to want free or expired shards, starting at this replica's offset so
 // replicas starting together contend less.
 func (c *shardCoordinator) acquire(ctx context.Context, leases map[string]*coordinationv1.Lease, now time.Time, want int) {
-	for j := 0; j < c.table.n && want > 0; j++ {
+	for j := 0; j < c.table.n && want > 0 && c.inBudget(); j++ {
 		i := (c.offset + j) % c.table.n
 		if !c.table.free(i) {
 			continue
@@ -489,7 +599,7 @@ func (c *shardCoordinator) acquire(ctx context.Context, leases map[string]*coord
 		c.table.renewed(i, sent)
 		want--
 		c.metrics.handovers.WithLabelValues("acquired").Inc()
-		c.log.Info("acquired shard", "shard", i)
+		c.log.Info("acquired shard", "shard", i, "identity", c.identity)
 		c.enqueue(i)
 	}
 }
@@ -564,8 +674,11 @@ func (c *shardCoordinator) shutdown() {
 			return c.api.Get(ctx, client.ObjectKey{Namespace: c.o.LeaderNamespace, Name: c.o.shardLeaseName(i)}, l)
 		})
 		if err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == c.identity {
-			c.clear(ctx, l)
-			c.metrics.handovers.WithLabelValues("released").Inc()
+			if err := c.clear(ctx, l); err != nil {
+				c.log.Error(err, "clearing a shard Lease (it expires instead)", "lease", l.Name)
+			} else {
+				c.metrics.handovers.WithLabelValues("released").Inc()
+			}
 		}
 		c.table.cleared(i)
 	}

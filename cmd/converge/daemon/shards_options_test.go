@@ -3,6 +3,7 @@ package daemon
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestShardingOptionsValidate: a bad --sharding or --shards stops the daemon at start,
@@ -57,5 +58,27 @@ func TestShardLeaseNames(t *testing.T) {
 	}
 	if got := o.replicaLeaseName(); got != "converge-replica-"+g+"-converge-0" {
 		t.Errorf("replica lease with selector %q", got)
+	}
+}
+
+// TestShardingOptionsLeaseTimings: with --sharding=auto the lease duration must cover the
+// renew deadline and two retry periods (a renewal in flight and the next one), or a shard
+// could be taken over while its holder still writes; the error names the flags. Before the
+// fix any timings were accepted.
+func TestShardingOptionsLeaseTimings(t *testing.T) {
+	o := DefaultOptions()
+	o.Sharding, o.Replica = ShardingAuto, "r"
+	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 10*time.Second, 10*time.Second, 2*time.Second
+	err := o.Validate()
+	if err == nil || !strings.Contains(err.Error(), "--leader-election-lease-duration") || !strings.Contains(err.Error(), "--leader-election-renew-deadline") {
+		t.Fatalf("lease 10s, renew 10s, retry 2s: error %v, want one naming the flags", err)
+	}
+	o.LeaseDuration = 14 * time.Second
+	if err := o.Validate(); err != nil {
+		t.Fatalf("lease 14s, renew 10s, retry 2s: %v", err)
+	}
+	o.Sharding, o.LeaseDuration = ShardingOff, time.Second // leader election has its own checks
+	if err := o.Validate(); err != nil {
+		t.Fatalf("sharding off: %v", err)
 	}
 }

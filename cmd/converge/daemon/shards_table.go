@@ -30,6 +30,7 @@ type shardTable struct {
 
 	mu     sync.Mutex
 	shards []shardState
+	epochs uint64 // acquisitions so far: shardState.epoch
 }
 
 // shardState is one shard as this replica sees it. The states: free (not held, not
@@ -42,6 +43,7 @@ type shardState struct {
 	released   bool      // releasing and drained: the coordinator may clear the Lease
 	validUntil time.Time // last successful renew + deadline (monotonic)
 	inflight   int
+	epoch      uint64 // which acquisition of this process the holding is (0: not held)
 }
 
 func newShardTable(n int, deadline time.Duration) *shardTable {
@@ -84,17 +86,35 @@ func (t *shardTable) renewed(i int, sent time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := &t.shards[i]
+	if !s.held {
+		t.epochs++
+		s.epoch = t.epochs
+	}
 	s.held, s.validUntil = true, sent.Add(t.deadline)
 }
 
+// epoch names the current holding of shard i (0 when not held): it changes with every
+// acquisition, so the reconciler knows the first reconcile of a Sync after its shard came
+// (back) to this replica, which must not trust the cache (another holder wrote since).
+func (t *shardTable) epoch(i int) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.shards[i].held {
+		return 0
+	}
+	return t.shards[i].epoch
+}
+
 // renewAll records a successful renew of this replica's Lease sent at sent: every held
-// shard is valid until the deadline from then.
+// shard still valid when it was sent is valid until the deadline from then. A shard whose
+// validity had run out before (not yet swept) stays expired: another replica may have
+// judged it free and taken it, and a renew cannot undo that.
 func (t *shardTable) renewAll(sent time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	until := sent.Add(t.deadline)
 	for i := range t.shards {
-		if s := &t.shards[i]; s.held && until.After(s.validUntil) {
+		if s := &t.shards[i]; s.held && sent.Before(s.validUntil) && until.After(s.validUntil) {
 			s.validUntil = until
 		}
 	}

@@ -461,22 +461,32 @@ func TestDaemonShardingWebhookOnAnyReplica(t *testing.T) {
 
 // TestDaemonShardingOtherShardCount: a replica started with another --shards (a rollout
 // changing it) takes no shard while shard Leases are held under the old count, since its
-// shard numbers name other Syncs; the replicas of the old count do not count it as live and
-// keep every Sync reconciled. Once they are gone it takes over.
+// shard numbers name other Syncs; and, while it lives, the replicas of the old count take
+// no more shards either (two replicas of different counts listing at once could otherwise
+// both acquire): the shards of an old replica that stops wait for the rollout to end. Once
+// the old replicas are gone it takes over.
 func TestDaemonShardingOtherShardCount(t *testing.T) {
 	f := newFixture(t)
 	names, rev1 := f.shardSyncs("1")
 	a := f.startShardDaemon("r-a")
 	a2 := f.startShardDaemon("r-a2")
-	f.waitShares("split among the two old replicas", "r-a", "r-a2")
+	before := f.waitShares("split among the two old replicas", "r-a", "r-a2")
 	f.createShardSyncs(names)
 	f.waitAllReady(names, rev1, 90*time.Second)
 
 	b := f.startShardDaemon("r-b", func(o *Options) { o.Shards = testShards / 2 })
-	a.stop() // releases its shards: only r-a2 may take them
-	f.waitShares("all taken by the old replica left", "r-a2")
-	rev2 := f.republish(names, "2")
-	f.waitAllReady(names, rev2, 90*time.Second)
+	time.Sleep(6 * testRetry) // r-b registered: r-a2 has seen it
+	a.stop()                  // releases its shards: nobody takes them while r-b lives
+	time.Sleep(6 * testRetry)
+	after := f.shardHolders()
+	for i := 0; i < testShards; i++ {
+		if before[i] == "r-a2" && after[i] != "r-a2" {
+			t.Errorf("shard %d: r-a2 lost it (holder now %q)", i, after[i])
+		}
+		if before[i] == "r-a" && after[i] != "" {
+			t.Errorf("shard %d of the stopped r-a taken by %q while a replica of another --shards lives", i, after[i])
+		}
+	}
 	shardWrites := func() int {
 		n := 0
 		for _, w := range b.fault.Writes() {

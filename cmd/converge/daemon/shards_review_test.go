@@ -1,0 +1,474 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
+	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
+)
+
+// These tests drive shard coordinators step by step on a fake clock against a fake client
+// (with interceptors to lose, fail or order requests): what they check is the coordination
+// logic, not the API server.
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func fakeCoordinator(t *testing.T, cl client.Client, clk *fakeClock, name string, shards int) *shardCoordinator {
+	t.Helper()
+	o := DefaultOptions()
+	o.Sharding, o.Shards, o.Replica, o.LeaderNamespace = ShardingAuto, shards, name, "ns"
+	o.defaultLeaderTimings()
+	tab := newShardTable(o.shardCount(), o.RenewDeadline)
+	tab.now = clk.Now
+	m, err := newShardMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newShardCoordinator(o, tab, cl, cl, func(types.NamespacedName) {}, m, logr.Discard())
+	c.now = clk.Now
+	return c
+}
+
+// settle lets the drain goroutines of released or lost shards (nothing in flight) finish.
+func settle(cs ...*shardCoordinator) {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		busy := false
+		for _, c := range cs {
+			c.table.mu.Lock()
+			for _, s := range c.table.shards {
+				if s.stopping && !s.released {
+					busy = true
+				}
+			}
+			c.table.mu.Unlock()
+		}
+		if !busy {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func heldBy(cs ...*shardCoordinator) (n int) {
+	for _, c := range cs {
+		h, _ := c.table.snapshot()
+		n += len(h)
+	}
+	return n
+}
+
+func logLeases(t *testing.T, cl client.Client) {
+	t.Helper()
+	list := &coordinationv1.LeaseList{}
+	_ = cl.List(context.Background(), list)
+	for _, l := range list.Items {
+		t.Logf("lease %s holder %q shards %s", l.Name, ptr.Deref(l.Spec.HolderIdentity, ""), l.Annotations[annotationShards])
+	}
+}
+
+// TestShardCountRaceReplicaLease: two replicas of different --shards whose acquiring steps
+// list at the same time (both before either acquired) must not both acquire: shard k of 4
+// and shard k' of 2 share Syncs. Before the fix both acquired (a replica Lease of another
+// count was ignored) and a Sync was reconciled by both.
+func TestShardCountRaceReplicaLease(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	var mu sync.Mutex
+	barrier, lists := false, 0
+	both, bDone := make(chan struct{}), make(chan struct{})
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			err := c.List(ctx, list, opts...)
+			if _, ok := list.(*coordinationv1.LeaseList); ok {
+				mu.Lock()
+				on := barrier
+				if on {
+					lists++
+					if lists == 2 {
+						close(both)
+					}
+				}
+				mu.Unlock()
+				if on {
+					<-both // both lists answered before either acquires
+				}
+			}
+			return err
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if l, ok := obj.(*coordinationv1.Lease); ok && l.Labels[labelLeaseKind] == leaseKindShard && strings.HasPrefix(ptr.Deref(l.Spec.HolderIdentity, ""), "a_") {
+				<-bDone // a's acquires land after b's step
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	}).Build()
+	ctx := context.Background()
+	a := fakeCoordinator(t, cl, clk, "a", 4)
+	b := fakeCoordinator(t, cl, clk, "b", 2)
+	a.step(ctx) // registers
+	b.step(ctx) // registers
+	clk.Add(2 * time.Second)
+	mu.Lock()
+	barrier = true
+	mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); a.step(ctx) }()
+	go func() { defer wg.Done(); b.step(ctx); close(bDone) }()
+	wg.Wait()
+	mu.Lock()
+	barrier = false
+	mu.Unlock()
+	for k := 0; k < 10; k++ {
+		clk.Add(2 * time.Second)
+		a.step(ctx)
+		b.step(ctx)
+	}
+	ha, _ := a.table.snapshot()
+	hb, _ := b.table.snapshot()
+	t.Logf("a (4 shards) holds %v, b (2 shards) holds %v", ha, hb)
+	if len(ha) > 0 && len(hb) > 0 {
+		t.Fatalf("replicas of --shards 4 and 2 both hold shards: a %v, b %v (a Sync has two writers)", ha, hb)
+	}
+}
+
+// TestShardReplicaOfOtherCountStopsAcquiring: a live replica Lease of another --shards
+// stops acquiring even when no shard Lease is held under that count; once it is gone
+// (unchanged for the lease duration), acquiring resumes.
+func TestShardReplicaOfOtherCountStopsAcquiring(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
+	ctx := context.Background()
+	a := fakeCoordinator(t, cl, clk, "a", 4)
+	b := fakeCoordinator(t, cl, clk, "b", 2)
+	b.step(ctx) // b registers, then stops (never renews)
+	a.step(ctx)
+	clk.Add(2 * time.Second)
+	a.step(ctx)
+	if h, _ := a.table.snapshot(); len(h) != 0 {
+		t.Fatalf("a acquired %v while a replica of another --shards lives", h)
+	}
+	for k := 0; k < 10; k++ {
+		clk.Add(2 * time.Second)
+		a.step(ctx)
+	}
+	if h, _ := a.table.snapshot(); len(h) != 4 {
+		t.Fatalf("a holds %v after the other replica's Lease expired, want all 4", h)
+	}
+}
+
+// TestShardRenewAllKeepsExpired: a renewal cannot revive a shard whose validity ran out
+// before it was sent (another replica may have taken it). Before the fix renewAll extended
+// it.
+func TestShardRenewAllKeepsExpired(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tab := newShardTable(2, 10*time.Second)
+	tab.now = func() time.Time { return now }
+	tab.renewed(0, now)
+	tab.renewed(1, now.Add(8*time.Second))
+	now = now.Add(14 * time.Second)
+	if tab.writable(0) {
+		t.Fatal("shard 0 should have expired")
+	}
+	tab.renewAll(now)
+	if tab.writable(0) {
+		t.Errorf("a shard expired 4 s ago is writable again after a late renewal")
+	}
+	if !tab.writable(1) {
+		t.Errorf("shard 1, valid when the renewal was sent, was not extended")
+	}
+}
+
+// TestShardStepBudget: one step sends no more writes once the next renewal could not be
+// sent within the renew deadline: slow acquires stop instead of running the held shards
+// out. Before the fix a step acquired every shard it wanted however long each took.
+func TestShardStepBudget(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	var creates atomic.Int32
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if l, ok := obj.(*coordinationv1.Lease); ok && l.Labels[labelLeaseKind] == leaseKindShard {
+				creates.Add(1)
+				clk.Add(2 * time.Second) // each acquire takes a RetryPeriod
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	}).Build()
+	ctx := context.Background()
+	a := fakeCoordinator(t, cl, clk, "a", 16)
+	a.step(ctx)
+	clk.Add(2 * time.Second)
+	a.step(ctx)
+	// Renewal sent at T; writes only while now < T + RenewDeadline (10 s) - RetryPeriod (2 s).
+	if n := creates.Load(); n > 4 {
+		t.Fatalf("one step sent %d acquires of 2 s each: past the renew deadline of the shards it holds", n)
+	}
+	for k := 0; k < 10; k++ {
+		clk.Add(2 * time.Second)
+		a.step(ctx)
+	}
+	if h, _ := a.table.snapshot(); len(h) != 16 {
+		t.Fatalf("a holds %v after 10 more steps, want all 16", h)
+	}
+}
+
+// TestShardObservedAfterList: a Lease is observed when the List answered, not when it was
+// sent: a slow List must not age what it returns.
+func TestShardObservedAfterList(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	slow := atomic.Bool{}
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			err := c.List(ctx, list, opts...)
+			if _, ok := list.(*coordinationv1.LeaseList); ok && slow.Load() {
+				clk.Add(1500 * time.Millisecond)
+			}
+			return err
+		},
+	}).Build()
+	ctx := context.Background()
+	b := fakeCoordinator(t, cl, clk, "b", 4)
+	b.step(ctx)
+	a := fakeCoordinator(t, cl, clk, "a", 4)
+	slow.Store(true)
+	a.step(ctx)
+	o, ok := a.seen[b.o.replicaLeaseName()]
+	if !ok {
+		t.Fatal("b's replica Lease not observed")
+	}
+	if !o.at.Equal(clk.Now()) {
+		t.Fatalf("b's Lease observed at %v, the List answered at %v", o.at, clk.Now())
+	}
+}
+
+// TestShardClearRetriedAfterFailure: a release whose clear write failed is cleared again
+// next step; the shards are not left naming a live replica that no longer holds them.
+// Before the fix the table forgot the shards at once and nobody ever took them over.
+func TestShardClearRetriedAfterFailure(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	var fail atomic.Bool
+	var released atomic.Int32
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithInterceptorFuncs(interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if l, ok := obj.(*coordinationv1.Lease); ok && l.Labels[labelLeaseKind] == leaseKindShard && l.Spec.HolderIdentity == nil {
+				if fail.CompareAndSwap(true, false) {
+					return errors.New("injected 503 on clear")
+				}
+				released.Add(1)
+			}
+			return c.Update(ctx, obj, opts...)
+		}}).Build()
+	ctx := context.Background()
+	a := fakeCoordinator(t, cl, clk, "a", 4)
+	a.step(ctx)
+	clk.Add(2 * time.Second)
+	a.step(ctx)
+	if h, _ := a.table.snapshot(); len(h) != 4 {
+		t.Fatalf("a holds %v", h)
+	}
+	b := fakeCoordinator(t, cl, clk, "b", 4)
+	b.step(ctx)
+	fail.Store(true)
+	for k := 0; k < 40; k++ {
+		clk.Add(2 * time.Second)
+		a.step(ctx)
+		settle(a, b)
+		b.step(ctx)
+	}
+	if heldBy(a, b) < 4 {
+		logLeases(t, cl)
+		t.Fatalf("shards orphaned: a and b hold %d of 4", heldBy(a, b))
+	}
+	if got := released.Load(); got < 2 {
+		t.Errorf("%d successful clears, want 2", got)
+	}
+}
+
+// TestShardLostAcquireAnswerCleared: an acquire whose answer was lost leaves a Lease naming
+// this replica, which the table shows free; once above its fair share the replica clears
+// it rather than leave it held by nobody forever. Before the fix it stayed.
+func TestShardLostAcquireAnswerCleared(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	var lose atomic.Bool
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			err := c.Create(ctx, obj, opts...)
+			if l, ok := obj.(*coordinationv1.Lease); ok && err == nil && l.Labels[labelLeaseKind] == leaseKindShard && lose.Load() {
+				return context.DeadlineExceeded // created, but the answer never came
+			}
+			return err
+		},
+	}).Build()
+	ctx := context.Background()
+	a := fakeCoordinator(t, cl, clk, "a", 2)
+	a.step(ctx)
+	clk.Add(2 * time.Second)
+	lose.Store(true)
+	a.step(ctx) // creates both shard Leases, believes it holds none
+	lose.Store(false)
+	if h, _ := a.table.snapshot(); len(h) != 0 {
+		t.Fatalf("a holds %v", h)
+	}
+	b := fakeCoordinator(t, cl, clk, "b", 2)
+	b.step(ctx)
+	for k := 0; k < 20; k++ {
+		clk.Add(2 * time.Second)
+		a.step(ctx)
+		settle(a, b)
+		b.step(ctx)
+	}
+	if heldBy(a, b) != 2 {
+		logLeases(t, cl)
+		t.Fatalf("a and b hold %d of 2 shards", heldBy(a, b))
+	}
+}
+
+// TestShardNewIdentityAfterLoseAll: a replica whose replica Lease another deleted loses its
+// shards and registers under a new identity, so its old shard Leases are taken over. Before
+// the fix it re-registered under the old identity, which kept those Leases alive unheld.
+func TestShardNewIdentityAfterLoseAll(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
+	ctx := context.Background()
+	a := fakeCoordinator(t, cl, clk, "a", 4)
+	a.step(ctx)
+	clk.Add(2 * time.Second)
+	a.step(ctx)
+	if h, _ := a.table.snapshot(); len(h) != 4 {
+		t.Fatalf("a holds %v", h)
+	}
+	b := fakeCoordinator(t, cl, clk, "b", 4)
+	b.step(ctx)
+	old := a.identity
+	if err := cl.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: a.o.replicaLeaseName()}}); err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; k < 30; k++ {
+		clk.Add(2 * time.Second)
+		a.step(ctx)
+		settle(a, b)
+		b.step(ctx)
+	}
+	if a.identity == old {
+		t.Errorf("a kept its identity %s after losing its replica Lease", old)
+	}
+	if heldBy(a, b) != 4 {
+		logLeases(t, cl)
+		t.Fatalf("a and b hold %d of 4 shards", heldBy(a, b))
+	}
+}
+
+// TestShardDrainBounded: a shard being released whose reconcile does not end is lost after
+// the renew deadline (its writes refused) instead of being held, renewed, forever. Before
+// the fix the drain waited without limit, the shard writable all along.
+func TestShardDrainBounded(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
+	c := fakeCoordinator(t, cl, clk, "a", 2)
+	c.o.RenewDeadline = 200 * time.Millisecond
+	c.table.renewed(0, clk.Now().Add(time.Hour)) // stays valid on the fake clock
+	done, ok := c.table.begin(0)
+	if !ok {
+		t.Fatal("begin refused")
+	}
+	if !c.table.stop(0, false) {
+		t.Fatal("stop asked for no drain")
+	}
+	finished := make(chan struct{})
+	go func() { c.drain(context.Background(), 0); close(finished) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.table.writable(0) {
+		if time.Now().After(deadline) {
+			done()
+			t.Fatal("a releasing shard with a hung reconcile is still writable after 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c.table.free(0) {
+		t.Error("the lost shard is free while its reconcile still runs")
+	}
+	done()
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("drain did not end after the reconcile did")
+	}
+	if !c.table.free(0) {
+		t.Error("the shard is not free once drained")
+	}
+}
+
+// TestShardFirstReadAfterAcquireIsLive: the first reconcile of a Sync after its shard was
+// acquired reads the Sync from the API server and goes on only once the cache shows what
+// it read (the cache may predate the previous holder's writes: reconciling an old
+// generation would apply an old revision and prune); the next ones use the cache alone; a
+// new acquisition reads live again.
+func TestShardFirstReadAfterAcquireIsLive(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tab := newShardTable(1, 10*time.Second)
+	tab.now = func() time.Time { return now }
+	key := types.NamespacedName{Namespace: "ns", Name: "s"}
+	liveSync := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", UID: "u1", Generation: 2}}
+	var reads atomic.Int32
+	live := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(liveSync).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			reads.Add(1)
+			return c.Get(ctx, k, obj, opts...)
+		},
+	}).Build()
+	cur := &v1alpha1.Sync{}
+	if err := live.Get(context.Background(), key, cur); err != nil {
+		t.Fatal(err)
+	}
+	reads.Store(0)
+	r := &reconciler{shards: tab, live: live, writer: &status.Writer{}}
+	stale := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", UID: "u1", Generation: 1, ResourceVersion: "1"}}
+	read := func(cached *v1alpha1.Sync, wantSync bool, wantReads int32) {
+		t.Helper()
+		s, requeue, err := r.firstReadOfHolding(context.Background(), key, cached, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (s != nil) != wantSync || requeue == wantSync || reads.Load() != wantReads {
+			t.Fatalf("got Sync %v, requeue %v after %d live reads; want Sync %v after %d", s != nil, requeue, reads.Load(), wantSync, wantReads)
+		}
+		if s != nil && s.Generation != 2 {
+			t.Fatalf("reconciling generation %d, the API server has 2", s.Generation)
+		}
+	}
+	tab.renewed(0, now)
+	read(stale, false, 1) // first after acquire, cache behind: requeued, not reconciled
+	read(cur, true, 2)    // cache caught up: reconciled
+	read(cur, true, 2)    // then the cache alone
+	tab.stop(0, true)
+	tab.drained(0)
+	tab.renewed(0, now)
+	read(cur, true, 3) // acquired again: read live again
+}
