@@ -379,19 +379,19 @@ func (c *shardCoordinator) renewMembership(ctx context.Context) error {
 		l := c.replica.DeepCopy()
 		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(sent))
 		err := c.api.Update(ctx, l)
-		if apierrors.IsConflict(err) { // our own write whose answer was lost, or another took the name
+		if apierrors.IsConflict(err) { // our own write whose answer was lost, another took the name, or it was deleted
 			cur := &coordinationv1.Lease{}
-			if err := c.api.Get(ctx, client.ObjectKeyFromObject(l), cur); err != nil {
-				return err
-			}
-			if ptr.Deref(cur.Spec.HolderIdentity, "") != c.identity {
+			if gerr := c.api.Get(ctx, client.ObjectKeyFromObject(l), cur); gerr != nil {
+				err = gerr // NotFound: deleted, handled below
+			} else if ptr.Deref(cur.Spec.HolderIdentity, "") != c.identity {
 				c.replica = nil
 				c.loseAll("the replica Lease is held by " + ptr.Deref(cur.Spec.HolderIdentity, "") + " (another process with this --replica-name?)")
 				return err
+			} else {
+				l = cur
+				l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(sent))
+				err = c.api.Update(ctx, l)
 			}
-			l = cur
-			l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(sent))
-			err = c.api.Update(ctx, l)
 		}
 		if apierrors.IsNotFound(err) {
 			c.replica = nil

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -471,4 +472,47 @@ func TestShardFirstReadAfterAcquireIsLive(t *testing.T) {
 	tab.drained(0)
 	tab.renewed(0, now)
 	read(cur, true, 3) // acquired again: read live again
+}
+
+// TestShardReplicaLeaseDeletedAnswersConflict: the API server answers the renewal of a
+// deleted replica Lease (an update with a resourceVersion) with a conflict, and the re-read
+// with not found. The replica must treat that as a deletion (lose its shards, take a new
+// identity, re-create its Lease) and rejoin. Before, the re-read's not found was returned
+// as a plain error: the replica renewed nothing for ever and never held a shard again
+// (TestBinaryShardsReplicaRecoversFromAPIErrors, against the real API server).
+func TestShardReplicaLeaseDeletedAnswersConflict(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	ctx := context.Background()
+	var base client.WithWatch
+	base = fake.NewClientBuilder().WithScheme(scheme.New()).WithInterceptorFuncs(interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &coordinationv1.Lease{}); apierrors.IsNotFound(err) {
+				return apierrors.NewConflict(coordinationv1.Resource("leases"), obj.GetName(), errors.New("the object has been modified"))
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+	}).Build()
+	a := fakeCoordinator(t, base, clk, "a", 4)
+	a.step(ctx)
+	clk.Add(2 * time.Second)
+	a.step(ctx)
+	if h, _ := a.table.snapshot(); len(h) != 4 {
+		t.Fatalf("a holds %v", h)
+	}
+	old := a.identity
+	if err := base.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: a.o.replicaLeaseName()}}); err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; k < 30; k++ {
+		clk.Add(2 * time.Second)
+		a.step(ctx)
+		settle(a)
+	}
+	if a.identity == old {
+		t.Errorf("a kept its identity %s after its replica Lease was deleted", old)
+	}
+	if h, _ := a.table.snapshot(); len(h) != 4 {
+		logLeases(t, base)
+		t.Fatalf("a holds %v after its replica Lease was deleted; want all 4 again", h)
+	}
 }
