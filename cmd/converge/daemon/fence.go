@@ -87,21 +87,23 @@ func (f *pauseFence) observe(record bool) error {
 
 // wrap refuses mutating requests once the fence is broken; reads pass.
 func (f *pauseFence) wrap(rt http.RoundTripper) http.RoundTripper {
-	return fencedTransport{f: f, next: rt}
+	return writeGuard{check: func(*http.Request) error { return f.check() }, next: rt}
 }
 
-type fencedTransport struct {
-	f    *pauseFence
-	next http.RoundTripper
+// writeGuard is a transport whose check may refuse a mutating request before it is sent
+// (the pause fence, the shard fence); reads (GET, HEAD) always pass.
+type writeGuard struct {
+	check func(*http.Request) error
+	next  http.RoundTripper
 }
 
-func (t fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (g writeGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodGet && req.Method != http.MethodHead {
-		if err := t.f.check(); err != nil {
+		if err := g.check(req); err != nil {
 			return nil, err
 		}
 	}
-	return t.next.RoundTrip(req)
+	return g.next.RoundTrip(req)
 }
 
 // stopOnFence returns a stop function for newPauseFence that logs why (the daemon's

@@ -250,19 +250,10 @@ func shardFrom(ctx context.Context) (int, bool) {
 // it is sent unless the shard is still held validly. Requests without a shard (the Leases
 // themselves, the webhook's annotation, the CRD) pass; reads always pass.
 func (t *shardTable) wrap(rt http.RoundTripper) http.RoundTripper {
-	return shardFencedTransport{t: t, next: rt}
-}
-
-type shardFencedTransport struct {
-	t    *shardTable
-	next http.RoundTripper
-}
-
-func (f shardFencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodGet && req.Method != http.MethodHead {
-		if i, ok := shardFrom(req.Context()); ok && !f.t.writable(i) {
-			return nil, fmt.Errorf("%w (shard %d)", errShardNotHeld, i)
+	return writeGuard{next: rt, check: func(req *http.Request) error {
+		if i, ok := shardFrom(req.Context()); ok && !t.writable(i) {
+			return fmt.Errorf("%w (shard %d)", errShardNotHeld, i)
 		}
-	}
-	return f.next.RoundTrip(req)
+		return nil
+	}}
 }
