@@ -74,36 +74,12 @@ func runDaemonBench(ctx context.Context, f flags) error {
 	rep := &DaemonReport{Objects: f.objects, Tenants: f.tenants, Runs: f.runs, Profile: string(cluster.API),
 		Concurrent: f.concurrent, Parity: f.parity, Mix: mix.String(), Prune: f.prune, GoMemLimit: f.memLimit,
 		IntervalSeconds: f.interval.Seconds(), SettleSeconds: f.settle.Seconds(), Machine: machine()}
-	tmp, err := os.MkdirTemp("", "converge-bench-daemon-")
+	b, _, done, err := startDaemonBench(ctx, f, work, &rep.Machine, "converge-bench-daemon-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	log.Printf("building converge")
-	bin, err := buildConverge(ctx, tmp)
-	if err != nil {
-		return err
-	}
-	log.Printf("starting the %s control plane; load average %s", cluster.API, rep.Machine.LoadAvgStart)
-	c, err := cluster.Start(ctx, cluster.Options{Profile: cluster.API})
-	if err != nil {
-		return err
-	}
-	defer c.Stop()
-	if dc, err := discovery.NewDiscoveryClientForConfig(c.Config); err == nil {
-		if v, err := dc.ServerVersion(); err == nil {
-			rep.Machine.APIServer = v.GitVersion
-		}
-	}
-	a, err := newAdmin(c.Config, true, f.settle)
-	if err != nil {
-		return err
-	}
-	if err := a.ensureNamespace(ctx, syncNamespace); err != nil {
-		return err
-	}
-	b := &daemonBench{f: f, bin: bin, kubeconfig: c.Kubeconfig, cfg: c.Config, admin: a, work: work, tmp: tmp,
-		logDir: filepath.Join(".run", "bench")}
+	defer done()
+	tmp := b.tmp
 	if err := os.MkdirAll(b.logDir, 0o755); err != nil {
 		return err
 	}
@@ -359,4 +335,47 @@ func (b *daemonBench) quietInterval(ctx context.Context, d *daemon) (daemonMetri
 	}
 	m, err := d.scrape(ctx)
 	return m, time.Now(), err
+}
+
+// startDaemonBench does what every daemon scenario starts with: a temporary folder (the
+// daemons' git caches), the built converge, the API control plane (its version recorded in
+// m) and the admin with the Syncs' namespace. done stops the control plane and removes the
+// folder.
+func startDaemonBench(ctx context.Context, f flags, work daemonWorkload, m *Machine, prefix string) (b *daemonBench, c *cluster.Cluster, done func(), err error) {
+	tmp, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cleanup := func() { _ = os.RemoveAll(tmp) }
+	defer func() {
+		if err != nil {
+			cleanup()
+		}
+	}()
+	log.Printf("building converge")
+	bin, err := buildConverge(ctx, tmp)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	log.Printf("starting the %s control plane; load average %s", cluster.API, m.LoadAvgStart)
+	c, err = cluster.Start(ctx, cluster.Options{Profile: cluster.API})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rm := cleanup
+	cleanup = func() { c.Stop(); rm() }
+	if dc, err := discovery.NewDiscoveryClientForConfig(c.Config); err == nil {
+		if v, err := dc.ServerVersion(); err == nil {
+			m.APIServer = v.GitVersion
+		}
+	}
+	a, err := newAdmin(c.Config, true, f.settle)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := a.ensureNamespace(ctx, syncNamespace); err != nil {
+		return nil, nil, nil, err
+	}
+	return &daemonBench{f: f, bin: bin, kubeconfig: c.Kubeconfig, cfg: c.Config, admin: a, work: work, tmp: tmp,
+		logDir: filepath.Join(".run", "bench")}, c, cleanup, nil
 }

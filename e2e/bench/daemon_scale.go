@@ -23,7 +23,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -69,49 +68,25 @@ func runScaleBench(ctx context.Context, f flags) error {
 	rep := &ScaleReport{Objects: f.objects, Syncs: f.tenants, Profile: string(cluster.API), Concurrent: f.concurrent,
 		Sharding: f.sharding, ShardsFlag: f.shards, IntervalSeconds: f.interval.Seconds(), SettleSeconds: f.settle.Seconds(),
 		Machine: machine()}
-	tmp, err := os.MkdirTemp("", "converge-bench-scale-")
+	db, c, done, err := startDaemonBench(ctx, f, work, &rep.Machine, "converge-bench-scale-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	log.Printf("building converge")
-	bin, err := buildConverge(ctx, tmp)
-	if err != nil {
-		return err
-	}
-	log.Printf("starting the %s control plane; load average %s", cluster.API, rep.Machine.LoadAvgStart)
-	c, err := cluster.Start(ctx, cluster.Options{Profile: cluster.API})
-	if err != nil {
-		return err
-	}
-	defer c.Stop()
-	if dc, err := discovery.NewDiscoveryClientForConfig(c.Config); err == nil {
-		if v, err := dc.ServerVersion(); err == nil {
-			rep.Machine.APIServer = v.GitVersion
-		}
-	}
-	a, err := newAdmin(c.Config, true, f.settle)
-	if err != nil {
-		return err
-	}
-	if err := a.ensureNamespace(ctx, syncNamespace); err != nil {
-		return err
-	}
+	defer done()
 	hc, err := rest.HTTPClientFor(c.Config)
 	if err != nil {
 		return err
 	}
-	b := &scaleBench{daemonBench: &daemonBench{f: f, bin: bin, kubeconfig: c.Kubeconfig, cfg: c.Config, admin: a, work: work, tmp: tmp,
-		logDir: filepath.Join(".run", "bench")}, serverPids: c.Pids(), server: hc, host: c.Config.Host}
+	b := &scaleBench{daemonBench: db, serverPids: c.Pids(), server: hc, host: c.Config.Host}
 	if err := os.MkdirAll(b.logDir, 0o755); err != nil {
 		return err
 	}
-	srv, err := b.publish(filepath.Join(tmp, "git"))
+	srv, err := b.publish(filepath.Join(db.tmp, "git"))
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	b.src = filepath.Join(tmp, "workload")
+	b.src = filepath.Join(db.tmp, "workload")
 	b.publishTo = func(msg string) (string, error) { return srv.Publish("bench", "main", b.src, msg) }
 
 	specs := make([]syncSpec, len(work.Tenants))
