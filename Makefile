@@ -2,6 +2,8 @@
 # `make run` and `make test` are the two commands of the README.
 
 SHELL := /bin/bash
+# pipefail: a recipe that filters go test's output through grep fails when the tests fail.
+.SHELLFLAGS := -o pipefail -c
 export GOTOOLCHAIN := local
 export GOFLAGS := -mod=readonly
 
@@ -60,12 +62,12 @@ test: deps controlplane vet ## vet, unit and integration tests against the real 
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 SEEDS ?= 200
-test-faults: controlplane ## randomized fault sweep: SEEDS=N seeds (default 200), or SEED=n to replay one
+test-faults: controlplane ## randomized fault sweep: SEEDS=N seeds (default 200) or SEEDS=A-B, or SEED=n to replay one
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) CONVERGE_FAULT_SEEDS=$(SEEDS) CONVERGE_FAULT_SEED=$(SEED) \
 		go test -race -count=1 -timeout 60m -v -run TestRandomFaults ./engine/ | grep -v '^=== RUN\|^    --- PASS\|faults_test.go:.*under faults'
 
 .PHONY: test-faults-daemon
-test-faults-daemon: controlplane ## two-replica fault sweep (replicas killed, paused, failing at random): SEEDS=N seeds, or SEED=n to replay one
+test-faults-daemon: controlplane ## two-replica fault sweep (replicas killed, paused, failing at random): SEEDS=N seeds or SEEDS=A-B, or SEED=n to replay one
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) CONVERGE_FAULT_SEEDS=$(SEEDS) CONVERGE_FAULT_SEED=$(SEED) \
 		go test -count=1 -timeout 600m -v -run TestBinaryShardsRandomFaults ./e2e/ | grep -v '^=== RUN\|^    --- PASS'
 

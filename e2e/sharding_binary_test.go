@@ -160,6 +160,7 @@ func (f *fleet) waitReady(rev string) {
 	f.t.Helper()
 	var pending []string
 	err := wait.PollUntilContextTimeout(f.t.Context(), 250*time.Millisecond, fleetWait, true, func(ctx context.Context) (bool, error) {
+		f.checkRunning()
 		var list v1alpha1.SyncList
 		if err := f.c.List(ctx, &list, client.InNamespace(f.ns)); err != nil {
 			return false, nil
@@ -208,6 +209,7 @@ func (f *fleet) waitSpread() map[string]string {
 	f.t.Helper()
 	var holders map[string]string
 	err := wait.PollUntilContextTimeout(f.t.Context(), 250*time.Millisecond, fleetWait, true, func(ctx context.Context) (bool, error) {
+		f.checkRunning()
 		now, err := f.shardHolders(ctx)
 		if err != nil {
 			return false, nil
@@ -250,6 +252,19 @@ func (f *fleet) checkVersion(v string) {
 }
 
 // live returns the replicas neither killed nor paused.
+// checkRunning fails the test at once when a live replica has exited on its own (a replica
+// the test did not kill, or paused past its deadline): it would otherwise count as live for
+// ever, and the test fail later on a spread that can never happen, far from the cause.
+func (f *fleet) checkRunning() {
+	for _, r := range f.live() {
+		select {
+		case <-r.proc.Done():
+			f.t.Fatalf("replica %s exited on its own (its output follows)", r.name)
+		default:
+		}
+	}
+}
+
 func (f *fleet) live() []*replica {
 	var out []*replica
 	for _, r := range f.replicas {

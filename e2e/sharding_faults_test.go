@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,26 +27,12 @@ import (
 // sweepRounds is how many rounds of a commit and a fault each seed runs.
 const sweepRounds = 3
 
-// daemonSweepSeeds reads CONVERGE_FAULT_SEED (one seed) or CONVERGE_FAULT_SEEDS (1..N).
-func daemonSweepSeeds(t *testing.T) []uint64 {
-	if s := os.Getenv("CONVERGE_FAULT_SEED"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("CONVERGE_FAULT_SEED=%q: %v", s, err)
-		}
-		return []uint64{n}
-	}
-	n, _ := strconv.Atoi(os.Getenv("CONVERGE_FAULT_SEEDS"))
-	seeds := make([]uint64, n)
-	for i := range seeds {
-		seeds[i] = uint64(i + 1)
-	}
-	return seeds
-}
-
 // TestBinaryShardsRandomFaults is the two-replica sweep.
 func TestBinaryShardsRandomFaults(t *testing.T) {
-	seeds := daemonSweepSeeds(t)
+	seeds, err := fault.Seeds()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(seeds) == 0 {
 		t.Skip("set CONVERGE_FAULT_SEEDS=N or CONVERGE_FAULT_SEED=n (make test-faults-daemon)")
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -58,25 +57,12 @@ type sweepStats struct {
 	slowest                   time.Duration
 }
 
-func sweepSeeds(t *testing.T) []uint64 {
-	if s := os.Getenv("CONVERGE_FAULT_SEED"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("CONVERGE_FAULT_SEED=%q: %v", s, err)
-		}
-		return []uint64{n}
-	}
-	n, _ := strconv.Atoi(os.Getenv("CONVERGE_FAULT_SEEDS"))
-	seeds := make([]uint64, n)
-	for i := range seeds {
-		seeds[i] = uint64(i + 1)
-	}
-	return seeds
-}
-
 // TestRandomFaults is the randomized sweep.
 func TestRandomFaults(t *testing.T) {
-	seeds := sweepSeeds(t)
+	seeds, err := fault.Seeds()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(seeds) == 0 {
 		t.Skip("set CONVERGE_FAULT_SEEDS=N or CONVERGE_FAULT_SEED=n (make test-faults)")
 	}

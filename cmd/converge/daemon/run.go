@@ -55,7 +55,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		}
 	}
 	s := scheme.New()
-	if err := prepare(ctx, cfg, s, o); err != nil {
+	if err := retryStartup(ctx, "preparing the cluster", func(ctx context.Context) error { return prepare(ctx, cfg, s, o) }); err != nil {
 		return err
 	}
 	mgr, err := newManager(cfg, s, o)
@@ -64,6 +64,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	if err := addServers(mgr, reg, o); err != nil {
 		return err
+	}
+	if err := warmSyncMapping(ctx, mgr); err != nil {
+		return fmt.Errorf("controller: %w", err)
 	}
 	r := newReconciler(ctx, mgr, cfg, metrics, o)
 	if shards != nil {
