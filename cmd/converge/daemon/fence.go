@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -87,23 +88,50 @@ func (f *pauseFence) observe(record bool) error {
 
 // wrap refuses mutating requests once the fence is broken; reads pass.
 func (f *pauseFence) wrap(rt http.RoundTripper) http.RoundTripper {
-	return writeGuard{check: func(*http.Request) error { return f.check() }, next: rt}
+	return writeGuard{check: func(*http.Request) (time.Duration, error) { return 0, f.check() }, next: rt}
 }
 
 // writeGuard is a transport whose check may refuse a mutating request before it is sent
-// (the pause fence, the shard fence); reads (GET, HEAD) always pass.
+// (the pause fence, the shard fence); reads (GET, HEAD) always pass. A check may also give
+// a time left: the request is cancelled after it (with its answer's body), so a write sent while
+// its right to write held cannot stay in flight (a stalled connection, a slow API server)
+// and land after that right ran out, when another replica may be writing.
 type writeGuard struct {
-	check func(*http.Request) error
+	check func(*http.Request) (left time.Duration, err error) // left 0: no limit
 	next  http.RoundTripper
 }
 
 func (g writeGuard) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodGet && req.Method != http.MethodHead {
-		if err := g.check(req); err != nil {
-			return nil, err
-		}
+	if req.Method == http.MethodGet || req.Method == http.MethodHead {
+		return g.next.RoundTrip(req)
 	}
-	return g.next.RoundTrip(req)
+	left, err := g.check(req)
+	if err != nil {
+		return nil, err
+	}
+	if left <= 0 {
+		return g.next.RoundTrip(req)
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), left)
+	resp, err := g.next.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelOnClose is an answer's body that ends its request's context when closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // stopOnFence returns a stop function for newPauseFence that logs why (the daemon's

@@ -74,12 +74,7 @@ func (t *shardTable) begin(i int) (done func(), ok bool) {
 // writable reports whether a reconcile of shard i may still write: the shard is held (a
 // shard being released still is, for its in-flight reconciles) and renewed within the
 // deadline.
-func (t *shardTable) writable(i int) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.shards[i]
-	return s.held && t.now().Before(s.validUntil)
-}
+func (t *shardTable) writable(i int) bool { return t.validFor(i) > 0 }
 
 // renewed records a successful acquire or renew of shard i whose request was sent at sent.
 func (t *shardTable) renewed(i int, sent time.Time) {
@@ -247,13 +242,31 @@ func shardFrom(ctx context.Context) (int, bool) {
 
 // wrap is the shard fence, for rest.Config.Wrap: a mutating request whose context names a
 // shard (the reconcile of a Sync of it: apply, prune, status, finalizer) is refused before
-// it is sent unless the shard is still held validly. Requests without a shard (the Leases
-// themselves, the webhook's annotation, the CRD) pass; reads always pass.
+// it is sent unless the shard is still held validly, and cancelled if still in flight when
+// that validity runs out (the renew deadline after the last renewal it was sent under: the
+// other replicas wait the longer lease duration before taking the shard). Requests without
+// a shard (the Leases themselves, the webhook's annotation, the CRD) pass; reads always pass.
 func (t *shardTable) wrap(rt http.RoundTripper) http.RoundTripper {
-	return writeGuard{next: rt, check: func(req *http.Request) error {
-		if i, ok := shardFrom(req.Context()); ok && !t.writable(i) {
-			return fmt.Errorf("%w (shard %d)", errShardNotHeld, i)
+	return writeGuard{next: rt, check: func(req *http.Request) (time.Duration, error) {
+		i, ok := shardFrom(req.Context())
+		if !ok {
+			return 0, nil
 		}
-		return nil
+		if left := t.validFor(i); left > 0 {
+			return left, nil
+		}
+		return 0, fmt.Errorf("%w (shard %d)", errShardNotHeld, i)
 	}}
+}
+
+// validFor is how long shard i stays held validly from now (0 when it is not writable): a
+// write sent for it is cancelled after that.
+func (t *shardTable) validFor(i int) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.shards[i]
+	if !s.held {
+		return 0
+	}
+	return max(0, s.validUntil.Sub(t.now()))
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -161,5 +162,48 @@ func TestShardLeaseExpiry(t *testing.T) {
 	free := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "converge-shard-01"}}
 	if !c.expired(free, t0) {
 		t.Error("a Lease without holder is not free")
+	}
+}
+
+// TestShardFenceCancelsInFlightWrite: a write sent while its shard is held is cancelled when
+// the shard's validity runs out, so it cannot land after another replica may have taken the
+// shard over (the API server stalled, the connection hung). Before, the fence checked only
+// when the request was sent: the write below, answered after 10 s, succeeded although the
+// shard had run out 9.7 s before.
+func TestShardFenceCancelsInFlightWrite(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer srv.Close()
+	tab := newShardTable(2, 300*time.Millisecond)
+	tab.renewed(1, time.Now())
+	req, _ := http.NewRequestWithContext(withShard(context.Background(), 1), http.MethodPatch, srv.URL, nil)
+	resp, err := tab.wrap(http.DefaultTransport).RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("a write still in flight when its shard ran out went through")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want the write cancelled at the shard's deadline, got %v", err)
+	}
+	// A write whose answer comes in time keeps its body readable after RoundTrip returns.
+	tab.renewed(0, time.Now().Add(time.Hour))
+	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	defer fast.Close()
+	req, _ = http.NewRequestWithContext(withShard(context.Background(), 0), http.MethodPatch, fast.URL, nil)
+	resp, err = tab.wrap(http.DefaultTransport).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(body) != "ok" {
+		t.Fatalf("body %q, %v", body, err)
 	}
 }
