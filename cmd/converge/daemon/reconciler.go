@@ -140,7 +140,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		ctx = withShard(ctx, i) // the shard fence checks every write made with it
 		fresh, requeue, err := r.firstReadOfHolding(ctx, req.NamespacedName, s, i)
 		if fresh == nil {
-			return ctrl.Result{RequeueAfter: requeueIf(requeue)}, err
+			return ctrl.Result{RequeueAfter: requeue}, err
 		}
 		s = fresh
 	}

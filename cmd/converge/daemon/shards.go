@@ -119,8 +119,29 @@ func (sh *sharding) setup(mgr ctrl.Manager, cfg *rest.Config, s *runtime.Scheme,
 // older than the previous holder's last writes (its informer lags): reconciling from it
 // could apply an old revision and prune what the previous holder applied since.
 type shardReads struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]uint64
+	mu     sync.Mutex
+	m      map[types.NamespacedName]uint64
+	behind map[types.NamespacedName]int // requeues so far while the cache was behind
+}
+
+// Requeues of a Sync whose cache is behind its live read back off from cacheBehindFirst,
+// doubling up to cacheBehindMax: a cache that stays behind (a stalled watch, a Sync edited
+// in a loop) costs a live read every few seconds, not ten a second.
+const (
+	cacheBehindFirst = 100 * time.Millisecond
+	cacheBehindMax   = 5 * time.Second
+)
+
+// retryAfter counts one more requeue of key with its cache behind and says when to retry.
+func (s *shardReads) retryAfter(key types.NamespacedName) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.behind == nil {
+		s.behind = map[types.NamespacedName]int{}
+	}
+	n := s.behind[key]
+	s.behind[key] = n + 1
+	return min(cacheBehindFirst<<min(n, 16), cacheBehindMax)
 }
 
 // stale reports whether key was not yet read live under holding epoch.
@@ -137,12 +158,14 @@ func (s *shardReads) record(key types.NamespacedName, epoch uint64) {
 		s.m = map[types.NamespacedName]uint64{}
 	}
 	s.m[key] = epoch
+	delete(s.behind, key)
 }
 
 func (s *shardReads) forget(key types.NamespacedName) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.m, key)
+	delete(s.behind, key)
 }
 
 // firstReadOfHolding returns the Sync to reconcile: cached, read by the reconcile, unless
@@ -150,32 +173,25 @@ func (s *shardReads) forget(key types.NamespacedName) {
 // the API server too: the cache may predate the previous holder's writes, and everything
 // the reconcile reads from it (the spec, the status writer's base) must not. Only once the
 // cache shows the resourceVersion read live is the Sync reconciled (and the status writer's
-// record of it forgotten); until then it is requeued. A nil Sync ends the reconcile with err
-// (nil: the Sync is gone), requeued when requeue is set.
-func (r *reconciler) firstReadOfHolding(ctx context.Context, key types.NamespacedName, cached *v1alpha1.Sync, i int) (s *v1alpha1.Sync, requeue bool, err error) {
+// record of it forgotten); until then it is requeued, backing off. A nil Sync ends the
+// reconcile with err (nil: the Sync is gone), requeued after requeue when it is not 0.
+func (r *reconciler) firstReadOfHolding(ctx context.Context, key types.NamespacedName, cached *v1alpha1.Sync, i int) (s *v1alpha1.Sync, requeue time.Duration, err error) {
 	epoch := r.shards.epoch(i)
 	if !r.shardReads.stale(key, epoch) {
-		return cached, false, nil
+		return cached, 0, nil
 	}
 	fresh := &v1alpha1.Sync{}
 	if err := r.live.Get(ctx, key, fresh); err != nil {
-		return nil, false, r.forgetIfGone(key, err)
+		return nil, 0, r.forgetIfGone(key, err)
 	}
 	if fresh.UID != cached.UID || fresh.ResourceVersion != cached.ResourceVersion {
 		// Another incarnation, or the cache is behind: reconcile from a newer read.
+		after := r.shardReads.retryAfter(key)
 		logr.FromContextOrDiscard(ctx).V(1).Info("first reconcile since the shard was acquired: the cache is behind the API server, requeued",
-			"shard", i, "cached", cached.ResourceVersion, "live", fresh.ResourceVersion)
-		return nil, true, nil
+			"shard", i, "cached", cached.ResourceVersion, "live", fresh.ResourceVersion, "after", after)
+		return nil, after, nil
 	}
 	r.writer.Forget(key)
 	r.shardReads.record(key, epoch)
-	return fresh, false, nil
-}
-
-// requeueIf is a requeue soon (the cache catching up) when b, else none.
-func requeueIf(b bool) time.Duration {
-	if b {
-		return 100 * time.Millisecond
-	}
-	return 0
+	return fresh, 0, nil
 }

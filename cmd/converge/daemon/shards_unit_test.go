@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -205,5 +206,26 @@ func TestShardFenceCancelsInFlightWrite(t *testing.T) {
 	resp.Body.Close()
 	if err != nil || string(body) != "ok" {
 		t.Fatalf("body %q, %v", body, err)
+	}
+}
+
+// TestShardReadsBackOff: a Sync whose cache stays behind its live read is requeued less and
+// less often, up to cacheBehindMax, and from the start again once it was read in step.
+// Before, it was requeued every 100 ms for as long as the cache stayed behind.
+func TestShardReadsBackOff(t *testing.T) {
+	var r shardReads
+	key := types.NamespacedName{Namespace: "a", Name: "s"}
+	var got []time.Duration
+	for range 8 {
+		got = append(got, r.retryAfter(key))
+	}
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond,
+		1600 * time.Millisecond, 3200 * time.Millisecond, cacheBehindMax, cacheBehindMax}
+	if !slices.Equal(got, want) {
+		t.Errorf("requeues %v, want %v", got, want)
+	}
+	r.record(key, 1)
+	if d := r.retryAfter(key); d != cacheBehindFirst {
+		t.Errorf("after a read in step the back-off did not start again: %v", d)
 	}
 }
