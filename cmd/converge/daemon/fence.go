@@ -88,16 +88,21 @@ func (f *pauseFence) observe(record bool) error {
 
 // wrap refuses mutating requests once the fence is broken; reads pass.
 func (f *pauseFence) wrap(rt http.RoundTripper) http.RoundTripper {
-	return writeGuard{check: func(*http.Request) (time.Duration, error) { return 0, f.check() }, next: rt}
+	return writeGuard{check: func(*http.Request) (func() (time.Duration, error), error) { return nil, f.check() }, next: rt}
 }
 
 // writeGuard is a transport whose check may refuse a mutating request before it is sent
-// (the pause fence, the shard fence); reads (GET, HEAD) always pass. A check may also give
-// a time left: the request is cancelled after it (with its answer's body), so a write sent while
-// its right to write held cannot stay in flight (a stalled connection, a slow API server)
-// and land after that right ran out, when another replica may be writing.
+// (the pause fence, the shard fence); reads (GET, HEAD) always pass. A check may also return
+// holds, which says whether the right to write still holds (an error when not) and for how
+// long at least: until the answer comes, holds is asked again each time that runs out, and
+// the request is cancelled, with holds' error as the cause, once the right is gone. So a
+// write sent while its shard was held does not stay in flight (a stalled connection, a slow
+// API server) long after the shard may have passed to another replica: the client gives
+// up then. (A request the API server already received may still commit; the lease margin,
+// lease duration minus renew deadline, covers that.) Once the answer's status has come the
+// write has happened, and reading its body is never cut.
 type writeGuard struct {
-	check func(*http.Request) (left time.Duration, err error) // left 0: no limit
+	check func(*http.Request) (holds func() (time.Duration, error), err error)
 	next  http.RoundTripper
 }
 
@@ -105,27 +110,54 @@ func (g writeGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method == http.MethodGet || req.Method == http.MethodHead {
 		return g.next.RoundTrip(req)
 	}
-	left, err := g.check(req)
+	holds, err := g.check(req)
 	if err != nil {
 		return nil, err
 	}
-	if left <= 0 {
+	if holds == nil {
 		return g.next.RoundTrip(req)
 	}
-	ctx, cancel := context.WithTimeout(req.Context(), left)
-	resp, err := g.next.RoundTrip(req.WithContext(ctx))
+	left, err := holds()
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	resp.Body = cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	ctx, cancel := context.WithCancelCause(req.Context())
+	var (
+		mu       sync.Mutex
+		answered bool
+		timer    *time.Timer
+	)
+	mu.Lock()
+	timer = time.AfterFunc(left, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if answered {
+			return
+		}
+		if left, err := holds(); err != nil {
+			cancel(err)
+		} else {
+			timer.Reset(left)
+		}
+	})
+	mu.Unlock()
+	resp, err := g.next.RoundTrip(req.WithContext(ctx))
+	mu.Lock()
+	answered = true
+	timer.Stop()
+	mu.Unlock()
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	resp.Body = cancelOnClose{ReadCloser: resp.Body, cancel: func() { cancel(nil) }}
 	return resp, nil
 }
 
-// cancelOnClose is an answer's body that ends its request's context when closed.
+// cancelOnClose is an answer's body that releases its request's context when closed.
 type cancelOnClose struct {
 	io.ReadCloser
-	cancel context.CancelFunc
+	cancel func()
 }
 
 func (b cancelOnClose) Close() error {

@@ -242,25 +242,28 @@ func shardFrom(ctx context.Context) (int, bool) {
 
 // wrap is the shard fence, for rest.Config.Wrap: a mutating request whose context names a
 // shard (the reconcile of a Sync of it: apply, prune, status, finalizer) is refused before
-// it is sent unless the shard is still held validly, and cancelled if still in flight when
-// that validity runs out (the renew deadline after the last renewal it was sent under: the
-// other replicas wait the longer lease duration before taking the shard). Requests without
-// a shard (the Leases themselves, the webhook's annotation, the CRD) pass; reads always pass.
+// it is sent unless the shard is still held validly, and cancelled if still unanswered when
+// that holding of the shard ends (not renewed within the renew deadline, lost, or given up
+// and taken again: the other replicas wait the longer lease duration before taking it).
+// Requests without a shard (the Leases themselves, the webhook's annotation, the CRD) pass;
+// reads always pass.
 func (t *shardTable) wrap(rt http.RoundTripper) http.RoundTripper {
-	return writeGuard{next: rt, check: func(req *http.Request) (time.Duration, error) {
+	return writeGuard{next: rt, check: func(req *http.Request) (func() (time.Duration, error), error) {
 		i, ok := shardFrom(req.Context())
 		if !ok {
-			return 0, nil
+			return nil, nil
 		}
-		if left := t.validFor(i); left > 0 {
-			return left, nil
-		}
-		return 0, fmt.Errorf("%w (shard %d)", errShardNotHeld, i)
+		epoch := t.epoch(i)
+		return func() (time.Duration, error) {
+			if left := t.validFor(i); left > 0 && t.epoch(i) == epoch {
+				return left, nil
+			}
+			return 0, fmt.Errorf("%w (shard %d)", errShardNotHeld, i)
+		}, nil
 	}}
 }
 
-// validFor is how long shard i stays held validly from now (0 when it is not writable): a
-// write sent for it is cancelled after that.
+// validFor is how long shard i stays held validly from now (0 when it is not writable).
 func (t *shardTable) validFor(i int) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
