@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -71,6 +72,17 @@ func (o Options) shardLeaseName(i int) string {
 		return fmt.Sprintf("converge-shard-%s-%02d", g, i)
 	}
 	return fmt.Sprintf("converge-shard-%02d", i)
+}
+
+// shardOfLeaseName is the shard number of a shard Lease's name of this replica's group,
+// whatever --shards wrote it (ok is false for another group's name or a replica Lease).
+func (o Options) shardOfLeaseName(name string) (int, bool) {
+	digits, found := strings.CutPrefix(name, strings.TrimSuffix(o.shardLeaseName(0), "00"))
+	i, err := strconv.Atoi(digits)
+	if !found || err != nil || i < 0 || fmt.Sprintf("%02d", i) != digits {
+		return 0, false
+	}
+	return i, true
 }
 
 // replicaLeaseName names the membership Lease of a replica: converge-replica-<name> (the

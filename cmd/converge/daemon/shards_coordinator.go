@@ -258,6 +258,7 @@ func (c *shardCoordinator) step(ctx context.Context) {
 		c.acquire(ctx, shards, now, fair-len(held))
 	}
 	c.clearStray(ctx, shards)
+	c.dropOrphans(ctx, shards, now)
 	if len(held) > fair {
 		for _, i := range held[fair:] {
 			if c.table.stop(i, false) {
@@ -490,6 +491,30 @@ func (c *shardCoordinator) clearStray(ctx context.Context, leases map[string]*co
 			continue
 		}
 		c.log.Info("cleared a shard Lease naming this replica, which does not hold it", "shard", i)
+	}
+}
+
+// dropOrphans deletes the shard Leases numbered beyond this replica's --shards (left by a
+// larger count: a rollout that lowered it) once they are free or expired: no replica of
+// this count ever takes them, so they would stay in the namespace for ever. A held one
+// still blocks acquiring (step), and is deleted once its holder is gone. The delete is
+// conditional on the version read: one taken meanwhile stays.
+func (c *shardCoordinator) dropOrphans(ctx context.Context, leases map[string]*coordinationv1.Lease, now time.Time) {
+	for name, l := range leases {
+		if i, ok := c.o.shardOfLeaseName(name); !ok || i < c.table.n || c.sameShards(l) || !c.expired(l, now) {
+			continue
+		}
+		if !c.inBudget() {
+			return
+		}
+		err := c.call(ctx, func(ctx context.Context) error {
+			return c.api.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion})
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			c.log.Error(err, "deleting a shard Lease of a larger --shards (retried next step)", "lease", name)
+			continue
+		}
+		c.log.Info("deleted a shard Lease of a larger --shards", "lease", name, "shards", l.Annotations[annotationShards])
 	}
 }
 

@@ -516,3 +516,54 @@ func TestShardReplicaLeaseDeletedAnswersConflict(t *testing.T) {
 		t.Fatalf("a holds %v after its replica Lease was deleted; want all 4 again", h)
 	}
 }
+
+// TestShardOrphansOfLargerCountDeleted: after --shards went down (8 → 4), the shard Leases
+// numbered 4..7 are deleted once free or expired; one still held by a live replica of the
+// old count stays (and blocks acquiring) until its holder is gone. Before, they stayed in
+// the namespace for ever.
+func TestShardOrphansOfLargerCountDeleted(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	cl := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
+	ctx := context.Background()
+	old := fakeCoordinator(t, cl, clk, "old", 8)
+	for range 3 {
+		old.step(ctx)
+		clk.Add(2 * time.Second)
+	}
+	if h, _ := old.table.snapshot(); len(h) != 8 {
+		t.Fatalf("the old replica holds %v, want all 8", h)
+	}
+	// Its shard 6 is released cleanly (cleared), the others expire with it (killed).
+	l6 := &coordinationv1.Lease{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: old.o.shardLeaseName(6)}, l6); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.clear(ctx, l6); err != nil {
+		t.Fatal(err)
+	}
+	n := fakeCoordinator(t, cl, clk, "new", 4)
+	n.step(ctx)
+	exists := func(i int) bool {
+		err := cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: n.o.shardLeaseName(i)}, &coordinationv1.Lease{})
+		return err == nil
+	}
+	if exists(6) {
+		t.Error("a free shard Lease of the larger count was kept")
+	}
+	if !exists(7) {
+		t.Fatal("a shard Lease held by a live replica of the larger count was deleted")
+	}
+	for range 15 { // the old replica is gone: its Leases expire after the lease duration
+		clk.Add(2 * time.Second)
+		n.step(ctx)
+	}
+	for i := 4; i < 8; i++ {
+		if exists(i) {
+			t.Errorf("shard Lease %d of the larger count still exists after its holder expired", i)
+		}
+	}
+	if h, _ := n.table.snapshot(); len(h) != 4 {
+		logLeases(t, cl)
+		t.Errorf("the new replica holds %v, want all 4", h)
+	}
+}

@@ -276,3 +276,14 @@ func TestShardReadsBackOff(t *testing.T) {
 		t.Errorf("after a read in step the back-off did not start again: %v", d)
 	}
 }
+
+func TestShardOfLeaseName(t *testing.T) {
+	o := Options{}
+	for name, want := range map[string]int{"converge-shard-00": 0, "converge-shard-07": 7, "converge-shard-123": 123,
+		"converge-shard-7": -1, "converge-shard-0x": -1, "converge-replica-a": -1, "converge-shard-ab12-03": -1} {
+		i, ok := o.shardOfLeaseName(name)
+		if (want < 0) == ok || (ok && i != want) {
+			t.Errorf("%s: %d, %v; want %d", name, i, ok, want)
+		}
+	}
+}
