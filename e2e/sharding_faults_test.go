@@ -116,9 +116,16 @@ func runDaemonSweep(t *testing.T, seed uint64, done *[]string) {
 			if err := victim.proc.Resume(); err != nil {
 				t.Fatal(err)
 			}
+			// A pause past the renew deadline fences the replica for sure (its clock saw a
+			// gap at least that long): wait for its exit as long as a graceful stop may take
+			// on a loaded machine. A shorter one may or may not have: a short wait.
+			exitWait := fleetLease
+			if pause > fleetRenew {
+				exitWait = 45 * time.Second
+			}
 			select {
 			case <-victim.proc.Done():
-			case <-time.After(fleetLease):
+			case <-time.After(exitWait):
 			}
 			select {
 			case <-victim.proc.Done():

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,7 +21,8 @@ import (
 // timeout, a refused connection). A replica started during such a hiccup comes up when it
 // ends, instead of exiting into a crash loop whose back-off delays it by minutes, or (in a
 // test harness, on a laptop) not coming back at all. Past it the error is returned: an API
-// server down for minutes is for the operator to see, in the pod's restarts.
+// server down for minutes is for the operator to see, in the pod's restarts. (The base's
+// startupProbe gives a starting pod 5 minutes before its liveness probe counts.)
 const startupRetry = 2 * time.Minute
 
 // startupBackoff is the first wait between two attempts; it doubles up to startupBackoffMax.
@@ -38,7 +40,9 @@ func retryStartup(ctx context.Context, what string, f func(context.Context) erro
 	deadline := time.Now().Add(startupRetry)
 	wait := startupBackoff
 	for attempt := 1; ; attempt++ {
-		err := f(ctx)
+		actx, cancel := context.WithDeadline(ctx, deadline) // no attempt outlives the retries
+		err := f(actx)
+		cancel()
 		if err == nil || !transientAPIError(err) || ctx.Err() != nil {
 			return err
 		}
@@ -70,10 +74,12 @@ func transientAPIError(err error) bool {
 		return true
 	case utilnet.IsConnectionRefused(err), utilnet.IsConnectionReset(err),
 		utilnet.IsProbableEOF(err), utilnet.IsHTTP2ConnectionLost(err),
+		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, context.DeadlineExceeded):
 		return true
 	}
-	return false
+	var timeout interface{ Timeout() bool } // dial, TLS handshake, response header timeouts
+	return errors.As(err, &timeout) && timeout.Timeout()
 }
 
 // warmSyncMapping resolves the Sync kind through the manager's REST mapper, with the

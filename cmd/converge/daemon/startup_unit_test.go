@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"net"
 	"syscall"
 	"testing"
 
@@ -26,6 +27,9 @@ func TestTransientAPIError(t *testing.T) {
 		{apierrors.NewTimeoutError("etcd", 1), true},
 		{apierrors.NewInternalError(errors.New("etcd leader changed")), true},
 		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), true},
+		{fmt.Errorf("dial: %w", syscall.EHOSTUNREACH), true},
+		{&net.DNSError{Err: "i/o timeout", IsTimeout: true}, true},
+		{&net.DNSError{Err: "no such host", IsNotFound: true}, false},
 		{apierrors.NewForbidden(gr, "syncs.converge.dev", errors.New("RBAC")), false},
 		{apierrors.NewNotFound(gr, "x"), false},
 		{apierrors.NewInvalid(schema.GroupKind{Kind: "Sync"}, "x", nil), false},
