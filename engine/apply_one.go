@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/inventory"
 )
@@ -36,7 +37,7 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err err
 	case it.pending && r.opts.DryRun:
 		out.change.Action, out.change.Message = ActionCreated, msgCRDPending
 		return out, nil
-	case it.obj.GetAnnotations()[ReconcileAnnotation] == ReconcileDisabled:
+	case it.skip:
 		out.change.Action = ActionSkipped
 		out.change.Message = "reconcile disabled by annotation " + ReconcileAnnotation
 		out.uid, out.track = r.old.UID(it.id), r.old.Has(it.id)
@@ -269,13 +270,14 @@ func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out o
 		out.change.Action = ActionCreated
 		return r.fromCacheApply(ctx, it, nil, out)
 	}
-	if !r.old.Has(it.id) && !r.e.memo.has(it.id) {
+	m, known := r.memoOf(it)
+	if !it.stored && !known {
 		// New, and not listed (alone of its kind in its namespace): the full path reads it
 		// with a GET, which the cache could not spare, and reading the cache would start (and
 		// wait for) its kind's informer in the middle of the run.
 		return out, nil, false, nil
 	}
-	cached, err := r.e.cache.cachedLive(ctx, it.obj)
+	cached, err := r.e.cache.cachedLive(ctx, it.gvk, client.ObjectKey{Namespace: it.id.Namespace, Name: it.id.Name})
 	switch {
 	case err != nil:
 		return out, nil, false, nil
@@ -283,11 +285,11 @@ func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out o
 		return out, nil, false, nil
 	case cached.GetAnnotations()[OwnerAnnotation] != r.ref.ID:
 		return out, cached, false, nil
-	case r.e.memo.hit(it.id, hash, cached.GetResourceVersion()):
+	case known && m.hit(hash, cached.GetResourceVersion()):
 		out.change.Action, out.uid, out.ready, out.rv = ActionUnchanged, cached.GetUID(), true, cached.GetResourceVersion()
 		out.generation = cached.GetGeneration()
 		return out, cached, true, nil
-	case r.e.memo.changed(it.id, hash):
+	case known && m.hash != hash:
 		out.change.Action = ActionConfigured
 	default:
 		return out, cached, false, nil
@@ -318,13 +320,40 @@ func (r *applyRun) fromCacheApply(ctx context.Context, it *item, cached *metav1.
 }
 
 // remember records the live object an apply or a verification produced, or forgets the
-// object when the run did not establish it.
+// object when the run did not establish it. What the memo already holds (a no-op) is not
+// written again.
 func (r *applyRun) remember(it *item, hash [32]byte, out outcome) {
 	if out.rv == "" || out.change.Action == ActionFailed {
 		r.e.memo.forget(it.id)
 		return
 	}
+	if m, known := r.memoOf(it); known && m == (memoEntry{hash: hash, resourceVersion: out.rv}) {
+		return
+	}
 	r.e.memo.remember(it.id, hash, out.rv)
+}
+
+// memoOf returns what the memo recorded of it when the run first asked: once per item,
+// since the survey and the watch path both ask, and each lookup in a map of 50,000 objects
+// costs a few cache misses. An entry read early is as safe to decide on as one read later:
+// it is only ever a true record (this desired object left the live object at that
+// resourceVersion), and a hit also needs the watch cache to show that very resourceVersion
+// now. Each item is handled by one goroutine at a time (the stage's survey, then its apply).
+func (r *applyRun) memoOf(it *item) (memoEntry, bool) {
+	if r.e.memo == nil {
+		return memoEntry{}, false
+	}
+	if !it.memoRead {
+		it.memo, it.memoKnown = r.e.memo.get(it.id)
+		it.memoRead = true
+	}
+	return it.memo, it.memoKnown
+}
+
+// memoKnows reports whether the memo has an entry for it (memoOf).
+func (r *applyRun) memoKnows(it *item) bool {
+	_, known := r.memoOf(it)
+	return known
 }
 
 // dryRun server-side dry-runs it. On an immutable-field rejection it recreates the object
@@ -385,7 +414,7 @@ func (r *applyRun) forceConflicts(live *unstructured.Unstructured) bool {
 
 // forced reports whether it may be recreated on an immutable-field change.
 func (r *applyRun) forced(it *item, live *unstructured.Unstructured) bool {
-	return r.opts.Force || it.obj.GetAnnotations()[ForceAnnotation] == ForceEnabled ||
+	return r.opts.Force || it.annotation(ForceAnnotation) == ForceEnabled ||
 		live.GetAnnotations()[ForceAnnotation] == ForceEnabled
 }
 

@@ -27,7 +27,7 @@ func TestRecordChanges(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rec := &record{tracked: inventory.New(tt.tracked...)}
+			rec := &record{tracked: tt.tracked}
 			for _, e := range tt.untrack {
 				rec.untrack = append(rec.untrack, e.Object)
 			}

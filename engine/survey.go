@@ -103,11 +103,11 @@ func (r *applyRun) surveyable(it *item) (g surveyKey, isNew, ok bool) {
 		// can be large, and a set holds few of them.
 		return g, false, false
 	}
-	isNew = !r.old.Has(it.id)
-	if !isNew && r.viaCache() && r.e.memo.has(it.id) {
+	isNew = !it.stored
+	if !isNew && r.viaCache() && r.memoKnows(it) {
 		return g, false, false // the watch path decides it from the cache and the memo
 	}
-	return surveyKey{it.obj.GroupVersionKind(), it.id.Namespace}, isNew, true
+	return surveyKey{it.gvk, it.id.Namespace}, isNew, true
 }
 
 // surveyShares counts, per kind and namespace, the items of one stage the survey would list

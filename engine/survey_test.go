@@ -59,7 +59,7 @@ func TestStaleListingIsReadAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	items, err := h.eng.prepare(h.set(objs...), opts)
+	items, _, err := h.eng.prepare(h.set(objs...), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestListedMissingIsCheckedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	ours := configMap(h.ns, "taken", map[string]any{"v": "ours"})
-	items, err := h.eng.prepare(h.set(ours), opts)
+	items, _, err := h.eng.prepare(h.set(ours), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,21 @@ func encode(inv *Inventory) map[string]string {
 	return data
 }
 
-// TestAbsorbs: Absorbs says what Union followed by Equal says, without the copy.
+// TestAddNew: AddNew adds like Add and tells a new object from one already there.
+func TestAddNew(t *testing.T) {
+	inv := NewSized(2)
+	if !inv.AddNew(e("a", "x", "")) || !inv.AddNew(e("a", "y", "1")) {
+		t.Fatal("AddNew of a new object = false")
+	}
+	if inv.AddNew(e("a", "x", "")) {
+		t.Error("AddNew of an object already there = true")
+	}
+	if want := New(e("a", "x", ""), e("a", "y", "1")); !inv.Equal(want) {
+		t.Errorf("inventory = %v, want %v", inv.Entries(), want.Entries())
+	}
+}
+
+// TestAbsorbs: Absorbs and AbsorbsEach say what Union followed by Equal says, without the copy.
 func TestAbsorbs(t *testing.T) {
 	tests := []struct {
 		name string
@@ -127,6 +141,9 @@ func TestAbsorbs(t *testing.T) {
 			a, b := New(tt.a...), New(tt.b...)
 			if got := a.Absorbs(b); got != tt.want {
 				t.Errorf("Absorbs = %v, want %v", got, tt.want)
+			}
+			if got := a.AbsorbsEach(tt.b); got != tt.want {
+				t.Errorf("AbsorbsEach = %v, want %v", got, tt.want)
 			}
 			if union := a.Union(b).Equal(a); union != tt.want {
 				t.Errorf("the test's want %v disagrees with Union+Equal: %v", tt.want, union)

@@ -145,9 +145,15 @@ func partNames(head *corev1.ConfigMap) []string {
 	return strings.Split(v, ",")
 }
 
-// decodeStored is decode over the head and its parts.
+// decodeStored is decode over the head and its parts, into an inventory sized for all of
+// them (read on every reconcile: growing a map of 50,000 entries step by step costs more
+// than filling it).
 func decodeStored(ref Ref, st stored) (*Inventory, error) {
-	inv, err := decode(ref, st.head)
+	n := len(st.head.Data)
+	for _, p := range st.parts {
+		n += len(p.Data)
+	}
+	inv, err := decode(ref, st.head, n)
 	if err != nil {
 		return nil, err
 	}

@@ -263,12 +263,12 @@ func foreign(ref Ref, id string) error {
 }
 
 // decode parses the data keys of cm (ns_name_group_kind) and their UID values: the head's
-// entries only (see decodeStored).
-func decode(ref Ref, cm *corev1.ConfigMap) (*Inventory, error) {
+// entries only (see decodeStored), into an inventory with room for size entries.
+func decode(ref Ref, cm *corev1.ConfigMap, size int) (*Inventory, error) {
 	if id := cm.Labels[IDLabel]; id != ref.ID {
 		return nil, fmt.Errorf("inventory %s: %w", ref, foreign(ref, id))
 	}
-	inv := &Inventory{}
+	inv := NewSized(size)
 	return inv, decodeInto(ref, inv, cm)
 }
 
