@@ -170,6 +170,13 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if crash != nil {
 		return ctrl.Result{}, crash
 	}
+	if r.shards != nil && shardRefused(ctx) {
+		// The shard was not validly held for some of this reconcile's writes: its outcome
+		// says nothing about the Sync. No status; the shard's holder (this replica again
+		// once renewed, or another) reconciles it anew.
+		log.Info("outcome dropped: the shard fence refused some of its writes; requeued", "shard", shardOf(s.UID, r.shards.n))
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 	// The status write is its own step: an apply failure never stops it, and its failure
 	// never undoes the apply.
 	err := r.writer.Write(ctx, req.NamespacedName, outcome)

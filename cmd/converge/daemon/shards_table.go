@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -230,14 +231,25 @@ func (t *shardTable) cleared(i int) {
 // shardKey is the context key of the shard of the Sync a reconcile is for.
 type shardKey struct{}
 
-// withShard returns ctx naming shard i: the shard fence checks every write made with it.
-func withShard(ctx context.Context, i int) context.Context {
-	return context.WithValue(ctx, shardKey{}, i)
+// shardCall is what a reconcile's context carries: its Sync's shard, and whether the shard
+// fence refused one of its writes.
+type shardCall struct {
+	i       int
+	refused atomic.Bool
 }
 
-func shardFrom(ctx context.Context) (int, bool) {
-	i, ok := ctx.Value(shardKey{}).(int)
-	return i, ok
+// withShard returns ctx naming shard i: the shard fence checks every write made with it.
+func withShard(ctx context.Context, i int) context.Context {
+	return context.WithValue(ctx, shardKey{}, &shardCall{i: i})
+}
+
+// shardRefused reports whether the shard fence refused (or cancelled) a write made with ctx
+// or a context derived from it: the reconcile's outcome is then not its own to record (its
+// applies failed for want of the shard, not for anything in the Sync) and it must write no
+// status, even if the shard is writable again by then (a renewal answered late).
+func shardRefused(ctx context.Context) bool {
+	c, ok := ctx.Value(shardKey{}).(*shardCall)
+	return ok && c.refused.Load()
 }
 
 // wrap is the shard fence, for rest.Config.Wrap: a mutating request whose context names a
@@ -249,15 +261,16 @@ func shardFrom(ctx context.Context) (int, bool) {
 // reads always pass.
 func (t *shardTable) wrap(rt http.RoundTripper) http.RoundTripper {
 	return writeGuard{next: rt, check: func(req *http.Request) (func() (time.Duration, error), error) {
-		i, ok := shardFrom(req.Context())
+		call, ok := req.Context().Value(shardKey{}).(*shardCall)
 		if !ok {
 			return nil, nil
 		}
-		epoch := t.epoch(i)
+		i, epoch := call.i, t.epoch(call.i)
 		return func() (time.Duration, error) {
 			if left := t.validFor(i); left > 0 && t.epoch(i) == epoch {
 				return left, nil
 			}
+			call.refused.Store(true)
 			return 0, fmt.Errorf("%w (shard %d)", errShardNotHeld, i)
 		}, nil
 	}}

@@ -287,3 +287,47 @@ func TestShardOfLeaseName(t *testing.T) {
 		}
 	}
 }
+
+// TestShardRefusedMarksTheReconcile: a write refused by the shard fence marks the
+// reconcile's context, also when the shard is writable again afterwards (a renewal answered
+// late), so the reconcile records no outcome made of the fence's refusals. Before, the
+// status of such a reconcile said ApplyFailed with "shard not held" errors (seen in the
+// 3-replica scale bench).
+func TestShardRefusedMarksTheReconcile(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	now := time.Unix(1000, 0)
+	tab := newShardTable(2, 10*time.Second)
+	tab.now = func() time.Time { return now }
+	tab.renewed(0, now)
+	rt := tab.wrap(http.DefaultTransport)
+	patch := func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPatch, srv.URL, nil)
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	ctx := withShard(context.Background(), 0)
+	if err := patch(ctx); err != nil || shardRefused(ctx) {
+		t.Fatalf("a write of a held shard: %v, refused %v", err, shardRefused(ctx))
+	}
+	now = now.Add(11 * time.Second) // past the deadline, not swept yet
+	if err := patch(ctx); !errors.Is(err, errShardNotHeld) {
+		t.Fatalf("want the fence's refusal, got %v", err)
+	}
+	tab.renewAll(now.Add(-2 * time.Second)) // a renewal sent in time, answered late: writable again
+	if !tab.writable(0) {
+		t.Fatal("the late renewal did not extend the shard")
+	}
+	if err := patch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !shardRefused(ctx) {
+		t.Error("the reconcile whose write was refused is not marked")
+	}
+	if other := withShard(context.Background(), 0); shardRefused(other) {
+		t.Error("another reconcile is marked")
+	}
+}
