@@ -352,6 +352,10 @@ func (b *scaleBench) measure(ctx context.Context, n int, specs []syncSpec, settl
 		if r.Memory, err = readProcMemory(d.pid()); err != nil {
 			return row, err
 		}
+		// After the peak RSS is read: the profile's collection (gc=1) does not lower VmHWM.
+		if err := d.saveHeapProfile(ctx, fmt.Sprintf("scale-%d-%s.heap.pprof", n, replicaName(i))); err != nil {
+			return row, fmt.Errorf("replica %s: heap profile: %w", replicaName(i), err)
+		}
 	}
 	log.Printf("%d replicas: quiet interval: %s; at the API server %d requests (%s) and %d to Leases in %.0fs",
 		n, row.idleSummary(), row.IdleServer.Requests.Total(), row.IdleServer.Requests, row.IdleServer.Leases, row.IdleServer.Seconds)
