@@ -66,7 +66,7 @@ func runScaleBench(ctx context.Context, f flags) error {
 		return err
 	}
 	rep := &ScaleReport{Objects: f.objects, Syncs: f.tenants, Profile: string(cluster.API), Concurrent: f.concurrent,
-		Sharding: f.sharding, ShardsFlag: f.shards, IntervalSeconds: f.interval.Seconds(), SettleSeconds: f.settle.Seconds(),
+		Sharding: f.sharding, ShardsFlag: f.shards, Leases: leaseTimings(f), IntervalSeconds: f.interval.Seconds(), SettleSeconds: f.settle.Seconds(),
 		Machine: machine()}
 	db, c, done, err := startDaemonBench(ctx, f, work, &rep.Machine, "converge-bench-scale-")
 	if err != nil {
@@ -105,6 +105,20 @@ func runScaleBench(ctx context.Context, f flags) error {
 	return rep.emit(os.Stdout, f.output, f.jsonFile)
 }
 
+// leaseTimings describes the replicas' lease timings, as given by the flags.
+func leaseTimings(f flags) string {
+	if f.leaseDuration == 0 && f.renewDeadline == 0 && f.retryPeriod == 0 {
+		return "default (15s / 10s / 2s)"
+	}
+	d := func(d time.Duration) string {
+		if d == 0 {
+			return "default"
+		}
+		return d.String()
+	}
+	return d(f.leaseDuration) + " / " + d(f.renewDeadline) + " / " + d(f.retryPeriod)
+}
+
 // replicaName names the i-th replica (--replica-name).
 func replicaName(i int) string { return "r" + strconv.Itoa(i) }
 
@@ -118,6 +132,15 @@ func (b *scaleBench) startReplicas(ctx context.Context, n int) ([]*daemon, error
 		}
 		if b.f.shards > 0 {
 			args = append(args, "--shards", strconv.Itoa(b.f.shards))
+		}
+		for _, t := range []struct {
+			flag string
+			d    time.Duration
+		}{{"--leader-election-lease-duration", b.f.leaseDuration}, {"--leader-election-renew-deadline", b.f.renewDeadline},
+			{"--leader-election-retry-period", b.f.retryPeriod}} {
+			if t.d > 0 {
+				args = append(args, t.flag, t.d.String())
+			}
 		}
 		d, err := startDaemon(ctx, daemonOptions{bin: b.bin, kubeconfig: b.kubeconfig, concurrent: b.f.concurrent, electLeader: true, args: args,
 			logFile:  filepath.Join(b.logDir, fmt.Sprintf("scale-%d-%s.log", n, replicaName(i))),
@@ -351,6 +374,10 @@ func (b *scaleBench) measure(ctx context.Context, n int, specs []syncSpec, settl
 		}
 		if r.Memory, err = readProcMemory(d.pid()); err != nil {
 			return row, err
+		}
+		// After the peak RSS is read: the profile's collection (gc=1) does not lower VmHWM.
+		if err := d.saveHeapProfile(ctx, fmt.Sprintf("scale-%d-%s.heap.pprof", n, replicaName(i))); err != nil {
+			return row, fmt.Errorf("replica %s: heap profile: %w", replicaName(i), err)
 		}
 	}
 	log.Printf("%d replicas: quiet interval: %s; at the API server %d requests (%s) and %d to Leases in %.0fs",

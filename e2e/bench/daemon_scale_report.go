@@ -22,8 +22,11 @@ type ScaleReport struct {
 	Profile    string `json:"profile"`
 	Concurrent int    `json:"concurrent"`
 	// Sharding and ShardsFlag are the replicas' --sharding and --shards (0: the default).
-	Sharding        string     `json:"sharding"`
-	ShardsFlag      int        `json:"shardsFlag,omitempty"`
+	Sharding   string `json:"sharding"`
+	ShardsFlag int    `json:"shardsFlag,omitempty"`
+	// Leases is the replicas' lease duration / renew deadline / retry period flags ("default"
+	// when none was given: 15s / 10s / 2s).
+	Leases          string     `json:"leases"`
 	IntervalSeconds float64    `json:"intervalSeconds"`
 	SettleSeconds   float64    `json:"settleSeconds"`
 	Rows            []ScaleRow `json:"rows"`
@@ -226,6 +229,7 @@ func (r *ScaleReport) table(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\ndaemon scale: %d Syncs sharing %d objects, profile %s; converge run --sharding %s --shards %s --concurrent %d per replica; Sync interval %s\n",
 		r.Syncs, r.Objects, r.Profile, r.Sharding, shards, r.Concurrent, time.Duration(r.IntervalSeconds*float64(time.Second)))
+	fmt.Fprintf(w, "lease duration / renew deadline / retry period: %s\n", r.Leases)
 	fmt.Fprintf(w, "%d CPUs, %s, kube-apiserver %s; load average %s at start, %s at end\n\n",
 		r.Machine.CPUs, r.Machine.GoVersion, r.Machine.APIServer, r.Machine.LoadAvgStart, r.Machine.LoadAvgEnd)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -69,6 +69,10 @@ type flags struct {
 	replicas string
 	sharding string
 	shards   int
+	// the replicas' lease timings (0: the daemon's defaults, 15 s, 10 s, 2 s)
+	leaseDuration time.Duration
+	renewDeadline time.Duration
+	retryPeriod   time.Duration
 	// render mode (render.go): kustomize builds, krusty whole vs Converge's path.
 	render bool
 }
@@ -105,6 +109,9 @@ func parseFlags() flags {
 	flag.StringVar(&f.replicas, "replicas", "1,3", "with -daemon -scale: the replica counts to measure, comma-separated, each with fresh daemons")
 	flag.StringVar(&f.sharding, "sharding", "auto", "with -daemon -scale: the replicas' --sharding (off: leader election only, as before issue 18)")
 	flag.IntVar(&f.shards, "shards", 0, "with -daemon -scale: the replicas' --shards (0: the daemon's default)")
+	flag.DurationVar(&f.leaseDuration, "lease-duration", 0, "with -daemon -scale: the replicas' --leader-election-lease-duration (0: the daemon's default)")
+	flag.DurationVar(&f.renewDeadline, "renew-deadline", 0, "with -daemon -scale: the replicas' --leader-election-renew-deadline (0: the daemon's default)")
+	flag.DurationVar(&f.retryPeriod, "retry-period", 0, "with -daemon -scale: the replicas' --leader-election-retry-period, also each Lease request's timeout (0: the daemon's default)")
 	flag.Parse()
 	if f.daemon && !flagSet("json") {
 		f.jsonFile = filepath.Join(".run", "bench", "daemon.json")
