@@ -21,8 +21,12 @@ all: build
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
+# bin/converge is built as the image builds it (Dockerfile): static, CGO_ENABLED=0. With cgo,
+# kustomize's import of "plugin" makes the link dynamic: every symbol exported (a 22 MB
+# dynamic symbol table) and every exported method of every reachable type kept, up to
+# 32 MB more of the binary in a running daemon's resident set (docs/benchmarks.md, memory).
 build: ## build bin/converge and bin/devcluster
-	go build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN)/converge ./cmd/converge
+	CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN)/converge ./cmd/converge
 	go build -trimpath -o $(BIN)/devcluster ./e2e/devcluster
 
 controlplane: ## build etcd, kube-apiserver, controllers, scheduler, kwok (cached in ~/.cache/converge)
