@@ -258,7 +258,9 @@ func (c *shardCoordinator) step(ctx context.Context) {
 		c.acquire(ctx, shards, now, fair-len(held))
 	}
 	c.clearStray(ctx, shards)
-	c.dropOrphans(ctx, shards, now)
+	if len(other) == 0 {
+		c.dropOrphans(ctx, shards, now)
+	}
 	if len(held) > fair {
 		for _, i := range held[fair:] {
 			if c.table.stop(i, false) {
@@ -496,9 +498,10 @@ func (c *shardCoordinator) clearStray(ctx context.Context, leases map[string]*co
 
 // dropOrphans deletes the shard Leases numbered beyond this replica's --shards (left by a
 // larger count: a rollout that lowered it) once they are free or expired: no replica of
-// this count ever takes them, so they would stay in the namespace for ever. A held one
-// still blocks acquiring (step), and is deleted once its holder is gone. The delete is
-// conditional on the version read: one taken meanwhile stays.
+// this count ever takes them, so they would stay in the namespace for ever. It runs only
+// once no replica of another count lives and no shard is held under one (step): until the
+// rollout ends it may still go back. The delete is conditional on the version read: one
+// taken meanwhile stays.
 func (c *shardCoordinator) dropOrphans(ctx context.Context, leases map[string]*coordinationv1.Lease, now time.Time) {
 	for name, l := range leases {
 		if i, ok := c.o.shardOfLeaseName(name); !ok || i < c.table.n || c.sameShards(l) || !c.expired(l, now) {
