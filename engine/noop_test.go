@@ -197,3 +197,69 @@ func TestWatchNoOpThenChanges(t *testing.T) {
 	}
 	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "cm-00"), cmID(h.ns, "cm-01"), cmID(h.ns, "cm-02"), cmID(h.ns, "cm-new"))
 }
+
+// TestApplyLeavesRenderAlone (from review): the same render objects (as the daemon's render cache
+// keeps them) go through several full Apply runs — first create, no-ops, an out-of-band
+// edit, a dry-run without inventory, a diff — while another goroutine reads them (as a
+// render cache's other readers would): the race detector flags any write by the engine,
+// and the objects must equal their original copy afterwards. prepare shares the nested
+// metadata maps with its input, so a write into them would change the next reconcile's
+// desired state.
+func TestApplyLeavesRenderAlone(t *testing.T) {
+	h := newWatchHarness(t)
+	opts := testOpts()
+	objs := manyCMs(h.ns, "1", 6)
+	for i, o := range objs {
+		md := o.Object["metadata"].(map[string]any)
+		md["labels"] = map[string]any{"app": "x", "i": string(rune('a' + i))}
+		md["annotations"] = map[string]any{"note": "n", ForceAnnotation: ForceEnabled}
+	}
+	before := make([]map[string]any, len(objs))
+	for i, o := range objs {
+		before[i] = o.DeepCopy().Object
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, o := range objs {
+				_ = o.DeepCopy()
+			}
+		}
+	}()
+	h.apply(opts, objs...)
+	h.settle(opts, 1, objs)
+	live := h.liveCM("cm-01")
+	live.SetLabels(map[string]string{"edited": "yes"})
+	if err := h.plain.Update(h.ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		h.apply(opts, objs...)
+	}
+	dry := opts
+	dry.DryRun = true
+	if _, err := h.eng.Apply(h.ctx, Set{Objects: objs}, dry); err != nil {
+		t.Logf("dry-run without inventory: %v", err)
+	}
+	h.apply(dry, objs...)
+	df := opts
+	df.Diff = true
+	h.apply(df, objs...)
+	w := opts
+	w.Wait = true
+	h.apply(w, objs...)
+	close(stop)
+	<-done
+	for i, o := range objs {
+		if diff := cmp.Diff(before[i], o.Object); diff != "" {
+			t.Errorf("%s: Apply modified the render object (-before +after):\n%s", o.GetName(), diff)
+		}
+	}
+}
