@@ -131,9 +131,15 @@ func (sh *sharding) setup(mgr ctrl.Manager, cfg *rest.Config, s *runtime.Scheme,
 // older than the previous holder's last writes (its informer lags): reconciling from it
 // could apply an old revision and prune what the previous holder applied since.
 type shardReads struct {
-	mu     sync.Mutex
-	m      map[types.NamespacedName]uint64
-	behind map[types.NamespacedName]int // requeues so far while the cache was behind
+	mu sync.Mutex
+	m  map[types.NamespacedName]shardRead
+}
+
+// shardRead is one Sync's entry: the holding it was last read live under (0: none yet) and
+// how many times it was requeued since with its cache behind.
+type shardRead struct {
+	epoch  uint64
+	behind int
 }
 
 // Requeues of a Sync whose cache is behind its live read back off from cacheBehindFirst,
@@ -148,11 +154,10 @@ const (
 func (s *shardReads) retryAfter(key types.NamespacedName) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.behind == nil {
-		s.behind = map[types.NamespacedName]int{}
-	}
-	n := s.behind[key]
-	s.behind[key] = n + 1
+	r := s.m[key]
+	n := r.behind
+	r.behind++
+	s.set(key, r)
 	return min(cacheBehindFirst<<min(n, 16), cacheBehindMax)
 }
 
@@ -160,24 +165,28 @@ func (s *shardReads) retryAfter(key types.NamespacedName) time.Duration {
 func (s *shardReads) stale(key types.NamespacedName, epoch uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.m[key] != epoch
+	return s.m[key].epoch != epoch
 }
 
+// record notes that key was read live, in step with the cache, under holding epoch.
 func (s *shardReads) record(key types.NamespacedName, epoch uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.set(key, shardRead{epoch: epoch})
+}
+
+// set stores key's entry; s.mu is held.
+func (s *shardReads) set(key types.NamespacedName, r shardRead) {
 	if s.m == nil {
-		s.m = map[types.NamespacedName]uint64{}
+		s.m = map[types.NamespacedName]shardRead{}
 	}
-	s.m[key] = epoch
-	delete(s.behind, key)
+	s.m[key] = r
 }
 
 func (s *shardReads) forget(key types.NamespacedName) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.m, key)
-	delete(s.behind, key)
 }
 
 // firstReadOfHolding returns the Sync to reconcile: cached, read by the reconcile, unless
