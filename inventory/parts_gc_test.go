@@ -115,17 +115,29 @@ func TestStorePartsGarbageCollected(t *testing.T) {
 		t.Errorf("unlisted parts %v left after the head moved past their base", got)
 	}
 
-	// Delete removes unlisted parts as well.
+	// Delete removes unlisted parts as well, but not a look-alike: a ConfigMap carrying the
+	// part label under a name that is not one of ours (another Sync of the namespace may
+	// apply it). Before, Delete deleted it.
 	crash = withHooks(s, StoreHooks{BeforeHead: func() error { return errCrash }})
 	if err := crash.Write(ctx, ref, New(entries(ns, "c", 12)...).Union(grown)); !errors.Is(err, errCrash) {
 		t.Fatalf("write through the crash point: %v", err)
 	}
+	lookalike := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "someone-elses",
+		Labels: map[string]string{PartOfLabel: partOf("id-1")}}}
+	if err := plain.Create(ctx, lookalike); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Delete(ctx, ref); err != nil {
 		t.Fatal(err)
 	}
-	if left := configMaps(t, plain, ns); len(left) != 0 {
+	remaining := configMaps(t, plain, ns)
+	if _, ok := remaining[lookalike.Name]; !ok {
+		t.Errorf("Delete deleted %s, a ConfigMap labelled as a part but not named as one", lookalike.Name)
+	}
+	delete(remaining, lookalike.Name)
+	if len(remaining) != 0 {
 		names := []string{}
-		for n := range left {
+		for n := range remaining {
 			names = append(names, n)
 		}
 		t.Errorf("after Delete, ConfigMaps left: %s", strings.Join(names, ", "))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -216,9 +217,11 @@ func (s *Store) Delete(ctx context.Context, ref Ref) error {
 			return fmt.Errorf("inventory %s: delete part %s: %w", ref, name, err)
 		}
 	}
-	// Then the parts it does not list (left by a crash): best effort, as collectParts.
+	// Then the parts it does not list (left by a crash): best effort, as collectParts, and
+	// only ConfigMaps named as our parts are: a label alone is anyone's to set (another Sync
+	// of the namespace may apply a look-alike), and what it marks is not ours to delete.
 	if parts, ok := s.listParts(ctx, ref); ok {
-		s.dropParts(ctx, parts)
+		s.dropParts(ctx, slices.DeleteFunc(parts, func(cm *corev1.ConfigMap) bool { return !isPartName(ref, cm.Name) }))
 	}
 	uid := cm.UID
 	err = s.c.Delete(ctx, cm, client.Preconditions{UID: &uid})
