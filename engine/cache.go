@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -37,13 +38,17 @@ type watchCache struct {
 }
 
 func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client, m *memo,
-	changed func(string)) (*watchCache, error) {
-	wc, err := cache.New(cfg, cache.Options{
+	changed func(string), scope Label) (*watchCache, error) {
+	opts := cache.Options{
 		HTTPClient:       httpClient,
 		Scheme:           c.Scheme(),
 		Mapper:           c.RESTMapper(),
 		DefaultTransform: cache.TransformStripManagedFields(),
-	})
+	}
+	if scope.Key != "" {
+		opts.DefaultLabelSelector = labels.SelectorFromSet(labels.Set{scope.Key: scope.Value})
+	}
+	wc, err := cache.New(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("engine: watch cache: %w", err)
 	}

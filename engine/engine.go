@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -89,13 +90,27 @@ type Options struct {
 	// and must not block. The kinds reported are those the engine has read through the
 	// cache, that is, every kind it applied since Run started.
 	Changed func(inventoryID string)
+	// Scope, with Watch, narrows the engine's watch cache to one share of the managed
+	// objects: every object the engine applies carries the label Scope.Key=Scope.Value, and
+	// its informers list and watch only objects with that label. Daemon replicas that split
+	// the Syncs among themselves each cache only their share, so a replica's memory falls with
+	// it. An object the cache does not show (applied before it carried the label, or under
+	// another scope) is read from the API server, as any cache miss is, and its next apply
+	// labels it. The zero Scope caches every object of the managed kinds.
+	Scope Label
 }
+
+// Label is one label, key=value.
+type Label struct{ Key, Value string }
 
 // Engine applies sets of objects to one cluster. It is safe for concurrent use by
 // different sets; two concurrent runs for the same inventory rely on the inventory's
 // optimistic concurrency.
 type Engine struct {
 	client client.Client
+	// cfg and httpClient are what the watch cache is built from (Scoped shares them).
+	cfg        *rest.Config
+	httpClient *http.Client
 	// meta sends the real applies: the server answers with the object's metadata only
 	// (protobuf), which is all the engine keeps of an apply's answer.
 	meta   *metadataClients
@@ -132,14 +147,37 @@ func New(cfg *rest.Config, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: client: %w", err)
 	}
-	e := &Engine{client: c, meta: &metadataClients{cfg: cfg, httpClient: httpClient}, mapper: mapper, store: inventory.NewStore(c), opts: opts}
-	if opts.Watch {
-		e.memo = newMemo()
-		if e.cache, err = newWatchCache(cfg, httpClient, c, e.memo, opts.Changed); err != nil {
-			return nil, err
-		}
+	e := &Engine{client: c, cfg: cfg, httpClient: httpClient,
+		meta: &metadataClients{cfg: cfg, httpClient: httpClient}, mapper: mapper, store: inventory.NewStore(c), opts: opts}
+	if err := e.startCache(); err != nil {
+		return nil, err
 	}
 	return e, nil
+}
+
+// Scoped returns an engine that shares e's connections, RESTMapper and inventory store but
+// has a watch cache of its own, narrowed to scope (Options.Scope), and its own memo: one
+// engine per share of the Syncs, each dropped (its Run's context ended) when the share moves
+// elsewhere, without a connection or a discovery of its own.
+func (e *Engine) Scoped(scope Label) (*Engine, error) {
+	opts := e.opts
+	opts.Watch, opts.Scope = true, scope
+	s := &Engine{client: e.client, cfg: e.cfg, httpClient: e.httpClient, meta: e.meta, mapper: e.mapper, store: e.store, opts: opts}
+	if err := s.startCache(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// startCache builds the watch cache and the memo when e.opts asks for them.
+func (e *Engine) startCache() error {
+	if !e.opts.Watch {
+		return nil
+	}
+	var err error
+	e.memo = newMemo()
+	e.cache, err = newWatchCache(e.cfg, e.httpClient, e.client, e.memo, e.opts.Changed, e.opts.Scope)
+	return err
 }
 
 // Run runs the watch cache of an engine built with Options.Watch until ctx ends. Without

@@ -177,6 +177,16 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, *inventory.Invent
 			own[OwnerAnnotation] = set.Inventory.ID
 		}
 		md["annotations"] = own
+		if sc := e.opts.Scope; sc.Key != "" && e.cache != nil && set.Inventory.ID != "" {
+			// The label of the engine's watch cache (Options.Scope), over the set's own.
+			lab := u.GetLabels()
+			l := make(map[string]any, len(lab)+1)
+			for k, v := range lab {
+				l[k] = v
+			}
+			l[sc.Key] = sc.Value
+			md["labels"] = l
+		}
 		id := object.ObjMetadata{Namespace: ns, Name: name, GroupKind: gvk.GroupKind()}
 		if !desired.AddNew(inventory.Entry{Object: id}) {
 			errs = append(errs, terminal(fmt.Errorf("%s: duplicate object in the set", describeAt(origin, id))))

@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/inventory"
+)
+
+const testScopeKey = "test.converge.dev/share"
+
+// namedCMs returns n ConfigMaps prefix-0 ... in ns.
+func namedCMs(ns, prefix string, n int) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, 0, n)
+	for i := range n {
+		out = append(out, configMap(ns, fmt.Sprintf("%s-%d", prefix, i), map[string]any{"v": "1"}))
+	}
+	return out
+}
+
+// cachedNames lists the names of the ConfigMaps of ns that e's watch cache holds.
+func cachedNames(t *testing.T, h *harness, e *Engine) []string {
+	t.Helper()
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(configMapGVK.GroupVersion().WithKind("ConfigMapList"))
+	if err := e.cache.cache.List(h.ctx, list, client.InNamespace(h.ns)); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range list.Items {
+		names = append(names, m.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestScopedCacheHoldsOnlyItsShare checks Options.Scope, as daemon replicas use it for the
+// shards they hold: two engines scoped to shares "a" and "b" of one base engine each apply a
+// set. Every object carries its share's label; each engine's watch cache holds its own
+// share's objects and none of the other's; a re-apply of an unchanged set sends no write.
+// What the cache cannot show takes the API server's word, as any cache miss does: share a's
+// set declaring an object of share b's set is refused (ErrNotOwned) and leaves it as it was,
+// and objects applied before the label existed (by an engine without scope) are taken over
+// by the scoped engine's apply, which labels them, and its prune deletes one it never cached.
+//
+// Before, the watch cache listed and watched every object of a kind in the cluster: each
+// replica held the metadata of every managed object, whatever its share.
+func TestScopedCacheHoldsOnlyItsShare(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	base := h.eng
+	a, err := base.Scoped(Label{Key: testScopeKey, Value: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := base.Scoped(Label{Key: testScopeKey, Value: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, a)
+	runUntilCleanup(t, b)
+	opts := testOpts()
+	refB := inventory.Ref{Namespace: h.ns, Name: "inventory-b", ID: "inv-b-" + h.ns}
+	setA, setB := namedCMs(h.ns, "a", 3), namedCMs(h.ns, "b", 3)
+	h.eng = a
+	h.apply(opts, setA...)
+	if _, err := b.Apply(h.ctx, Set{Inventory: refB, Objects: setB}, opts); err != nil {
+		t.Fatalf("apply of share b: %v", err)
+	}
+	for _, u := range append(slices.Clone(setA), setB...) {
+		want := u.GetName()[:1]
+		if got := h.liveCM(u.GetName()).GetLabels()[testScopeKey]; got != want {
+			t.Errorf("ConfigMap %s: label %s = %q, want %q", u.GetName(), testScopeKey, got, want)
+		}
+	}
+	if got, want := cachedNames(t, h, a), []string{"a-0", "a-1", "a-2"}; !slices.Equal(got, want) {
+		t.Errorf("share a's cache holds %v, want %v", got, want)
+	}
+	if got, want := cachedNames(t, h, b), []string{"b-0", "b-1", "b-2"}; !slices.Equal(got, want) {
+		t.Errorf("share b's cache holds %v, want %v", got, want)
+	}
+	if res := h.settle(opts, 1, setA); res.Summary().Unchanged != 3 || len(h.rt.Writes()) != 0 {
+		t.Errorf("a no-op of share a: %+v, writes %v", res.Summary(), h.rt.Writes())
+	}
+
+	// b-0 is share b's: share a's cache does not show it, and the API server's word refuses it.
+	stolen := configMap(h.ns, "b-0", map[string]any{"v": "a's"})
+	res, err := a.Apply(h.ctx, h.set(append(slices.Clone(setA), stolen)...), opts)
+	if !errors.Is(err, ErrNotOwned) {
+		t.Errorf("share a declaring share b's object: err = %v, want ErrNotOwned (result %+v)", err, res)
+	}
+	live := h.liveCM("b-0")
+	if v, _, _ := unstructured.NestedString(live.Object, "data", "v"); v != "1" || live.GetLabels()[testScopeKey] != "b" ||
+		live.GetAnnotations()[OwnerAnnotation] != refB.ID {
+		t.Errorf("share b's object after share a declared it: data %q, labels %v, owner %q", v, live.GetLabels(), live.GetAnnotations()[OwnerAnnotation])
+	}
+
+	// Objects applied before the label existed: not in the scoped cache, taken over by the
+	// next apply (labelled), and one of them pruned.
+	refOld := inventory.Ref{Namespace: h.ns, Name: "inventory-old", ID: "inv-old-" + h.ns}
+	old := namedCMs(h.ns, "old", 2)
+	if _, err := base.Apply(h.ctx, Set{Inventory: refOld, Objects: old}, opts); err != nil {
+		t.Fatalf("apply without scope: %v", err)
+	}
+	if _, ok := h.liveCM("old-0").GetLabels()[testScopeKey]; ok {
+		t.Fatalf("an engine without scope labelled its object: %v", h.liveCM("old-0").GetLabels())
+	}
+	res, err = a.Apply(h.ctx, Set{Inventory: refOld, Objects: old[:1]}, opts)
+	if err != nil {
+		t.Fatalf("the scoped apply of objects applied before the label: %v", err)
+	}
+	if got := h.liveCM("old-0").GetLabels()[testScopeKey]; got != "a" {
+		t.Errorf("old-0 after the scoped apply: label %q, want a (%v)", got, actions(res.Changes))
+	}
+	if h.liveCM("old-1") != nil {
+		t.Errorf("old-1 was not pruned by the scoped apply: %v", actions(res.Changes))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.Contains(cachedNames(t, h, a), "old-0") && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := cachedNames(t, h, a); !slices.Contains(got, "old-0") || slices.Contains(got, "old-1") {
+		t.Errorf("share a's cache after the take-over holds %v, want old-0 and not old-1", got)
+	}
+}
