@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
@@ -60,7 +61,11 @@ func TestDaemonRenderIsIsolated(t *testing.T) {
 		"plugins/patch.yaml":         "apiVersion: builtin\nkind: PatchTransformer\nmetadata: {name: p}\npath: " + url + "/p.yaml\ntarget: {kind: ConfigMap}\n",
 	})
 	s := f.waitSync("Ready=False on the remote patch", func(s *v1alpha1.Sync) bool {
-		return s.Status.LastAttemptedRevision == rev2 && meta.IsStatusConditionFalse(s.Status.Conditions, v1alpha1.ConditionReady)
+		// A render cut at the build timeout (a loaded machine: the render child starts the
+		// whole binary) is transient and retried; what counts is the render that finished.
+		ready := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+		return s.Status.LastAttemptedRevision == rev2 && ready != nil && ready.Status == metav1.ConditionFalse &&
+			!strings.Contains(ready.Message, "RenderTimeout")
 	})
 	ready := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
 	if ready.Reason != reasonBuildFailed || !strings.Contains(ready.Message, "plugins/patch.yaml: path: remote bases are disabled") || hits.Load() != 0 {
