@@ -38,6 +38,9 @@ type engineSet struct {
 	mu        sync.Mutex
 	byUser    map[string]*actor
 	users     map[types.NamespacedName]string // the user each Sync last acted as
+	// shards, with sharding on and watch set, holds the daemon's own engines of the shards
+	// this replica holds (shardEngines); the daemon's own actor then keeps no watch cache.
+	shards *shardEngines
 }
 
 // actor is what acts for one user: the engine of its applies and deletions, and the client
@@ -76,13 +79,80 @@ func (e *engineSet) identity(s *v1alpha1.Sync) string {
 	return "the daemon"
 }
 
-// forSync returns the engine that acts for s.
+// forSync returns the engine that acts for s: with sharding on, a Sync acting as the daemon
+// gets its shard's engine.
 func (e *engineSet) forSync(s *v1alpha1.Sync) (*engine.Engine, error) {
 	a, err := e.actorFor(s)
 	if err != nil {
 		return nil, err
 	}
+	if e.shards != nil && e.user(s) == "" {
+		return e.shards.forShard(e.ctx, a.eng, shardOf(s.UID, e.shards.n))
+	}
 	return a.eng, nil
+}
+
+// shardEngines are the daemon's own engines of the shards a replica holds, one per shard:
+// each applies its Syncs' objects with the shard's label (Options.shardLabel) and caches only
+// the objects carrying it, so a replica caches the managed objects of its own share, not the
+// cluster's. A shard's engine is built on the first reconcile of the shard's holding and
+// dropped, with its cache and memo, once the shard is released or lost (drop). The next
+// holding starts afresh, as a restart does: its first reconciles read what they apply from
+// the API server (the survey), since another replica may have written it meanwhile.
+type shardEngines struct {
+	n     int
+	label func(i int) engine.Label
+	mu    sync.Mutex
+	held  map[int]*shardEngine
+}
+
+type shardEngine struct {
+	eng  *engine.Engine
+	stop context.CancelFunc
+}
+
+func newShardEngines(o Options) *shardEngines {
+	return &shardEngines{n: o.shardCount(), label: o.shardLabel, held: map[int]*shardEngine{}}
+}
+
+// forShard returns shard i's engine, derived from base (engine.Scoped) and its cache run
+// under ctx on first use.
+func (s *shardEngines) forShard(ctx context.Context, base *engine.Engine, i int) (*engine.Engine, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se, ok := s.held[i]; ok {
+		return se.eng, nil
+	}
+	eng, err := base.Scoped(s.label(i))
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(ctx)
+	go func() {
+		if err := eng.Run(ctx); err != nil {
+			logr.FromContextOrDiscard(ctx).Error(err, "watch cache of a shard stopped", "shard", i)
+		}
+	}()
+	s.held[i] = &shardEngine{eng: eng, stop: stop}
+	return eng, nil
+}
+
+// drop stops and forgets shard i's engine; the shard's reconciles have ended (the
+// coordinator drains them first), and none starts again before the shard is acquired anew.
+func (s *shardEngines) drop(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se, ok := s.held[i]; ok {
+		se.stop()
+		delete(s.held, i)
+	}
+}
+
+// dropShard drops shard i's engine (shardEngines.drop), when sharding is on.
+func (e *engineSet) dropShard(i int) {
+	if e.shards != nil {
+		e.shards.drop(i)
+	}
 }
 
 // secret reads Secret name of s's namespace from the API server as the user s acts as: a
@@ -153,7 +223,7 @@ func (e *engineSet) newActor(user string) (*actor, error) {
 	if user != "" {
 		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	} else {
-		opts.Watch = e.watch
+		opts.Watch = e.watch && e.shards == nil // sharded: each shard's engine caches its share
 	}
 	secrets, err := corev1client.NewForConfig(cfg)
 	if err != nil {

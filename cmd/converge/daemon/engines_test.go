@@ -114,3 +114,51 @@ func TestEngineSetConcurrentForget(t *testing.T) {
 		t.Errorf("every Sync is forgotten, users still held: %q", got)
 	}
 }
+
+// TestShardEnginesFollowTheShards: with sharding on, Syncs acting as the daemon get their
+// shard's engine (one per shard, shared by its Syncs), Syncs acting as a service account
+// their user's, and a dropped shard's engine is not handed out again: the next holding of
+// the shard gets a new one, with an empty cache and memo.
+func TestShardEnginesFollowTheShards(t *testing.T) {
+	cluster.Require(t, env)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	o := Options{Sharding: ShardingAuto, Shards: 4}
+	es := newEngineSet(ctx, env.Config, engine.Options{}, true, "")
+	es.shards = newShardEngines(o)
+	// Syncs uid-0, uid-1, ... until uid-0's shard has two and another shard one.
+	first := shardOf("uid-0", 4)
+	byShard := map[int][]*v1alpha1.Sync{}
+	for i := 0; len(byShard) < 2 || len(byShard[first]) < 2; i++ {
+		s := saSync("ns", fmt.Sprintf("s%d", i), "")
+		s.UID = types.UID(fmt.Sprint("uid-", i))
+		byShard[shardOf(s.UID, 4)] = append(byShard[shardOf(s.UID, 4)], s)
+	}
+	engineOf := func(s *v1alpha1.Sync) *engine.Engine {
+		t.Helper()
+		e, err := es.forSync(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	shared := byShard[first]
+	e0 := engineOf(shared[0])
+	if engineOf(shared[1]) != e0 {
+		t.Errorf("two Syncs of shard %d got different engines", first)
+	}
+	for i, syncs := range byShard {
+		if i != first && engineOf(syncs[0]) == e0 {
+			t.Errorf("Syncs of shards %d and %d share an engine", first, i)
+		}
+	}
+	tenant := saSync("ns", "tenant", "deployer")
+	tenant.UID = shared[0].UID
+	if engineOf(tenant) == e0 {
+		t.Error("a Sync acting as a service account got the daemon's shard engine")
+	}
+	es.dropShard(first)
+	if engineOf(shared[0]) == e0 {
+		t.Errorf("shard %d's engine was handed out again after the shard was dropped", first)
+	}
+}

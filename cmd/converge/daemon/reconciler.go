@@ -82,12 +82,16 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 	} else {
 		drift = nil
 	}
+	engines := newEngineSet(ctx, cfg, engOpts, o.WatchCache, o.DefaultServiceAccount)
+	if o.WatchCache && o.sharded() {
+		engines.shards = newShardEngines(o)
+	}
 	return &reconciler{
 		client:      mgr.GetClient(),
 		live:        mgr.GetAPIReader(),
 		loader:      sources.NewLoader(o.CacheDir),
 		render:      renderSettings{timeout: o.BuildTimeout, limits: o.Limits, allowLocalGit: o.AllowLocalGit, maxFetchSize: o.MaxFetchSize},
-		engines:     newEngineSet(ctx, cfg, engOpts, o.WatchCache, o.DefaultServiceAccount),
+		engines:     engines,
 		drift:       drift,
 		deps:        dependencies{cache: mgr.GetCache(), noCrossNamespace: o.NoCrossNamespaceRefs, sharded: o.WatchLabelSelector != ""},
 		crash:       o.crash,

@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -56,6 +57,23 @@ func shardOf(uid types.UID, n int) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(uid))
 	return int(h.Sum32() % uint32(n))
+}
+
+// ShardLabel is the label the daemon sets, with sharding on, on every object it applies
+// for a Sync acting as the daemon: the Sync's shard, as "<shard>-of-<shards>" (with a watch
+// label selector, "<group>.<shard>-of-<shards>"). A replica's watch cache lists and watches
+// only the objects of the shards it holds (shardEngines).
+const ShardLabel = "converge.dev/shard"
+
+// shardLabel is ShardLabel's value for shard i: the shard count is part of it, so that
+// after --shards changes an object is re-labelled by its Sync's new shard rather than cached
+// by whichever replica holds the same number under the other count.
+func (o Options) shardLabel(i int) engine.Label {
+	v := fmt.Sprintf("%d-of-%d", i, o.shardCount())
+	if g := o.leaseGroup(); g != "" {
+		v = g + "." + v
+	}
+	return engine.Label{Key: ShardLabel, Value: v}
 }
 
 // leaseGroup is what the Lease names of one Deployment share: "" for all Syncs, or the hash
@@ -122,6 +140,7 @@ func (sh *sharding) setup(mgr ctrl.Manager, cfg *rest.Config, s *runtime.Scheme,
 		return err
 	}
 	c := newShardCoordinator(o, sh.table, api, mgr.GetCache(), r.forget, sh.metrics, mgr.GetLogger().WithName("shards"))
+	c.drained = r.engines.dropShard
 	r.shards, r.shardSource = sh.table, c.source()
 	return mgr.Add(c)
 }

@@ -84,6 +84,9 @@ type shardCoordinator struct {
 	identity string
 	group    string
 	now      func() time.Time
+	// drained, when set, hears that shard i's reconciles have ended after it was released
+	// or lost, before the shard can be acquired again (its engine is dropped).
+	drained func(i int)
 
 	mu    sync.Mutex
 	queue workqueue.TypedRateLimitingInterface[reconcile.Request] // nil until the controller starts
@@ -588,6 +591,9 @@ func (c *shardCoordinator) drain(ctx context.Context, i int) {
 		c.log.Error(err, "draining a shard")
 	}
 	c.eachSync(context.Background(), i, c.forget)
+	if c.drained != nil {
+		c.drained(i)
+	}
 	c.table.drained(i)
 }
 

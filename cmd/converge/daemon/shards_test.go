@@ -297,6 +297,7 @@ func TestDaemonShardingSplitsAndTakesOver(t *testing.T) {
 			t.Errorf("Sync %s (shard %d, held by %s) written by %v", name, uids[name], holders[uids[name]], by)
 		}
 	}
+	checkShardLabels(f, uids)
 
 	// Idle, a replica renews its shards with one write per retry period, not one per shard.
 	before := a.fault.CountResource("update", "leases", "")
@@ -312,9 +313,25 @@ func TestDaemonShardingSplitsAndTakesOver(t *testing.T) {
 	t.Logf("all Syncs Ready at the new commit %s after the kill", time.Since(killed).Round(time.Millisecond))
 	f.waitShares("taken over by the two left", "r-a", "r-b")
 	checkOneWriterAtATime(t, a, b, c)
+	checkShardLabels(f, uids)
 	for _, w := range c.log.snapshot() {
 		if w.sync != "" && w.start.After(killed) {
 			t.Errorf("the stopped replica wrote for %s after it stopped", w.sync)
+		}
+	}
+}
+
+// checkShardLabels checks that every Sync's ConfigMap carries its shard's label, by which
+// the replica holding the shard caches it (shardEngines), whoever applied it.
+func checkShardLabels(f *fixture, shards map[string]int) {
+	f.t.Helper()
+	for name, i := range shards {
+		cm, err := f.configMap("cm-" + name)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if got, want := cm.Labels[ShardLabel], fmt.Sprintf("%d-of-%d", i, testShards); got != want {
+			f.t.Errorf("Sync %s's ConfigMap: label %s = %q, want %q", name, ShardLabel, got, want)
 		}
 	}
 }
