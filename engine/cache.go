@@ -33,6 +33,7 @@ type watchCache struct {
 	direct  client.Reader
 	memo    *memo
 	changed func(inventoryID string) // nil: nobody listens
+	scoped  bool                     // the cache lists only objects with the scope's label
 	watched sync.Map                 // schema.GroupVersionKind → struct{}: handler added
 	synced  sync.Map                 // schema.GroupVersionKind → struct{}: its informer answered a read
 }
@@ -52,19 +53,25 @@ func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client, m
 	if err != nil {
 		return nil, fmt.Errorf("engine: watch cache: %w", err)
 	}
-	return &watchCache{cache: wc, direct: c, memo: m, changed: changed}, nil
+	return &watchCache{cache: wc, direct: c, memo: m, changed: changed, scoped: scope.Key != ""}, nil
 }
 
 // Get reads obj from the cache, falling back to the API server when the cache cannot
-// answer in time. NotFound from the cache is trusted (callers that act on it use
-// preconditions or re-check).
+// answer in time. NotFound from an unscoped cache is trusted (callers that act on it use
+// preconditions or re-check); a scoped cache (Options.Scope) holds only the objects with its
+// label, so its NotFound is asked of the API server: readiness may judge an object the
+// engine did not apply (spec.healthChecks), or one whose label was removed.
 func (w *watchCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	cctx, cancel := context.WithTimeout(ctx, cacheReadTimeout)
 	defer cancel()
 	err := w.cache.Get(cctx, key, obj, opts...)
-	if err == nil || apierrors.IsNotFound(err) {
+	if err == nil || (apierrors.IsNotFound(err) && !w.scoped) {
 		w.watchChanges(ctx, obj)
 		return err
+	}
+	if apierrors.IsNotFound(err) {
+		w.watchChanges(ctx, obj)
+		return w.direct.Get(ctx, key, obj, opts...)
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()

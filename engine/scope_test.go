@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/inventory"
@@ -127,5 +130,66 @@ func TestScopedCacheHoldsOnlyItsShare(t *testing.T) {
 	}
 	if got := cachedNames(t, h, a); !slices.Contains(got, "old-0") || slices.Contains(got, "old-1") {
 		t.Errorf("share a's cache after the take-over holds %v, want old-0 and not old-1", got)
+	}
+}
+
+// scopedHarness is newHarness whose engine is scoped to share "a" of its base, running.
+func scopedHarness(t *testing.T) *harness {
+	t.Helper()
+	h := newHarness(t, Hooks{})
+	a, err := h.eng.Scoped(Label{Key: testScopeKey, Value: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, a)
+	h.eng = a
+	return h
+}
+
+// TestScopedHealthCheckOfObjectItDidNotApply: spec.healthChecks may name an object the set
+// does not apply (another Sync's, an operator's), which has no label of the engine's scope:
+// its readiness is read from the API server, not judged missing from the scoped cache. It
+// failed before with "wait: timeout ... ConfigMap .../ext: status NotFound".
+func TestScopedHealthCheckOfObjectItDidNotApply(t *testing.T) {
+	h := scopedHarness(t)
+	if err := h.plain.Create(h.ctx, configMap(h.ns, "ext", map[string]any{"k": "v"})); err != nil {
+		t.Fatal(err)
+	}
+	opts := testOpts()
+	opts.Wait, opts.Timeout = true, 20*time.Second
+	opts.HealthChecks = []object.ObjMetadata{{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: h.ns, Name: "ext"}}
+	res, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "cm", nil)), opts)
+	if err != nil {
+		t.Fatalf("a health check of an existing object the scoped engine did not apply: %v", err)
+	}
+	if oh := healthOf(res, h.ns+"_ext__ConfigMap"); oh.Status != "Current" {
+		t.Errorf("health of ext = %+v, want Current", oh)
+	}
+}
+
+// TestScopedKeepsMalformedLabelsForTheServer: a label value that is not a string (YAML's
+// unquoted 1.5) is sent as written, so the API server refuses the object and names the
+// label, as without a scope. Before, the scoped engine read such a map as no labels and
+// applied the object with its scope's label alone: every label of the manifest (here a
+// Pod Security level) silently dropped, and the Sync Ready.
+func TestScopedKeepsMalformedLabelsForTheServer(t *testing.T) {
+	h := scopedHarness(t)
+	cm := configMap(h.ns, "bad", map[string]any{"k": "v"})
+	cm.Object["metadata"].(map[string]any)["labels"] = map[string]any{
+		"pod-security.kubernetes.io/enforce": "restricted",
+		"app.kubernetes.io/version":          1.5,
+	}
+	_, err := h.eng.Apply(h.ctx, h.set(cm), testOpts())
+	if err == nil || !strings.Contains(err.Error(), "app.kubernetes.io/version") {
+		t.Errorf("apply of a non-string label value: err = %v, want the API server's refusal naming the label", err)
+	}
+	if live := h.liveCM("bad"); live != nil {
+		t.Errorf("the object was applied with labels %v", live.GetLabels())
+	}
+	good := configMap(h.ns, "good", nil)
+	good.SetLabels(map[string]string{"app": "x"})
+	h.apply(testOpts(), good)
+	if got := h.liveCM("good").GetLabels(); got["app"] != "x" || got[testScopeKey] != "a" {
+		t.Errorf("labels of a well-formed object = %v, want app=x and %s=a", got, testScopeKey)
 	}
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -178,14 +179,18 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, *inventory.Invent
 		}
 		md["annotations"] = own
 		if sc := e.opts.Scope; sc.Key != "" && e.cache != nil && set.Inventory.ID != "" {
-			// The label of the engine's watch cache (Options.Scope), over the set's own.
-			lab := u.GetLabels()
-			l := make(map[string]any, len(lab)+1)
-			for k, v := range lab {
-				l[k] = v
+			// The label of the engine's watch cache (Options.Scope), over the set's own, which
+			// are copied as written: a value that is not a string is the API server's to
+			// refuse, naming it (GetLabels would read such a map as none, dropping them all).
+			switch lab := md["labels"].(type) {
+			case nil:
+				md["labels"] = map[string]any{sc.Key: sc.Value}
+			case map[string]any:
+				l := make(map[string]any, len(lab)+1)
+				maps.Copy(l, lab)
+				l[sc.Key] = sc.Value
+				md["labels"] = l
 			}
-			l[sc.Key] = sc.Value
-			md["labels"] = l
 		}
 		id := object.ObjMetadata{Namespace: ns, Name: name, GroupKind: gvk.GroupKind()}
 		if !desired.AddNew(inventory.Entry{Object: id}) {
