@@ -68,8 +68,10 @@ const (
 //
 // A step sweeps the shards past their deadline before renewing, and sends no write later
 // than RetryPeriod before the renew deadline from its renewal, so the next renewal is sent
-// while the held shards are valid. The renewal may take until the earliest renew deadline
-// of the shards it renews (renewCall); every other request takes at most RetryPeriod.
+// while the held shards are valid (a step whose renewal failed: RetryPeriod before the
+// earliest deadline of the shards still held). The renewal may take until the earliest
+// renew deadline of the shards it renews (renewCall); every other request takes at most
+// RetryPeriod.
 //
 // The holder identity is the replica's name with a random suffix per process, and a new one
 // whenever its replica Lease was deleted or taken: a restarted pod waits for its
@@ -546,10 +548,13 @@ func (c *shardCoordinator) dropOrphans(ctx context.Context, leases map[string]*c
 
 // inBudget reports whether this step may still send a write: only until RetryPeriod before
 // the renew deadline from its renewal, so that the next step's renewal (each call taking
-// at most RetryPeriod) is sent while the held shards are still valid.
+// at most RetryPeriod) is sent while the held shards are still valid. A step whose renewal
+// failed stops RetryPeriod before the earliest deadline of the shards still held: they stay
+// valid until then, and the next step's renewal may still keep them.
 func (c *shardCoordinator) inBudget() bool {
 	if c.renewed.IsZero() {
-		return true // nothing renewed, nothing to keep: the shards run out by their deadline
+		left, ok := c.table.leftOfHeld()
+		return !ok || left > c.o.RetryPeriod // nothing held: nothing to keep
 	}
 	return c.now().Before(c.renewed.Add(c.o.RenewDeadline - c.o.RetryPeriod))
 }
