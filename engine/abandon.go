@@ -65,7 +65,9 @@ func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts DeleteOpti
 	if !claim.Found {
 		return res, nil
 	}
-	if err := e.store.Delete(ctx, ref); err != nil {
+	// Only while it lists what was released: an entry added since (an object created under
+	// this inventory by another writer) is released by the caller's retry, not lost.
+	if err := e.store.Delete(ctx, ref, inventory.DeleteOptions{Expect: inv}); err != nil {
 		return res, err
 	}
 	e.forgetMigration(ref.ID) // a set recreated under this ID starts over

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"sync"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/converge-dev/converge/inventory"
@@ -81,5 +83,56 @@ func TestDeleteRecoversLostInventory(t *testing.T) {
 	}
 	if h.live("v1", "ConfigMap", h.ns, h.ref.Name) != nil {
 		t.Error("Delete wrote a ConfigMap back")
+	}
+}
+
+// TestAbandonKeepsEntryAddedMeanwhile (I2 with two writers): another writer records an
+// object under the inventory and creates it while Abandon releases the others, after
+// Abandon read the inventory. The inventory ConfigMap must not go with that entry in it:
+// Abandon fails with a conflict, and its retry releases the new object too. Before the fix
+// the ConfigMap was deleted whatever it listed by then, and the new object carried our
+// owner annotation with no inventory listing it (the test failed on I2).
+func TestAbandonKeepsEntryAddedMeanwhile(t *testing.T) {
+	var h *harness
+	var once sync.Once
+	h = newHarness(t, Hooks{AfterAbandon: func(j int, _ string) error {
+		if j == 2 {
+			once.Do(func() { h.addOwned("late") })
+		}
+		return nil
+	}})
+	h.apply(testOpts(), configMap(h.ns, "a", nil), configMap(h.ns, "b", nil))
+	_, err := h.eng.Abandon(h.ctx, h.ref, DefaultDeleteOptions())
+	if !apierrors.IsConflict(err) {
+		t.Errorf("Abandon with an entry added meanwhile: %v, want a conflict", err)
+	}
+	h.ownedSubsetOfInventory()
+	if _, err := h.eng.Abandon(h.ctx, h.ref, DefaultDeleteOptions()); err != nil {
+		t.Fatalf("Abandon retried: %v", err)
+	}
+	for _, name := range []string{"a", "b", "late"} {
+		if got := h.liveCM(name).GetAnnotations()[OwnerAnnotation]; got != "" {
+			t.Errorf("%s still carries our owner annotation %q", name, got)
+		}
+	}
+	if h.live("v1", "ConfigMap", h.ns, h.ref.Name) != nil {
+		t.Error("the inventory ConfigMap survived Abandon")
+	}
+}
+
+// addOwned does what another writer's apply of a new object does: records it in the
+// inventory, then creates it with our owner annotation.
+func (h *harness) addOwned(name string) {
+	h.t.Helper()
+	cm := configMap(h.ns, name, nil)
+	annotate(cm, OwnerAnnotation, h.ref.ID)
+	if _, err := inventory.NewStore(h.plain).Update(h.ctx, h.ref, func(s *inventory.Inventory) *inventory.Inventory {
+		return s.Union(inventory.New(inventory.Entry{Object: idOf(cm)}))
+	}); err != nil {
+		h.t.Error(err)
+		return
+	}
+	if err := h.plain.Create(h.ctx, cm); err != nil {
+		h.t.Error(err)
 	}
 }

@@ -285,7 +285,7 @@ func TestCrashDuringMigration(t *testing.T) {
 func TestLostLegacyInventory(t *testing.T) {
 	h, legacy := legacyHarness(t, Hooks{})
 	h.applyLegacy(legacy, configMap(h.ns, "a", map[string]any{"v": "1"}))
-	if err := inventory.NewStore(h.plain).Delete(h.ctx, legacy); err != nil {
+	if err := inventory.NewStore(h.plain).Delete(h.ctx, legacy, inventory.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h.replaceCM("other", "sync_"+h.ns+"_other")
@@ -345,7 +345,7 @@ func TestMigrateMemoForgets(t *testing.T) {
 				if _, err := h.eng.Delete(h.ctx, h.ref, DefaultDeleteOptions()); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := inventory.NewStore(h.plain).Delete(h.ctx, h.ref); err != nil {
+			} else if err := inventory.NewStore(h.plain).Delete(h.ctx, h.ref, inventory.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			// A restored backup of an earlier version: its inventory and its object.

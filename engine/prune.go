@@ -84,7 +84,9 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 	if !claim.Found {
 		return res, nil
 	}
-	if err := e.store.Delete(ctx, ref); err != nil {
+	// Only while it is still empty: an entry added since the last Update (an object created
+	// under this inventory by another writer) is deleted by the caller's retry, not lost.
+	if err := e.store.Delete(ctx, ref, inventory.DeleteOptions{Expect: inv}); err != nil {
 		return res, err
 	}
 	e.forgetMigration(ref.ID) // a set recreated under this ID starts over

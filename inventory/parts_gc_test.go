@@ -127,7 +127,7 @@ func TestStorePartsGarbageCollected(t *testing.T) {
 	if err := plain.Create(ctx, lookalike); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, ref); err != nil {
+	if err := s.Delete(ctx, ref, DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	remaining := configMaps(t, plain, ns)

@@ -136,7 +136,7 @@ func TestStoreParts(t *testing.T) {
 		}
 	}
 
-	if err := s.Delete(ctx, ref); err != nil {
+	if err := s.Delete(ctx, ref, DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if left := configMaps(t, plain, ns); len(left) != 0 {

@@ -188,8 +188,17 @@ func (s *Store) Update(ctx context.Context, ref Ref, mutate func(stored *Invento
 }
 
 // Delete removes the inventory ConfigMap of ref, the parts it lists, and the parts it does
-// not list any more (left by a crash). A missing ConfigMap is not an error.
-func (s *Store) Delete(ctx context.Context, ref Ref) error {
+// not list any more (left by a crash). A missing ConfigMap is not an error. It is for an
+// inventory whose objects are deleted or released (Engine.Delete, Engine.Abandon): what it
+// lists is not tracked any more once Delete begins.
+//
+// Every write is conditional on the version of the head it read, so a head another writer
+// changed meanwhile (an entry added: an object created under this inventory) is not deleted
+// blind: Delete fails with a conflict (apierrors.IsConflict) and deletes nothing more; the
+// caller reads the inventory again and deletes or releases what it lists now. Delete does
+// not retry by itself: a retry that read again here would delete the new entries unseen.
+// opts.Expect closes the same window from the caller's read on.
+func (s *Store) Delete(ctx context.Context, ref Ref, opts DeleteOptions) error {
 	cm, err := s.get(ctx, ref)
 	if err != nil || cm == nil {
 		return err
@@ -197,8 +206,7 @@ func (s *Store) Delete(ctx context.Context, ref Ref) error {
 	if id := cm.Labels[IDLabel]; id != ref.ID {
 		return fmt.Errorf("inventory %s: delete: %w", ref, foreign(ref, id))
 	}
-	// Parts first: a crash after leaves a head that lists missing parts, whose deletion
-	// goes on at the next Delete.
+	var parts []*corev1.ConfigMap
 	for _, name := range partNames(cm) {
 		part := &corev1.ConfigMap{}
 		err := s.c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: name}, part)
@@ -212,23 +220,62 @@ func (s *Store) Delete(ctx context.Context, ref Ref) error {
 			// The annotation names a ConfigMap that is not ours: never delete it.
 			return fmt.Errorf("inventory %s: delete: ConfigMap %s, listed as its part, is not labelled %s=%s", ref, name, PartOfLabel, partOf(ref.ID))
 		}
-		puid := part.UID
-		if err := s.c.Delete(ctx, part, client.Preconditions{UID: &puid}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("inventory %s: delete part %s: %w", ref, name, err)
+		parts = append(parts, part)
+	}
+	if opts.Expect != nil {
+		inv, err := decodeStored(ref, stored{head: cm, parts: parts})
+		if err != nil {
+			return err
 		}
+		if !inv.Equal(opts.Expect) {
+			return fmt.Errorf("inventory %s: delete: %w", ref, apierrors.NewConflict(corev1.Resource("configmaps"), ref.Name,
+				fmt.Errorf("it lists %d objects, not the %d the caller read: another writer changed it; read it again", inv.Len(), opts.Expect.Len())))
+		}
+	}
+	if len(partNames(cm)) > 0 {
+		// Detach the parts, under the version read, before deleting them: a head that
+		// lists a missing part cannot be read (MissingPartError), so the parts must not go
+		// while a head naming them may stay (a crash here, or a head changed meanwhile,
+		// which keeps its unchanged parts). A crash after leaves a head without parts
+		// (what they listed was released already) and unlisted parts, collected below on
+		// the next Delete.
+		cm = cm.DeepCopy()
+		setParts(cm, nil)
+		if err := s.c.Update(ctx, cm); err != nil {
+			return fmt.Errorf("inventory %s: delete: detach its parts: %w", ref, err)
+		}
+		for _, part := range parts {
+			puid := part.UID
+			if err := s.c.Delete(ctx, part, client.Preconditions{UID: &puid}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("inventory %s: delete part %s: %w", ref, part.Name, err)
+			}
+		}
+	}
+	uid, rv := cm.UID, cm.ResourceVersion
+	err = s.c.Delete(ctx, cm, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("inventory %s: delete: %w", ref, err)
 	}
 	// Then the parts it does not list (left by a crash): best effort, as collectParts, and
 	// only ConfigMaps named as our parts are: a label alone is anyone's to set (another Sync
 	// of the namespace may apply a look-alike), and what it marks is not ours to delete.
+	// After the head: while it stood, a writer could be adding parts not listed yet.
 	if parts, ok := s.listParts(ctx, ref); ok {
 		s.dropParts(ctx, slices.DeleteFunc(parts, func(cm *corev1.ConfigMap) bool { return !isPartName(ref, cm.Name) }))
 	}
-	uid := cm.UID
-	err = s.c.Delete(ctx, cm, client.Preconditions{UID: &uid})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("inventory %s: delete: %w", ref, err)
-	}
 	return nil
+}
+
+// DeleteOptions are the conditions of a Store.Delete.
+type DeleteOptions struct {
+	// Expect, when set, is the inventory the caller emptied or released (what it read,
+	// less what it deleted): the ConfigMap is deleted only while it lists exactly that, so
+	// an entry another writer added after the caller's read is not deleted unseen (Delete
+	// fails with a conflict instead). Nil deletes whatever the inventory lists.
+	Expect *Inventory
 }
 
 // get reads the ConfigMap of ref; nil without error when it does not exist.

@@ -126,13 +126,13 @@ func TestStoreRoundTrip(t *testing.T) {
 		t.Errorf("an unchanged Write sent %d writes, want 0", n-writes)
 	}
 
-	if err := s.Delete(ctx, ref); err != nil {
+	if err := s.Delete(ctx, ref, DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.Get(ctx, ref); err != nil || got.Len() != 0 {
 		t.Fatalf("Get after Delete = %v, %v; want empty", got.Entries(), err)
 	}
-	if err := s.Delete(ctx, ref); err != nil {
+	if err := s.Delete(ctx, ref, DeleteOptions{}); err != nil {
 		t.Errorf("Delete of a missing inventory: %v", err)
 	}
 }
@@ -236,7 +236,7 @@ func TestStoreRefusesForeignConfigMap(t *testing.T) {
 	if err := s.Write(ctx, ref, New(e(ns, "a", ""))); err == nil {
 		t.Error("Write over another inventory's ConfigMap succeeded")
 	}
-	if err := s.Delete(ctx, ref); err == nil {
+	if err := s.Delete(ctx, ref, DeleteOptions{}); err == nil {
 		t.Error("Delete of another inventory's ConfigMap succeeded")
 	}
 	var cm corev1.ConfigMap

@@ -68,7 +68,10 @@ const (
 //
 // A step sweeps the shards past their deadline before renewing, and sends no write later
 // than RetryPeriod before the renew deadline from its renewal, so the next renewal is sent
-// while the held shards are valid.
+// while the held shards are valid (a step whose renewal failed: RetryPeriod before the
+// earliest deadline of the shards still held). The renewal may take until the earliest
+// renew deadline of the shards it renews (renewCall); every other request takes at most
+// RetryPeriod.
 //
 // The holder identity is the replica's name with a random suffix per process, and a new one
 // whenever its replica Lease was deleted or taken: a restarted pod waits for its
@@ -289,10 +292,32 @@ func (c *shardCoordinator) sameShards(l *coordinationv1.Lease) bool {
 	return l.Annotations[annotationShards] == strconv.Itoa(c.table.n)
 }
 
-// call runs f with a deadline of one RetryPeriod, so a hung request cannot hold up the loop
-// past the renew deadlines of the other shards.
+// call runs f, a request that renews nothing (a read, an acquire, a clear, a delete), with a
+// deadline of one RetryPeriod, so a hung request cannot hold up the loop past the renew
+// deadlines of the shards held (inBudget counts on it).
 func (c *shardCoordinator) call(ctx context.Context, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, c.o.RetryPeriod)
+	return callWithin(ctx, c.o.RetryPeriod, f)
+}
+
+// renewCall runs f, the renewal of every shard held (the replica Lease), with a deadline at
+// the earliest renew deadline of those shards rather than one RetryPeriod: an overloaded API
+// server answers Lease writes in more than a RetryPeriod, and a renewal cut off while the
+// shards were still valid loses them at their deadline, though nobody else could take them
+// (their Leases did change), and every new owner reconciles their Syncs again. It never
+// runs past that deadline: a renewal unanswered by then has failed, the shards are lost
+// (their writes refused by the fence whatever this request does later), and the loop goes
+// on to the next step. A replica holding nothing gets one RetryPeriod.
+func (c *shardCoordinator) renewCall(ctx context.Context, f func(context.Context) error) error {
+	d := c.o.RetryPeriod
+	if left, ok := c.table.leftOfHeld(); ok {
+		d = left
+	}
+	return callWithin(ctx, d, f)
+}
+
+// callWithin runs f with a deadline d from now.
+func callWithin(ctx context.Context, d time.Duration, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	return f(ctx)
 }
@@ -363,7 +388,7 @@ func (c *shardCoordinator) newLease(name, kind string, now time.Time) *coordinat
 // taken over means another replica judged this one gone: every shard is lost.
 func (c *shardCoordinator) renewMembership(ctx context.Context) error {
 	sent := c.now()
-	err := c.call(ctx, func(ctx context.Context) error {
+	err := c.renewCall(ctx, func(ctx context.Context) error {
 		if c.replica == nil {
 			l := c.newLease(c.o.replicaLeaseName(), leaseKindMember, sent)
 			err := c.api.Create(ctx, l)
@@ -526,10 +551,13 @@ func (c *shardCoordinator) dropOrphans(ctx context.Context, leases map[string]*c
 
 // inBudget reports whether this step may still send a write: only until RetryPeriod before
 // the renew deadline from its renewal, so that the next step's renewal (each call taking
-// at most RetryPeriod) is sent while the held shards are still valid.
+// at most RetryPeriod) is sent while the held shards are still valid. A step whose renewal
+// failed stops RetryPeriod before the earliest deadline of the shards still held: they stay
+// valid until then, and the next step's renewal may still keep them.
 func (c *shardCoordinator) inBudget() bool {
 	if c.renewed.IsZero() {
-		return true // nothing renewed, nothing to keep: the shards run out by their deadline
+		left, ok := c.table.leftOfHeld()
+		return !ok || left > c.o.RetryPeriod // nothing held: nothing to keep
 	}
 	return c.now().Before(c.renewed.Add(c.o.RenewDeadline - c.o.RetryPeriod))
 }

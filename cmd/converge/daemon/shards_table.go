@@ -286,3 +286,18 @@ func (t *shardTable) validFor(i int) time.Duration {
 	}
 	return max(0, s.validUntil.Sub(t.now()))
 }
+
+// leftOfHeld is how long the held shard whose validity ends first stays valid from now: the
+// longest a renewal of every held shard may take and still renew them all. ok is false when
+// no shard is held validly (nothing a renewal could keep).
+func (t *shardTable) leftOfHeld() (left time.Duration, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	for _, s := range t.shards {
+		if d := s.validUntil.Sub(now); s.held && d > 0 && (!ok || d < left) {
+			left, ok = d, true
+		}
+	}
+	return left, ok
+}

@@ -331,3 +331,25 @@ func TestShardRefusedMarksTheReconcile(t *testing.T) {
 		t.Error("another reconcile is marked")
 	}
 }
+
+// TestShardLeftOfHeld: a renewal may take until the earliest validity of the shards held
+// (expired ones, not yet swept, no longer count: no renewal keeps them), and nothing bounds
+// it when nothing is held.
+func TestShardLeftOfHeld(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tab := newShardTable(4, 10*time.Second)
+	tab.now = func() time.Time { return now }
+	if left, ok := tab.leftOfHeld(); ok {
+		t.Fatalf("nothing held: got %s", left)
+	}
+	tab.renewed(0, now.Add(-9*time.Second))  // 1 s left
+	tab.renewed(1, now.Add(-4*time.Second))  // 6 s left
+	tab.renewed(2, now.Add(-12*time.Second)) // expired
+	if left, ok := tab.leftOfHeld(); !ok || left != time.Second {
+		t.Fatalf("got %s %v, want 1s", left, ok)
+	}
+	now = now.Add(time.Second)
+	if left, ok := tab.leftOfHeld(); !ok || left != 5*time.Second {
+		t.Fatalf("got %s %v, want 5s once shard 0 ran out", left, ok)
+	}
+}
