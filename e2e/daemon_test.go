@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/converge-dev/converge/e2e/binary"
 	"github.com/converge-dev/converge/e2e/cluster"
@@ -77,6 +78,11 @@ func TestBinaryQuickStartAndHandover(t *testing.T) {
 	}
 	rev3 := publish("3")
 	waitReady(rev3)
+	// The replica logs "reconciled" after its status write, which the wait may see first.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(b.Log(), `"reconciled"`) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
 	if !strings.Contains(b.Log(), `"reconciled"`) {
 		t.Errorf("the second replica never reconciled after the leader was killed")
 	}
