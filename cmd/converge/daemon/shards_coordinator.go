@@ -66,12 +66,14 @@ const (
 //     RenewDeadline are fenced: the shard is lost instead), their Syncs are forgotten, and
 //     step 4 clears the Lease.
 //
-// A step sweeps the shards past their deadline before renewing, and sends no write later
-// than RetryPeriod before the renew deadline from its renewal, so the next renewal is sent
-// while the held shards are valid (a step whose renewal failed: RetryPeriod before the
-// earliest deadline of the shards still held). The renewal may take until the earliest
-// renew deadline of the shards it renews (renewCall); every other request takes at most
-// RetryPeriod.
+// A step sweeps the shards past their deadline before renewing. The renewal may take until
+// the earliest renew deadline of the shards it renews (renewCall); the Lease list takes at
+// most RetryPeriod (its answer must be fresh: part of the lease margin), every other request
+// at most bound() (RetryPeriod, or more when the last renewal took longer). A step sends no
+// write later than bound() plus the last renewal's latency before the renew deadline from
+// its renewal (a step whose renewal failed: before the earliest deadline still held), so the
+// next renewal is sent in time to keep the held shards on an API server as slow as the last
+// renewal found it.
 //
 // The holder identity is the replica's name with a random suffix per process, and a new one
 // whenever its replica Lease was deleted or taken: a restarted pod waits for its
@@ -99,9 +101,10 @@ type shardCoordinator struct {
 	seen       map[string]observedLease
 	replica    *coordinationv1.Lease
 	steps      int
-	registered bool      // the replica Lease was created in this step: acquire nothing yet
-	renewed    time.Time // when this step's successful replica renewal was sent (zero: it failed)
-	offset     int       // where this replica starts looking for shards to acquire
+	registered bool          // the replica Lease was created in this step: acquire nothing yet
+	renewed    time.Time     // when this step's successful replica renewal was sent (zero: it failed)
+	latency    time.Duration // how long the last successful renewal took
+	offset     int           // where this replica starts looking for shards to acquire
 }
 
 // observedLease is a Lease's resourceVersion and when this process first saw it.
@@ -175,7 +178,7 @@ func (c *shardCoordinator) step(ctx context.Context) {
 		c.log.Error(err, "renewing the replica Lease", "identity", c.identity)
 	}
 	list := &coordinationv1.LeaseList{}
-	err := c.call(ctx, func(ctx context.Context) error {
+	err := callWithin(ctx, c.o.RetryPeriod, func(ctx context.Context) error { // RetryPeriod: part of the lease margin
 		return c.api.List(ctx, list, client.InNamespace(c.o.LeaderNamespace),
 			client.MatchingLabels{labelName: "converge", labelLeaseGroup: c.group})
 	})
@@ -292,12 +295,16 @@ func (c *shardCoordinator) sameShards(l *coordinationv1.Lease) bool {
 	return l.Annotations[annotationShards] == strconv.Itoa(c.table.n)
 }
 
-// call runs f, a request that renews nothing (a read, an acquire, a clear, a delete), with a
-// deadline of one RetryPeriod, so a hung request cannot hold up the loop past the renew
-// deadlines of the shards held (inBudget counts on it).
+// call runs f, a request that renews nothing (an acquire, a clear, a delete), with a
+// deadline of bound(), so a hung request cannot hold up the loop past the renew deadlines of
+// the shards held (inBudget counts on it).
 func (c *shardCoordinator) call(ctx context.Context, f func(context.Context) error) error {
-	return callWithin(ctx, c.o.RetryPeriod, f)
+	return callWithin(ctx, c.bound(), f)
 }
+
+// bound is how long a request other than the renewal may take: one RetryPeriod, or as long
+// as the last renewal took on a slower API server.
+func (c *shardCoordinator) bound() time.Duration { return max(c.o.RetryPeriod, c.latency*6/5) }
 
 // renewCall runs f, the renewal of every shard held (the replica Lease), with a deadline at
 // the earliest renew deadline of those shards rather than one RetryPeriod: an overloaded API
@@ -306,9 +313,10 @@ func (c *shardCoordinator) call(ctx context.Context, f func(context.Context) err
 // (their Leases did change), and every new owner reconciles their Syncs again. It never
 // runs past that deadline: a renewal unanswered by then has failed, the shards are lost
 // (their writes refused by the fence whatever this request does later), and the loop goes
-// on to the next step. A replica holding nothing gets one RetryPeriod.
+// on to the next step. A replica holding nothing gets the whole renew deadline: it has
+// nothing to keep, and on a slow API server it must still register to acquire anything.
 func (c *shardCoordinator) renewCall(ctx context.Context, f func(context.Context) error) error {
-	d := c.o.RetryPeriod
+	d := c.o.RenewDeadline // nothing held: nothing to keep
 	if left, ok := c.table.leftOfHeld(); ok {
 		d = left
 	}
@@ -438,6 +446,7 @@ func (c *shardCoordinator) renewMembership(ctx context.Context) error {
 	if err == nil {
 		c.table.renewAll(sent)
 		c.renewed = sent
+		c.latency = c.now().Sub(sent)
 	}
 	return err
 }
@@ -549,17 +558,18 @@ func (c *shardCoordinator) dropOrphans(ctx context.Context, leases map[string]*c
 	}
 }
 
-// inBudget reports whether this step may still send a write: only until RetryPeriod before
-// the renew deadline from its renewal, so that the next step's renewal (each call taking
-// at most RetryPeriod) is sent while the held shards are still valid. A step whose renewal
-// failed stops RetryPeriod before the earliest deadline of the shards still held: they stay
-// valid until then, and the next step's renewal may still keep them.
+// inBudget reports whether this step may still send a write: only until one more write
+// (bound()) and the next renewal (as long as the last one took) still fit before the renew
+// deadline from its renewal, so the next renewal is sent while the held shards are still
+// valid. A step whose renewal failed counts back from the earliest deadline of the shards
+// still held: they stay valid until then, and the next step's renewal may still keep them.
 func (c *shardCoordinator) inBudget() bool {
+	reserve := c.bound() + c.latency // the last write, then the next renewal
 	if c.renewed.IsZero() {
 		left, ok := c.table.leftOfHeld()
-		return !ok || left > c.o.RetryPeriod // nothing held: nothing to keep
+		return !ok || left > reserve // nothing held: nothing to keep
 	}
-	return c.now().Before(c.renewed.Add(c.o.RenewDeadline - c.o.RetryPeriod))
+	return c.now().Before(c.renewed.Add(c.o.RenewDeadline - reserve))
 }
 
 // clear writes l with no holder: another replica may take it at once.
