@@ -264,7 +264,10 @@ func (s *Store) Delete(ctx context.Context, ref Ref, opts DeleteOptions) error {
 	// of the namespace may apply a look-alike), and what it marks is not ours to delete.
 	// After the head: while it stood, a writer could be adding parts not listed yet.
 	if parts, ok := s.listParts(ctx, ref); ok {
-		s.dropParts(ctx, slices.DeleteFunc(parts, func(cm *corev1.ConfigMap) bool { return !isPartName(ref, cm.Name) }))
+		s.dropParts(ctx, slices.DeleteFunc(parts, func(p *corev1.ConfigMap) bool {
+			// A part with no base written after the head went may be a new head's.
+			return !isPartName(ref, p.Name) || (p.Annotations[partBaseAnnotation] == "none" && !olderThan(p.ResourceVersion, rv))
+		}))
 	}
 	return nil
 }
