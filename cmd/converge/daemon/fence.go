@@ -114,6 +114,7 @@ func (g writeGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	req = g.fenceBody(req, holds)
 	if holds == nil {
 		return g.next.RoundTrip(req)
 	}
@@ -152,6 +153,52 @@ func (g writeGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = cancelOnClose{ReadCloser: resp.Body, cancel: func() { cancel(nil) }}
 	return resp, nil
+}
+
+// fenceBody returns req with its body checked again each time the transport reads it: by
+// holds when there is one, else by check. The transport reads the body as it puts it on the
+// wire, after the connection, the headers and any flow control: a write checked at
+// RoundTrip, then held up (a SIGSTOP between the check and the send, a stalled connection),
+// is cut there if the right to write has gone meanwhile, and the API server, getting no
+// complete body, applies nothing. What stays open is the moment between a read of the body
+// and its write to the socket.
+func (g writeGuard) fenceBody(req *http.Request, holds func() (time.Duration, error)) *http.Request {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req
+	}
+	recheck := func() error {
+		if holds != nil {
+			_, err := holds()
+			return err
+		}
+		_, err := g.check(req)
+		return err
+	}
+	out := req.Clone(req.Context())
+	out.Body = fencedBody{ReadCloser: req.Body, recheck: recheck}
+	if get := req.GetBody; get != nil {
+		out.GetBody = func() (io.ReadCloser, error) {
+			rc, err := get()
+			if err != nil {
+				return nil, err
+			}
+			return fencedBody{ReadCloser: rc, recheck: recheck}, nil
+		}
+	}
+	return out
+}
+
+// fencedBody is a request body that refuses to be read once recheck fails.
+type fencedBody struct {
+	io.ReadCloser
+	recheck func() error
+}
+
+func (b fencedBody) Read(p []byte) (int, error) {
+	if err := b.recheck(); err != nil {
+		return 0, err
+	}
+	return b.ReadCloser.Read(p)
 }
 
 // cancelOnClose is an answer's body that releases its request's context when closed.

@@ -1,8 +1,13 @@
 package daemon
 
 import (
+	"context"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -51,4 +56,74 @@ func TestPauseFence(t *testing.T) {
 	if len(stops) != 1 || !errors.Is(stops[0], errFenced) {
 		t.Errorf("stop called %d times (%v), want once with errFenced", len(stops), stops)
 	}
+}
+
+// pausingRT stands for a process stopped between the fence's check and the send: it runs
+// pause (which moves the fence's clock past its deadline), then sends with next.
+type pausingRT struct {
+	pause func()
+	next  http.RoundTripper
+}
+
+func (p pausingRT) RoundTrip(req *http.Request) (*http.Response, error) {
+	p.pause()
+	return p.next.RoundTrip(req)
+}
+
+// bodyCounter is an API server stand-in that counts the writes whose body it received
+// whole.
+func bodyCounter(t *testing.T) (url string, whole *atomic.Int32) {
+	whole = &atomic.Int32{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, err := io.ReadAll(r.Body); err == nil && int64(len(b)) == r.ContentLength {
+			whole.Add(1)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, whole
+}
+
+// TestFenceChecksAgainAtTheBody: a write that passed a fence's check, then was held up until
+// the right to write had gone (a SIGSTOP between the check and the send; a shard lost while
+// the request waited for a connection), is cut when the transport reads its body, and the
+// server receives no complete write. For the pause fence and for a shard. Before, the check
+// was made once, at RoundTrip: the server received both writes whole (the window of
+// e2e.TestBinaryPausedLeaderIsFenced's once-seen write sent after the resume).
+func TestFenceChecksAgainAtTheBody(t *testing.T) {
+	t.Run("pause", func(t *testing.T) {
+		now := time.Unix(1000, 0)
+		f := newPauseFence(10*time.Second, func(error) {})
+		f.now, f.last = func() time.Time { return now }, now
+		url, whole := bodyCounter(t)
+		rt := f.wrap(pausingRT{pause: func() { now = now.Add(20 * time.Second) }, next: http.DefaultTransport})
+		req, _ := http.NewRequest(http.MethodPatch, url+"/api/v1/namespaces/x/configmaps/y", strings.NewReader(`{"data":{"v":"2"}}`))
+		if resp, err := rt.RoundTrip(req); err == nil {
+			_ = resp.Body.Close()
+			t.Errorf("a write held up past the pause fence's deadline after its check was sent: %d", resp.StatusCode)
+		}
+		if n := whole.Load(); n != 0 {
+			t.Errorf("the server received %d complete writes", n)
+		}
+	})
+	t.Run("shard", func(t *testing.T) {
+		now := time.Unix(1000, 0)
+		tab := newShardTable(1, 10*time.Second)
+		tab.now = func() time.Time { return now }
+		tab.renewed(0, now)
+		url, whole := bodyCounter(t)
+		rt := tab.wrap(pausingRT{pause: func() { now = now.Add(20 * time.Second) }, next: http.DefaultTransport})
+		call := &shardCall{i: 0}
+		req, _ := http.NewRequestWithContext(context.WithValue(context.Background(), shardKey{}, call),
+			http.MethodPatch, url+"/api/v1/namespaces/x/configmaps/y", strings.NewReader(`{"data":{"v":"2"}}`))
+		if resp, err := rt.RoundTrip(req); err == nil {
+			_ = resp.Body.Close()
+			t.Errorf("a write held up past its shard's validity after its check was sent: %d", resp.StatusCode)
+		}
+		if n := whole.Load(); n != 0 {
+			t.Errorf("the server received %d complete writes", n)
+		}
+		if !call.refused.Load() {
+			t.Error("the cut write did not mark its reconcile refused")
+		}
+	})
 }
