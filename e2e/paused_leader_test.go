@@ -80,6 +80,7 @@ func TestBinaryPausedLeaderIsFenced(t *testing.T) {
 	// A resumes; its elector learns late that it lost the lease (slow lease reads).
 	proxy.SetRules(fault.Rule{Resource: "leases", Latency: 3 * time.Second})
 	proxy.Reset()
+	before := configMapVersions(ctx, t, c, ns) // B has converged: it writes nothing more (I7)
 	if err := a.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +91,13 @@ func TestBinaryPausedLeaderIsFenced(t *testing.T) {
 	}
 	if w := landed(t, proxy); len(w) != 0 {
 		t.Errorf("writes of the paused leader landed after it resumed (%d revision-2 objects written before the pause): %v", paused, w)
+	}
+	// The API server's word: a write the proxy saw cancelled may still have committed.
+	after := configMapVersions(ctx, t, c, ns)
+	for name, rv := range after {
+		if before[name] != rv {
+			t.Errorf("ConfigMap %s changed after the paused leader resumed (resourceVersion %q, then %q)", name, before[name], rv)
+		}
 	}
 	if !strings.Contains(a.Log(), "fenced") {
 		t.Errorf("the paused leader's log does not say it was fenced:\n%s", tail(a.Log(), 2000))
@@ -113,11 +121,12 @@ func TestBinaryPausedLeaderIsFenced(t *testing.T) {
 
 // landed lists the writes of ws that landed: answered 2xx by the API server. That is the
 // statement of the pause fence: no write of the paused process lands after it resumed. The
-// proxy also lists a write a worker had already passed through the fence when SIGSTOP came:
-// the process put nothing on the wire while stopped, so it reaches the proxy after the resume
-// (after the proxy's list was reset), and the fenced process, stopping, cancels it before
-// the API server answers (the proxy records "context canceled"). Those are logged. It waits
-// (bounded) for every write to have an outcome: one still pending might land yet.
+// proxy also lists a write a worker had already passed through the fence's first check when
+// SIGSTOP came: the process put nothing on the wire while stopped, so it reaches the proxy
+// after the resume (after the proxy's list was reset), where the fence's check at the body
+// cuts it (or the fenced process, stopping, cancels it). Those are logged; whether one
+// committed all the same is the API server's to say (the test compares resourceVersions).
+// It waits (bounded) for every write to have an outcome: one still pending might land yet.
 func landed(t *testing.T, proxy *fault.Proxy) []string {
 	t.Helper()
 	var ws []fault.TimedWrite
@@ -141,6 +150,21 @@ func landed(t *testing.T, proxy *fault.Proxy) []string {
 			continue
 		}
 		t.Logf("after resuming, the paused leader sent %s, which did not land: %s", w.Request, w.Result)
+	}
+	return out
+}
+
+// configMapVersions maps the name of every ConfigMap of ns (the objects and the inventory)
+// to its resourceVersion.
+func configMapVersions(ctx context.Context, t *testing.T, c client.Client, ns string) map[string]string {
+	t.Helper()
+	var cms corev1.ConfigMapList
+	if err := c.List(ctx, &cms, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, cm := range cms.Items {
+		out[cm.Name] = cm.ResourceVersion
 	}
 	return out
 }
