@@ -265,8 +265,10 @@ func (s *Store) Delete(ctx context.Context, ref Ref, opts DeleteOptions) error {
 	// After the head: while it stood, a writer could be adding parts not listed yet.
 	if parts, ok := s.listParts(ctx, ref); ok {
 		s.dropParts(ctx, slices.DeleteFunc(parts, func(p *corev1.ConfigMap) bool {
-			// A part with no base written after the head went may be a new head's.
-			return !isPartName(ref, p.Name) || (p.Annotations[partBaseAnnotation] == "none" && !olderThan(p.ResourceVersion, rv))
+			// A part written after the head's last write may be a new head's: one re-created
+			// after the delete (parts based on "none"), or a later writer's based on that.
+			// Such a part its writer never lists stays until the inventory is written again.
+			return !isPartName(ref, p.Name) || !olderThan(p.ResourceVersion, rv)
 		}))
 	}
 	return nil
