@@ -157,11 +157,13 @@ func (g writeGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // fenceBody returns req with its body checked again each time the transport reads it: by
 // holds when there is one, else by check. The transport reads the body as it puts it on the
-// wire, after the connection, the headers and any flow control: a write checked at
-// RoundTrip, then held up (a SIGSTOP between the check and the send, a stalled connection),
-// is cut there if the right to write has gone meanwhile, and the API server, getting no
-// complete body, applies nothing. What stays open is the moment between a read of the body
-// and its write to the socket.
+// wire, after the connection and the headers: a write checked at RoundTrip, then held up (a
+// SIGSTOP between the check and the send, a wait for a connection), is cut at its first read
+// if the right to write has gone meanwhile, and the API server, getting no complete body,
+// applies nothing. What stays open is the moment between a read of a chunk of the body and
+// its write (on HTTP/2 that includes a wait for flow control). Once the whole body
+// (ContentLength) has been handed out there is nothing left to cut: the end-of-body read
+// HTTP/1.1 makes is not checked, so a write that went out whole is not reported fenced.
 func (g writeGuard) fenceBody(req *http.Request, holds func() (time.Duration, error)) *http.Request {
 	if req.Body == nil || req.Body == http.NoBody {
 		return req
@@ -175,30 +177,38 @@ func (g writeGuard) fenceBody(req *http.Request, holds func() (time.Duration, er
 		return err
 	}
 	out := req.Clone(req.Context())
-	out.Body = fencedBody{ReadCloser: req.Body, recheck: recheck}
+	out.Body = &fencedBody{ReadCloser: req.Body, recheck: recheck, left: req.ContentLength}
 	if get := req.GetBody; get != nil {
 		out.GetBody = func() (io.ReadCloser, error) {
 			rc, err := get()
 			if err != nil {
 				return nil, err
 			}
-			return fencedBody{ReadCloser: rc, recheck: recheck}, nil
+			return &fencedBody{ReadCloser: rc, recheck: recheck, left: req.ContentLength}, nil
 		}
 	}
 	return out
 }
 
-// fencedBody is a request body that refuses to be read once recheck fails.
+// fencedBody is a request body that refuses to be read once recheck fails, until left (the
+// bytes still to hand out; unknown when the length is) reaches zero.
 type fencedBody struct {
 	io.ReadCloser
 	recheck func() error
+	left    int64
 }
 
-func (b fencedBody) Read(p []byte) (int, error) {
-	if err := b.recheck(); err != nil {
-		return 0, err
+func (b *fencedBody) Read(p []byte) (int, error) {
+	if b.left != 0 {
+		if err := b.recheck(); err != nil {
+			return 0, err
+		}
 	}
-	return b.ReadCloser.Read(p)
+	n, err := b.ReadCloser.Read(p)
+	if b.left > 0 {
+		b.left = max(0, b.left-int64(n))
+	}
+	return n, err
 }
 
 // cancelOnClose is an answer's body that releases its request's context when closed.
