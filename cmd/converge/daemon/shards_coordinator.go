@@ -302,9 +302,13 @@ func (c *shardCoordinator) call(ctx context.Context, f func(context.Context) err
 	return callWithin(ctx, c.bound(), f)
 }
 
-// bound is how long a request other than the renewal may take: one RetryPeriod, or as long
-// as the last renewal took on a slower API server.
-func (c *shardCoordinator) bound() time.Duration { return max(c.o.RetryPeriod, c.latency*6/5) }
+// bound is how long a request other than the renewal and the list may take: one
+// RetryPeriod, or as long as the last renewal took on a slower API server, at most half the
+// renew deadline (a step that holds nothing has no budget to stop it, and a renewal of a
+// replica holding nothing may take the whole deadline).
+func (c *shardCoordinator) bound() time.Duration {
+	return max(c.o.RetryPeriod, min(c.latency*6/5, c.o.RenewDeadline/2))
+}
 
 // renewCall runs f, the renewal of every shard held (the replica Lease), with a deadline at
 // the earliest renew deadline of those shards rather than one RetryPeriod: an overloaded API
