@@ -99,6 +99,11 @@ func TestBinaryPausedLeaderIsFenced(t *testing.T) {
 			t.Errorf("ConfigMap %s changed after the paused leader resumed (resourceVersion %q, then %q)", name, before[name], rv)
 		}
 	}
+	for name := range before {
+		if _, ok := after[name]; !ok {
+			t.Errorf("ConfigMap %s was deleted after the paused leader resumed", name)
+		}
+	}
 	if !strings.Contains(a.Log(), "fenced") {
 		t.Errorf("the paused leader's log does not say it was fenced:\n%s", tail(a.Log(), 2000))
 	}
