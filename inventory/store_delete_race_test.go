@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -27,8 +28,7 @@ func TestStoreDeleteSparesANewWritersParts(t *testing.T) {
 	}
 	var once sync.Once
 	rec.fail = func(r *http.Request) int {
-		// Delete's LIST of parts, sent once the head is deleted.
-		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/configmaps") && strings.Contains(r.URL.RawQuery, "labelSelector") {
+		if isPartsList(r) {
 			once.Do(func() {
 				if _, err := other.Update(ctx, ref, func(st *Inventory) *Inventory {
 					return st.Union(New(entries(ns, "new", 12)...))
@@ -43,14 +43,28 @@ func TestStoreDeleteSparesANewWritersParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.fail = nil
-	_, err := other.Get(ctx, ref)
+	readWhole(ctx, t, other, ref, "the new writer's")
+}
+
+// readWhole reads ref with s and fails the test when a part its head lists is missing (whose
+// inventory it is, in the message) or the read fails otherwise.
+func readWhole(ctx context.Context, t *testing.T, s *Store, ref Ref, whose string) *Inventory {
+	t.Helper()
+	inv, err := s.Get(ctx, ref)
 	var mp *MissingPartError
 	if errors.As(err, &mp) {
-		t.Fatalf("the new writer's inventory lost a part to Delete's final collection: %v", err)
+		t.Fatalf("%s inventory lost a part to Delete's last collection: %v", whose, err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
+	return inv
+}
+
+// isPartsList reports whether r is a LIST of ConfigMaps by label: Delete's last collection
+// of parts, sent once its head is deleted.
+func isPartsList(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/configmaps") && strings.Contains(r.URL.RawQuery, "labelSelector")
 }
 
 // TestStoreDeleteSparesASecondNewWritersParts: after a new writer W3 re-created the head
@@ -79,7 +93,7 @@ func TestStoreDeleteSparesASecondNewWritersParts(t *testing.T) {
 	w4done := make(chan error, 1)
 	var once sync.Once
 	rec.fail = func(r *http.Request) int {
-		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/configmaps") && strings.Contains(r.URL.RawQuery, "labelSelector") {
+		if isPartsList(r) {
 			once.Do(func() {
 				if _, err := w3.Update(ctx, ref, func(st *Inventory) *Inventory { return st.Union(New(entries(ns, "w3", 12)...)) }); err != nil {
 					t.Error(err)
@@ -101,14 +115,7 @@ func TestStoreDeleteSparesASecondNewWritersParts(t *testing.T) {
 	if err := <-w4done; err != nil {
 		t.Fatalf("W4's update: %v", err)
 	}
-	inv, err := w3.Get(ctx, ref)
-	var mp *MissingPartError
-	if errors.As(err, &mp) {
-		t.Fatalf("W4's inventory lost a part to Delete's last collection: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	inv := readWhole(ctx, t, w3, ref, "W4's")
 	if n := inv.Len(); n != 24 {
 		t.Errorf("the inventory W4 wrote lists %d entries, want 24 (W3's 12 and W4's 12)", n)
 	}

@@ -67,6 +67,21 @@ func slowClient(s *slowLeases) client.Client {
 	}).Build()
 }
 
+// newSlowLeases is a fake clock and a client whose Lease writes take sl's latency on it
+// (none until set).
+func newSlowLeases() (*fakeClock, *slowLeases, client.Client) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	sl := &slowLeases{clk: clk}
+	return clk, sl, slowClient(sl)
+}
+
+// tickFor steps c as its ticker would for d of the fake clock.
+func tickFor(ctx context.Context, c *shardCoordinator, clk *fakeClock, d time.Duration, each func()) {
+	for end := clk.Now().Add(d); clk.Now().Before(end); {
+		tick(ctx, c, clk, each)
+	}
+}
+
 // tick steps c as its ticker would: a step starts RetryPeriod after the previous one
 // started, or at once if that one took longer.
 func tick(ctx context.Context, c *shardCoordinator, clk *fakeClock, each func()) {
@@ -86,9 +101,7 @@ func tick(ctx context.Context, c *shardCoordinator, clk *fakeClock, each func())
 // one RetryPeriod each, until RetryPeriod before the deadline; the next renewal then has
 // about a second and fails, and the replica loses the shards it held.
 func TestShardSlowLeasesAcquisitionsKeepRenewal(t *testing.T) {
-	clk := &fakeClock{now: time.Unix(1000, 0)}
-	sl := &slowLeases{clk: clk}
-	cl := slowClient(sl)
+	clk, sl, cl := newSlowLeases()
 	ctx := context.Background()
 	a := fakeCoordinator(t, cl, clk, "a", 8)
 	// Four shards held by a replica that is gone (no replica Lease): they expire after the
@@ -111,9 +124,7 @@ func TestShardSlowLeasesAcquisitionsKeepRenewal(t *testing.T) {
 		t.Fatalf("a holds %v, want the 4 free shards", h)
 	}
 	sl.latency.Store(int64(3 * time.Second))
-	for end := clk.Now().Add(60 * time.Second); clk.Now().Before(end); {
-		tick(ctx, a, clk, nil)
-	}
+	tickFor(ctx, a, clk, 60*time.Second, nil)
 	h, _ := a.table.snapshot()
 	t.Logf("after 60 s of 3 s Lease writes: holds %v, lost %v, writes cut %d", h, lostCount(t, a), sl.cut.Load())
 	if lost := lostCount(t, a); lost > 0 {
@@ -126,9 +137,7 @@ func TestShardSlowLeasesAcquisitionsKeepRenewal(t *testing.T) {
 // Syncs forgotten), and the live replica that should get it cannot (its Lease names a live
 // replica) for as long as the API server is slow.
 func TestShardSlowLeasesReleaseCleared(t *testing.T) {
-	clk := &fakeClock{now: time.Unix(1000, 0)}
-	sl := &slowLeases{clk: clk}
-	cl := slowClient(sl)
+	clk, sl, cl := newSlowLeases()
 	ctx := context.Background()
 	a := fakeCoordinator(t, cl, clk, "a", 2)
 	for range 3 {
@@ -150,9 +159,7 @@ func TestShardSlowLeasesReleaseCleared(t *testing.T) {
 		}
 	}
 	sl.latency.Store(int64(3 * time.Second))
-	for end := clk.Now().Add(60 * time.Second); clk.Now().Before(end); {
-		tick(ctx, a, clk, renewB)
-	}
+	tickFor(ctx, a, clk, 60*time.Second, renewB)
 	held, releasing := a.table.snapshot()
 	var names []string
 	for i := 0; i < 2; i++ {
@@ -171,15 +178,11 @@ func TestShardSlowLeasesReleaseCleared(t *testing.T) {
 // A replica that holds nothing gets one RetryPeriod for its replica Lease: with 3 s writes
 // it never registers, so it never acquires anything.
 func TestShardSlowLeasesNewReplicaRegisters(t *testing.T) {
-	clk := &fakeClock{now: time.Unix(1000, 0)}
-	sl := &slowLeases{clk: clk}
+	clk, sl, cl := newSlowLeases()
 	sl.latency.Store(int64(3 * time.Second))
-	cl := slowClient(sl)
 	ctx := context.Background()
 	a := fakeCoordinator(t, cl, clk, "a", 2)
-	for end := clk.Now().Add(60 * time.Second); clk.Now().Before(end); {
-		tick(ctx, a, clk, nil)
-	}
+	tickFor(ctx, a, clk, 60*time.Second, nil)
 	h, _ := a.table.snapshot()
 	t.Logf("after 60 s: holds %v, registered replica Lease: %v, writes cut %d", h, a.replica != nil, sl.cut.Load())
 	if len(h) == 0 {
@@ -189,18 +192,14 @@ func TestShardSlowLeasesNewReplicaRegisters(t *testing.T) {
 
 // Control: the same slow Lease writes with nothing to acquire keep the shards.
 func TestShardSlowLeasesRenewalAlone(t *testing.T) {
-	clk := &fakeClock{now: time.Unix(1000, 0)}
-	sl := &slowLeases{clk: clk}
-	cl := slowClient(sl)
+	clk, sl, cl := newSlowLeases()
 	ctx := context.Background()
 	a := fakeCoordinator(t, cl, clk, "a", 8)
 	for range 3 {
 		tick(ctx, a, clk, nil)
 	}
 	sl.latency.Store(int64(3 * time.Second))
-	for end := clk.Now().Add(60 * time.Second); clk.Now().Before(end); {
-		tick(ctx, a, clk, nil)
-	}
+	tickFor(ctx, a, clk, 60*time.Second, nil)
 	h, _ := a.table.snapshot()
 	t.Logf("control: holds %v, lost %v, writes cut %d", h, lostCount(t, a), sl.cut.Load())
 	if lostCount(t, a) > 0 {
