@@ -65,12 +65,11 @@ func (w *watchCache) Get(ctx context.Context, key client.ObjectKey, obj client.O
 	cctx, cancel := context.WithTimeout(ctx, cacheReadTimeout)
 	defer cancel()
 	err := w.cache.Get(cctx, key, obj, opts...)
-	if err == nil || (apierrors.IsNotFound(err) && !w.scoped) {
+	if err == nil || apierrors.IsNotFound(err) {
 		w.watchChanges(ctx, obj)
-		return err
-	}
-	if apierrors.IsNotFound(err) {
-		w.watchChanges(ctx, obj)
+		if err == nil || !w.scoped {
+			return err
+		}
 		return w.direct.Get(ctx, key, obj, opts...)
 	}
 	if ctx.Err() != nil {
