@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
@@ -22,7 +24,8 @@ import (
 // inventory claims the objects: another set adopts them without an ownership conflict, and
 // a set recreated under the same inventory ID starts empty, so it never prunes them.
 //
-// Each removal is a JSON patch that first tests the object's UID (the one recorded, else
+// A scoped engine (Options.Scope) also removes its label from each object it releases
+// (releasePatch). Each removal is a JSON patch that first tests the object's UID (the one recorded, else
 // the one just read) and the annotation's value, so it never touches an object recreated
 // by someone else or taken over by another inventory (the same guard as a delete's, I1).
 // The ConfigMap goes last: a crash part-way leaves it in place (I2 holds: every object
@@ -74,6 +77,11 @@ func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts DeleteOpti
 	return res, nil
 }
 
+// abandonAttempts bounds abandonOne's patches of one object: a patch whose test fails
+// because the object changed between the read and the patch (a user's edit of its labels,
+// another writer's apply) is built again from a new read.
+const abandonAttempts = 3
+
 // abandonOne removes our owner annotation from the object en names, if it is still ours
 // (claim.Owns: our ID, or the legacy ID of a migration under way with the recorded UID).
 // released reports a removal that landed.
@@ -83,44 +91,68 @@ func (e *Engine) abandonOne(ctx context.Context, claim inventory.Claim, en inven
 		c.Action, c.Message, c.Err = ActionFailed, err.Error(), fmt.Errorf("%s: abandon: %w", c.ID, err)
 		return c, false
 	}
-	live, err := e.getByID(ctx, e.client, en.Object)
-	switch {
-	case err != nil:
-		return fail(err)
-	case live == nil:
-		c.Message = "already deleted"
-		return c, false
-	case !claim.Owns(en.Object, live.GetAnnotations()[OwnerAnnotation], live.GetUID(), en.UID):
-		c.Message = "not ours: nothing to release"
-		return c, false
-	case en.UID != "" && en.UID != live.GetUID():
-		c.Message = "recreated by someone else: left alone"
-		return c, false
-	}
-	patch, err := inventory.OwnerPatch(live.GetUID(), live.GetAnnotations()[OwnerAnnotation], "")
-	if err != nil {
-		return fail(err)
-	}
-	target := &unstructured.Unstructured{}
-	target.SetGroupVersionKind(live.GroupVersionKind())
-	target.SetNamespace(live.GetNamespace())
-	target.SetName(live.GetName())
-	err = e.client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldManager))
-	switch {
-	case err == nil:
-		c.Message = "abandoned: owner annotation removed"
-		return c, true
-	case apierrors.IsNotFound(err):
-		c.Message = "already deleted"
-		return c, false
-	default:
-		// A test operation failed (the object changed hands between the read and the
-		// patch) or the request failed: decide on what the API server shows now.
-		cur, gerr := e.getByID(ctx, e.client, en.Object)
-		if gerr == nil && (cur == nil || cur.GetUID() != live.GetUID() || !claim.Owns(en.Object, cur.GetAnnotations()[OwnerAnnotation], cur.GetUID(), en.UID)) {
-			c.Message = "no longer ours: left alone"
+	var perr error
+	for range abandonAttempts {
+		live, err := e.getByID(ctx, e.client, en.Object)
+		switch {
+		case err != nil:
+			return fail(err)
+		case live == nil:
+			c.Message = "already deleted"
+			return c, false
+		case !claim.Owns(en.Object, live.GetAnnotations()[OwnerAnnotation], live.GetUID(), en.UID):
+			c.Message = "not ours: nothing to release"
+			return c, false
+		case en.UID != "" && en.UID != live.GetUID():
+			c.Message = "recreated by someone else: left alone"
 			return c, false
 		}
-		return fail(err)
+		patch, err := e.releasePatch(live)
+		if err != nil {
+			return fail(err)
+		}
+		target := &unstructured.Unstructured{}
+		target.SetGroupVersionKind(live.GroupVersionKind())
+		target.SetNamespace(live.GetNamespace())
+		target.SetName(live.GetName())
+		perr = e.client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldManager))
+		switch {
+		case perr == nil:
+			c.Message = "abandoned: owner annotation removed"
+			return c, true
+		case apierrors.IsNotFound(perr):
+			c.Message = "already deleted"
+			return c, false
+		}
+		// A test operation failed (the object changed between the read and the patch) or
+		// the request failed: decide again on what the API server shows now.
 	}
+	return fail(perr)
+}
+
+// releasePatch is the JSON patch that releases live: inventory.OwnerPatch (our owner
+// annotation removed, only from this UID and while it still names us) and, for a scoped
+// engine, the removal of the scope's label (Options.Scope), which the engine stamped on
+// the object when it applied it. The label goes only while it has the scope's value (a
+// test operation): a value the user changed, or another shard's, is not the engine's to
+// remove. A label changed between the read and the patch fails the whole patch, which
+// abandonOne builds again from a new read.
+func (e *Engine) releasePatch(live client.Object) ([]byte, error) {
+	patch, err := inventory.OwnerPatch(live.GetUID(), live.GetAnnotations()[OwnerAnnotation], "")
+	if err != nil {
+		return nil, err
+	}
+	sc := e.opts.Scope
+	if sc.Key == "" || live.GetLabels()[sc.Key] != sc.Value {
+		return patch, nil
+	}
+	var ops []map[string]string
+	if err := json.Unmarshal(patch, &ops); err != nil {
+		return nil, fmt.Errorf("owner patch: %w", err)
+	}
+	path := "/metadata/labels/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(sc.Key)
+	ops = append(ops,
+		map[string]string{"op": "test", "path": path, "value": sc.Value},
+		map[string]string{"op": "remove", "path": path})
+	return json.Marshal(ops)
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"maps"
 	"sync"
 	"testing"
 
@@ -134,5 +135,44 @@ func (h *harness) addOwned(name string) {
 	}
 	if err := h.plain.Create(h.ctx, cm); err != nil {
 		h.t.Error(err)
+	}
+}
+
+// TestScopedAbandonRemovesScopeLabel: a scoped engine (a daemon's shard) stamps its label on
+// every object it applies; abandoning the set (deletionPolicy Orphan) releases the objects
+// of that label too, so a released object carries nothing of converge's. Only the scope's
+// own value goes: a value changed since (here by a user, to "z") is not ours to remove.
+// The objects keep the rest of their metadata and their data. It failed before: "a" kept
+// the label test.converge.dev/share=a after Abandon.
+func TestScopedAbandonRemovesScopeLabel(t *testing.T) {
+	h := scopedHarness(t)
+	a := configMap(h.ns, "a", map[string]any{"k": "v"})
+	a.SetLabels(map[string]string{"app": "x"})
+	h.apply(testOpts(), a, configMap(h.ns, "b", nil))
+	b := h.liveCM("b")
+	labels := b.GetLabels()
+	labels[testScopeKey] = "z"
+	b.SetLabels(labels)
+	if err := h.plain.Update(h.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.Abandon(h.ctx, h.ref, DefaultDeleteOptions()); err != nil {
+		t.Fatalf("Abandon: %v", err)
+	}
+	for name, want := range map[string]map[string]string{"a": {"app": "x"}, "b": {testScopeKey: "z"}} {
+		live := h.liveCM(name)
+		if live == nil {
+			t.Errorf("%s was deleted", name)
+			continue
+		}
+		if got := live.GetLabels(); !maps.Equal(got, want) {
+			t.Errorf("%s: labels %v after Abandon, want %v", name, got, want)
+		}
+		if got, ok := live.GetAnnotations()[OwnerAnnotation]; ok {
+			t.Errorf("%s: owner annotation %q survived Abandon", name, got)
+		}
+	}
+	if data, _, _ := unstructured.NestedString(h.liveCM("a").Object, "data", "k"); data != "v" {
+		t.Errorf("a lost its data: %q", data)
 	}
 }

@@ -162,6 +162,30 @@ func TestBadInput(t *testing.T) {
 			wantID:  func(ns string) string { return ns + "_svc__Service" },
 			wantMsg: func(ns string) string { return "Service " + ns + "/svc: apply: " },
 		},
+		{
+			name: "annotation not a string",
+			bad: func(ns string) *unstructured.Unstructured {
+				cm := configMap(ns, "ann", nil)
+				cm.Object["metadata"].(map[string]any)["annotations"] = map[string]any{"replicas": int64(1)}
+				return cm
+			},
+			wantID: func(ns string) string { return ns + "_ann__ConfigMap" },
+			wantMsg: func(ns string) string {
+				return "ConfigMap " + ns + "/ann: metadata.annotations.replicas: 1 is not a string"
+			},
+			applyNone: true,
+		},
+		{
+			name: "labels not a map",
+			bad: func(ns string) *unstructured.Unstructured {
+				cm := configMap(ns, "lab", nil)
+				cm.Object["metadata"].(map[string]any)["labels"] = []any{"app=x"}
+				return cm
+			},
+			wantID:    func(ns string) string { return ns + "_lab__ConfigMap" },
+			wantMsg:   func(ns string) string { return "ConfigMap " + ns + "/lab: metadata.labels: not a map of strings" },
+			applyNone: true,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -79,7 +80,11 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 		}
 	}
 	if inv.Len() > 0 {
-		return res, fmt.Errorf("inventory %s: %d objects still tracked", ref, inv.Len())
+		// Every entry read was deleted or dropped, or the stage returned: these were added
+		// since by another writer (objects created under this inventory). A conflict, as
+		// the inventory's delete gives for the same change: the caller reads it again.
+		return res, fmt.Errorf("inventory %s: %w", ref, apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, ref.Name,
+			fmt.Errorf("%d objects still tracked, added while it was deleted; read it again", inv.Len())))
 	}
 	if !claim.Found {
 		return res, nil

@@ -168,8 +168,8 @@ func TestScopedHealthCheckOfObjectItDidNotApply(t *testing.T) {
 }
 
 // TestScopedKeepsMalformedLabelsForTheServer: a label value that is not a string (YAML's
-// unquoted 1.5) is sent as written, so the API server refuses the object and names the
-// label, as without a scope. Before, the scoped engine read such a map as no labels and
+// unquoted 1.5) is refused, naming the label, as without a scope (first by the API
+// server; since checkStringMaps, by prepare, as terminal). Before, the scoped engine read such a map as no labels and
 // applied the object with its scope's label alone: every label of the manifest (here a
 // Pod Security level) silently dropped, and the Sync Ready.
 func TestScopedKeepsMalformedLabelsForTheServer(t *testing.T) {
@@ -191,5 +191,28 @@ func TestScopedKeepsMalformedLabelsForTheServer(t *testing.T) {
 	h.apply(testOpts(), good)
 	if got := h.liveCM("good").GetLabels(); got["app"] != "x" || got[testScopeKey] != "a" {
 		t.Errorf("labels of a well-formed object = %v, want app=x and %s=a", got, testScopeKey)
+	}
+}
+
+// TestMalformedAnnotationsRefused: an annotation value that is not a string (YAML's
+// unquoted 1) is refused before anything is written, naming the object and the annotation,
+// and the object keeps what it had. Before, the engine read such a map as no annotations and
+// applied the object with only its owner annotation: the apply succeeded and removed every
+// annotation the set had applied before (here "note").
+func TestMalformedAnnotationsRefused(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	h.apply(testOpts(), annotate(configMap(h.ns, "cm", map[string]any{"k": "v"}), "note", "kept"))
+	cm := configMap(h.ns, "cm", map[string]any{"k": "v2"})
+	cm.Object["metadata"].(map[string]any)["annotations"] = map[string]any{"note": "kept", "replicas": int64(1)}
+	_, err := h.eng.Apply(h.ctx, h.set(cm), testOpts())
+	if err == nil || !strings.Contains(err.Error(), "ConfigMap "+h.ns+"/cm") || !strings.Contains(err.Error(), "annotations.replicas") || !IsTerminal(err) {
+		t.Errorf("apply of a non-string annotation value: err = %v, want a terminal error naming the object and the annotation", err)
+	}
+	live := h.liveCM("cm")
+	if got := live.GetAnnotations(); got["note"] != "kept" || got[OwnerAnnotation] != h.ref.ID {
+		t.Errorf("annotations after the refused apply = %v, want note=kept and ours", got)
+	}
+	if data, _, _ := unstructured.NestedString(live.Object, "data", "k"); data != "v" {
+		t.Errorf("data after the refused apply = %q, want v", data)
 	}
 }

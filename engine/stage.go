@@ -167,11 +167,19 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, *inventory.Invent
 		for _, f := range serverFields {
 			delete(md, f)
 		}
-		// The annotations as GetAnnotations reads them (null values become "", a malformed
-		// map none), set directly: SetAnnotations would copy them twice more.
-		ann := u.GetAnnotations()
+		if err := checkStringMaps(md); err != nil {
+			errs = append(errs, terminal(fmt.Errorf("%s: %w", describeAt(origin, idOf(u)), err)))
+			continue
+		}
+		// The annotations (checked: strings or null) in a map of our own with our owner
+		// annotation, null values as "" as GetAnnotations reads them, set directly:
+		// SetAnnotations would copy them twice more.
+		ann, _ := md["annotations"].(map[string]any)
 		own := make(map[string]any, len(ann)+1)
 		for k, v := range ann {
+			if v == nil {
+				v = ""
+			}
 			own[k] = v
 		}
 		if set.Inventory.ID != "" { // none: a dry-run without inventory keeps the live owner
@@ -180,8 +188,8 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, *inventory.Invent
 		md["annotations"] = own
 		if sc := e.opts.Scope; sc.Key != "" && e.cache != nil && set.Inventory.ID != "" {
 			// The label of the engine's watch cache (Options.Scope), over the set's own, which
-			// are copied as written: a value that is not a string is the API server's to
-			// refuse, naming it (GetLabels would read such a map as none, dropping them all).
+			// are copied as written (checkStringMaps refused a value that is not a string;
+			// GetLabels would read such a map as none, dropping them all).
 			switch lab := md["labels"].(type) {
 			case nil:
 				md["labels"] = map[string]any{sc.Key: sc.Value}
@@ -211,6 +219,31 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, *inventory.Invent
 		return strings.Compare(a.key, b.key)
 	})
 	return items, desired, nil
+}
+
+// checkStringMaps refuses labels or annotations that are not a map of strings (YAML's
+// unquoted 1, 1.5 or true as a value, a list instead of a map), naming the field and
+// the key. Unstructured's GetLabels and GetAnnotations read such a field as empty, so an
+// apply would drop every label or annotation the object had; sent as written, the API
+// server refuses it with a 500, which reads as transient. A null value is kept: it reads as "".
+func checkStringMaps(md map[string]any) error {
+	var errs []error
+	for _, field := range []string{"annotations", "labels"} {
+		switch m := md[field].(type) {
+		case nil:
+		case map[string]any:
+			for _, k := range slices.Sorted(maps.Keys(m)) {
+				switch v := m[k].(type) {
+				case nil, string:
+				default:
+					errs = append(errs, fmt.Errorf("metadata.%s.%s: %v is not a string; quote it", field, k, v))
+				}
+			}
+		default:
+			errs = append(errs, fmt.Errorf("metadata.%s: not a map of strings", field))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // objectKey is id.String() (ns_name_group_kind, as the inventory stores it), built without

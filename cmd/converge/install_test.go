@@ -285,7 +285,7 @@ func TestImageName(t *testing.T) {
 	}
 }
 
-// TestUninstallRefusesWithoutYes: without --yes and without a terminal to ask on, installer.Uninstall
+// TestUninstallRefusesWithoutYes: without --yes and without a terminal to ask on, uninstall
 // prints the warning, removes nothing (it does not even connect), and exits 2 saying why.
 func TestUninstallRefusesWithoutYes(t *testing.T) {
 	cmd := newRootCommand()

@@ -14,13 +14,13 @@ import (
 	"github.com/converge-dev/converge/inventory"
 )
 
-// uninstallFlags are the flags of "converge installer.Uninstall".
+// uninstallFlags are the flags of "converge uninstall".
 type uninstallFlags struct {
 	yes     bool
 	timeout time.Duration
 }
 
-const uninstallWarning = `WARNING: converge installer.Uninstall removes the daemon and everything "converge install" applied:
+const uninstallWarning = `WARNING: converge uninstall removes the daemon and everything "converge install" applied:
   1. the Deployment converge-system/converge, first, and waits for its pods to stop, so no
      daemon acts during the rest;
   2. the finalizer converge.dev/finalizer from every Sync (%s), so that
@@ -30,7 +30,7 @@ const uninstallWarning = `WARNING: converge installer.Uninstall removes the daem
 Objects that Syncs applied are ORPHANED, NOT DELETED: the deletionPolicy of a Sync is carried
 out by the daemon, which is gone, so those objects stay as they are, together with each Sync's
 inventory ConfigMap (<sync>-inventory in the Sync's namespace). To delete them instead, delete
-the Syncs (deletionPolicy: Delete) and wait until they are gone BEFORE you installer.Uninstall.
+the Syncs (deletionPolicy: Delete) and wait until they are gone BEFORE you uninstall.
 ClusterRoles you labelled rbac.converge.dev/aggregate-to-apply are not part of the base and stay.
 `
 
@@ -42,8 +42,8 @@ func newUninstallCommand(kube *kubeFlags) *cobra.Command {
 		Long: fmt.Sprintf(uninstallWarning, "in every namespace") + `
 It asks for confirmation on a terminal; elsewhere it needs --yes. A daemon running outside the
 cluster (converge run on a laptop) must be stopped first: it would put the finalizers back.`,
-		Example: `  converge installer.Uninstall          # shows the warning and asks
-  converge installer.Uninstall --yes    # scripts`,
+		Example: `  converge uninstall        # shows the warning and asks
+  converge uninstall --yes  # scripts`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd, kube) },
 	}
@@ -52,7 +52,7 @@ cluster (converge run on a laptop) must be stopped first: it would put the final
 	return cmd
 }
 
-// errNotConfirmed is an installer.Uninstall that was refused or not confirmed.
+// errNotConfirmed is an uninstall that was refused or not confirmed.
 var errNotConfirmed = errors.New("uninstall not confirmed: nothing was removed")
 
 func (f *uninstallFlags) run(cmd *cobra.Command, kube *kubeFlags) error {
@@ -79,7 +79,7 @@ func (f *uninstallFlags) run(cmd *cobra.Command, kube *kubeFlags) error {
 		return fail(err)
 	}
 	if inv.Len() == 0 {
-		return fail(fmt.Errorf("nothing to installer.Uninstall: there is no inventory %s; a base applied with kubectl apply -k is removed with kubectl delete -k (docs/deploy.md)", installer.Ref))
+		return fail(fmt.Errorf("nothing to uninstall: there is no inventory %s; a base applied with kubectl apply -k is removed with kubectl delete -k (docs/deploy.md)", installer.Ref))
 	}
 	syncs, err := installer.ListSyncs(ctx, c)
 	if err != nil {
@@ -102,7 +102,7 @@ func (f *uninstallFlags) run(cmd *cobra.Command, kube *kubeFlags) error {
 
 // confirm asks on w and reads one line from r; only "yes" confirms.
 func confirm(r io.Reader, w io.Writer) bool {
-	fmt.Fprint(w, `Type "yes" to installer.Uninstall: `)
+	fmt.Fprint(w, `Type "yes" to uninstall: `)
 	line, _ := bufio.NewReader(r).ReadString('\n')
 	return strings.TrimSpace(line) == "yes"
 }

@@ -295,3 +295,34 @@ func TestDaemonDeletionEndsWithoutRights(t *testing.T) {
 		t.Errorf("no Ready=False condition said the cleanup was refused before the finalizer went; last seen %q", saw)
 	}
 }
+
+// TestDaemonShardedOrphanReleasesShardLabel: a sharded replica applies a Sync's objects
+// with its shard's label (ShardLabel); deleting the Sync with deletionPolicy Orphan
+// releases them without the owner annotation and without the shard label, so nothing of
+// converge's is left on them. Before, the shard label stayed.
+func TestDaemonShardedOrphanReleasesShardLabel(t *testing.T) {
+	f := newFixture(t)
+	rev := f.publish(map[string]string{"app/a.yaml": cmNamed("a", "NS")})
+	f.startShardDaemon("replica-a")
+	f.createSync(time.Hour, syncNamed("app", "app"))
+	f.waitSync("Ready", readyAt(rev))
+	cm, err := f.configMap("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cm.Labels[ShardLabel]; !ok {
+		t.Fatalf("the sharded replica applied a without its shard label: labels %v", cm.Labels)
+	}
+	f.setDeletionPolicy("app", v1alpha1.DeletionPolicyOrphan)
+	f.deleteSync("app", time.Minute)
+	cm, err = f.configMap("a")
+	if err != nil {
+		t.Fatalf("Orphan: configmap a is gone: %v", err)
+	}
+	if v, ok := cm.Labels[ShardLabel]; ok {
+		t.Errorf("Orphan: configmap a still carries %s=%s", ShardLabel, v)
+	}
+	if v, ok := cm.Annotations[engine.OwnerAnnotation]; ok {
+		t.Errorf("Orphan: configmap a still carries %s=%s", engine.OwnerAnnotation, v)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/converge-dev/converge/engine"
+	"github.com/converge-dev/converge/inventory"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
 	"github.com/converge-dev/converge/sources/sops"
@@ -39,6 +40,9 @@ const (
 	reasonApplyFailed = "ApplyFailed"
 	reasonHealthCheck = "HealthCheckFailed"
 	reasonDeleteFail  = "DeleteFailed"
+	// reasonInventoryPartMissing: the Sync's inventory lists a part ConfigMap that is gone
+	// (inventory.MissingPartError); Stalled until a person restores it or accepts the loss.
+	reasonInventoryPartMissing = "InventoryPartMissing"
 )
 
 // reconciler runs fetch → render → apply → prune → readiness → status for one Sync.
@@ -267,6 +271,9 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	}
 	ref, err := migrateInventory(ctx, eng, s)
 	if err != nil {
+		if missingPart(err) {
+			return r.fail(s, o, reasonInventoryPartMissing, err, true), true, nil
+		}
 		return r.fail(s, o, reasonApplyFailed, err, false), true, nil
 	}
 	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}
@@ -285,11 +292,14 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 		}
 	}
 	if err != nil {
-		reason := reasonApplyFailed
-		if sum.NotReady > 0 && sum.Failed == 0 {
+		reason, terminal := reasonApplyFailed, engine.IsTerminal(err)
+		switch {
+		case missingPart(err):
+			reason, terminal = reasonInventoryPartMissing, true
+		case sum.NotReady > 0 && sum.Failed == 0:
 			reason = reasonHealthCheck
 		}
-		return r.fail(s, o, reason, err, engine.IsTerminal(err)), true, nil
+		return r.fail(s, o, reason, err, terminal), true, nil
 	}
 	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
 	o.Message = "Applied revision " + bundle.Revision
@@ -301,6 +311,14 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	o.AppliedRevision = bundle.Revision
 	r.retries.reset(client.ObjectKeyFromObject(s))
 	return o, false, nil
+}
+
+// missingPart reports an inventory that lists a part ConfigMap that is gone: no retry reads
+// it, a person must restore the part or accept the loss (the error says how), so the Sync is
+// Stalled and reconciled again at its interval, not with back-off.
+func missingPart(err error) bool {
+	var mp *inventory.MissingPartError
+	return errors.As(err, &mp)
 }
 
 func (r *reconciler) fail(s *v1alpha1.Sync, o status.Outcome, reason string, err error, terminal bool) status.Outcome {

@@ -41,7 +41,7 @@ func Uninstall(ctx context.Context, c client.Client, eng *engine.Engine, timeout
 	if err != nil {
 		return nil, err
 	}
-	res, err := eng.Delete(ctx, Ref, engine.DefaultDeleteOptions())
+	res, err := DeleteInventory(ctx, eng, Ref)
 	if stopped {
 		SetAction(res.Pruned, "Deployment", Namespace, DaemonName, engine.ActionPruned, "deleted first")
 	}
@@ -60,6 +60,40 @@ func Uninstall(ctx context.Context, c client.Client, eng *engine.Engine, timeout
 		SetAction(res.Pruned, "Namespace", "", Namespace, engine.ActionPruned, "deleted last")
 	}
 	return res, nil
+}
+
+// deleteAttempts bounds DeleteInventory's reads of an inventory that keeps changing.
+const deleteAttempts = 5
+
+// DeleteInventory deletes the objects of the inventory ref, then the inventory
+// (engine.Delete). When another writer changes the inventory meanwhile (an object created
+// under it: Delete's conflict, apierrors.IsConflict), it reads the inventory again and
+// deletes what it lists now, up to deleteAttempts times, as the daemon's finalizer does by
+// requeueing: an uninstall is not left half done for a race a second read settles. The
+// inventory stays until a Delete of all it lists succeeds, so nothing created under it is
+// left unlisted (I2). The result lists each object once, with its first deletion.
+func DeleteInventory(ctx context.Context, eng *engine.Engine, ref inventory.Ref) (*engine.Result, error) {
+	all := &engine.Result{}
+	seen := map[string]int{} // Change.ID → index in all.Pruned
+	for attempt := 1; ; attempt++ {
+		res, err := eng.Delete(ctx, ref, engine.DefaultDeleteOptions())
+		for _, c := range res.Pruned {
+			i, ok := seen[c.ID]
+			switch {
+			case !ok:
+				seen[c.ID] = len(all.Pruned)
+				all.Pruned = append(all.Pruned, c)
+			case c.Action != engine.ActionSkipped || all.Pruned[i].Action != engine.ActionPruned:
+				all.Pruned[i] = c // a retry's "already deleted" keeps the deletion it follows
+			}
+		}
+		if err == nil || !apierrors.IsConflict(err) {
+			return all, err
+		}
+		if attempt == deleteAttempts {
+			return all, fmt.Errorf("inventory %s changed during each of %d deletes: %w", ref, attempt, err)
+		}
+	}
 }
 
 // stopDaemon deletes the daemon's Deployment, if the install owns it, and waits until none
