@@ -124,8 +124,12 @@ func (e *Engine) abandonOne(ctx context.Context, claim inventory.Claim, en inven
 			c.Message = "already deleted"
 			return c, false
 		}
-		// A test operation failed (the object changed between the read and the patch) or
-		// the request failed: decide again on what the API server shows now.
+		if !apierrors.IsInvalid(perr) && !apierrors.IsConflict(perr) {
+			return fail(perr) // the request failed: the caller's next run tries again
+		}
+		// A test operation failed: the object changed between the read and the patch
+		// (another owner, a recreate, a user's edit of the label). Decide again on what the
+		// API server shows now.
 	}
 	return fail(perr)
 }
