@@ -116,6 +116,20 @@ func DefaultApplyOptions() ApplyOptions {
 // failure returns both a Result and an error joining the per-object errors, each prefixed
 // with the object ID. Invalid input returns an error before anything is written.
 func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result, error) {
+	res, err := e.applySet(ctx, set, opts, true)
+	if errors.Is(err, errHeadMoved) {
+		// The run started from a remembered inventory that the API server shows changed
+		// (the watch of the heads was behind), and stopped before its first write: start
+		// over from a read (heads.go).
+		logr.FromContextOrDiscard(ctx).V(1).Info("inventory changed since it was read; run again", "inventory", set.Inventory.ID)
+		return e.applySet(ctx, set, opts, false)
+	}
+	return res, err
+}
+
+// applySet is Apply; remembered says the run may start from the inventory the engine
+// remembers (heads.go).
+func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remembered bool) (*Result, error) {
 	res := &Result{}
 	rules, err := CompileHealthExprs(opts.HealthExprs)
 	if err != nil {
@@ -131,41 +145,34 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 	if err != nil {
 		return res, err
 	}
-	old, claim := &inventory.Inventory{}, inventory.Claim{Found: true}
+	st := start{old: &inventory.Inventory{}, claim: inventory.Claim{Found: true}}
 	if !noInventory {
-		if old, claim, err = e.load(ctx, set.Inventory, opts.Recover); err != nil {
+		if st, err = e.start(ctx, set.Inventory, opts, items, desired, remembered && !opts.DryRun); err != nil {
 			return res, err
 		}
-		res.MigrationPending = e.migrationPending(set.Inventory, claim)
+		res.MigrationPending = e.migrationPending(set.Inventory, st.claim)
+	} else {
+		st.hold(items, desired)
 	}
-	// What the stored inventory holds of the set, read once per item: the survey and the watch
-	// path ask it of every item, and when it holds the whole set and nothing more (a no-op,
-	// a change of contents) neither the write-ahead check nor the prune candidates need
-	// another pass over 50,000 entries.
-	held := 0
-	for _, it := range items {
-		if it.stored = old.Has(it.id); it.stored {
-			held++
-		}
-	}
-	candidates := &inventory.Inventory{}
-	if held < old.Len() {
-		candidates = old.Diff(desired)
-	}
+	old, claim, candidates := st.old, st.claim, st.candidates
 	if opts.Prune {
 		if err := checkPrune(len(items), candidates.Len(), opts); err != nil {
 			return res, err
 		}
 	}
 	stored := old
+	wrote := false
 	if !opts.DryRun {
-		ahead := writeAheadCall{ref: set.Inventory, old: old, desired: desired, held: held == len(items),
+		// A run from a remembered inventory (st.gate) holds every object already and restores
+		// nothing: it writes nothing ahead.
+		ahead := writeAheadCall{ref: set.Inventory, old: old, desired: desired, held: st.held == len(items),
 			restore: !claim.Found && old.Len() > 0}
+		wrote = ahead.restore || !ahead.held
 		if stored, err = e.writeAhead(ctx, ahead); err != nil {
 			return res, err
 		}
 	}
-	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, claim: claim, items: items, progress: newProgress(opts.Progress)}
+	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, claim: claim, gate: st.gate, items: items, progress: newProgress(opts.Progress)}
 	if e.cache != nil && !opts.DryRun {
 		// New objects are applied without reading the cache: the informers of their kinds
 		// start when the run ends, off its critical path, so the next run (and the drift
@@ -177,6 +184,7 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 	if abort != nil {
 		return res, errors.Join(append(rec.errs, abort)...)
 	}
+	// A run from a remembered inventory has nothing to prune (st.gate).
 	if opts.Prune && candidates.Len() > 0 {
 		if abort := r.prune(ctx, res, rec, candidates); abort != nil {
 			return res, errors.Join(append(rec.errs, abort)...)
@@ -187,11 +195,20 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 	}
 	res.Inventory = stored
 	if rec.changes(stored) {
+		if err := r.gate.pass(ctx); err != nil {
+			return res, errors.Join(append(rec.errs, err)...)
+		}
+		wrote = true
+		e.forgetHead(set.Inventory)
 		recorded, err := e.store.Update(ctx, set.Inventory, rec.apply)
 		if err != nil {
 			rec.errs = append(rec.errs, fmt.Errorf("record: %w", err))
 		}
 		res.Inventory = recorded
+	}
+	if !wrote && st.gate == nil && e.heads != nil && rememberable(claim) {
+		// Read from the API server and left as read: what the next runs may start from.
+		e.heads.remember(set.Inventory, headRead{inv: old, claim: claim})
 	}
 	if opts.Wait || len(opts.HealthChecks) > 0 {
 		var err error
@@ -200,6 +217,56 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 		}
 	}
 	return res, errors.Join(rec.errs...)
+}
+
+// start is what a run starts from: the stored inventory and its claim, what it holds of
+// the set, and the gate of its writes when it was remembered rather than read (heads.go).
+type start struct {
+	old   *inventory.Inventory
+	claim inventory.Claim
+	gate  *headGate
+	// held counts the items old holds; candidates are old's entries the set left.
+	held       int
+	candidates *inventory.Inventory
+}
+
+// start reads the stored inventory of ref for a run of items, or, when remembered allows
+// it, starts from the inventory the engine remembers if that makes the run one with
+// nothing to write ahead or prune (heads.go).
+func (e *Engine) start(ctx context.Context, ref inventory.Ref, opts ApplyOptions, items []*item, desired *inventory.Inventory,
+	remembered bool) (start, error) {
+	if r, ok := e.remembered(ref); ok && remembered {
+		st := start{old: r.inv, claim: r.claim}
+		if st.hold(items, desired); st.held == len(items) && st.candidates.Len() == 0 {
+			st.gate = e.newHeadGate(ref, r)
+			return st, nil
+		}
+	}
+	old, claim, err := e.load(ctx, ref, opts.Recover)
+	if err != nil {
+		return start{}, err
+	}
+	st := start{old: old, claim: claim}
+	st.hold(items, desired)
+	return st, nil
+}
+
+// hold records in items which ones st.old holds, and finds the prune candidates. What the
+// stored inventory holds of the set is read once per item: the survey and the watch path
+// ask it of every item, and when it holds the whole set and nothing more (a no-op, a change
+// of contents) neither the write-ahead check nor the prune candidates need another pass
+// over 50,000 entries.
+func (st *start) hold(items []*item, desired *inventory.Inventory) {
+	st.held = 0
+	for _, it := range items {
+		if it.stored = st.old.Has(it.id); it.stored {
+			st.held++
+		}
+	}
+	st.candidates = &inventory.Inventory{}
+	if st.held < st.old.Len() {
+		st.candidates = st.old.Diff(desired)
+	}
 }
 
 // prune deletes the candidates (old − new) once every apply succeeded, recording the
@@ -255,6 +322,7 @@ func (e *Engine) writeAhead(ctx context.Context, c writeAheadCall) (*inventory.I
 		if c.restore {
 			ahead = c.old.Diff(c.desired).Union(c.desired)
 		}
+		e.forgetHead(c.ref)
 		wa, err := e.store.Update(ctx, c.ref, func(s *inventory.Inventory) *inventory.Inventory {
 			return s.Union(ahead)
 		})
@@ -373,7 +441,10 @@ type applyRun struct {
 	// was read from the inventory ConfigMap, not recovered from the copy in a Sync's status
 	// (ApplyOptions.Recover), which anyone who may write that status can forge: only a
 	// stored UID makes an object ours (recorded).
-	claim    inventory.Claim
+	claim inventory.Claim
+	// gate is passed before each write when the run started from a remembered inventory
+	// (heads.go); nil otherwise.
+	gate     *headGate
 	items    []*item
 	applied  atomic.Int64 // successful applies, for Hooks.AfterApply
 	progress *progress    // nil: no progress reports

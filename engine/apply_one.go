@@ -213,6 +213,9 @@ func (r *applyRun) recorded(id object.ObjMetadata, live *unstructured.Unstructur
 // still the one read (precondition), and runs the AfterApply crash point. stale reports
 // that it was not: created, deleted or replaced since the read.
 func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstructured, out outcome) (_ outcome, stale bool, _ error) {
+	if err := r.gate.pass(ctx); err != nil {
+		return failed(out, err), false, err
+	}
 	pre := precondition{absent: true}
 	if live != nil {
 		pre = precondition{uid: live.GetUID()}
@@ -304,6 +307,9 @@ func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out o
 // reads the object and checks its owner on the API server's word (I11).
 func (r *applyRun) fromCacheApply(ctx context.Context, it *item, cached *metav1.PartialObjectMetadata, out outcome) (
 	outcome, *metav1.PartialObjectMetadata, bool, error) {
+	if err := r.gate.pass(ctx); err != nil {
+		return failed(out, err), cached, true, err
+	}
 	pre := precondition{absent: true}
 	if cached != nil {
 		pre = precondition{uid: cached.GetUID()}
@@ -375,6 +381,9 @@ func (r *applyRun) dryRun(ctx context.Context, it *item, live *unstructured.Unst
 		}
 		if r.opts.DryRun {
 			return nil, live, nil
+		}
+		if err := r.gate.pass(ctx); err != nil {
+			return nil, live, err
 		}
 		if err := r.e.recreate(ctx, live, r.opts.Timeout); err != nil {
 			return nil, live, err

@@ -98,6 +98,12 @@ type Options struct {
 	// another scope) is read from the API server, as any cache miss is, and its next apply
 	// labels it. The zero Scope caches every object of the managed kinds.
 	Scope Label
+	// Heads, with Watch, is a watch of the inventory ConfigMaps' versions (inventory.Heads),
+	// shared by every engine of a process: a run whose inventory the engine read before and
+	// whose ConfigMap the watch shows unchanged starts from that read instead of reading it
+	// again, so a no-op reconcile sends no request at all (heads.go). Nil reads the
+	// inventory at every run.
+	Heads HeadVersions
 }
 
 // Label is one label, key=value.
@@ -119,6 +125,7 @@ type Engine struct {
 	opts   Options
 	cache  *watchCache // nil without Watch
 	memo   *memo       // nil without Watch
+	heads  *heads      // nil without Watch and Heads
 	// migrated holds the inventory IDs Migrate has settled (taken over, or nothing to take
 	// over): a long-lived engine reads each inventory for its migration once, not per run.
 	migrated settled
@@ -176,6 +183,9 @@ func (e *Engine) startCache() error {
 	}
 	var err error
 	e.memo = newMemo()
+	if e.opts.Heads != nil {
+		e.heads = newHeads()
+	}
 	e.cache, err = newWatchCache(e.cfg, e.httpClient, e.client, e.memo, e.opts.Changed, e.opts.Scope)
 	return err
 }

@@ -126,7 +126,7 @@ func runSweep(t *testing.T, seed uint64, sc sweepScenario, watch bool) (int, tim
 	}}
 	h := newHarness(t, hooks)
 	if watch {
-		h.useWatchEngine(hooks, nil)
+		h.useWatchEngine(Options{Hooks: hooks, Heads: runHeads(t)})
 	}
 	h.rt.Seed(seed)
 	foreign := annotate(configMap(h.ns, "foreign", nil), OwnerAnnotation, "someone-else")

@@ -41,6 +41,7 @@ func (e *Engine) Migrate(ctx context.Context, ref inventory.Ref, opts inventory.
 	if p := e.pending.get(ref.ID); p != nil && opts.Only == nil {
 		opts.Only = p.Objects
 	}
+	e.forgetHead(ref)
 	out, err := e.store.Migrate(ctx, ref, opts)
 	if pe := (*inventory.PendingError)(nil); errors.As(err, &pe) {
 		if !opts.DryRun {

@@ -39,7 +39,7 @@ func concurrentCreate(t *testing.T, watch bool) {
 	opts.Prune = false // each round declares new objects; the earlier ones stay
 	var other *Engine
 	if watch {
-		h.useWatchEngine(Hooks{}, nil)
+		h.useWatchEngine(Options{})
 		other = runWatchEngine(t)
 	} else {
 		var err error

@@ -49,6 +49,7 @@ func DefaultDeleteOptions() DeleteOptions {
 // Delete succeeds (a terminating namespace refuses a new ConfigMap anyway).
 func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptions) (*Result, error) {
 	res := &Result{}
+	e.forgetHead(ref) // written from here on
 	inv, claim, err := e.loadValid(ctx, ref, opts.Recover)
 	if err != nil {
 		return res, err

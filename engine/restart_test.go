@@ -59,7 +59,7 @@ func TestRestartSendsNoDryRunPerObject(t *testing.T) {
 		t.Run(fmt.Sprintf("watch=%v", watch), func(t *testing.T) {
 			h := newHarness(t, Hooks{})
 			if watch {
-				h.useWatchEngine(Hooks{}, nil)
+				h.useWatchEngine(Options{})
 			}
 			opts := testOpts()
 			objs := restartSet(h.ns, 10)
@@ -101,7 +101,7 @@ func TestRestartFindsOutOfBandEdits(t *testing.T) {
 		t.Run(fmt.Sprintf("watch=%v", watch), func(t *testing.T) {
 			h := newHarness(t, Hooks{})
 			if watch {
-				h.useWatchEngine(Hooks{}, nil)
+				h.useWatchEngine(Options{})
 			}
 			opts := testOpts()
 			h.apply(opts, restartSet(h.ns, 6)...)
@@ -272,7 +272,7 @@ func (h *harness) deploymentsSettled() {
 func (h *harness) restart(watch bool) {
 	h.t.Helper()
 	if watch {
-		h.useWatchEngine(Hooks{}, nil)
+		h.useWatchEngine(Options{})
 		return
 	}
 	cfg, rt := fault.Config(env.Config)

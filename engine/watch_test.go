@@ -23,16 +23,20 @@ func newWatchHarness(t *testing.T, changed ...func(string)) *harness {
 	if len(changed) > 0 {
 		onChange = changed[0]
 	}
-	h.useWatchEngine(Hooks{}, onChange)
+	h.useWatchEngine(Options{Changed: onChange})
 	return h
 }
 
-// useWatchEngine replaces h's engine with a watch-cache engine (hooks, Options.Changed =
-// changed) on a fresh fault transport, running until the test ends.
-func (h *harness) useWatchEngine(hooks Hooks, changed func(string)) {
+// useWatchEngine replaces h's engine with a watch-cache engine of opts (Watch set, a short
+// PollInterval unless given) on a fresh fault transport, running until the test ends.
+func (h *harness) useWatchEngine(opts Options) {
 	h.t.Helper()
 	cfg, rt := fault.Config(env.Config)
-	eng, err := New(cfg, Options{Watch: true, Hooks: hooks, PollInterval: 500 * time.Millisecond, Changed: changed})
+	opts.Watch = true
+	if opts.PollInterval == 0 {
+		opts.PollInterval = 500 * time.Millisecond
+	}
+	eng, err := New(cfg, opts)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -24,6 +24,10 @@ type Claim struct {
 	// (Store.Sibling), read while the migration is under way: an object it lists is
 	// contested, never ours on the legacy ID's word.
 	Sibling Sibling
+	// Version is the resourceVersion of the inventory's ConfigMap as read (Found), which
+	// changes with every write of the inventory: equal versions mean equal inventories
+	// (Store.Version).
+	Version string
 }
 
 // Recorded reports whether the inventory's ConfigMap recorded exactly this object: a UID

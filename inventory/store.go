@@ -100,7 +100,7 @@ func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) 
 	if err != nil {
 		return nil, claim, err
 	}
-	claim.Found = true
+	claim.Found, claim.Version = true, st.head.ResourceVersion
 	if from := st.head.Annotations[MigratingAnnotation]; ref.Legacy != "" && from == ref.Legacy {
 		claim.MigratingFrom = from
 		if claim.Sibling, err = s.Sibling(ctx, ref); err != nil {
@@ -108,6 +108,26 @@ func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) 
 		}
 	}
 	return inv, claim, nil
+}
+
+// Version reads the resourceVersion of ref's ConfigMap from the API server (its metadata
+// only); "" when it does not exist. Every write of an inventory changes it (a part is never
+// written twice, parts.go), so an unchanged version means the inventory a Lookup returned
+// with it (Claim.Version) is still what is stored.
+func (s *Store) Version(ctx context.Context, ref Ref) (string, error) {
+	if ref.Name == "" || ref.Namespace == "" || ref.ID == "" {
+		return "", fmt.Errorf("inventory %s: namespace, name and id are required", ref)
+	}
+	head := &metav1.PartialObjectMetadata{}
+	head.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	err := s.c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, head)
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("inventory %s: read: %w", ref, err)
+	}
+	return head.ResourceVersion, nil
 }
 
 // Write stores inv as the inventory of ref, whatever is stored now. See Update.

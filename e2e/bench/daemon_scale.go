@@ -380,8 +380,9 @@ func (b *scaleBench) measure(ctx context.Context, n int, specs []syncSpec, settl
 			return row, fmt.Errorf("replica %s: heap profile: %w", replicaName(i), err)
 		}
 	}
-	log.Printf("%d replicas: quiet interval: %s; at the API server %d requests (%s) and %d to Leases in %.0fs",
-		n, row.idleSummary(), row.IdleServer.Requests.Total(), row.IdleServer.Requests, row.IdleServer.Leases, row.IdleServer.Seconds)
+	log.Printf("%d replicas: quiet interval: %s; at the API server %d requests (%s; most: %s) and %d to Leases in %.0fs",
+		n, row.idleSummary(), row.IdleServer.Requests.Total(), row.IdleServer.Requests, row.IdleServer.topResources(8),
+		row.IdleServer.Leases, row.IdleServer.Seconds)
 
 	if n > 1 {
 		rec, err := b.recover(ctx, ds, end, names)

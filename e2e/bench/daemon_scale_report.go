@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -124,6 +125,8 @@ func newSpread(xs []float64) Spread {
 type serverRequests struct {
 	Requests Counts
 	Leases   int
+	// ByResource counts the requests but Leases' by "verb resource[/subresource]".
+	ByResource map[string]int
 }
 
 // ServerWindow is the API server's requests over a span of time, from every client.
@@ -135,12 +138,37 @@ type ServerWindow struct {
 	// Leases are the requests to Leases (the replicas' shard and replica Leases, and the
 	// control plane's own heartbeats).
 	Leases int `json:"leases"`
+	// ByResource are Requests by "verb resource[/subresource]": where the idle requests go.
+	ByResource map[string]int `json:"byResource,omitempty"`
 }
 
 // since returns the requests between before and s, d apart.
 func (s serverRequests) since(before serverRequests, d time.Duration) ServerWindow {
 	req := sub(s.Requests, before.Requests)
-	return ServerWindow{Seconds: d.Seconds(), Requests: req, Writes: writes(req), Leases: s.Leases - before.Leases}
+	by := map[string]int{}
+	for k, v := range s.ByResource {
+		if n := v - before.ByResource[k]; n != 0 {
+			by[k] = n
+		}
+	}
+	return ServerWindow{Seconds: d.Seconds(), Requests: req, Writes: writes(req), Leases: s.Leases - before.Leases, ByResource: by}
+}
+
+// topResources renders the largest entries of w.ByResource, "get configmaps 12, ...".
+func (w ServerWindow) topResources(n int) string {
+	keys := make([]string, 0, len(w.ByResource))
+	for k := range w.ByResource {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := w.ByResource[keys[i]], w.ByResource[keys[j]]
+		return a > b || a == b && keys[i] < keys[j]
+	})
+	parts := make([]string, 0, n)
+	for _, k := range keys[:min(n, len(keys))] {
+		parts = append(parts, fmt.Sprintf("%s %d", k, w.ByResource[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // scrapeServerRequests reads apiserver_request_total as scrapeRequests does, counting the
@@ -164,7 +192,7 @@ func scrapeServerRequests(ctx context.Context, hc *http.Client, host string) (se
 
 // parseServerRequests reads apiserver_request_total from the Prometheus text format.
 func parseServerRequests(r io.Reader) (serverRequests, error) {
-	out := serverRequests{Requests: Counts{}}
+	out := serverRequests{Requests: Counts{}, ByResource: map[string]int{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -181,6 +209,11 @@ func parseServerRequests(r io.Reader) (serverRequests, error) {
 			continue
 		}
 		out.Requests[serverVerb(labels["verb"])] += int(value)
+		res := labels["resource"]
+		if labels["subresource"] != "" {
+			res += "/" + labels["subresource"]
+		}
+		out.ByResource[serverVerb(labels["verb"])+" "+res] += int(value)
 		if labels["dry_run"] != "" {
 			out.Requests["dryRun"] += int(value)
 		}

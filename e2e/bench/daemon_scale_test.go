@@ -38,7 +38,8 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := serverRequests{Requests: Counts{"get": 7, "patch": 2, "dryRun": 2}, Leases: 40}
+	want := serverRequests{Requests: Counts{"get": 7, "patch": 2, "dryRun": 2}, Leases: 40,
+		ByResource: map[string]int{"get configmaps": 7, "patch configmaps": 2}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("parseServerRequests (-want +got):\n%s", diff)
 	}

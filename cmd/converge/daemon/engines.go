@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/converge-dev/converge/engine"
+	"github.com/converge-dev/converge/inventory"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -224,6 +225,16 @@ func (e *engineSet) newActor(user string) (*actor, error) {
 		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	} else {
 		opts.Watch = e.watch && e.shards == nil // sharded: each shard's engine caches its share
+		if e.watch {
+			// One watch of the inventory heads serves the daemon's own engines, the shards'
+			// included: a no-op reconcile then reads no inventory (engine.Options.Heads).
+			heads, err := inventory.NewHeads(cfg)
+			if err != nil {
+				return nil, err
+			}
+			go heads.Run(e.ctx)
+			opts.Heads = heads
+		}
 	}
 	secrets, err := corev1client.NewForConfig(cfg)
 	if err != nil {

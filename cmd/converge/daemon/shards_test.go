@@ -99,13 +99,18 @@ func (f *fixture) startShardDaemon(name string, mutate ...func(*Options)) *shard
 	wl := &writeLog{}
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(wl.wrap)
-	stop := f.startStoppableDaemon(cfg, append([]func(*Options){func(o *Options) {
+	stop := f.startStoppableDaemon(cfg, append([]func(*Options){f.shardOptions(name)}, mutate...)...)
+	return &shardDaemon{name: name, log: wl, fault: ft, stop: stop}
+}
+
+// shardOptions are the options of a sharded replica name of the tests' timings.
+func (f *fixture) shardOptions(name string) func(*Options) {
+	return func(o *Options) {
 		o.Sharding, o.Shards, o.Replica, o.LeaderNamespace = ShardingAuto, testShards, name, f.ns
 		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = testLease, testRenew, testRetry
 		o.QuickStart = QuickStart{}
 		o.Concurrency = 4
-	}}, mutate...)...)
-	return &shardDaemon{name: name, log: wl, fault: ft, stop: stop}
+	}
 }
 
 // shardHolders reads the shard Leases: shard index → replica name ("" when free).

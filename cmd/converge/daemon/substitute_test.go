@@ -223,6 +223,45 @@ func TestDaemonSecretValuesNeverWritten(t *testing.T) {
 	}
 }
 
+// noOpCounter counts a daemon's reconciles (at AfterRender) and its API requests, to take the
+// requests of whole reconciles once a Sync is converged.
+type noOpCounter struct {
+	reconciles atomic.Int64
+	counter    requestCounter
+}
+
+// config is env.Config with the counting transport.
+func (n *noOpCounter) config() *rest.Config {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(n.counter.wrap)
+	return cfg
+}
+
+// options is the daemon option that counts reconciles.
+func (n *noOpCounter) options(o *Options) {
+	o.crash.AfterRender = func(*v1alpha1.Sync) error { n.reconciles.Add(1); return nil }
+}
+
+// requests waits for two reconciles that started after the call (the first after the Ready
+// status was written, so settled), then returns the requests of the next k: from one
+// reconcile's AfterRender to the k-th next.
+func (n *noOpCounter) requests(t *testing.T, k int64) (all, writes []string) {
+	t.Helper()
+	waitFor := func(want int64) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return n.reconciles.Load() >= want, nil
+		})
+		if err != nil {
+			t.Fatalf("no reconcile %d ran", want)
+		}
+	}
+	waitFor(n.reconciles.Load() + 2)
+	start, w := n.reconciles.Load(), n.counter.len()
+	waitFor(start + k)
+	return n.counter.since(w)
+}
+
 // requestCounter records the API requests a rest config sends.
 type requestCounter struct {
 	mu       sync.Mutex
@@ -275,35 +314,15 @@ func TestDaemonSubstituteNoOpWritesNothing(t *testing.T) {
 		files[n+".yaml"] = varsCM(n, "  env: ${env}\n  pw: ${pw}\n  region: ${region:=eu-1}\n")
 	}
 	rev := f.publish(files)
-	var reconciles atomic.Int64
-	counter := &requestCounter{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(counter.wrap)
-	f.startDaemon(cfg, func(o *Options) {
-		o.crash.AfterRender = func(*v1alpha1.Sync) error { reconciles.Add(1); return nil }
-	})
+	n := &noOpCounter{}
+	f.startDaemon(n.config(), n.options)
 	f.createSync(time.Second, withPostBuild(v1alpha1.PostBuild{Strict: true,
 		SubstituteFrom: []v1alpha1.SubstituteReference{{Kind: "ConfigMap", Name: "vars"}, {Kind: "Secret", Name: "secret-vars"}}}))
 	f.waitSync("Ready with substituted objects", readyAt(rev))
 	if cm, err := f.configMap("c"); err != nil || cm.Data["pw"] != "s3cr3t-pw" || cm.Data["region"] != "eu-1" {
 		t.Fatalf("c = %v, %v", cm.Data, err)
 	}
-	// Wait for a reconcile that started after Ready was written, then count from there.
-	n := reconciles.Load()
-	waitReconciles := func(k int64) {
-		t.Helper()
-		err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-			return reconciles.Load() >= k, nil
-		})
-		if err != nil {
-			t.Fatalf("no reconcile %d ran", k)
-		}
-	}
-	waitReconciles(n + 2)
-	// From one reconcile's AfterRender to the third next: three reconciles' requests.
-	start, w := reconciles.Load(), counter.len()
-	waitReconciles(start + 3)
-	all, writes := counter.since(w)
+	all, writes := n.requests(t, 3)
 	if len(writes) > 0 {
 		t.Errorf("I7: no-op reconciles with a substitution sent writes: %v", writes)
 	}

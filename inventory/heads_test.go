@@ -1,0 +1,79 @@
+package inventory
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/converge-dev/converge/e2e/cluster"
+)
+
+// TestStoreVersionFollowsWrites: Store.Version is the version Lookup reports (Claim.Version),
+// "" without a ConfigMap; every write of the inventory changes it, an unchanged Write does
+// not; and Heads, the watch of the heads, comes to show the same version (and nothing for a
+// deleted inventory).
+func TestStoreVersionFollowsWrites(t *testing.T) {
+	cluster.Require(t, env)
+	ctx := testCtx(t)
+	ns := env.Namespace(t)
+	s, _, _ := newStore(t)
+	ref := Ref{Namespace: ns, Name: "inv", ID: "id-1"}
+	heads, err := NewHeads(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go heads.Run(hctx)
+	watched := func(want string) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			v, ok := heads.Version(ns, "inv")
+			return v == want && ok == (want != ""), nil
+		})
+		if err != nil {
+			v, ok := heads.Version(ns, "inv")
+			t.Fatalf("the heads' watch shows %q (%v), want %q", v, ok, want)
+		}
+	}
+	version := func() string {
+		t.Helper()
+		v, err := s.Version(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	if v := version(); v != "" {
+		t.Fatalf("Version of a missing inventory = %q, want \"\"", v)
+	}
+	if err := s.Write(ctx, ref, New(e(ns, "a", "uid-a"))); err != nil {
+		t.Fatal(err)
+	}
+	v1 := version()
+	if _, claim, err := s.Lookup(ctx, ref); err != nil || claim.Version != v1 || v1 == "" {
+		t.Fatalf("Lookup's version %q, %v; Version %q", claim.Version, err, v1)
+	}
+	watched(v1)
+	if err := s.Write(ctx, ref, New(e(ns, "a", "uid-a"))); err != nil {
+		t.Fatal(err)
+	}
+	if v := version(); v != v1 {
+		t.Errorf("an unchanged Write moved the version from %s to %s", v1, v)
+	}
+	if err := s.Write(ctx, ref, New(e(ns, "a", "uid-a"), e(ns, "b", ""))); err != nil {
+		t.Fatal(err)
+	}
+	v2 := version()
+	if v2 == v1 {
+		t.Errorf("a write left the version at %s", v1)
+	}
+	watched(v2)
+	if err := s.Delete(ctx, ref, DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	watched("")
+}
