@@ -232,12 +232,17 @@ func checkStringMaps(md map[string]any) error {
 		switch m := md[field].(type) {
 		case nil:
 		case map[string]any:
-			for _, k := range slices.Sorted(maps.Keys(m)) {
-				switch v := m[k].(type) {
+			var bad []string // rare: every reconcile checks every object, sorted only to report
+			for k, v := range m {
+				switch v.(type) {
 				case nil, string:
 				default:
-					errs = append(errs, fmt.Errorf("metadata.%s.%s: %v is not a string; quote it", field, k, v))
+					bad = append(bad, k)
 				}
+			}
+			slices.Sort(bad)
+			for _, k := range bad {
+				errs = append(errs, fmt.Errorf("metadata.%s.%s: %v is not a string; quote it", field, k, m[k]))
 			}
 		default:
 			errs = append(errs, fmt.Errorf("metadata.%s: not a map of strings", field))
