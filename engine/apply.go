@@ -180,6 +180,11 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 		defer e.cache.watchKinds(ctx, items)
 	}
 	outs, abort := r.applyStages(ctx)
+	if err := r.gate.moved(); err != nil {
+		// A write was held back because the inventory moved (the recreate of an object
+		// reports it as that object's failure): start over now, not after the readiness wait.
+		return res, err
+	}
 	rec := r.collect(res, outs)
 	if abort != nil {
 		return res, errors.Join(append(rec.errs, abort)...)

@@ -184,7 +184,7 @@ func (e *Engine) startCache() error {
 	var err error
 	e.memo = newMemo()
 	if e.opts.Heads != nil {
-		e.heads = newHeads()
+		e.heads = newHeads(e.opts.Heads)
 	}
 	e.cache, err = newWatchCache(e.cfg, e.httpClient, e.client, e.memo, e.opts.Changed, e.opts.Scope)
 	return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/converge-dev/converge/inventory"
 )
@@ -38,11 +39,19 @@ var errHeadMoved = errors.New("the inventory changed since the engine last read 
 
 // heads remembers, per inventory, the last inventory Apply read from the API server and
 // wrote nothing over. Its inventories are shared by the runs that start from them, which
-// only read them.
+// only read them. What it remembers of an inventory whose head the watch shows changed or
+// gone is dropped at the next run of that inventory, and at least once per sweepEvery by
+// sweep: an inventory deleted, or now written by another engine (a Sync whose
+// serviceAccountName changed), is not kept for the life of the process.
 type heads struct {
-	mu sync.Mutex
-	m  map[inventory.Ref]headRead
+	versions HeadVersions
+	mu       sync.Mutex
+	m        map[inventory.Ref]headRead
+	swept    time.Time
 }
+
+// sweepEvery is how often remember drops what no longer matches the watch.
+const sweepEvery = time.Minute
 
 // headRead is one read of an inventory: what the ConfigMap held at claim.Version.
 type headRead struct {
@@ -50,7 +59,9 @@ type headRead struct {
 	claim inventory.Claim
 }
 
-func newHeads() *heads { return &heads{m: map[inventory.Ref]headRead{}} }
+func newHeads(versions HeadVersions) *heads {
+	return &heads{versions: versions, m: map[inventory.Ref]headRead{}, swept: time.Now()}
+}
 
 func (h *heads) get(ref inventory.Ref) (headRead, bool) {
 	h.mu.Lock()
@@ -63,6 +74,20 @@ func (h *heads) remember(ref inventory.Ref, r headRead) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.m[ref] = r
+	if time.Since(h.swept) >= sweepEvery {
+		h.sweep()
+	}
+}
+
+// sweep drops every inventory whose head the watch does not show at the remembered
+// version; h.mu is held.
+func (h *heads) sweep() {
+	h.swept = time.Now()
+	for ref, r := range h.m {
+		if v, ok := h.versions.Version(ref.Namespace, ref.Name); !ok || v != r.claim.Version {
+			delete(h.m, ref)
+		}
+	}
 }
 
 func (h *heads) forget(ref inventory.Ref) {
@@ -89,7 +114,7 @@ func (e *Engine) remembered(ref inventory.Ref) (headRead, bool) {
 	if !ok {
 		return headRead{}, false
 	}
-	if v, ok := e.opts.Heads.Version(ref.Namespace, ref.Name); !ok || v != r.claim.Version {
+	if v, ok := e.heads.versions.Version(ref.Namespace, ref.Name); !ok || v != r.claim.Version {
 		e.heads.forget(ref)
 		return headRead{}, false
 	}
@@ -97,8 +122,9 @@ func (e *Engine) remembered(ref inventory.Ref) (headRead, bool) {
 }
 
 // rememberable reports whether a run's read of an inventory may be remembered: read from
-// the ConfigMap (not recovered), with no migration under way (whose sibling read is per
-// run).
+// the ConfigMap (not recovered), one ConfigMap alone (Claim.Version is set: a part's edit
+// by hand would not change the head's version), with no migration under way (whose sibling
+// read is per run).
 func rememberable(claim inventory.Claim) bool {
 	return claim.Found && claim.Version != "" && claim.MigratingFrom == ""
 }
@@ -118,7 +144,7 @@ func (e *Engine) newHeadGate(ref inventory.Ref, r headRead) *headGate {
 	return &headGate{check: func(ctx context.Context) error {
 		v, err := e.store.Version(ctx, ref)
 		if err != nil {
-			return err
+			return fmt.Errorf("confirming the inventory before a write: %w", err)
 		}
 		if v != r.claim.Version {
 			e.heads.forget(ref)
@@ -126,6 +152,15 @@ func (e *Engine) newHeadGate(ref inventory.Ref, r headRead) *headGate {
 		}
 		return nil
 	}}
+}
+
+// moved returns the gate's errHeadMoved once a write was held back for it, else nil. It is
+// read after the run's workers have ended.
+func (g *headGate) moved() error {
+	if g == nil || !errors.Is(g.err, errHeadMoved) {
+		return nil
+	}
+	return g.err
 }
 
 // pass returns nil once the API server confirmed the version, else why the write must not

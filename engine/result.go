@@ -68,7 +68,8 @@ type Result struct {
 	Health []ObjectHealth
 	// Inventory is what Apply recorded as the set's inventory at the end of the run (nil
 	// under DryRun, after an aborted run, or when the record failed), for a caller that
-	// keeps a recovery copy of it (ApplyOptions.Recover).
+	// keeps a recovery copy of it (ApplyOptions.Recover). It may be shared with the engine,
+	// which remembers what it read (Options.Heads): read it, never modify it (Clone first).
 	Inventory *inventory.Inventory
 	// MigrationPending is set when the inventory's migration from its legacy ID is not
 	// finished (Engine.Migrate): the objects it could not re-annotate and why (a refused

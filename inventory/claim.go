@@ -24,9 +24,11 @@ type Claim struct {
 	// (Store.Sibling), read while the migration is under way: an object it lists is
 	// contested, never ours on the legacy ID's word.
 	Sibling Sibling
-	// Version is the resourceVersion of the inventory's ConfigMap as read (Found), which
-	// changes with every write of the inventory: equal versions mean equal inventories
-	// (Store.Version).
+	// Version is the resourceVersion of the inventory's ConfigMap as read (Found), when the
+	// inventory is that ConfigMap alone: every write of it changes the version, so equal
+	// versions mean equal inventories (Store.Version). Empty for an inventory with parts
+	// (parts.go): Converge never writes a part twice, but an edit of a part by hand would
+	// not change the head's version.
 	Version string
 }
 

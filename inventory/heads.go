@@ -3,6 +3,10 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,13 +20,20 @@ import (
 // cluster as metadata only, so a long-lived engine can tell that an inventory has not
 // changed since it last read it without reading it again: its resourceVersion is the same
 // (every write of an inventory goes through its head, parts.go). One watch serves every
-// inventory; its memory is a few hundred bytes per inventory.
+// inventory; its memory is a few hundred bytes per inventory (the engine's memory of what it
+// read is apart: engine/heads.go).
 //
 // What Heads answers is a watch's view, possibly behind the API server: it is good for
 // deciding that nothing needs doing, never for a write. Every write still reads the
 // inventory from the API server, or checks its version there first (Store.Version).
+//
+// Without list and watch on ConfigMaps (RBAC), Heads answers nothing (Version's ok is false:
+// every run reads its inventory, as without Heads) and stops asking: the informer would
+// otherwise list again and again, and answer from an ever older list.
 type Heads struct {
 	informer cache.SharedIndexInformer
+	off      atomic.Bool                        // forbidden: answers nothing
+	stop     atomic.Pointer[context.CancelFunc] // ends Run
 }
 
 // NewHeads returns the watch of the inventory heads of cfg's cluster; Run runs it.
@@ -43,19 +54,42 @@ func NewHeads(cfg *rest.Config) (*Heads, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("inventory heads: %w", err)
 	}
-	return &Heads{informer: inf}, nil
+	h := &Heads{informer: inf}
+	if err := inf.SetWatchErrorHandlerWithContext(h.watchError); err != nil {
+		return nil, fmt.Errorf("inventory heads: %w", err)
+	}
+	return h, nil
 }
 
-// Run watches until ctx ends.
+// Run watches until ctx ends, or until the API server forbids the list or the watch.
 func (h *Heads) Run(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	h.stop.Store(&cancel)
 	h.informer.RunWithContext(ctx)
+}
+
+// watchError turns Heads off when the API server forbids its list or watch; other errors
+// are the informer's to retry.
+func (h *Heads) watchError(ctx context.Context, r *cache.Reflector, err error) {
+	if !apierrors.IsForbidden(err) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		return
+	}
+	if h.off.CompareAndSwap(false, true) {
+		logr.FromContextOrDiscard(ctx).Info("not watching the inventory ConfigMaps (RBAC: list and watch on configmaps): every reconcile reads its inventory",
+			"err", err.Error())
+	}
+	if stop := h.stop.Load(); stop != nil {
+		(*stop)()
+	}
 }
 
 // Version returns the resourceVersion the watch last saw of the inventory ConfigMap
 // namespace/name. ok is false when the watch cannot tell: it has not listed yet, or shows no
 // such ConfigMap.
 func (h *Heads) Version(namespace, name string) (resourceVersion string, ok bool) {
-	if !h.informer.HasSynced() {
+	if h.off.Load() || !h.informer.HasSynced() {
 		return "", false
 	}
 	o, exists, err := h.informer.GetStore().GetByKey(namespace + "/" + name)

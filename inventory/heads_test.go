@@ -5,7 +5,11 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/cluster"
 )
@@ -76,4 +80,47 @@ func TestStoreVersionFollowsWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	watched("")
+}
+
+// TestHeadsOffWithoutWatch: a daemon whose RBAC lets it list ConfigMaps but not watch them
+// (a ClusterRole kept from before the heads' watch) must not answer from its one list:
+// Heads then answers nothing, so every run reads its inventory. Failed before: the list made
+// Heads synced, and it kept answering from it.
+func TestHeadsOffWithoutWatch(t *testing.T) {
+	cluster.Require(t, env)
+	ctx := testCtx(t)
+	ns := env.Namespace(t)
+	s, _, plain := newStore(t)
+	ref := Ref{Namespace: ns, Name: "inv", ID: "id-1"}
+	if err := s.Write(ctx, ref, New(e(ns, "a", "uid-a"))); err != nil {
+		t.Fatal(err)
+	}
+	user := "system:serviceaccount:" + ns + ":lister"
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ns + "-list-configmaps"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ns + "-list-configmaps"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: user}}}
+	for _, o := range []client.Object{role, binding} {
+		if err := plain.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = plain.Delete(context.Background(), o) })
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	heads, err := NewHeads(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { heads.Run(ctx); close(done) }()
+	select {
+	case <-done: // it stopped by itself: the watch was forbidden
+	case <-time.After(30 * time.Second):
+		t.Error("Heads still runs 30 s after its watch was forbidden")
+	}
+	if v, ok := heads.Version(ns, "inv"); ok {
+		t.Errorf("Heads without watch permission answers %q for the inventory, want no answer", v)
+	}
 }

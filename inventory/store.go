@@ -100,7 +100,10 @@ func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) 
 	if err != nil {
 		return nil, claim, err
 	}
-	claim.Found, claim.Version = true, st.head.ResourceVersion
+	claim.Found = true
+	if len(st.parts) == 0 {
+		claim.Version = st.head.ResourceVersion
+	}
 	if from := st.head.Annotations[MigratingAnnotation]; ref.Legacy != "" && from == ref.Legacy {
 		claim.MigratingFrom = from
 		if claim.Sibling, err = s.Sibling(ctx, ref); err != nil {
@@ -111,9 +114,9 @@ func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) 
 }
 
 // Version reads the resourceVersion of ref's ConfigMap from the API server (its metadata
-// only); "" when it does not exist. Every write of an inventory changes it (a part is never
-// written twice, parts.go), so an unchanged version means the inventory a Lookup returned
-// with it (Claim.Version) is still what is stored.
+// only); "" when it does not exist. Every write of an inventory without parts changes it, so
+// an unchanged version means the inventory a Lookup returned with it (Claim.Version, set
+// only for such an inventory) is still what is stored.
 func (s *Store) Version(ctx context.Context, ref Ref) (string, error) {
 	if ref.Name == "" || ref.Namespace == "" || ref.ID == "" {
 		return "", fmt.Errorf("inventory %s: namespace, name and id are required", ref)
