@@ -72,7 +72,7 @@ func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts DeleteOpti
 	// Only while it lists what was released: an entry added since (an object created under
 	// this inventory by another writer) is released by the caller's retry, not lost.
 	if err := e.store.Delete(ctx, ref, inventory.DeleteOptions{Expect: inv}); err != nil {
-		return res, err
+		return res, inventoryChanged(err)
 	}
 	e.forgetMigration(ref.ID) // a set recreated under this ID starts over
 	return res, nil

@@ -40,9 +40,9 @@ var errHeadMoved = errors.New("the inventory changed since the engine last read 
 // heads remembers, per inventory, the last inventory Apply read from the API server and
 // wrote nothing over. Its inventories are shared by the runs that start from them, which
 // only read them. What it remembers of an inventory whose head the watch shows changed or
-// gone is dropped at the next run of that inventory, and at least once per sweepEvery by
-// sweep: an inventory deleted, or now written by another engine (a Sync whose
-// serviceAccountName changed), is not kept for the life of the process.
+// gone is dropped at the next run of that inventory, and by the first run of any inventory
+// after sweepEvery (sweep): an inventory deleted, or now written by another engine (a Sync
+// whose serviceAccountName changed), is not kept for the life of the process.
 type heads struct {
 	versions HeadVersions
 	mu       sync.Mutex
@@ -66,6 +66,7 @@ func newHeads(versions HeadVersions) *heads {
 func (h *heads) get(ref inventory.Ref) (headRead, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.sweep()
 	r, ok := h.m[ref]
 	return r, ok
 }
@@ -74,14 +75,15 @@ func (h *heads) remember(ref inventory.Ref, r headRead) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.m[ref] = r
-	if time.Since(h.swept) >= sweepEvery {
-		h.sweep()
-	}
 }
 
-// sweep drops every inventory whose head the watch does not show at the remembered
-// version; h.mu is held.
+// sweep drops, at most once per sweepEvery, every inventory whose head the watch does not
+// show at the remembered version; h.mu is held. Every run of an engine with Heads asks for
+// its inventory (get), so an engine that runs sweeps.
 func (h *heads) sweep() {
+	if time.Since(h.swept) < sweepEvery {
+		return
+	}
 	h.swept = time.Now()
 	for ref, r := range h.m {
 		if v, ok := h.versions.Version(ref.Namespace, ref.Name); !ok || v != r.claim.Version {

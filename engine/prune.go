@@ -84,7 +84,7 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 		// Every entry read was deleted or dropped, or the stage returned: these were added
 		// since by another writer (objects created under this inventory). A conflict, as
 		// the inventory's delete gives for the same change: the caller reads it again.
-		return res, fmt.Errorf("inventory %s: %w", ref, apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, ref.Name,
+		return res, fmt.Errorf("inventory %s: %w: %w", ref, ErrInventoryChanged, apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, ref.Name,
 			fmt.Errorf("%d objects still tracked, added while it was deleted; read it again", inv.Len())))
 	}
 	if !claim.Found {
@@ -93,10 +93,26 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 	// Only while it is still empty: an entry added since the last Update (an object created
 	// under this inventory by another writer) is deleted by the caller's retry, not lost.
 	if err := e.store.Delete(ctx, ref, inventory.DeleteOptions{Expect: inv}); err != nil {
-		return res, err
+		return res, inventoryChanged(err)
 	}
 	e.forgetMigration(ref.ID) // a set recreated under this ID starts over
 	return res, nil
+}
+
+// ErrInventoryChanged is wrapped by the error of a Delete or Abandon that found entries
+// added to the inventory after it read it (another writer created objects under it): it
+// deleted or released nothing of them and kept the inventory. The caller reads it again and
+// retries (the daemon's finalizer requeues; `converge uninstall` retries a few times). The
+// error is also a conflict (apierrors.IsConflict).
+var ErrInventoryChanged = errors.New("the inventory changed while it was deleted")
+
+// inventoryChanged marks the conflict of the inventory's own delete (inventory.Store.Delete:
+// the head changed since it was read) as ErrInventoryChanged.
+func inventoryChanged(err error) error {
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("%w: %w", ErrInventoryChanged, err)
+	}
+	return err
 }
 
 // pruneResult is the outcome of deleting a list of inventory entries.

@@ -4,16 +4,16 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-
-	"github.com/go-logr/logr"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // Heads watches the inventory ConfigMaps (the heads, which carry IDLabel) of the whole
@@ -28,12 +28,20 @@ import (
 // inventory from the API server, or checks its version there first (Store.Version).
 //
 // Without list and watch on ConfigMaps (RBAC), Heads answers nothing (Version's ok is false:
-// every run reads its inventory, as without Heads) and stops asking: the informer would
-// otherwise list again and again, and answer from an ever older list.
+// every run reads its inventory, as without Heads) rather than answer from an ever older
+// list, logs that once, and tries again every retry period (RBAC may come back).
 type Heads struct {
-	informer cache.SharedIndexInformer
-	off      atomic.Bool                        // forbidden: answers nothing
-	stop     atomic.Pointer[context.CancelFunc] // ends Run
+	client metadata.Interface
+	// retry is how long Heads waits after its list or watch was forbidden before it starts
+	// a new watch.
+	retry time.Duration
+	cur   atomic.Pointer[headsWatch] // nil until Run starts the first watch
+}
+
+// headsWatch is one run of the informer: a forbidden one answers nothing.
+type headsWatch struct {
+	informer  cache.SharedIndexInformer
+	forbidden atomic.Bool
 }
 
 // NewHeads returns the watch of the inventory heads of cfg's cluster; Run runs it.
@@ -42,7 +50,43 @@ func NewHeads(cfg *rest.Config) (*Heads, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inventory heads: %w", err)
 	}
-	inf := metadatainformer.NewFilteredMetadataInformer(mc, corev1.SchemeGroupVersion.WithResource("configmaps"),
+	return &Heads{client: mc, retry: 10 * time.Minute}, nil
+}
+
+// Run watches until ctx ends.
+func (h *Heads) Run(ctx context.Context) {
+	logged := false
+	for {
+		wctx, stop := context.WithCancel(ctx)
+		w, err := newHeadsWatch(h.client, stop)
+		if err != nil { // only for an informer already started: cannot happen
+			stop()
+			klog.FromContext(ctx).Error(err, "inventory heads")
+			return
+		}
+		h.cur.Store(w)
+		w.informer.RunWithContext(wctx) // until ctx ends, or the list or watch is forbidden
+		stop()
+		if ctx.Err() != nil {
+			return
+		}
+		if !logged {
+			klog.FromContext(ctx).Info("not watching the inventory ConfigMaps (RBAC: grant list and watch on configmaps): every reconcile reads its inventory; trying again periodically",
+				"retry", h.retry)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(h.retry):
+		}
+	}
+}
+
+// newHeadsWatch builds one run of the informer, which calls stop when its list or watch is
+// forbidden.
+func newHeadsWatch(client metadata.Interface, stop context.CancelFunc) (*headsWatch, error) {
+	inf := metadatainformer.NewFilteredMetadataInformer(client, corev1.SchemeGroupVersion.WithResource("configmaps"),
 		metav1.NamespaceAll, 0, cache.Indexers{}, func(o *metav1.ListOptions) { o.LabelSelector = IDLabel }).Informer()
 	// Only the resourceVersion is read: drop what could be large.
 	if err := inf.SetTransform(func(o any) (any, error) {
@@ -52,47 +96,31 @@ func NewHeads(cfg *rest.Config) (*Heads, error) {
 		}
 		return o, nil
 	}); err != nil {
-		return nil, fmt.Errorf("inventory heads: %w", err)
+		return nil, err
 	}
-	h := &Heads{informer: inf}
-	if err := inf.SetWatchErrorHandlerWithContext(h.watchError); err != nil {
-		return nil, fmt.Errorf("inventory heads: %w", err)
+	w := &headsWatch{informer: inf}
+	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		if !apierrors.IsForbidden(err) {
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+			return
+		}
+		w.forbidden.Store(true)
+		stop()
+	}); err != nil {
+		return nil, err
 	}
-	return h, nil
-}
-
-// Run watches until ctx ends, or until the API server forbids the list or the watch.
-func (h *Heads) Run(ctx context.Context) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	h.stop.Store(&cancel)
-	h.informer.RunWithContext(ctx)
-}
-
-// watchError turns Heads off when the API server forbids its list or watch; other errors
-// are the informer's to retry.
-func (h *Heads) watchError(ctx context.Context, r *cache.Reflector, err error) {
-	if !apierrors.IsForbidden(err) {
-		cache.DefaultWatchErrorHandler(ctx, r, err)
-		return
-	}
-	if h.off.CompareAndSwap(false, true) {
-		logr.FromContextOrDiscard(ctx).Info("not watching the inventory ConfigMaps (RBAC: list and watch on configmaps): every reconcile reads its inventory",
-			"err", err.Error())
-	}
-	if stop := h.stop.Load(); stop != nil {
-		(*stop)()
-	}
+	return w, nil
 }
 
 // Version returns the resourceVersion the watch last saw of the inventory ConfigMap
-// namespace/name. ok is false when the watch cannot tell: it has not listed yet, or shows no
-// such ConfigMap.
+// namespace/name. ok is false when the watch cannot tell: it has not listed yet, may not
+// list or watch, or shows no such ConfigMap.
 func (h *Heads) Version(namespace, name string) (resourceVersion string, ok bool) {
-	if h.off.Load() || !h.informer.HasSynced() {
+	w := h.cur.Load()
+	if w == nil || w.forbidden.Load() || !w.informer.HasSynced() {
 		return "", false
 	}
-	o, exists, err := h.informer.GetStore().GetByKey(namespace + "/" + name)
+	o, exists, err := w.informer.GetStore().GetByKey(namespace + "/" + name)
 	if err != nil || !exists {
 		return "", false
 	}

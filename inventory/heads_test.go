@@ -84,8 +84,9 @@ func TestStoreVersionFollowsWrites(t *testing.T) {
 
 // TestHeadsOffWithoutWatch: a daemon whose RBAC lets it list ConfigMaps but not watch them
 // (a ClusterRole kept from before the heads' watch) must not answer from its one list:
-// Heads then answers nothing, so every run reads its inventory. Failed before: the list made
-// Heads synced, and it kept answering from it.
+// Heads then answers nothing, so every run reads its inventory; once watch is granted, its
+// next try answers again. Failed before: the list made Heads synced, and it kept answering
+// from it.
 func TestHeadsOffWithoutWatch(t *testing.T) {
 	cluster.Require(t, env)
 	ctx := testCtx(t)
@@ -113,14 +114,34 @@ func TestHeadsOffWithoutWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { heads.Run(ctx); close(done) }()
-	select {
-	case <-done: // it stopped by itself: the watch was forbidden
-	case <-time.After(30 * time.Second):
-		t.Error("Heads still runs 30 s after its watch was forbidden")
+	heads.retry = time.Second
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go heads.Run(hctx)
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		w := heads.cur.Load()
+		return w != nil && w.forbidden.Load(), nil
+	})
+	if err != nil {
+		t.Fatal("the forbidden watch was never noticed")
 	}
 	if v, ok := heads.Version(ns, "inv"); ok {
 		t.Errorf("Heads without watch permission answers %q for the inventory, want no answer", v)
+	}
+
+	role.Rules[0].Verbs = append(role.Rules[0].Verbs, "watch")
+	if err := plain.Update(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.Version(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		v, ok := heads.Version(ns, "inv")
+		return ok && v == want, nil
+	})
+	if err != nil {
+		t.Error("Heads never answered again once watch was granted")
 	}
 }

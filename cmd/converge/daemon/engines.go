@@ -228,11 +228,11 @@ func (e *engineSet) newActor(user string) (*actor, error) {
 		if e.watch {
 			// One watch of the inventory heads serves the daemon's own engines, the shards'
 			// included: a no-op reconcile then reads no inventory (engine.Options.Heads).
+			// It runs once the engine is built (below).
 			heads, err := inventory.NewHeads(cfg)
 			if err != nil {
 				return nil, err
 			}
-			go heads.Run(e.ctx)
 			opts.Heads = heads
 		}
 	}
@@ -243,6 +243,9 @@ func (e *engineSet) newActor(user string) (*actor, error) {
 	eng, err := engine.New(cfg, opts)
 	if err != nil {
 		return nil, err
+	}
+	if heads, ok := opts.Heads.(*inventory.Heads); ok {
+		go heads.Run(e.ctx)
 	}
 	if opts.Watch {
 		go func() {

@@ -67,7 +67,7 @@ const deleteAttempts = 5
 
 // DeleteInventory deletes the objects of the inventory ref, then the inventory
 // (engine.Delete). When another writer changes the inventory meanwhile (an object created
-// under it: Delete's conflict, apierrors.IsConflict), it reads the inventory again and
+// under it: engine.ErrInventoryChanged), it reads the inventory again and
 // deletes what it lists now, up to deleteAttempts times, as the daemon's finalizer does by
 // requeueing: an uninstall is not left half done for a race a second read settles. The
 // inventory stays until a Delete of all it lists succeeds, so nothing created under it is
@@ -87,7 +87,7 @@ func DeleteInventory(ctx context.Context, eng *engine.Engine, ref inventory.Ref)
 				all.Pruned[i] = c // a retry's "already deleted" keeps the deletion it follows
 			}
 		}
-		if err == nil || !apierrors.IsConflict(err) {
+		if err == nil || !errors.Is(err, engine.ErrInventoryChanged) {
 			return all, err
 		}
 		if attempt == deleteAttempts {
