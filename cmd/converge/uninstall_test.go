@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -30,6 +33,9 @@ const (
 	atHeadDelete meddleAt = iota
 	// atFirstPrune: after the first object delete, before the engine records the deletes.
 	atFirstPrune
+	// objectConflict: nobody changes the inventory, but every DELETE of object a is answered
+	// 409 (an admission webhook's denial, say); times counts those answers.
+	objectConflict
 )
 
 // meddlingEngine applies ConfigMaps a and b under an inventory of a namespace of its own and
@@ -72,6 +78,19 @@ func meddlingEngine(t *testing.T, at meddleAt, times int) (*engine.Engine, inven
 					if err := meddle(); err != nil {
 						return nil, err
 					}
+				}
+				return rt.RoundTrip(r)
+			})
+		})
+	case objectConflict:
+		obj := "/api/v1/namespaces/" + ns + "/configmaps/a"
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				if r.Method == http.MethodDelete && r.URL.Path == obj {
+					meddled.Add(1)
+					body := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409,"message":"denied by a webhook"}`
+					return &http.Response{StatusCode: http.StatusConflict, Status: "409 Conflict", Request: r,
+						Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(body))}, nil
 				}
 				return rt.RoundTrip(r)
 			})
@@ -162,5 +181,20 @@ func TestUninstallGivesUpOnEverChangingInventory(t *testing.T) {
 	late := object.ObjMetadata{Namespace: ref.Namespace, Name: fmt.Sprintf("late-%d", meddled.Load()), GroupKind: schema.GroupKind{Kind: "ConfigMap"}}
 	if !inv.Has(late) {
 		t.Errorf("the inventory after the conflict does not list %s: %v", late.Name, inv.Entries())
+	}
+}
+
+// TestUninstallDoesNotRetryAnObjectsConflict: a 409 on the delete of an object (not a change
+// of the inventory) fails the uninstall at once with that error: it is not retried as if
+// the inventory had changed (engine.ErrInventoryChanged). Before, any conflict inside the
+// joined error made uninstall delete again four more times and report a changed inventory.
+func TestUninstallDoesNotRetryAnObjectsConflict(t *testing.T) {
+	eng, ref, _, denied := meddlingEngine(t, objectConflict, 0)
+	_, err := installer.DeleteInventory(t.Context(), eng, ref)
+	if err == nil || errors.Is(err, engine.ErrInventoryChanged) || !strings.Contains(err.Error(), "denied by a webhook") {
+		t.Fatalf("DeleteInventory with an object's delete denied (409): %v, want that error", err)
+	}
+	if n := denied.Load(); n != 1 {
+		t.Errorf("the denied object's delete was sent %d times, want once", n)
 	}
 }
