@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -344,12 +345,44 @@ func FreeAddr() string {
 	return "127.0.0.1:" + strconv.Itoa(freePort())
 }
 
-// freePort returns a loopback TCP port that was free a moment ago, or 0.
+// freePort returns a loopback TCP port that was free a moment ago, or 0. It picks one below
+// the kernel's ephemeral range when it can: a port from that range (what listening on port 0
+// gives) may be taken by an outgoing connection's local end before the server that was to
+// use it binds (seen once in the two-replica sweep: "bind: address already in use").
 func freePort() int {
+	if low := ephemeralLow(); low > portsFrom+100 {
+		for range 50 {
+			port := portsFrom + mrand.IntN(low-portsFrom)
+			if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+				l.Close()
+				return port
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// portsFrom is the lowest port freePort picks.
+const portsFrom = 20000
+
+// ephemeralLow is the low end of the kernel's ephemeral port range (Linux), 0 when unknown.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return low
 }
