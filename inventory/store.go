@@ -118,8 +118,8 @@ func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) 
 // an unchanged version means the inventory a Lookup returned with it (Claim.Version, set
 // only for such an inventory) is still what is stored.
 func (s *Store) Version(ctx context.Context, ref Ref) (string, error) {
-	if ref.Name == "" || ref.Namespace == "" || ref.ID == "" {
-		return "", fmt.Errorf("inventory %s: namespace, name and id are required", ref)
+	if err := checkRef(ref); err != nil {
+		return "", err
 	}
 	head := &metav1.PartialObjectMetadata{}
 	head.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
@@ -306,10 +306,18 @@ type DeleteOptions struct {
 	Expect *Inventory
 }
 
+// checkRef refuses an incomplete reference before any request.
+func checkRef(ref Ref) error {
+	if ref.Name == "" || ref.Namespace == "" || ref.ID == "" {
+		return fmt.Errorf("inventory %s: namespace, name and id are required", ref)
+	}
+	return nil
+}
+
 // get reads the ConfigMap of ref; nil without error when it does not exist.
 func (s *Store) get(ctx context.Context, ref Ref) (*corev1.ConfigMap, error) {
-	if ref.Name == "" || ref.Namespace == "" || ref.ID == "" {
-		return nil, fmt.Errorf("inventory %s: namespace, name and id are required", ref)
+	if err := checkRef(ref); err != nil {
+		return nil, err
 	}
 	cm := &corev1.ConfigMap{}
 	err := s.c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, cm)

@@ -221,6 +221,7 @@ func (e *engineSet) release(user string) {
 func (e *engineSet) newActor(user string) (*actor, error) {
 	cfg := rest.CopyConfig(e.cfg)
 	opts := e.opts
+	var heads *inventory.Heads // the daemon's, run once its engine is built
 	if user != "" {
 		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	} else {
@@ -228,9 +229,8 @@ func (e *engineSet) newActor(user string) (*actor, error) {
 		if e.watch {
 			// One watch of the inventory heads serves the daemon's own engines, the shards'
 			// included: a no-op reconcile then reads no inventory (engine.Options.Heads).
-			// It runs once the engine is built (below).
-			heads, err := inventory.NewHeads(cfg)
-			if err != nil {
+			var err error
+			if heads, err = inventory.NewHeads(cfg); err != nil {
 				return nil, err
 			}
 			opts.Heads = heads
@@ -244,7 +244,7 @@ func (e *engineSet) newActor(user string) (*actor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if heads, ok := opts.Heads.(*inventory.Heads); ok {
+	if heads != nil {
 		go heads.Run(e.ctx)
 	}
 	if opts.Watch {

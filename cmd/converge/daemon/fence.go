@@ -176,15 +176,18 @@ func (g writeGuard) fenceBody(req *http.Request, holds func() (time.Duration, er
 		_, err := g.check(req)
 		return err
 	}
+	fence := func(rc io.ReadCloser) io.ReadCloser {
+		return &fencedBody{ReadCloser: rc, recheck: recheck, left: req.ContentLength}
+	}
 	out := req.Clone(req.Context())
-	out.Body = &fencedBody{ReadCloser: req.Body, recheck: recheck, left: req.ContentLength}
+	out.Body = fence(req.Body)
 	if get := req.GetBody; get != nil {
 		out.GetBody = func() (io.ReadCloser, error) {
 			rc, err := get()
 			if err != nil {
 				return nil, err
 			}
-			return &fencedBody{ReadCloser: rc, recheck: recheck, left: req.ContentLength}, nil
+			return fence(rc), nil
 		}
 	}
 	return out
