@@ -80,6 +80,7 @@ authoring).`,
 	f.StringVar(&o.CacheDir, "git-cache-dir", o.CacheDir, "where git repositories are cached")
 	f.BoolVar(&o.AllowLocalGit, "allow-local-git", o.AllowLocalGit, "let Syncs reach repositories on this machine: file:// URLs and local paths (never the git cache) and git servers on loopback, link-local (169.254.169.254), unspecified or multicast addresses")
 	f.DurationVar(&o.BuildTimeout, "build-timeout", o.BuildTimeout, "time allowed to fetch and render one Sync's source; a render still running is stopped")
+	f.DurationVar(&o.FetchTimeout, "fetch-timeout", o.FetchTimeout, "time allowed to fetch one Sync's git source, connection and handshake included (at most --build-timeout); a remote that does not answer or answers too slowly fails the Sync with FetchFailed")
 	f.Int64Var(&o.MaxFetchSize, "max-fetch-size", o.MaxFetchSize, "refuse a git fetch that downloads more bytes than this (ref listings and packs, HTTP and SSH)")
 	addLimitFlags(f, &o.Limits)
 	addQuickStartFlags(cmd, &o.QuickStart, &quickRef)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"time"
 
 	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
@@ -57,11 +58,13 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	// The caller reads the checkout under ctx (a render), after the lock is released: it is
 	// kept until ctx's deadline, not only the fetch's.
 	readUntil, _ := ctx.Deadline()
+	clock := &fetchClock{start: time.Now()}
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
 		defer cancel()
 	}
+	clock.ctx = ctx
 	if repo.Ref.Commit != "" && !commitPattern.MatchString(repo.Ref.Commit) {
 		return nil, fmt.Errorf("commit %q: want 40 lowercase hex characters", repo.Ref.Commit)
 	}
@@ -72,9 +75,9 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := f.lock(ctx, key)
+	unlock, err := f.lock(ctx, key, clock)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
 	defer unlock()
 
@@ -88,7 +91,8 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	}
 	policy := dialPolicy{allowLocal: opts.AllowLocal,
 		budget:        newFetchBudget(opts.MaxFetchSize, "received from the remote (--max-fetch-size)"),
-		advertisement: newFetchBudget(maxAdvertisement, "ref advertisement (refs listed by the remote)")}
+		advertisement: newFetchBudget(maxAdvertisement, "ref advertisement (refs listed by the remote)"),
+		clock:         clock}
 	ctx = withDialPolicy(ctx, policy)
 	proxyOpts, release := policy.proxyOptions(ep.Protocol)
 	defer release()
@@ -108,6 +112,12 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 			return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, b.err())
 		}
 	}
+	if err != nil {
+		if ended := clock.ended(); ended != nil {
+			// go-git's error is whatever the closed connection made of it: name the deadline.
+			return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, ended)
+		}
+	}
 	if ae, ok := refusedAddress(err); ok {
 		// go-git's wrapping names the request URL, credentials included: name ours.
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, ae)
@@ -117,13 +127,17 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	}
 	co, err := c.checkout(ctx, t, readUntil, opts)
 	if err != nil {
+		if ended := clock.ended(); ended != nil {
+			err = ended
+		}
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
 	return co, nil
 }
 
-// lock takes the lock of one cache, giving up when ctx ends.
-func (f *Fetcher) lock(ctx context.Context, key string) (func(), error) {
+// lock takes the lock of one cache, giving up when ctx ends (clock: the fetch's, to name
+// its deadline; may be nil).
+func (f *Fetcher) lock(ctx context.Context, key string, clock *fetchClock) (func(), error) {
 	f.mu.Lock()
 	ch, ok := f.locks[key]
 	if !ok {
@@ -135,6 +149,10 @@ func (f *Fetcher) lock(ctx context.Context, key string) (func(), error) {
 	case ch <- struct{}{}:
 		return func() { <-ch }, nil
 	case <-ctx.Done():
+		var de *DeadlineError
+		if errors.As(clock.ended(), &de) {
+			return nil, fmt.Errorf("another fetch of the same url and credentials still running after %s: %w", de.After, context.DeadlineExceeded)
+		}
 		return nil, fmt.Errorf("wait for another fetch of the same url and credentials: %w", context.Cause(ctx))
 	}
 }

@@ -100,6 +100,9 @@ type Options struct {
 	MaxFetchSize int64
 	// BuildTimeout bounds one Sync's fetch and render (defaultBuildTimeout when zero).
 	BuildTimeout time.Duration
+	// FetchTimeout bounds one Sync's git fetch, handshake included, within BuildTimeout
+	// (defaultFetchTimeout when zero).
+	FetchTimeout time.Duration
 	// Limits bound a render (zero fields: the sources package's defaults).
 	Limits sources.Limits
 
@@ -136,6 +139,7 @@ func DefaultOptions() Options {
 		DeletionGrace:   defaultDeletionGrace,
 		CacheDir:        filepath.Join(os.TempDir(), "converge-cache"),
 		BuildTimeout:    defaultBuildTimeout,
+		FetchTimeout:    defaultFetchTimeout,
 		MaxFetchSize:    git.DefaultMaxFetchSize,
 		Limits: sources.Limits{MaxFiles: sources.DefaultMaxFiles, MaxFileSize: sources.DefaultMaxFileSize,
 			MaxObjects: sources.DefaultMaxObjects, MaxTotalSize: sources.DefaultMaxTotalSize},

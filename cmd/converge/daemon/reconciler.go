@@ -94,7 +94,7 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		client:      mgr.GetClient(),
 		live:        mgr.GetAPIReader(),
 		loader:      sources.NewLoader(o.CacheDir),
-		render:      renderSettings{timeout: o.BuildTimeout, limits: o.Limits, allowLocalGit: o.AllowLocalGit, maxFetchSize: o.MaxFetchSize},
+		render:      renderSettings{timeout: o.BuildTimeout, limits: o.Limits, allowLocalGit: o.AllowLocalGit, maxFetchSize: o.MaxFetchSize, fetchTimeout: o.FetchTimeout},
 		engines:     engines,
 		drift:       drift,
 		deps:        dependencies{cache: mgr.GetCache(), noCrossNamespace: o.NoCrossNamespaceRefs, sharded: o.WatchLabelSelector != ""},
