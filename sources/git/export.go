@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
@@ -52,7 +51,7 @@ func (c *cache) checkout(ctx context.Context, t target, readUntil time.Time, opt
 
 func (c *cache) commitObject(h plumbing.Hash) (*object.Commit, error) {
 	for _, name := range []string{"shallow.git", "full.git"} {
-		r, err := gogit.PlainOpen(filepath.Join(c.dir, name))
+		r, err := openRepository(filepath.Join(c.dir, name), nil)
 		if err != nil {
 			continue
 		}

@@ -96,7 +96,8 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	ctx = withDialPolicy(ctx, policy)
 	proxyOpts, release := policy.proxyOptions(ep.Protocol)
 	defer release()
-	c := &cache{dir: filepath.Join(f.cacheDir, key), url: repo.URL, auth: auth, proxy: proxyOpts, fetcher: f}
+	c := &cache{dir: filepath.Join(f.cacheDir, key), url: repo.URL, auth: auth, proxy: proxyOpts, fetcher: f,
+		guard: &packGuard{maxObject: opts.MaxFileSize}}
 	var t target
 	if repo.Ref.Commit != "" {
 		t, err = c.commit(ctx, repo.Ref)
@@ -106,6 +107,9 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	if err != nil {
 		removePartialPacks(filepath.Join(c.dir, "shallow.git"))
 		removePartialPacks(filepath.Join(c.dir, "full.git"))
+	}
+	if refused := c.guard.refused(); refused != nil {
+		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, refused)
 	}
 	for _, b := range []*fetchBudget{policy.budget, policy.advertisement} {
 		if b.exceeded() {
@@ -174,6 +178,8 @@ type cache struct {
 	// proxy carries the fetch's dial policy to the SSH transport (see dialPolicy).
 	proxy   transport.ProxyOptions
 	fetcher *Fetcher
+	// guard checks the packs the fetch receives (nil: none).
+	guard *packGuard
 }
 
 // ref resolves a branch, tag or semver ref with one ref advertisement and fetches the
@@ -274,17 +280,17 @@ func (c *cache) list(ctx context.Context, r *gogit.Repository) (*gogit.Remote, [
 // opened is assumed corrupt (an interrupted first fetch) and is recreated.
 func (c *cache) open(name string) (*gogit.Repository, error) {
 	path := filepath.Join(c.dir, name)
-	r, err := gogit.PlainOpen(path)
+	r, err := openRepository(path, c.guard)
 	if err == nil {
 		return r, nil
 	}
 	if err := os.RemoveAll(path); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+	if err := os.MkdirAll(path, 0o755); err != nil {
 		return nil, err
 	}
-	r, err = gogit.PlainInit(path, true)
+	r, err = initRepository(path, c.guard)
 	if err != nil {
 		return nil, fmt.Errorf("init cache repository: %w", err)
 	}
