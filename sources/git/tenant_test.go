@@ -317,8 +317,8 @@ func TestExportLimits(t *testing.T) {
 		wantErr string
 	}{
 		{
-			name:    "file over the default size",
-			files:   map[string]string{"big.bin": strings.Repeat("x", DefaultMaxFileSize+1)},
+			name:  "file over the default size",
+			files: map[string]string{"big.bin": strings.Repeat("x", DefaultMaxFileSize+1)},
 			// Refused as the pack arrives, before go-git inflates it (a blob has no path there).
 			wantErr: `repository too large: the pack holds a blob of 8388609 bytes, over the limit of 8388608 per file`,
 		},
