@@ -78,6 +78,7 @@ authoring).`,
 	f.StringVar(&o.WatchLabelSelector, "watch-label-selector", o.WatchLabelSelector, "reconcile only the Syncs whose labels match this selector, for static sharding with one Deployment per shard (\"sharding.fluxcd.io/key in (shard1)\"); each selector elects its own leader")
 	f.IntVar(&o.Concurrency, "concurrent", o.Concurrency, "Syncs reconciled in parallel")
 	f.StringVar(&o.CacheDir, "git-cache-dir", o.CacheDir, "where git repositories are cached")
+	f.Int64Var(&o.GitCacheQuota, "git-cache-quota", o.GitCacheQuota, "bytes the git cache may hold on disk: least recently used repositories no fetch holds are removed to fit, a repository over it alone fails its Sync (FetchFailed); keep it below the cache volume's size (0: no limit)")
 	f.BoolVar(&o.AllowLocalGit, "allow-local-git", o.AllowLocalGit, "let Syncs reach repositories on this machine: file:// URLs and local paths (never the git cache) and git servers on loopback, link-local (169.254.169.254), unspecified or multicast addresses")
 	f.DurationVar(&o.BuildTimeout, "build-timeout", o.BuildTimeout, "time allowed to fetch and render one Sync's source; a render still running is stopped")
 	f.DurationVar(&o.FetchTimeout, "fetch-timeout", o.FetchTimeout, "time allowed to fetch one Sync's git source, connection and handshake included (at most --build-timeout); a remote that does not answer or answers too slowly fails the Sync with FetchFailed")

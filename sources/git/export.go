@@ -29,6 +29,7 @@ func (c *cache) checkout(ctx context.Context, t target, readUntil time.Time, opt
 	root := filepath.Join(c.dir, "checkouts")
 	dir := filepath.Join(root, t.hash.String())
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		c.wrote = true
 		if err := export(ctx, commit, root, dir, opts); err != nil {
 			return nil, fmt.Errorf("export commit %s: %w", t.hash, err)
 		}

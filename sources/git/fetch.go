@@ -28,6 +28,8 @@ type Fetcher struct {
 
 	keyMu sync.Mutex
 	key   []byte // names cache directories; read from cacheDir on first use
+
+	quota quota // the entries' sizes, uses and owners (see CacheQuota)
 }
 
 // NewFetcher returns a Fetcher that keeps its repositories and checkouts under cacheDir.
@@ -90,7 +92,7 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 		return nil, err
 	}
 	policy := dialPolicy{allowLocal: opts.AllowLocal,
-		budget:        newFetchBudget(opts.MaxFetchSize, "received from the remote (--max-fetch-size)"),
+		budget:        downloadBudget(opts),
 		advertisement: newFetchBudget(maxAdvertisement, "ref advertisement (refs listed by the remote)"),
 		clock:         clock}
 	ctx = withDialPolicy(ctx, policy)
@@ -98,6 +100,13 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	defer release()
 	c := &cache{dir: filepath.Join(f.cacheDir, key), url: repo.URL, auth: auth, proxy: proxyOpts, fetcher: f,
 		guard: &packGuard{maxObject: opts.MaxFileSize}}
+	accounted := false
+	defer func() {
+		// A failed fetch may have written too (a pack, then a refused export): counted.
+		if !accounted && c.wrote {
+			_ = f.account(key, true, opts.CacheQuota)
+		}
+	}()
 	var t target
 	if repo.Ref.Commit != "" {
 		t, err = c.commit(ctx, repo.Ref)
@@ -130,6 +139,11 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
 	co, err := c.checkout(ctx, t, readUntil, opts)
+	if err == nil {
+		f.own(opts.Owner, key)
+		accounted = true
+		err = f.account(key, c.wrote, opts.CacheQuota)
+	}
 	if err != nil {
 		if ended := clock.ended(); ended != nil {
 			err = ended
@@ -137,6 +151,15 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
 	return co, nil
+}
+
+// downloadBudget is what one fetch may read from the remote: MaxFetchSize, or the cache
+// quota when that is smaller.
+func downloadBudget(opts FetchOptions) *fetchBudget {
+	if opts.CacheQuota > 0 && (opts.MaxFetchSize <= 0 || opts.CacheQuota < opts.MaxFetchSize) {
+		return newFetchBudget(opts.CacheQuota, "received from the remote, over the git cache quota (--git-cache-quota)")
+	}
+	return newFetchBudget(opts.MaxFetchSize, "received from the remote (--max-fetch-size)")
 }
 
 // lock takes the lock of one cache, giving up when ctx ends (clock: the fetch's, to name
@@ -180,6 +203,8 @@ type cache struct {
 	fetcher *Fetcher
 	// guard checks the packs the fetch receives (nil: none).
 	guard *packGuard
+	// wrote records that the fetch changed the cache on disk (a transfer or an export).
+	wrote bool
 }
 
 // ref resolves a branch, tag or semver ref with one ref advertisement and fetches the
@@ -202,7 +227,7 @@ func (c *cache) ref(ctx context.Context, ref Ref) (target, error) {
 	err = remote.FetchContext(ctx, &gogit.FetchOptions{
 		RefSpecs: []config.RefSpec{spec}, Depth: 1, Auth: c.auth, Tags: gogit.NoTags, Force: true, ProxyOptions: c.proxy,
 	})
-	c.fetcher.count(0, 1)
+	c.transferred()
 	if err != nil && !errors.Is(err, gogit.NoErrAlreadyUpToDate) {
 		return target{}, fmt.Errorf("fetch %s: %w", t.refName, classify(err))
 	}
@@ -237,7 +262,7 @@ func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
 		RefSpecs: []config.RefSpec{config.RefSpec(fmt.Sprintf("+%s:%s", ref.Commit, dst))},
 		Depth:    1, Auth: c.auth, Tags: gogit.NoTags, Force: true, ProxyOptions: c.proxy,
 	})
-	c.fetcher.count(0, 1)
+	c.transferred()
 	if err == nil || errors.Is(err, gogit.NoErrAlreadyUpToDate) {
 		if have(r, t.hash) {
 			return t, nil
@@ -251,7 +276,7 @@ func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
 		RefSpecs: []config.RefSpec{"+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"},
 		Auth:     c.auth, Tags: gogit.NoTags, Force: true, ProxyOptions: c.proxy,
 	})
-	c.fetcher.count(0, 1)
+	c.transferred()
 	if err != nil && !errors.Is(err, gogit.NoErrAlreadyUpToDate) {
 		return target{}, fmt.Errorf("fetch all branches and tags: %w", classify(err))
 	}
@@ -259,6 +284,12 @@ func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
 		return target{}, fmt.Errorf("commit %s: %w", ref.Commit, ErrRefNotFound)
 	}
 	return t, nil
+}
+
+// transferred counts a pack fetch, which may have written to the cache.
+func (c *cache) transferred() {
+	c.wrote = true
+	c.fetcher.count(0, 1)
 }
 
 // list reads the remote's ref advertisement with the cache's credentials (which also

@@ -93,6 +93,9 @@ type Options struct {
 
 	// CacheDir is where git repositories are cached.
 	CacheDir string
+	// GitCacheQuota bounds the bytes CacheDir holds (git.FetchOptions.CacheQuota); 0: no
+	// limit.
+	GitCacheQuota int64
 	// AllowLocalGit lets Syncs name file:// URLs, local paths and git servers on this
 	// machine or its link (see git.FetchOptions.AllowLocal).
 	AllowLocalGit bool
@@ -140,6 +143,7 @@ func DefaultOptions() Options {
 		CacheDir:        filepath.Join(os.TempDir(), "converge-cache"),
 		BuildTimeout:    defaultBuildTimeout,
 		FetchTimeout:    defaultFetchTimeout,
+		GitCacheQuota:   defaultGitCacheQuota,
 		MaxFetchSize:    git.DefaultMaxFetchSize,
 		Limits: sources.Limits{MaxFiles: sources.DefaultMaxFiles, MaxFileSize: sources.DefaultMaxFileSize,
 			MaxObjects: sources.DefaultMaxObjects, MaxTotalSize: sources.DefaultMaxTotalSize},

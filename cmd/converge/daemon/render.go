@@ -20,6 +20,10 @@ const defaultBuildTimeout = 2 * time.Minute
 // remote that hangs or trickles costs its Sync this much, and leaves time to render.
 const defaultFetchTimeout = time.Minute
 
+// defaultGitCacheQuota bounds the git cache's disk: 3/4 of the shipped Deployment's cache
+// volume (an emptyDir of 1 GiB, deploy/manager), leaving room for fetches in flight.
+const defaultGitCacheQuota = 768 << 20
+
 // renderSettings are the daemon's render options (flags of `converge run`).
 type renderSettings struct {
 	timeout time.Duration  // 0: defaultBuildTimeout
@@ -32,6 +36,8 @@ type renderSettings struct {
 	// fetchTimeout bounds one git fetch (--fetch-timeout), within the build timeout; 0:
 	// defaultFetchTimeout.
 	fetchTimeout time.Duration
+	// cacheQuota bounds the git cache's disk (--git-cache-quota); 0: no limit.
+	cacheQuota int64
 }
 
 // buildTimeout bounds a fetch and render, and separately the decryption that follows it.
@@ -55,6 +61,7 @@ func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src source
 	if rs.maxFetchSize > 0 {
 		opts.Fetch.MaxFetchSize = rs.maxFetchSize
 	}
+	opts.Fetch.CacheQuota = rs.cacheQuota
 	timeout := rs.buildTimeout()
 	opts.Fetch.Timeout = min(rs.fetchTimeout, timeout)
 	if rs.fetchTimeout <= 0 {
