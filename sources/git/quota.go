@@ -54,9 +54,8 @@ func (f *Fetcher) own(owner, key string) {
 }
 
 // Forget drops owner (FetchOptions.Owner, a Sync that is gone): the cache entry of its last
-// fetch is removed when no other owner's last fetch used it, at once when no fetch holds it
-// and no reader has reserved a checkout of it, else at the next fetch that checks the
-// quota.
+// fetch is removed when no other owner's last fetch used it, at once when no fetch holds
+// it, else by the next fetch (once no reader has reserved a checkout of it).
 func (f *Fetcher) Forget(owner string) {
 	q := &f.quota
 	q.mu.Lock()
@@ -77,7 +76,9 @@ func (f *Fetcher) Forget(owner string) {
 	}
 	q.mu.Unlock()
 	if orphan {
-		_ = f.evict(key)
+		// Its reserved checkouts were for its owners' renders, which are over: a Sync is
+		// reconciled by one worker at a time, and forgotten by the last.
+		_ = f.evict(key, true)
 	}
 }
 
@@ -104,7 +105,7 @@ func (f *Fetcher) account(key string, wrote bool, limit int64) error {
 		q.mu.Unlock()
 	}
 	for _, orphan := range f.orphaned(key) {
-		_ = f.evict(orphan)
+		_ = f.evict(orphan, false)
 	}
 	if limit <= 0 {
 		return nil
@@ -113,7 +114,7 @@ func (f *Fetcher) account(key string, wrote bool, limit int64) error {
 		if f.total() <= limit {
 			break
 		}
-		_ = f.evict(victim)
+		_ = f.evict(victim, false)
 	}
 	q.mu.Lock()
 	own := q.sizes[key]
@@ -197,16 +198,16 @@ func (f *Fetcher) victims(keep string) []string {
 	return out
 }
 
-// evict removes entry key when no fetch holds it and no reader has reserved a checkout of
-// it; it reports whether it did.
-func (f *Fetcher) evict(key string) bool {
+// evict removes entry key when no fetch holds it and, unless force, no reader has reserved
+// a checkout of it; it reports whether it did.
+func (f *Fetcher) evict(key string, force bool) bool {
 	unlock, ok := f.tryLock(key)
 	if !ok {
 		return false
 	}
 	defer unlock()
 	dir := filepath.Join(f.cacheDir, key)
-	if reserved(filepath.Join(dir, "checkouts")) {
+	if !force && reserved(filepath.Join(dir, "checkouts")) {
 		return false
 	}
 	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
