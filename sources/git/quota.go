@@ -88,6 +88,12 @@ func (f *Fetcher) account(key string, wrote bool, limit int64) error {
 	dir := filepath.Join(f.cacheDir, key)
 	now := time.Now()
 	_ = os.Chtimes(dir, now, now) // the entry's last use, across restarts
+	for _, orphan := range f.orphaned(key) {
+		_ = f.evict(orphan, false)
+	}
+	if limit <= 0 {
+		return nil
+	}
 	q := &f.quota
 	q.mu.Lock()
 	if !q.scanned {
@@ -103,12 +109,6 @@ func (f *Fetcher) account(key string, wrote bool, limit int64) error {
 		q.mu.Lock()
 		q.sizes[key] = size
 		q.mu.Unlock()
-	}
-	for _, orphan := range f.orphaned(key) {
-		_ = f.evict(orphan, false)
-	}
-	if limit <= 0 {
-		return nil
 	}
 	for _, victim := range f.victims(key) {
 		if f.total() <= limit {
