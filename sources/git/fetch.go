@@ -153,11 +153,12 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	return co, nil
 }
 
-// downloadBudget is what one fetch may read from the remote: MaxFetchSize, or the cache
-// quota when that is smaller.
+// downloadBudget is what one fetch may read from the remote: MaxFetchSize, or half the
+// cache quota when that is smaller (a received pack is on disk twice while it is checked,
+// see packGuard).
 func downloadBudget(opts FetchOptions) *fetchBudget {
-	if opts.CacheQuota > 0 && (opts.MaxFetchSize <= 0 || opts.CacheQuota < opts.MaxFetchSize) {
-		return newFetchBudget(opts.CacheQuota, "received from the remote, over the git cache quota (--git-cache-quota)")
+	if q := opts.CacheQuota / 2; q > 0 && (opts.MaxFetchSize <= 0 || q < opts.MaxFetchSize) {
+		return newFetchBudget(q, "received from the remote, over half the git cache quota (--git-cache-quota)")
 	}
 	return newFetchBudget(opts.MaxFetchSize, "received from the remote (--max-fetch-size)")
 }

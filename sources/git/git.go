@@ -109,7 +109,8 @@ type FetchOptions struct {
 	// a fetch that wrote to the cache, the least recently used entries (one per URL and
 	// credentials) that no fetch holds and no reader reserved are removed until it fits,
 	// and a fetch whose own entry is over the quota fails (terminal ErrTooLarge). A fetch
-	// also downloads at most this much. Zero means no limit.
+	// also downloads at most half of it (a pack is on disk twice while it is checked).
+	// Zero means no limit.
 	CacheQuota int64
 	// Owner names who the fetch is for (a Sync): Fetcher.Forget(Owner) removes the cache
 	// entries no other owner's last fetch used. Empty: the fetch has no owner.

@@ -12,9 +12,15 @@ import (
 // quotaRepo serves a repository of one incompressible file of size bytes over HTTP.
 func quotaRepo(t *testing.T, size int) Repository {
 	t.Helper()
-	r := newTestRepo(t)
 	data := make([]byte, size)
 	_, _ = rand.Read(data)
+	return serveFile(t, data)
+}
+
+// serveFile serves a repository of one file over HTTP.
+func serveFile(t *testing.T, data []byte) Repository {
+	t.Helper()
+	r := newTestRepo(t)
 	r.commit("one", map[string]string{"data.bin": string(data)})
 	r.push()
 	url, _ := serveHTTP(t, r.root, nil)
@@ -85,17 +91,25 @@ func TestFetchCacheQuota(t *testing.T) {
 		t.Errorf("entries after fetching b while a is held: %s, want a,b (the held entry kept)", got)
 	}
 
-	// A repository larger than the quota alone fails, and leaves nothing behind: the
-	// download over the quota is stopped; a download under it whose checkout then takes the
-	// entry over it is removed.
-	for _, q := range []int64{one / 2, one * 3 / 4} {
-		err = fetchQuota(t, f, repos["c"], q, "")
-		if !errors.Is(err, ErrTooLarge) || !IsTerminal(err) || !strings.Contains(err.Error(), "--git-cache-quota") {
-			t.Fatalf("fetch over the quota of %d alone: %v, want a terminal ErrTooLarge naming the quota", q, err)
+	// A repository larger than the quota alone fails, and leaves nothing behind: a download
+	// over half the quota is stopped; a small pack whose checkout then takes the entry over
+	// the quota is removed.
+	text := serveFile(t, []byte(strings.Repeat("compressible text\n", 1<<16)))
+	for _, c := range []struct {
+		repo  Repository
+		quota int64
+		want  string
+	}{
+		{repos["c"], one / 2, "over half the git cache quota (--git-cache-quota)"},
+		{text, one / 2, "over its quota of"},
+	} {
+		err = fetchQuota(t, f, c.repo, c.quota, "")
+		if !errors.Is(err, ErrTooLarge) || !IsTerminal(err) || !strings.Contains(err.Error(), c.want) ||
+			!strings.Contains(err.Error(), "--git-cache-quota") {
+			t.Fatalf("fetch over the quota of %d alone: %v, want a terminal ErrTooLarge containing %q", c.quota, err, c.want)
 		}
-		t.Logf("quota %d: %v", q, err)
-		if total := dirSize(f.CacheDir()); total > q {
-			t.Errorf("cache holds %d bytes after a fetch over its quota of %d", total, q)
+		if total := dirSize(f.CacheDir()); total > c.quota {
+			t.Errorf("cache holds %d bytes after a fetch over its quota of %d", total, c.quota)
 		}
 	}
 }
