@@ -96,7 +96,9 @@ func (s *guardedStorage) PackfileWriter() (io.WriteCloser, error) {
 	w := &guardedPackWriter{s: s, file: f, pipe: pw, checked: make(chan error, 1)}
 	go func() {
 		err := checkPack(pr, s.guard.maxObject)
-		if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			// Only a refusal: a stream cut short (a deadline, the download budget) is
+			// named by what cut it.
 			s.guard.refuse(err)
 		}
 		_ = pr.CloseWithError(err) // unblocks a writer still sending
