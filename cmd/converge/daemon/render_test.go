@@ -47,7 +47,8 @@ func TestDaemonRenderTimeout(t *testing.T) {
 
 // TestDaemonFetchTimeout: a git server that accepts and never answers costs a Sync's load
 // --fetch-timeout, not --build-timeout, with a transient error naming the URL, the deadline
-// and the flag (the Sync's FetchFailed message).
+// and the flag, which the Sync's FetchFailed message repeats. Before, the fetch over HTTP
+// failed only at --build-timeout (over SSH never), with "context deadline exceeded".
 func TestDaemonFetchTimeout(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -64,6 +65,17 @@ func TestDaemonFetchTimeout(t *testing.T) {
 		}
 	}()
 	url := "http://" + ln.Addr().String() + "/repo.git"
+
+	// The daemon: the Sync fails with FetchFailed naming the deadline.
+	f := newFixture(t)
+	f.startDaemon(env.Config, func(o *Options) { o.FetchTimeout = 2 * time.Second })
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Spec.Source.Git.URL = url })
+	f.waitSync("FetchFailed naming the deadline", func(s *v1alpha1.Sync) bool {
+		ready := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+		return ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == reasonFetchFailed &&
+			strings.Contains(ready.Message, "no answer within 2s (--fetch-timeout)")
+	})
+
 	rs := renderSettings{timeout: time.Minute, fetchTimeout: 2 * time.Second, allowLocalGit: true}
 	done := make(chan error, 1)
 	go func() {
