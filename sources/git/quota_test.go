@@ -1,12 +1,14 @@
 package git
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // quotaRepo serves a repository of one incompressible file of size bytes over HTTP.
@@ -132,5 +134,29 @@ func TestFetchForgetRemovesEntry(t *testing.T) {
 	f.Forget("apps/three")
 	if got := entries(t, f, repos); len(got) != 0 {
 		t.Errorf("entries after forgetting every owner: %v, want none", got)
+	}
+}
+
+// TestFetchCacheQuotaKeepsReservedCheckouts: an entry with a checkout reserved for a
+// render still running (its fetch's ctx has not reached its deadline) is not evicted, even
+// when it is the least recently used.
+func TestFetchCacheQuotaKeepsReservedCheckouts(t *testing.T) {
+	repos := map[string]Repository{"a": quotaRepo(t, 1<<20), "b": quotaRepo(t, 1<<20), "c": quotaRepo(t, 1<<20)}
+	f := NewFetcher(t.TempDir())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Hour) // a render reads a's checkout
+	defer cancel()
+	opts := loopbackOptions()
+	if _, err := f.Fetch(ctx, repos["a"], opts); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := f.cacheKey(repos["a"])
+	quota := dirSize(filepath.Join(f.CacheDir(), key)) * 5 / 2
+	for _, name := range []string{"b", "c"} {
+		if err := fetchQuota(t, f, repos[name], quota, ""); err != nil {
+			t.Fatalf("fetch %s: %v", name, err)
+		}
+	}
+	if got := strings.Join(entries(t, f, repos), ","); got != "a,c" {
+		t.Errorf("entries: %s, want a,c (a reserved for its reader, b the least recently used after it)", got)
 	}
 }
