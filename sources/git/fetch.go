@@ -107,34 +107,7 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 			_ = f.account(key, true, opts.CacheQuota)
 		}
 	}()
-	var t target
-	if repo.Ref.Commit != "" {
-		t, err = c.commit(ctx, repo.Ref)
-	} else {
-		t, err = c.ref(ctx, repo.Ref)
-	}
-	if err != nil {
-		removePartialPacks(filepath.Join(c.dir, "shallow.git"))
-		removePartialPacks(filepath.Join(c.dir, "full.git"))
-	}
-	if refused := c.guard.refused(); refused != nil {
-		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, refused)
-	}
-	for _, b := range []*fetchBudget{policy.budget, policy.advertisement} {
-		if b.exceeded() {
-			return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, b.err())
-		}
-	}
-	if err != nil {
-		if ended := clock.ended(); ended != nil {
-			// go-git's error is whatever the closed connection made of it: name the deadline.
-			return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, ended)
-		}
-	}
-	if ae, ok := refusedAddress(err); ok {
-		// go-git's wrapping names the request URL, credentials included: name ours.
-		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, ae)
-	}
+	t, err := c.transfer(ctx, repo.Ref, policy)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
@@ -151,6 +124,42 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
 	return co, nil
+}
+
+// transfer resolves ref and fetches its commit into the cache when it is not there yet. Its
+// error names what stopped it: a refused pack, a budget, the deadline or a refused address
+// before go-git's own account (whatever the closed connection made of it, or the request
+// URL with its credentials).
+func (c *cache) transfer(ctx context.Context, ref Ref, policy dialPolicy) (target, error) {
+	var t target
+	var err error
+	if ref.Commit != "" {
+		t, err = c.commit(ctx, ref)
+	} else {
+		t, err = c.ref(ctx, ref)
+	}
+	if err != nil {
+		removePartialPacks(filepath.Join(c.dir, "shallow.git"))
+		removePartialPacks(filepath.Join(c.dir, "full.git"))
+	}
+	if refused := c.guard.refused(); refused != nil {
+		return t, refused
+	}
+	for _, b := range []*fetchBudget{policy.budget, policy.advertisement} {
+		if b.exceeded() {
+			return t, b.err()
+		}
+	}
+	if err == nil {
+		return t, nil
+	}
+	if ended := policy.clock.ended(); ended != nil {
+		return t, ended
+	}
+	if ae, ok := refusedAddress(err); ok {
+		return t, ae
+	}
+	return t, err
 }
 
 // downloadBudget is what one fetch may read from the remote: MaxFetchSize, or half the
