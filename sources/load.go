@@ -113,9 +113,13 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 // exportLimits returns opts.Fetch with its export limits raised to the render's where
 // these are higher (a zero, no limit, stays): the render limits are what the flags set, and
 // an operator who raises --max-files or --max-total-size expects a repository of that size
-// to load, not to be refused by the export's defaults.
+// to load, not to be refused by the export's defaults. The fetch's owner is the load's,
+// so that Forget also drops the git cache entry only that owner used.
 func exportLimits(opts LoadOptions) git.FetchOptions {
 	f, l := opts.Fetch, opts.Render.Limits.withDefaults()
+	if f.Owner == "" {
+		f.Owner = opts.Owner
+	}
 	if f.MaxFiles > 0 {
 		f.MaxFiles = max(f.MaxFiles, l.MaxFiles)
 	}
@@ -129,9 +133,11 @@ func exportLimits(opts LoadOptions) git.FetchOptions {
 }
 
 // Forget drops owner's hold on the render it loaded last (LoadOptions.Owner): the render is
-// dropped unless another owner's last load is that render. For a Sync that is gone.
+// dropped unless another owner's last load is that render, and so is the git cache entry of
+// its last fetch (git.Fetcher.Forget). For a Sync that is gone.
 func (l *Loader) Forget(owner string) {
 	l.cache.forget(owner)
+	l.fetcher.Forget(owner)
 }
 
 // FetchStats returns the git fetcher's counters.

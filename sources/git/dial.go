@@ -42,6 +42,9 @@ type dialPolicy struct {
 	// advertisement counts the bytes of HTTP ref advertisements, which go-git reads into
 	// memory whole (maxAdvertisement); nil means no limit.
 	advertisement *fetchBudget
+	// clock is the fetch's deadline and ctx: an SSH connection ends with them (fetchConn);
+	// nil outside Fetch.
+	clock *fetchClock
 }
 
 type dialPolicyKey struct{}
@@ -164,18 +167,26 @@ func installTransports() {
 			p := sshPolicy(u.Host)
 			// ALL_PROXY and NO_PROXY keep working as go-git's own SSH dial honours them;
 			// the guard then checks the proxy's address, and the proxy decides the rest.
-			return contextDialer{proxy.FromEnvironmentUsing(p.dialer()), p.budget}, nil
+			return contextDialer{proxy.FromEnvironmentUsing(p.dialer()), p}, nil
 		})
 	})
 }
 
 // httpTransport is http.DefaultTransport with p's dialer. Each policy has its own
 // transport, so a kept-alive connection one policy allowed is never reused by another.
+// A fetch's requests carry its ctx, which bounds the whole exchange; the transport's own
+// timeouts bound a request made without a deadline.
 func httpTransport(p dialPolicy) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = p.dialer().DialContext
+	t.TLSHandshakeTimeout = 10 * time.Second
+	t.ResponseHeaderTimeout = responseHeaderTimeout
 	return t
 }
+
+// responseHeaderTimeout bounds the wait for an answer's headers: git servers send them
+// before they compute a pack.
+const responseHeaderTimeout = time.Minute
 
 // policyTransport sends each request through the transport of the policy in its context.
 type policyTransport struct {
@@ -191,6 +202,9 @@ func (t *policyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		return resp, err
+	}
+	if p.clock != nil {
+		p.clock.answered.Store(true)
 	}
 	// Each bound reads through the one before; closing the outermost closes the answer.
 	bound := func(r io.Reader) { resp.Body = readCloser{r, resp.Body} }
@@ -239,11 +253,12 @@ func strictByDefault(ep *transport.Endpoint) *transport.Endpoint {
 	return &guarded
 }
 
-// contextDialer gives go-git's SSH dial the proxy.ContextDialer it requires, and counts
-// what the connection reads against the fetch's budget.
+// contextDialer gives go-git's SSH dial the proxy.ContextDialer it requires, ends the
+// connection with the fetch (fetchConn) and counts what it reads against the fetch's
+// budget.
 type contextDialer struct {
 	proxy.Dialer
-	budget *fetchBudget
+	p dialPolicy
 }
 
 func (d contextDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
@@ -254,10 +269,18 @@ func (d contextDialer) DialContext(ctx context.Context, network, address string)
 	} else {
 		conn, err = d.Dial(network, address)
 	}
-	if err != nil || d.budget == nil {
+	if err != nil {
 		return conn, err
 	}
-	return budgetConn{conn, d.budget}, nil
+	if d.p.clock != nil {
+		if conn, err = newFetchConn(conn, d.p.clock); err != nil {
+			return nil, err
+		}
+	}
+	if d.p.budget == nil {
+		return conn, nil
+	}
+	return budgetConn{conn, d.p.budget}, nil
 }
 
 // refusedAddress returns the AddressError in err's chain, if any.

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
@@ -30,6 +29,7 @@ func (c *cache) checkout(ctx context.Context, t target, readUntil time.Time, opt
 	root := filepath.Join(c.dir, "checkouts")
 	dir := filepath.Join(root, t.hash.String())
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		c.wrote = true
 		if err := export(ctx, commit, root, dir, opts); err != nil {
 			return nil, fmt.Errorf("export commit %s: %w", t.hash, err)
 		}
@@ -52,7 +52,7 @@ func (c *cache) checkout(ctx context.Context, t target, readUntil time.Time, opt
 
 func (c *cache) commitObject(h plumbing.Hash) (*object.Commit, error) {
 	for _, name := range []string{"shallow.git", "full.git"} {
-		r, err := gogit.PlainOpen(filepath.Join(c.dir, name))
+		r, err := openRepository(filepath.Join(c.dir, name), nil)
 		if err != nil {
 			continue
 		}

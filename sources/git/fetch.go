@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"time"
 
 	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
@@ -27,6 +28,8 @@ type Fetcher struct {
 
 	keyMu sync.Mutex
 	key   []byte // names cache directories; read from cacheDir on first use
+
+	quota quota // the entries' sizes, uses and owners (see CacheQuota)
 }
 
 // NewFetcher returns a Fetcher that keeps its repositories and checkouts under cacheDir.
@@ -57,11 +60,13 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	// The caller reads the checkout under ctx (a render), after the lock is released: it is
 	// kept until ctx's deadline, not only the fetch's.
 	readUntil, _ := ctx.Deadline()
+	clock := &fetchClock{start: time.Now()}
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
 		defer cancel()
 	}
+	clock.ctx = ctx
 	if repo.Ref.Commit != "" && !commitPattern.MatchString(repo.Ref.Commit) {
 		return nil, fmt.Errorf("commit %q: want 40 lowercase hex characters", repo.Ref.Commit)
 	}
@@ -72,9 +77,9 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := f.lock(ctx, key)
+	unlock, err := f.lock(ctx, key, clock)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
 	defer unlock()
 
@@ -86,44 +91,93 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	if err != nil {
 		return nil, err
 	}
+	if ep.Protocol == "file" {
+		clock.answered.Store(true) // no connection to watch: say "not finished", not "no answer"
+	}
 	policy := dialPolicy{allowLocal: opts.AllowLocal,
-		budget:        newFetchBudget(opts.MaxFetchSize, "received from the remote (--max-fetch-size)"),
-		advertisement: newFetchBudget(maxAdvertisement, "ref advertisement (refs listed by the remote)")}
+		budget:        downloadBudget(opts),
+		advertisement: newFetchBudget(maxAdvertisement, "ref advertisement (refs listed by the remote)"),
+		clock:         clock}
 	ctx = withDialPolicy(ctx, policy)
 	proxyOpts, release := policy.proxyOptions(ep.Protocol)
 	defer release()
-	c := &cache{dir: filepath.Join(f.cacheDir, key), url: repo.URL, auth: auth, proxy: proxyOpts, fetcher: f}
-	var t target
-	if repo.Ref.Commit != "" {
-		t, err = c.commit(ctx, repo.Ref)
-	} else {
-		t, err = c.ref(ctx, repo.Ref)
-	}
-	if err != nil {
-		removePartialPacks(filepath.Join(c.dir, "shallow.git"))
-		removePartialPacks(filepath.Join(c.dir, "full.git"))
-	}
-	for _, b := range []*fetchBudget{policy.budget, policy.advertisement} {
-		if b.exceeded() {
-			return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, b.err())
+	c := &cache{dir: filepath.Join(f.cacheDir, key), url: repo.URL, auth: auth, proxy: proxyOpts, fetcher: f,
+		guard: &packGuard{maxObject: opts.MaxFileSize}}
+	accounted := false
+	defer func() {
+		// A failed fetch may have written too (a pack, then a refused export): counted.
+		if !accounted && c.wrote {
+			_ = f.account(key, true, opts.CacheQuota)
 		}
-	}
-	if ae, ok := refusedAddress(err); ok {
-		// go-git's wrapping names the request URL, credentials included: name ours.
-		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, ae)
-	}
+	}()
+	t, err := c.transfer(ctx, repo.Ref, policy)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
 	co, err := c.checkout(ctx, t, readUntil, opts)
+	if err == nil {
+		f.own(opts.Owner, key)
+		accounted = true
+		err = f.account(key, c.wrote, opts.CacheQuota)
+	}
 	if err != nil {
+		if ended := clock.ended(); ended != nil {
+			err = ended
+		}
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
 	return co, nil
 }
 
-// lock takes the lock of one cache, giving up when ctx ends.
-func (f *Fetcher) lock(ctx context.Context, key string) (func(), error) {
+// transfer resolves ref and fetches its commit into the cache when it is not there yet. Its
+// error names what stopped it: a refused pack, a budget, the deadline or a refused address
+// before go-git's own account (whatever the closed connection made of it, or the request
+// URL with its credentials).
+func (c *cache) transfer(ctx context.Context, ref Ref, policy dialPolicy) (target, error) {
+	var t target
+	var err error
+	if ref.Commit != "" {
+		t, err = c.commit(ctx, ref)
+	} else {
+		t, err = c.ref(ctx, ref)
+	}
+	if err != nil {
+		removePartialPacks(filepath.Join(c.dir, "shallow.git"))
+		removePartialPacks(filepath.Join(c.dir, "full.git"))
+	}
+	if refused := c.guard.refused(); refused != nil {
+		return t, refused
+	}
+	for _, b := range []*fetchBudget{policy.budget, policy.advertisement} {
+		if b.exceeded() {
+			return t, b.err()
+		}
+	}
+	if err == nil {
+		return t, nil
+	}
+	if ended := policy.clock.ended(); ended != nil {
+		return t, ended
+	}
+	if ae, ok := refusedAddress(err); ok {
+		return t, ae
+	}
+	return t, err
+}
+
+// downloadBudget is what one fetch may read from the remote: MaxFetchSize, or half the
+// cache quota when that is smaller (a received pack is on disk twice while it is checked,
+// see packGuard).
+func downloadBudget(opts FetchOptions) *fetchBudget {
+	if q := opts.CacheQuota / 2; q > 0 && (opts.MaxFetchSize <= 0 || q < opts.MaxFetchSize) {
+		return newFetchBudget(q, "received from the remote, over half the git cache quota (--git-cache-quota)")
+	}
+	return newFetchBudget(opts.MaxFetchSize, "received from the remote (--max-fetch-size)")
+}
+
+// lock takes the lock of one cache, giving up when ctx ends (clock: the fetch's, to name
+// its deadline; may be nil).
+func (f *Fetcher) lock(ctx context.Context, key string, clock *fetchClock) (func(), error) {
 	f.mu.Lock()
 	ch, ok := f.locks[key]
 	if !ok {
@@ -135,6 +189,10 @@ func (f *Fetcher) lock(ctx context.Context, key string) (func(), error) {
 	case ch <- struct{}{}:
 		return func() { <-ch }, nil
 	case <-ctx.Done():
+		var de *DeadlineError
+		if errors.As(clock.ended(), &de) {
+			return nil, fmt.Errorf("another fetch of the same url and credentials still running after %s: %w", de.After, context.DeadlineExceeded)
+		}
 		return nil, fmt.Errorf("wait for another fetch of the same url and credentials: %w", context.Cause(ctx))
 	}
 }
@@ -156,6 +214,10 @@ type cache struct {
 	// proxy carries the fetch's dial policy to the SSH transport (see dialPolicy).
 	proxy   transport.ProxyOptions
 	fetcher *Fetcher
+	// guard checks the packs the fetch receives (nil: none).
+	guard *packGuard
+	// wrote records that the fetch changed the cache on disk (a transfer or an export).
+	wrote bool
 }
 
 // ref resolves a branch, tag or semver ref with one ref advertisement and fetches the
@@ -178,7 +240,7 @@ func (c *cache) ref(ctx context.Context, ref Ref) (target, error) {
 	err = remote.FetchContext(ctx, &gogit.FetchOptions{
 		RefSpecs: []config.RefSpec{spec}, Depth: 1, Auth: c.auth, Tags: gogit.NoTags, Force: true, ProxyOptions: c.proxy,
 	})
-	c.fetcher.count(0, 1)
+	c.transferred()
 	if err != nil && !errors.Is(err, gogit.NoErrAlreadyUpToDate) {
 		return target{}, fmt.Errorf("fetch %s: %w", t.refName, classify(err))
 	}
@@ -213,7 +275,7 @@ func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
 		RefSpecs: []config.RefSpec{config.RefSpec(fmt.Sprintf("+%s:%s", ref.Commit, dst))},
 		Depth:    1, Auth: c.auth, Tags: gogit.NoTags, Force: true, ProxyOptions: c.proxy,
 	})
-	c.fetcher.count(0, 1)
+	c.transferred()
 	if err == nil || errors.Is(err, gogit.NoErrAlreadyUpToDate) {
 		if have(r, t.hash) {
 			return t, nil
@@ -227,7 +289,7 @@ func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
 		RefSpecs: []config.RefSpec{"+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"},
 		Auth:     c.auth, Tags: gogit.NoTags, Force: true, ProxyOptions: c.proxy,
 	})
-	c.fetcher.count(0, 1)
+	c.transferred()
 	if err != nil && !errors.Is(err, gogit.NoErrAlreadyUpToDate) {
 		return target{}, fmt.Errorf("fetch all branches and tags: %w", classify(err))
 	}
@@ -235,6 +297,12 @@ func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
 		return target{}, fmt.Errorf("commit %s: %w", ref.Commit, ErrRefNotFound)
 	}
 	return t, nil
+}
+
+// transferred counts a pack fetch, which may have written to the cache.
+func (c *cache) transferred() {
+	c.wrote = true
+	c.fetcher.count(0, 1)
 }
 
 // list reads the remote's ref advertisement with the cache's credentials (which also
@@ -256,17 +324,17 @@ func (c *cache) list(ctx context.Context, r *gogit.Repository) (*gogit.Remote, [
 // opened is assumed corrupt (an interrupted first fetch) and is recreated.
 func (c *cache) open(name string) (*gogit.Repository, error) {
 	path := filepath.Join(c.dir, name)
-	r, err := gogit.PlainOpen(path)
+	r, err := openRepository(path, c.guard)
 	if err == nil {
 		return r, nil
 	}
 	if err := os.RemoveAll(path); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+	if err := os.MkdirAll(path, 0o755); err != nil {
 		return nil, err
 	}
-	r, err = gogit.PlainInit(path, true)
+	r, err = initRepository(path, c.guard)
 	if err != nil {
 		return nil, fmt.Errorf("init cache repository: %w", err)
 	}

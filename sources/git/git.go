@@ -105,6 +105,16 @@ type FetchOptions struct {
 	// over HTTP and SSH): a remote cannot stream an endless pack into the cache. A fetch
 	// over it fails (terminal ErrTooLarge) and leaves no partial pack. Zero means no limit.
 	MaxFetchSize int64
+	// CacheQuota bounds the bytes the Fetcher's whole cache directory holds on disk: after
+	// a fetch that wrote to the cache, the least recently used entries (one per URL and
+	// credentials) that no fetch holds and no reader reserved are removed until it fits,
+	// and a fetch whose own entry is over the quota fails (terminal ErrTooLarge). A fetch
+	// also downloads at most half of it (a pack is on disk twice while it is checked).
+	// Zero means no limit.
+	CacheQuota int64
+	// Owner names who the fetch is for (a Sync): Fetcher.Forget(Owner) removes the cache
+	// entries no other owner's last fetch used. Empty: the fetch has no owner.
+	Owner string
 }
 
 // Default export limits: far above a repository of manifests, low enough that a hostile or

@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -113,5 +115,43 @@ func TestFinalizeForgetsASyncAlreadyGone(t *testing.T) {
 	}
 	if _, ok := r.substitutions.by[key]; ok {
 		t.Errorf("the substitution state of the gone Sync is kept")
+	}
+}
+
+// cacheEntries returns the git cache entries (one folder per URL and credentials) in dir.
+func cacheEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// TestDaemonDeletedSyncRemovesItsGitCache: once a Sync is deleted, the git cache entry only
+// it fetched into is removed from the daemon's disk. Before, cache entries were never
+// removed: every URL and credentials a Sync ever used stayed on the volume.
+func TestDaemonDeletedSyncRemovesItsGitCache(t *testing.T) {
+	f := newFixture(t)
+	rev := f.publish(map[string]string{"b.yaml": cmB})
+	cacheDir := t.TempDir()
+	f.startDaemon(env.Config, func(o *Options) { o.CacheDir, o.GitCacheQuota = cacheDir, defaultGitCacheQuota })
+	f.createSync(time.Hour)
+	f.waitSync("Ready", readyAt(rev))
+	if got := cacheEntries(t, cacheDir); len(got) != 1 {
+		t.Fatalf("git cache entries of the Sync: %v, want one", got)
+	}
+	f.deleteSync("app", time.Minute)
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return len(cacheEntries(t, cacheDir)) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("git cache entries 10s after the Sync was deleted: %v, want none", cacheEntries(t, cacheDir))
 	}
 }

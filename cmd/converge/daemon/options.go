@@ -93,6 +93,9 @@ type Options struct {
 
 	// CacheDir is where git repositories are cached.
 	CacheDir string
+	// GitCacheQuota bounds the bytes CacheDir holds (git.FetchOptions.CacheQuota); 0: no
+	// limit.
+	GitCacheQuota int64
 	// AllowLocalGit lets Syncs name file:// URLs, local paths and git servers on this
 	// machine or its link (see git.FetchOptions.AllowLocal).
 	AllowLocalGit bool
@@ -100,6 +103,9 @@ type Options struct {
 	MaxFetchSize int64
 	// BuildTimeout bounds one Sync's fetch and render (defaultBuildTimeout when zero).
 	BuildTimeout time.Duration
+	// FetchTimeout bounds one Sync's git fetch, handshake included, within BuildTimeout
+	// (defaultFetchTimeout when zero).
+	FetchTimeout time.Duration
 	// Limits bound a render (zero fields: the sources package's defaults).
 	Limits sources.Limits
 
@@ -136,6 +142,8 @@ func DefaultOptions() Options {
 		DeletionGrace:   defaultDeletionGrace,
 		CacheDir:        filepath.Join(os.TempDir(), "converge-cache"),
 		BuildTimeout:    defaultBuildTimeout,
+		FetchTimeout:    defaultFetchTimeout,
+		GitCacheQuota:   defaultGitCacheQuota,
 		MaxFetchSize:    git.DefaultMaxFetchSize,
 		Limits: sources.Limits{MaxFiles: sources.DefaultMaxFiles, MaxFileSize: sources.DefaultMaxFileSize,
 			MaxObjects: sources.DefaultMaxObjects, MaxTotalSize: sources.DefaultMaxTotalSize},

@@ -91,10 +91,11 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		engines.shards = newShardEngines(o)
 	}
 	return &reconciler{
-		client:      mgr.GetClient(),
-		live:        mgr.GetAPIReader(),
-		loader:      sources.NewLoader(o.CacheDir),
-		render:      renderSettings{timeout: o.BuildTimeout, limits: o.Limits, allowLocalGit: o.AllowLocalGit, maxFetchSize: o.MaxFetchSize},
+		client: mgr.GetClient(),
+		live:   mgr.GetAPIReader(),
+		loader: sources.NewLoader(o.CacheDir),
+		render: renderSettings{timeout: o.BuildTimeout, limits: o.Limits, allowLocalGit: o.AllowLocalGit, maxFetchSize: o.MaxFetchSize, fetchTimeout: o.FetchTimeout,
+			cacheQuota: o.GitCacheQuota},
 		engines:     engines,
 		drift:       drift,
 		deps:        dependencies{cache: mgr.GetCache(), noCrossNamespace: o.NoCrossNamespaceRefs, sharded: o.WatchLabelSelector != ""},

@@ -9,11 +9,20 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/sources/git"
 )
 
 // defaultBuildTimeout bounds one Sync's fetch and render, well under the default interval
 // (5m): a stuck or slow repository costs its own Sync a retry, never the daemon a worker.
 const defaultBuildTimeout = 2 * time.Minute
+
+// defaultFetchTimeout bounds the git fetch of one Sync, a share of the build timeout: a
+// remote that hangs or trickles costs its Sync this much, and leaves time to render.
+const defaultFetchTimeout = time.Minute
+
+// defaultGitCacheQuota bounds the git cache's disk: 3/4 of the shipped Deployment's cache
+// volume (an emptyDir of 1 GiB, deploy/manager), leaving room for fetches in flight.
+const defaultGitCacheQuota = 768 << 20
 
 // renderSettings are the daemon's render options (flags of `converge run`).
 type renderSettings struct {
@@ -24,6 +33,11 @@ type renderSettings struct {
 	allowLocalGit bool
 	// maxFetchSize bounds the bytes one fetch downloads (--max-fetch-size); 0: the default.
 	maxFetchSize int64
+	// fetchTimeout bounds one git fetch (--fetch-timeout), within the build timeout; 0:
+	// defaultFetchTimeout.
+	fetchTimeout time.Duration
+	// cacheQuota bounds the git cache's disk (--git-cache-quota); 0: no limit.
+	cacheQuota int64
 }
 
 // buildTimeout bounds a fetch and render, and separately the decryption that follows it.
@@ -47,11 +61,20 @@ func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src source
 	if rs.maxFetchSize > 0 {
 		opts.Fetch.MaxFetchSize = rs.maxFetchSize
 	}
+	opts.Fetch.CacheQuota = rs.cacheQuota
 	timeout := rs.buildTimeout()
+	opts.Fetch.Timeout = min(rs.fetchTimeout, timeout)
+	if rs.fetchTimeout <= 0 {
+		opts.Fetch.Timeout = min(defaultFetchTimeout, timeout)
+	}
 	lctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	b, err := l.Load(lctx, src, opts)
-	if err != nil && ctx.Err() == nil && errors.Is(lctx.Err(), context.DeadlineExceeded) {
+	var de *git.DeadlineError
+	switch {
+	case errors.As(err, &de) && b == nil && lctx.Err() == nil:
+		err = fmt.Errorf("%w (--fetch-timeout)", err)
+	case err != nil && ctx.Err() == nil && errors.Is(lctx.Err(), context.DeadlineExceeded):
 		err = fmt.Errorf("RenderTimeout: fetch and render did not finish within %s (--build-timeout): %w", timeout, err)
 	}
 	return b, err

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/sources/git"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -40,6 +42,54 @@ func TestDaemonRenderTimeout(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "RenderTimeout: fetch and render did not finish within 1s") ||
 		!strings.Contains(err.Error(), "stuck/kustomization.yaml") || !errors.Is(err, context.DeadlineExceeded) || sources.IsTerminal(err) {
 		t.Errorf("load: %v; want a transient RenderTimeout naming stuck/kustomization.yaml", err)
+	}
+}
+
+// TestDaemonFetchTimeout: a git server that accepts and never answers costs a Sync's load
+// --fetch-timeout, not --build-timeout, with a transient error naming the URL, the deadline
+// and the flag, which the Sync's FetchFailed message repeats. Before, the fetch over HTTP
+// failed only at --build-timeout (over SSH never), with "context deadline exceeded".
+func TestDaemonFetchTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+		}
+	}()
+	url := "http://" + ln.Addr().String() + "/repo.git"
+
+	// The daemon: the Sync fails with FetchFailed naming the deadline.
+	f := newFixture(t)
+	f.startDaemon(env.Config, func(o *Options) { o.FetchTimeout = 2 * time.Second })
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Spec.Source.Git.URL = url })
+	f.waitSync("FetchFailed naming the deadline", func(s *v1alpha1.Sync) bool {
+		ready := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+		return ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == reasonFetchFailed &&
+			strings.Contains(ready.Message, "no answer within 2s (--fetch-timeout)")
+	})
+
+	rs := renderSettings{timeout: time.Minute, fetchTimeout: 2 * time.Second, allowLocalGit: true}
+	done := make(chan error, 1)
+	go func() {
+		_, err := rs.load(t.Context(), sources.NewLoader(t.TempDir()), sources.Source{Git: git.Repository{URL: url}, Path: "."}, types.NamespacedName{Namespace: "apps", Name: "hung"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		want := "fetch " + url + " default branch: no answer within 2s (--fetch-timeout)"
+		if err == nil || !strings.Contains(err.Error(), want) || sources.IsTerminal(err) || strings.Contains(err.Error(), "RenderTimeout") {
+			t.Errorf("load: %v; want a transient error containing %q", err, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("load still running 28s after its 2s fetch deadline")
 	}
 }
 

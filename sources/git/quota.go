@@ -1,0 +1,274 @@
+package git
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+)
+
+// The cache directory holds one entry per URL and credentials (a folder named by
+// cacheKey). Its disk is bounded by FetchOptions.CacheQuota: after a fetch that wrote to
+// its entry, the entries' sizes are summed and, over the quota, whole entries are removed,
+// least recently used first, among those no fetch holds and no reader has reserved a
+// checkout of. A fetch whose own entry is over the quota alone fails (ErrTooLarge naming
+// the quota) and leaves of its entry only what readers have reserved. An entry whose last
+// owner is forgotten (a deleted Sync, see Forget) is removed at once when it is free, else
+// at the next fetch that checks the quota.
+
+// quota is the Fetcher's view of its cache's entries.
+type quota struct {
+	mu      sync.Mutex
+	scanned bool
+	sizes   map[string]int64     // entry → bytes on disk
+	used    map[string]time.Time // entry → last fetch
+	owners  map[string]map[string]bool
+	ownerOf map[string]string // owner → the entry of its last fetch
+	orphans map[string]bool   // entries whose last owner was forgotten
+}
+
+// own records that owner's last fetch used entry key.
+func (f *Fetcher) own(owner, key string) {
+	if owner == "" {
+		return
+	}
+	q := &f.quota
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if prev, ok := q.ownerOf[owner]; ok && prev != key {
+		delete(q.owners[prev], owner)
+	}
+	if q.ownerOf == nil {
+		q.ownerOf, q.owners = map[string]string{}, map[string]map[string]bool{}
+	}
+	q.ownerOf[owner] = key
+	if q.owners[key] == nil {
+		q.owners[key] = map[string]bool{}
+	}
+	q.owners[key][owner] = true
+	delete(q.orphans, key)
+}
+
+// Forget drops owner (FetchOptions.Owner, a Sync that is gone): the cache entry of its last
+// fetch is removed when no other owner's last fetch used it, at once when no fetch holds
+// it, else by the next fetch (once no reader has reserved a checkout of it).
+func (f *Fetcher) Forget(owner string) {
+	q := &f.quota
+	q.mu.Lock()
+	key, ok := q.ownerOf[owner]
+	if !ok {
+		q.mu.Unlock()
+		return
+	}
+	delete(q.ownerOf, owner)
+	delete(q.owners[key], owner)
+	orphan := len(q.owners[key]) == 0
+	if orphan {
+		delete(q.owners, key)
+		if q.orphans == nil {
+			q.orphans = map[string]bool{}
+		}
+		q.orphans[key] = true
+	}
+	q.mu.Unlock()
+	if orphan {
+		// Its reserved checkouts were for its owners' renders, which are over: a Sync is
+		// reconciled by one worker at a time, and forgotten by the last.
+		_ = f.evict(key, true)
+	}
+}
+
+// account records the fetch of entry key (which the caller holds) and enforces the quota.
+// wrote says whether the fetch changed the entry on disk.
+func (f *Fetcher) account(key string, wrote bool, limit int64) error {
+	dir := filepath.Join(f.cacheDir, key)
+	now := time.Now()
+	_ = os.Chtimes(dir, now, now) // the entry's last use, across restarts
+	for _, orphan := range f.orphaned(key) {
+		_ = f.evict(orphan, false)
+	}
+	if limit <= 0 {
+		return nil
+	}
+	q := &f.quota
+	q.mu.Lock()
+	if !q.scanned {
+		q.mu.Unlock()
+		f.scan()
+		q.mu.Lock()
+	}
+	q.used[key] = now
+	_, known := q.sizes[key]
+	q.mu.Unlock()
+	if wrote || !known {
+		size := dirSize(dir)
+		q.mu.Lock()
+		q.sizes[key] = size
+		q.mu.Unlock()
+	}
+	for _, victim := range f.victims(key) {
+		if f.total() <= limit {
+			break
+		}
+		_ = f.evict(victim, false)
+	}
+	q.mu.Lock()
+	own := q.sizes[key]
+	q.mu.Unlock()
+	if own > limit {
+		removeUnreserved(dir)
+		q.mu.Lock()
+		q.sizes[key] = dirSize(dir)
+		q.mu.Unlock()
+		return fmt.Errorf("%w: the repository takes %d bytes in the git cache, over its quota of %d bytes (--git-cache-quota)", ErrTooLarge, own, limit)
+	}
+	return nil
+}
+
+// scan reads the sizes and last uses of the entries on disk, once per Fetcher.
+func (f *Fetcher) scan() {
+	sizes, used := map[string]int64{}, map[string]time.Time{}
+	entries, _ := os.ReadDir(f.cacheDir)
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || !e.IsDir() {
+			continue
+		}
+		sizes[e.Name()] = dirSize(filepath.Join(f.cacheDir, e.Name()))
+		used[e.Name()] = info.ModTime()
+	}
+	q := &f.quota
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.scanned {
+		q.sizes, q.used, q.scanned = sizes, used, true
+	}
+}
+
+func (f *Fetcher) total() int64 {
+	q := &f.quota
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var n int64
+	for _, s := range q.sizes {
+		n += s
+	}
+	return n
+}
+
+// orphaned returns the entries other than keep whose last owner was forgotten.
+func (f *Fetcher) orphaned(keep string) []string {
+	q := &f.quota
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []string
+	for k := range q.orphans {
+		if k != keep {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// victims returns the entries other than keep in the order they are evicted: orphans
+// first, then least recently used first.
+func (f *Fetcher) victims(keep string) []string {
+	q := &f.quota
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []string
+	for k := range q.sizes {
+		if k != keep {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		if q.orphans[a] != q.orphans[b] {
+			if q.orphans[a] {
+				return -1
+			}
+			return 1
+		}
+		return q.used[a].Compare(q.used[b])
+	})
+	return out
+}
+
+// evict removes entry key when no fetch holds it and, unless force, no reader has reserved
+// a checkout of it; it reports whether it did.
+func (f *Fetcher) evict(key string, force bool) bool {
+	unlock, ok := f.tryLock(key)
+	if !ok {
+		return false
+	}
+	defer unlock()
+	dir := filepath.Join(f.cacheDir, key)
+	if !force && reserved(filepath.Join(dir, "checkouts")) {
+		return false
+	}
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	q := &f.quota
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.sizes, key)
+	delete(q.used, key)
+	delete(q.orphans, key)
+	return true
+}
+
+// tryLock takes the lock of one cache entry if no fetch holds it.
+func (f *Fetcher) tryLock(key string) (func(), bool) {
+	f.mu.Lock()
+	ch, ok := f.locks[key]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		f.locks[key] = ch
+	}
+	f.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, true
+	default:
+		return nil, false
+	}
+}
+
+// reserved reports whether a checkout under root is reserved for a reader (see reserve).
+func reserved(root string) bool {
+	entries, _ := os.ReadDir(root)
+	now := time.Now()
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.ModTime().After(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// removeUnreserved removes an entry's repositories and the checkouts no reader reserved.
+func removeUnreserved(dir string) {
+	_ = os.RemoveAll(filepath.Join(dir, "shallow.git"))
+	_ = os.RemoveAll(filepath.Join(dir, "full.git"))
+	_ = prune(filepath.Join(dir, "checkouts"), 0)
+}
+
+// dirSize returns the bytes of the files under dir (a symlink counts as its own size).
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil && !d.IsDir() {
+			n += info.Size()
+		}
+		return nil
+	})
+	return n
+}

@@ -1,0 +1,162 @@
+package git
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// quotaRepo serves a repository of one incompressible file of size bytes over HTTP.
+func quotaRepo(t *testing.T, size int) Repository {
+	t.Helper()
+	data := make([]byte, size)
+	_, _ = rand.Read(data)
+	return serveFile(t, data)
+}
+
+// serveFile serves a repository of one file over HTTP.
+func serveFile(t *testing.T, data []byte) Repository {
+	t.Helper()
+	r := newTestRepo(t)
+	r.commit("one", map[string]string{"data.bin": string(data)})
+	r.push()
+	url, _ := serveHTTP(t, r.root, nil)
+	return Repository{URL: url, Ref: Ref{Branch: "main"}}
+}
+
+// entries returns which of repos have an entry in f's cache.
+func entries(t *testing.T, f *Fetcher, repos map[string]Repository) []string {
+	t.Helper()
+	var out []string
+	for _, name := range []string{"a", "b", "c"} {
+		key, err := f.cacheKey(repos[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(f.CacheDir(), key)); err == nil {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func fetchQuota(t *testing.T, f *Fetcher, repo Repository, quota int64, owner string) error {
+	t.Helper()
+	// No deadline on ctx: its checkout is not reserved for a reader (see reserve), and may
+	// be evicted at once.
+	opts := loopbackOptions()
+	opts.CacheQuota, opts.Owner = quota, owner
+	_, err := f.Fetch(t.Context(), repo, opts)
+	return err
+}
+
+// TestFetchCacheQuota: the git cache stays under its quota by removing the least recently
+// used entries, never one a fetch holds; a repository over the quota alone fails its fetch
+// naming the quota. Before, entries were never removed: three repositories took three
+// entries whatever the quota.
+func TestFetchCacheQuota(t *testing.T) {
+	repos := map[string]Repository{"a": quotaRepo(t, 1<<20), "b": quotaRepo(t, 1<<20), "c": quotaRepo(t, 1<<20)}
+	f := NewFetcher(t.TempDir())
+	if err := fetchQuota(t, f, repos["a"], 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := f.cacheKey(repos["a"])
+	one := dirSize(filepath.Join(f.CacheDir(), key))
+	quota := one * 5 / 2                           // two entries fit, not three
+	for _, name := range []string{"b", "a", "c"} { // a used after b: b is the oldest
+		if err := fetchQuota(t, f, repos[name], quota, ""); err != nil {
+			t.Fatalf("fetch %s: %v", name, err)
+		}
+	}
+	if got := strings.Join(entries(t, f, repos), ","); got != "a,c" {
+		t.Errorf("entries after fetching b, a, c under a quota of two: %s, want a,c (b least recently used)", got)
+	}
+	if total := dirSize(f.CacheDir()); total > quota {
+		t.Errorf("cache holds %d bytes, over its quota of %d", total, quota)
+	}
+
+	// a is now the oldest, but a fetch holds it: c goes instead.
+	unlock, err := f.lock(t.Context(), key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fetchQuota(t, f, repos["b"], quota, ""); err != nil {
+		t.Fatalf("fetch b: %v", err)
+	}
+	unlock()
+	if got := strings.Join(entries(t, f, repos), ","); got != "a,b" {
+		t.Errorf("entries after fetching b while a is held: %s, want a,b (the held entry kept)", got)
+	}
+
+	// A repository larger than the quota alone fails, and leaves nothing behind: a download
+	// over half the quota is stopped; a small pack whose checkout then takes the entry over
+	// the quota is removed.
+	text := serveFile(t, []byte(strings.Repeat("compressible text\n", 1<<16)))
+	for _, c := range []struct {
+		repo  Repository
+		quota int64
+		want  string
+	}{
+		{repos["c"], one / 2, "over half the git cache quota (--git-cache-quota)"},
+		{text, one / 2, "over its quota of"},
+	} {
+		err = fetchQuota(t, f, c.repo, c.quota, "")
+		if !errors.Is(err, ErrTooLarge) || !IsTerminal(err) || !strings.Contains(err.Error(), c.want) ||
+			!strings.Contains(err.Error(), "--git-cache-quota") {
+			t.Fatalf("fetch over the quota of %d alone: %v, want a terminal ErrTooLarge containing %q", c.quota, err, c.want)
+		}
+		if total := dirSize(f.CacheDir()); total > c.quota {
+			t.Errorf("cache holds %d bytes after a fetch over its quota of %d", total, c.quota)
+		}
+	}
+}
+
+// TestFetchForgetRemovesEntry: forgetting the only owner of a cache entry removes it;
+// an entry another owner still uses stays. Before, entries were never removed.
+func TestFetchForgetRemovesEntry(t *testing.T) {
+	repos := map[string]Repository{"a": quotaRepo(t, 1<<10), "b": quotaRepo(t, 1<<10)}
+	f := NewFetcher(t.TempDir())
+	for _, fetch := range []struct{ repo, owner string }{{"a", "apps/one"}, {"b", "apps/two"}, {"b", "apps/three"}} {
+		if err := fetchQuota(t, f, repos[fetch.repo], 0, fetch.owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Forget("apps/one")
+	f.Forget("apps/two")
+	if got := strings.Join(entries(t, f, repos), ","); got != "b" {
+		t.Errorf("entries after forgetting one and two: %s, want b (still used by three)", got)
+	}
+	f.Forget("apps/three")
+	if got := entries(t, f, repos); len(got) != 0 {
+		t.Errorf("entries after forgetting every owner: %v, want none", got)
+	}
+}
+
+// TestFetchCacheQuotaKeepsReservedCheckouts: an entry with a checkout reserved for a
+// render still running (its fetch's ctx has not reached its deadline) is not evicted, even
+// when it is the least recently used.
+func TestFetchCacheQuotaKeepsReservedCheckouts(t *testing.T) {
+	repos := map[string]Repository{"a": quotaRepo(t, 1<<20), "b": quotaRepo(t, 1<<20), "c": quotaRepo(t, 1<<20)}
+	f := NewFetcher(t.TempDir())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Hour) // a render reads a's checkout
+	defer cancel()
+	opts := loopbackOptions()
+	if _, err := f.Fetch(ctx, repos["a"], opts); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := f.cacheKey(repos["a"])
+	quota := dirSize(filepath.Join(f.CacheDir(), key)) * 5 / 2
+	for _, name := range []string{"b", "c"} {
+		if err := fetchQuota(t, f, repos[name], quota, ""); err != nil {
+			t.Fatalf("fetch %s: %v", name, err)
+		}
+	}
+	if got := strings.Join(entries(t, f, repos), ","); got != "a,c" {
+		t.Errorf("entries: %s, want a,c (a reserved for its reader, b the least recently used after it)", got)
+	}
+}
