@@ -256,8 +256,9 @@ func TestWebhookRefusesWithoutTriggering(t *testing.T) {
 	}
 }
 
-// TestWebhookBodyOverLimit checks a body over the limit gets 413 (it was truncated, then
-// failed its signature with 401).
+// TestWebhookBodyOverLimit checks a body over the limit, declared or streamed (chunked), for
+// GitHub and GitLab, gets 413 and triggers nothing (it was truncated, then failed its
+// signature with 401).
 func TestWebhookBodyOverLimit(t *testing.T) {
 	opts := defaultWebhookOptions()
 	opts.MaxBodyBytes = 1024
@@ -266,6 +267,31 @@ func TestWebhookBodyOverLimit(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), 4096)
 	if code, text := h.post("a", big, github("secret-a", big, "1")); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("body of 4096 bytes: %d %q, want 413", code, text)
+	}
+	// Without a Content-Length (chunked), the limit is met while the body is streamed.
+	chunked := func() (int, string) {
+		req, err := http.NewRequest(http.MethodPost, h.url+"a", io.MultiReader(bytes.NewReader(big)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range github("secret-a", big, "3") {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer func() { _ = resp.Body.Close() }()
+		return resp.StatusCode, resp.Header.Get("Connection")
+	}
+	if code, conn := chunked(); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("chunked body of 4096 bytes: %d (%s), want 413", code, conn)
+	}
+	if code, text := h.post("a", big, map[string]string{"X-Gitlab-Token": "secret-a"}); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("GitLab body of 4096 bytes: %d %q, want 413", code, text)
+	}
+	if got := h.requestedAt("a"); got != "" {
+		t.Errorf("a body over the limit triggered the Sync: requestedAt %q", got)
 	}
 	small := bytes.Repeat([]byte("x"), 1024)
 	if code, text := h.post("a", small, github("secret-a", small, "2")); code != http.StatusAccepted {
