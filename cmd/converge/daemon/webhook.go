@@ -37,8 +37,8 @@ type webhookOptions struct {
 	DeliveriesPerSync, Syncs int
 	// TokenTTL is how long the token read from a Sync's Secret is used before the Secret is
 	// read again: requests from anyone, signed or not, cost at most one Secret read per Sync
-	// and TokenTTL (and answer as fast for an existing Sync as for a missing one), and a
-	// rotated token takes effect within TokenTTL. Syncs bounds this memory too.
+	// and TokenTTL, and a rotated token takes effect within TokenTTL. A read refused by RBAC
+	// or failed is not remembered. Syncs bounds this memory too.
 	TokenTTL time.Duration
 	// Server bounds slow clients and how many connections are open at once.
 	Server serverLimits
