@@ -88,14 +88,7 @@ func (h *Heads) Run(ctx context.Context) {
 func newHeadsWatch(client metadata.Interface, stop context.CancelFunc) (*headsWatch, error) {
 	inf := metadatainformer.NewFilteredMetadataInformer(client, corev1.SchemeGroupVersion.WithResource("configmaps"),
 		metav1.NamespaceAll, 0, cache.Indexers{}, func(o *metav1.ListOptions) { o.LabelSelector = IDLabel }).Informer()
-	// Only the resourceVersion is read: drop what could be large.
-	if err := inf.SetTransform(func(o any) (any, error) {
-		if m, ok := o.(metav1.Object); ok {
-			m.SetManagedFields(nil)
-			m.SetAnnotations(nil)
-		}
-		return o, nil
-	}); err != nil {
+	if err := inf.SetTransform(keepHead); err != nil {
 		return nil, err
 	}
 	w := &headsWatch{informer: inf}
@@ -110,6 +103,20 @@ func newHeadsWatch(client metadata.Interface, stop context.CancelFunc) (*headsWa
 		return nil, err
 	}
 	return w, nil
+}
+
+// keepHead is the heads' cache transform: Version reads only the resourceVersion, under the
+// namespace/name key, and the label selector is applied by the API server, so a head is kept
+// as those three fields and nothing else. Whoever may create a ConfigMap with IDLabel (any
+// tenant) then costs the watch a few dozen bytes per ConfigMap, whatever labels, annotations,
+// owner references or managed fields it carries.
+func keepHead(o any) (any, error) {
+	m, ok := o.(*metav1.PartialObjectMetadata)
+	if !ok { // a tombstone (cache.DeletedFinalStateUnknown) holds an object already kept
+		return o, nil
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: m.Namespace, Name: m.Name, ResourceVersion: m.ResourceVersion}}, nil
 }
 
 // Version returns the resourceVersion the watch last saw of the inventory ConfigMap

@@ -2,9 +2,13 @@ package inventory
 
 import (
 	"context"
+	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -143,5 +147,49 @@ func TestHeadsOffWithoutWatch(t *testing.T) {
 	})
 	if err != nil {
 		t.Error("Heads never answered again once watch was granted")
+	}
+}
+
+// TestHeadsKeepOnlyTheVersion: the heads' watch keeps of each head its namespace, name and
+// resourceVersion, nothing else, so that a ConfigMap labelled as an inventory by anyone who
+// may create ConfigMaps costs the watch no more than its key. Failed before: the stored head
+// kept all 21 labels, the UID and the creation time.
+func TestHeadsKeepOnlyTheVersion(t *testing.T) {
+	cluster.Require(t, env)
+	ctx := testCtx(t)
+	ns := env.Namespace(t)
+	_, _, c := newStore(t)
+	labels, annotations := map[string]string{IDLabel: "id-1"}, map[string]string{}
+	for i := range 20 {
+		labels["example.com/l"+strconv.Itoa(i)] = strings.Repeat("v", 63)
+		annotations["example.com/a"+strconv.Itoa(i)] = strings.Repeat("v", 2048)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "big-head", Labels: labels, Annotations: annotations}}
+	if err := c.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	heads, err := NewHeads(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go heads.Run(hctx)
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		v, ok := heads.Version(ns, cm.Name)
+		return ok && v == cm.ResourceVersion, nil
+	})
+	if err != nil {
+		t.Fatalf("the heads' watch never showed %s/%s at %s", ns, cm.Name, cm.ResourceVersion)
+	}
+	o, _, err := heads.cur.Load().informer.GetStore().GetByKey(ns + "/" + cm.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := o.(*metav1.PartialObjectMetadata).ObjectMeta
+	want := metav1.ObjectMeta{Namespace: ns, Name: cm.Name, ResourceVersion: cm.ResourceVersion}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the stored head keeps more than its key and version: %d labels, %d annotations, %d managed fields, uid %q, generation %d, created %v",
+			len(got.Labels), len(got.Annotations), len(got.ManagedFields), got.UID, got.Generation, got.CreationTimestamp)
 	}
 }

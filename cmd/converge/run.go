@@ -41,6 +41,7 @@ authoring).`,
 			if err != nil {
 				return err
 			}
+			o.NoCrossNamespaceRefsSet = cmd.Flags().Changed("no-cross-namespace-refs")
 			o.QuickStart.Ref = v1alpha1.GitRef{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit}
 			if err := o.Validate(); err != nil {
 				return err
@@ -67,7 +68,7 @@ authoring).`,
 	f.DurationVar(&o.RetryPeriod, "leader-election-retry-period", o.RetryPeriod, "how often leader-election clients retry")
 	f.DurationVar(&o.DeletionGrace, "deletion-grace", o.DeletionGrace, "how long a Sync's deletion may be refused with 401/403 (its service account lost its rights) before the finalizer is dropped with a Warning event listing what was left")
 	f.StringVar(&o.DefaultServiceAccount, "default-service-account", o.DefaultServiceAccount, "service account, in each Sync's own namespace, that a Sync without spec.serviceAccountName impersonates for apply, prune, readiness and deletion (multi-tenant lockdown); empty: such a Sync acts with the daemon's own rights (single-tenant)")
-	f.BoolVar(&o.NoCrossNamespaceRefs, "no-cross-namespace-refs", o.NoCrossNamespaceRefs, "refuse a Sync's spec.dependsOn entry in another namespace (the Sync is Stalled, nothing applied), and do not let a dependent in another namespace hold up a deletion (multi-tenant lockdown, with --default-service-account)")
+	f.BoolVar(&o.NoCrossNamespaceRefs, "no-cross-namespace-refs", o.NoCrossNamespaceRefs, "refuse a Sync's spec.dependsOn entry in another namespace (the Sync is Stalled, nothing applied), and do not let a dependent in another namespace hold up a deletion (default: on with --default-service-account, off without; =false re-opens them under lockdown)")
 	f.BoolVar(&o.InstallCRD, "install-crd", o.InstallCRD, "server-side apply the Sync CRD at start")
 	f.BoolVar(&o.WatchCache, "watch-cache", o.WatchCache, "keep a watch cache of managed kinds so unchanged objects cost no request (needs list/watch RBAC on them)")
 	f.BoolVar(&o.DriftReconcile, "reconcile-on-drift", o.DriftReconcile, "with --watch-cache, reconcile a Sync within seconds when one of its objects is edited or deleted out of band, not only at its interval")

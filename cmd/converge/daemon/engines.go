@@ -61,10 +61,14 @@ func newEngineSet(ctx context.Context, cfg *rest.Config, opts engine.Options, wa
 // account, in s's namespace; "" is the daemon's own identity. Every call made for s (apply,
 // prune, readiness reads, deletion, the read of its git Secret) goes through the actor of
 // this user, so one rule decides what a Sync can reach.
-func (e *engineSet) user(s *v1alpha1.Sync) string {
+func (e *engineSet) user(s *v1alpha1.Sync) string { return actsAs(s, e.defaultSA) }
+
+// actsAs is the user s acts as when the default service account is defaultSA ("" is the
+// daemon's own identity): engineSet.user, for what is not an engine (the webhook).
+func actsAs(s *v1alpha1.Sync, defaultSA string) string {
 	sa := s.Spec.ServiceAccountName
 	if sa == "" {
-		sa = e.defaultSA
+		sa = defaultSA
 	}
 	if sa == "" {
 		return ""

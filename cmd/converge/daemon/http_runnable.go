@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -16,12 +17,17 @@ type httpRunnable struct {
 	limits  serverLimits
 }
 
-// serverLimits bound how long a slow client may hold a connection and how large its headers
-// may be. A zero field keeps net/http's default (no limit), except ReadHeaderTimeout (10s):
-// the metrics server sets only that one, since a /debug/pprof/profile answer takes 30s.
+// serverLimits bound how long a slow client may hold a connection, how large its headers
+// may be and how many connections are open at once. A zero field keeps net/http's default
+// (no limit), except ReadHeaderTimeout (10s): the metrics server sets only that one, since a
+// /debug/pprof/profile answer takes 30s.
 type serverLimits struct {
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	MaxHeaderBytes                                            int
+	// MaxConns is how many connections are open at once: one more is closed as soon as it
+	// is accepted, so that many idle or slow clients hold no more than MaxConns connections'
+	// buffers and goroutines.
+	MaxConns int
 }
 
 // NeedLeaderElection is false: followers serve too.
@@ -40,6 +46,9 @@ func (h httpRunnable) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if h.limits.MaxConns > 0 {
+		l = &connLimit{Listener: l, open: make(chan struct{}, h.limits.MaxConns)}
+	}
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -50,4 +59,40 @@ func (h httpRunnable) Start(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// connLimit is a listener that keeps at most cap(open) connections open: one accepted beyond
+// that is closed at once (the client sees its connection reset or closed, not a wait).
+type connLimit struct {
+	net.Listener
+	open chan struct{}
+}
+
+// Accept returns the next connection while fewer than cap(open) are open, closing the others.
+func (l *connLimit) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.open <- struct{}{}:
+			return &limitedConn{Conn: c, release: func() { <-l.open }}, nil
+		default:
+			_ = c.Close()
+		}
+	}
+}
+
+// limitedConn gives its place back once, when closed.
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

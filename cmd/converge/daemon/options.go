@@ -80,10 +80,15 @@ type Options struct {
 	DefaultServiceAccount string
 	// NoCrossNamespaceRefs refuses a Sync's spec.dependsOn entry in another namespace (the
 	// Sync is Stalled, nothing applied), and a dependent in another namespace does not hold
-	// up a deletion, as Flux's --no-cross-namespace-refs. Off (the default, as in Flux), one
-	// tenant's Sync may wait for, and hold up the deletion of, another namespace's Syncs:
-	// set it with DefaultServiceAccount when tenants share the daemon.
+	// up a deletion, as Flux's --no-cross-namespace-refs. Off, one tenant's Sync may wait
+	// for (learning whether they exist and are Ready), and hold up the deletion of, another
+	// namespace's Syncs. DefaultServiceAccount (lockdown) turns it on unless
+	// NoCrossNamespaceRefsSet says it was given explicitly (crossNamespaceRefused).
 	NoCrossNamespaceRefs bool
+	// NoCrossNamespaceRefsSet is true when NoCrossNamespaceRefs was given explicitly (the
+	// flag on the command line): its value then stands under lockdown too, so
+	// --no-cross-namespace-refs=false re-opens cross-namespace references.
+	NoCrossNamespaceRefsSet bool
 	// DeletionGrace is how long a Sync's deletion may be refused with 401/403 before the
 	// finalizer is dropped anyway (defaultDeletionGrace when zero).
 	DeletionGrace time.Duration
@@ -215,6 +220,16 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--watch-label-selector %q: %w", o.WatchLabelSelector, err)
 	}
 	return nil
+}
+
+// crossNamespaceRefused is whether a dependency or dependent in another namespace is refused:
+// NoCrossNamespaceRefs when given explicitly, else on under lockdown (DefaultServiceAccount)
+// and off without it (single-tenant, as in Flux).
+func (o Options) crossNamespaceRefused() bool {
+	if o.NoCrossNamespaceRefsSet || o.NoCrossNamespaceRefs {
+		return o.NoCrossNamespaceRefs
+	}
+	return o.DefaultServiceAccount != ""
 }
 
 // leaderElectionID names the leader Lease: one per label selector, so that the daemons of

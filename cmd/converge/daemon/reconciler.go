@@ -98,7 +98,7 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 			cacheQuota: o.GitCacheQuota},
 		engines:     engines,
 		drift:       drift,
-		deps:        dependencies{cache: mgr.GetCache(), noCrossNamespace: o.NoCrossNamespaceRefs, sharded: o.WatchLabelSelector != ""},
+		deps:        dependencies{cache: mgr.GetCache(), noCrossNamespace: o.crossNamespaceRefused(), sharded: o.WatchLabelSelector != ""},
 		crash:       o.crash,
 		writer:      &status.Writer{Cached: mgr.GetClient(), Live: mgr.GetAPIReader(), Client: conflictCounting{mgr.GetClient(), metrics}, Owner: o.Replica},
 		events:      mgr.GetEventRecorderFor("converge"), //nolint:staticcheck // the events/v1 recorder needs a newer RBAC story

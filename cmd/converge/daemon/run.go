@@ -157,7 +157,11 @@ func addServers(mgr ctrl.Manager, reg prometheus.Gatherer, o Options) error {
 		if o.webhook == (webhookOptions{}) {
 			o.webhook = defaultWebhookOptions()
 		}
-		hook := &webhook{addr: o.WebhookAddr, syncs: mgr.GetClient(), secrets: mgr.GetAPIReader(), client: mgr.GetClient(),
+		secrets, err := newImpersonatingSecrets(mgr.GetConfig())
+		if err != nil {
+			return err
+		}
+		hook := &webhook{addr: o.WebhookAddr, syncs: mgr.GetClient(), secrets: secrets, defaultSA: o.DefaultServiceAccount, client: mgr.GetClient(),
 			log: mgr.GetLogger().WithName("webhook"), opts: o.webhook}
 		if err := mgr.Add(hook.runnable()); err != nil {
 			return err

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,8 +23,12 @@ const webhookTokenKey = "token"
 
 // webhookOptions bound what one caller of the webhook may cost the daemon.
 type webhookOptions struct {
-	// MaxBodyBytes is the largest body read; a larger one gets 413.
+	// MaxBodyBytes is the largest body read; a larger one gets 413. The body is streamed
+	// into the signature check, never held: this bounds the time a request costs, not memory.
 	MaxBodyBytes int64
+	// MaxConcurrent is how many requests are handled at once; one more is answered 503 at
+	// once, with Retry-After, before anything is read of it.
+	MaxConcurrent int
 	// APITimeout bounds the reads of the Sync and its Secret and the patch of one request.
 	APITimeout time.Duration
 	// ReplayWindow is how long a handled delivery is remembered and its repeats ignored.
@@ -34,10 +37,10 @@ type webhookOptions struct {
 	DeliveriesPerSync, Syncs int
 	// TokenTTL is how long the token read from a Sync's Secret is used before the Secret is
 	// read again: requests from anyone, signed or not, cost at most one Secret read per Sync
-	// and TokenTTL (and answer as fast for an existing Sync as for a missing one), and a
-	// rotated token takes effect within TokenTTL. Syncs bounds this memory too.
+	// and TokenTTL, and a rotated token takes effect within TokenTTL. A read refused by RBAC
+	// or failed is not remembered. Syncs bounds this memory too.
 	TokenTTL time.Duration
-	// Server bounds slow clients.
+	// Server bounds slow clients and how many connections are open at once.
 	Server serverLimits
 }
 
@@ -46,6 +49,7 @@ type webhookOptions struct {
 func defaultWebhookOptions() webhookOptions {
 	return webhookOptions{
 		MaxBodyBytes:      1 << 20,
+		MaxConcurrent:     32,
 		APITimeout:        10 * time.Second,
 		ReplayWindow:      24 * time.Hour,
 		DeliveriesPerSync: 256,
@@ -57,6 +61,7 @@ func defaultWebhookOptions() webhookOptions {
 			WriteTimeout:      30 * time.Second,
 			IdleTimeout:       60 * time.Second,
 			MaxHeaderBytes:    32 << 10,
+			MaxConns:          256,
 		},
 	}
 }
@@ -64,24 +69,30 @@ func defaultWebhookOptions() webhookOptions {
 // webhook receives git push notifications on POST /hooks/<namespace>/<name> and asks for an
 // immediate reconcile of that Sync by setting its converge.dev/requestedAt annotation.
 //
-// Each Sync is signed by its own Secret (spec.webhook.secretRef, key "token"): GitHub requests
-// are checked with X-Hub-Signature-256 (HMAC-SHA256 of the body), GitLab requests with
-// X-Gitlab-Token. A Sync without spec.webhook is never triggered. A missing Sync, a Sync
-// without a secret and a wrong signature get the same answer, so a caller learns nothing about
-// which Syncs exist.
+// Each Sync is signed by its own Secret (spec.webhook.secretRef, key "token"), read as the
+// Sync's identity (its spec.serviceAccountName, else --default-service-account, as every other
+// read of the Sync's): GitHub requests are checked with X-Hub-Signature-256 (HMAC-SHA256 of the
+// body), GitLab requests with X-Gitlab-Token. A Sync without spec.webhook is never triggered.
+// A missing Sync, a Sync without a secret it may read and a wrong signature get the same
+// answer. The Sync and its secret are found before the body is read: a request for a path
+// without a secret is answered without reading its body.
 type webhook struct {
 	addr string
 	// syncs reads Syncs (the manager's cache: it watches them anyway).
 	syncs client.Reader
-	// secrets reads the one Secret a Sync names, from the API server: the daemon may get
-	// Secrets but is not meant to list or watch them. tokens remembers what it read.
-	secrets client.Reader
+	// secrets reads the one Secret a Sync names, from the API server, as the Sync's
+	// identity: the daemon may get Secrets but is not meant to list or watch them. tokens
+	// remembers what it read.
+	secrets secretGetter
+	// defaultSA is --default-service-account (see actsAs).
+	defaultSA string
 	// client patches the requestedAt annotation.
 	client client.Writer
 	log    logr.Logger
 	opts   webhookOptions
-	seen   *deliveries // set by runnable
-	tokens *tokens     // set by runnable
+	seen   *deliveries   // set by runnable
+	tokens *tokens       // set by runnable
+	slots  chan struct{} // set by runnable: one per request being handled
 }
 
 // runnable serves the hooks on every replica: the annotation reaches the leader. Each
@@ -90,24 +101,37 @@ type webhook struct {
 func (w *webhook) runnable() httpRunnable {
 	w.seen = newDeliveries(w.opts.ReplayWindow, w.opts.DeliveriesPerSync, w.opts.Syncs)
 	w.tokens = newTokens(w.opts.TokenTTL, w.opts.Syncs)
+	w.slots = make(chan struct{}, max(w.opts.MaxConcurrent, 1))
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hooks/{namespace}/{name}", w.handle)
 	return httpRunnable{addr: w.addr, handler: mux, limits: w.opts.Server}
 }
 
-// refuse is the one answer to every request that is not authentic, whatever the reason.
+// refuse is the one answer to every request that is not authentic, whatever the reason. The
+// connection is closed after it: what is left of the body is never read.
 func refuse(rw http.ResponseWriter) {
+	rw.Header().Set("Connection", "close")
 	http.Error(rw, "unauthorized", http.StatusUnauthorized)
 }
 
+// tooLarge answers a body over limit; the connection is closed after it.
+func tooLarge(rw http.ResponseWriter, limit int64) {
+	rw.Header().Set("Connection", "close")
+	http.Error(rw, "body larger than "+strconv.FormatInt(limit, 10)+" bytes", http.StatusRequestEntityTooLarge)
+}
+
 func (w *webhook) handle(rw http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(rw, req.Body, w.opts.MaxBodyBytes))
-	if err != nil {
-		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-			http.Error(rw, "body larger than "+strconv.FormatInt(tooBig.Limit, 10)+" bytes", http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(rw, "cannot read body", http.StatusBadRequest)
+	select {
+	case w.slots <- struct{}{}:
+		defer func() { <-w.slots }()
+	default:
+		rw.Header().Set("Retry-After", "1")
+		rw.Header().Set("Connection", "close")
+		http.Error(rw, "too many webhook requests at once, retry later", http.StatusServiceUnavailable)
+		return
+	}
+	if req.ContentLength > w.opts.MaxBodyBytes {
+		tooLarge(rw, w.opts.MaxBodyBytes)
 		return
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), w.opts.APITimeout)
@@ -115,12 +139,23 @@ func (w *webhook) handle(rw http.ResponseWriter, req *http.Request) {
 	key := client.ObjectKey{Namespace: req.PathValue("namespace"), Name: req.PathValue("name")}
 	log := w.log.WithValues("sync", key)
 	uid, secret, why := w.secretOf(ctx, key)
-	ok, deliveryKeys := authentic(req, body, secret)
-	if !ok || secret == nil {
-		if why == "" {
-			why = "signature or token missing or wrong"
-		}
+	if secret == nil { // the body is not read
 		log.V(1).Info("webhook request refused", "reason", why)
+		refuse(rw)
+		return
+	}
+	ok, deliveryKeys, err := authentic(req, http.MaxBytesReader(rw, req.Body, w.opts.MaxBodyBytes), secret)
+	if err != nil {
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+			tooLarge(rw, tooBig.Limit)
+			return
+		}
+		rw.Header().Set("Connection", "close")
+		http.Error(rw, "cannot read body", http.StatusBadRequest)
+		return
+	}
+	if !ok {
+		log.V(1).Info("webhook request refused", "reason", "signature or token missing or wrong")
 		refuse(rw)
 		return
 	}
@@ -139,8 +174,9 @@ func (w *webhook) handle(rw http.ResponseWriter, req *http.Request) {
 	rw.WriteHeader(http.StatusAccepted)
 }
 
-// secretOf reads the Sync and the token of the Secret it names (see tokenOf). It returns a
-// nil secret and the reason (for the log only, never shown to the caller) when there is none.
+// secretOf reads the Sync and the token of the Secret it names, as the Sync's identity (see
+// tokenOf). It returns a nil secret and the reason (for the log only, never shown to the
+// caller) when there is none.
 func (w *webhook) secretOf(ctx context.Context, key client.ObjectKey) (types.UID, []byte, string) {
 	s := &v1alpha1.Sync{}
 	if err := w.syncs.Get(ctx, key, s); err != nil {
@@ -151,25 +187,25 @@ func (w *webhook) secretOf(ctx context.Context, key client.ObjectKey) (types.UID
 		return "", nil, "the Sync has no spec.webhook.secretRef"
 	}
 	ref := client.ObjectKey{Namespace: key.Namespace, Name: s.Spec.Webhook.SecretRef.Name}
-	t := w.tokens.get(tokenKey{s.UID, ref.Name}, func() (token, bool) { return w.tokenOf(ctx, key, ref) })
+	user := actsAs(s, w.defaultSA)
+	t := w.tokens.get(tokenKey{s.UID, ref.Name, user}, func() (token, bool) { return w.tokenOf(ctx, key, ref, user) })
 	if t.value == nil {
 		return "", nil, t.why
 	}
 	return s.UID, t.value, ""
 }
 
-// tokenOf reads the token of Secret ref, named by Sync key, from the API server, and says
-// whether the answer may be cached: an error other than NotFound (RBAC, a timeout) is not,
-// and is logged as an error, for the operator.
-//
-// It reads as the daemon, not as the Sync's service account (unlike the git Secret, see
-// engineSet.secret): the token only checks a request's signature and is sent nowhere, so
-// naming another Secret lets a Sync's author learn nothing of it.
-func (w *webhook) tokenOf(ctx context.Context, key, ref client.ObjectKey) (token, bool) {
-	sec := &corev1.Secret{}
-	if err := w.secrets.Get(ctx, ref, sec); err != nil {
+// tokenOf reads the token of Secret ref, named by Sync key, from the API server as user (the
+// Sync's identity, as engineSet.secret reads its git Secret), and says whether the answer may
+// be cached: an error other than NotFound (RBAC, a timeout) is not, and is logged, for the
+// operator. Read as the daemon, a Sync's author could have any Secret of the namespace, even
+// one they may not read, sign requests; a Sync whose identity may not read the Secret is now
+// never triggered.
+func (w *webhook) tokenOf(ctx context.Context, key, ref client.ObjectKey, user string) (token, bool) {
+	sec, err := w.secrets.getSecret(ctx, user, ref)
+	if err != nil {
 		if !apierrors.IsNotFound(err) {
-			w.log.Error(err, "webhook: cannot read the Sync's Secret", "sync", key, "secret", ref.Name)
+			w.log.Error(err, "webhook: cannot read the Sync's Secret", "sync", key, "secret", ref.Name, "user", userName(user))
 			return token{why: "cannot read Secret " + ref.Name}, false
 		}
 		return token{why: "cannot read Secret " + ref.Name}, true
@@ -192,4 +228,12 @@ func (w *webhook) request(ctx context.Context, key client.ObjectKey, uid types.U
 	s := &v1alpha1.Sync{}
 	s.Namespace, s.Name = key.Namespace, key.Name
 	return w.client.Patch(ctx, s, client.RawPatch(types.MergePatchType, patch))
+}
+
+// userName names user for messages ("" is the daemon).
+func userName(user string) string {
+	if user == "" {
+		return "the daemon"
+	}
+	return user
 }

@@ -42,7 +42,11 @@ func newHookFixture(t *testing.T, opts webhookOptions, mutate ...func(*webhook))
 		t.Fatal(err)
 	}
 	addr := cluster.FreeAddr()
-	hook := &webhook{addr: addr, syncs: f.c, secrets: f.c, client: f.c, log: logr.Discard(), opts: opts}
+	secrets, err := newImpersonatingSecrets(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := &webhook{addr: addr, syncs: f.c, secrets: secrets, client: f.c, log: logr.Discard(), opts: opts}
 	srv := hook.runnable()
 	for _, m := range mutate {
 		m(hook)
@@ -53,8 +57,9 @@ func newHookFixture(t *testing.T, opts webhookOptions, mutate ...func(*webhook))
 	return &hookFixture{fixture: f, url: "http://" + addr + "/hooks/" + f.ns + "/"}
 }
 
-// sync creates a suspended Sync, with a webhook Secret holding token unless token is empty.
-func (h *hookFixture) sync(name, token string) {
+// sync creates a suspended Sync, with a webhook Secret holding token unless token is empty;
+// mutate runs before it is created.
+func (h *hookFixture) sync(name, token string, mutate ...func(*v1alpha1.Sync)) {
 	h.t.Helper()
 	ctx := context.Background()
 	s := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns}, Spec: v1alpha1.SyncSpec{
@@ -68,6 +73,9 @@ func (h *hookFixture) sync(name, token string) {
 		}
 		s.Spec.Webhook = &v1alpha1.Webhook{SecretRef: v1alpha1.LocalObjectReference{Name: sec.Name}}
 	}
+	for _, m := range mutate {
+		m(s)
+	}
 	if err := h.c.Create(ctx, s); err != nil {
 		h.t.Fatal(err)
 	}
@@ -75,6 +83,12 @@ func (h *hookFixture) sync(name, token string) {
 
 // post sends body to /hooks/<ns>/<name> with headers, retrying until the server listens.
 func (h *hookFixture) post(name string, body []byte, headers map[string]string) (int, string) {
+	h.t.Helper()
+	return h.postWith(name, body, headers, nil)
+}
+
+// postWith is post, calling seen (when not nil) with the answer.
+func (h *hookFixture) postWith(name string, body []byte, headers map[string]string, seen func(*http.Response)) (int, string) {
 	h.t.Helper()
 	var code int
 	var text []byte
@@ -91,6 +105,9 @@ func (h *hookFixture) post(name string, body []byte, headers map[string]string) 
 			return false, nil
 		}
 		defer func() { _ = resp.Body.Close() }()
+		if seen != nil {
+			seen(resp)
+		}
 		code = resp.StatusCode
 		text, err = io.ReadAll(resp.Body)
 		return err == nil, nil
@@ -162,15 +179,15 @@ func TestWebhookSecretPerSync(t *testing.T) {
 	}
 }
 
-// countingReader counts the reads of a real client.
-type countingReader struct {
-	client.Reader
+// countingSecrets counts the reads of a real client.
+type countingSecrets struct {
+	secretGetter
 	gets atomic.Int64
 }
 
-func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+func (c *countingSecrets) getSecret(ctx context.Context, user string, key client.ObjectKey) (*corev1.Secret, error) {
 	c.gets.Add(1)
-	return c.Reader.Get(ctx, key, obj, opts...)
+	return c.secretGetter.getSecret(ctx, user, key)
 }
 
 // TestWebhookSecretReadsBounded is I13 (what a caller can cost): requests for a Sync, signed
@@ -180,9 +197,9 @@ func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj clie
 func TestWebhookSecretReadsBounded(t *testing.T) {
 	opts := defaultWebhookOptions()
 	var later atomic.Int64 // how far the token cache's clock is ahead
-	secrets := &countingReader{}
+	secrets := &countingSecrets{}
 	h := newHookFixture(t, opts, func(w *webhook) {
-		secrets.Reader = w.secrets
+		secrets.secretGetter = w.secrets
 		w.secrets = secrets
 		w.tokens.now = func() time.Time { return time.Now().Add(time.Duration(later.Load())) }
 	})
@@ -239,8 +256,9 @@ func TestWebhookRefusesWithoutTriggering(t *testing.T) {
 	}
 }
 
-// TestWebhookBodyOverLimit checks a body over the limit gets 413 (it was truncated, then
-// failed its signature with 401).
+// TestWebhookBodyOverLimit checks a body over the limit, declared or streamed (chunked), for
+// GitHub and GitLab, gets 413 and triggers nothing (it was truncated, then failed its
+// signature with 401).
 func TestWebhookBodyOverLimit(t *testing.T) {
 	opts := defaultWebhookOptions()
 	opts.MaxBodyBytes = 1024
@@ -249,6 +267,31 @@ func TestWebhookBodyOverLimit(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), 4096)
 	if code, text := h.post("a", big, github("secret-a", big, "1")); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("body of 4096 bytes: %d %q, want 413", code, text)
+	}
+	// Without a Content-Length (chunked), the limit is met while the body is streamed.
+	chunked := func() (int, string) {
+		req, err := http.NewRequest(http.MethodPost, h.url+"a", io.MultiReader(bytes.NewReader(big)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range github("secret-a", big, "3") {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer func() { _ = resp.Body.Close() }()
+		return resp.StatusCode, resp.Header.Get("Connection")
+	}
+	if code, conn := chunked(); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("chunked body of 4096 bytes: %d (%s), want 413", code, conn)
+	}
+	if code, text := h.post("a", big, map[string]string{"X-Gitlab-Token": "secret-a"}); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("GitLab body of 4096 bytes: %d %q, want 413", code, text)
+	}
+	if got := h.requestedAt("a"); got != "" {
+		t.Errorf("a body over the limit triggered the Sync: requestedAt %q", got)
 	}
 	small := bytes.Repeat([]byte("x"), 1024)
 	if code, text := h.post("a", small, github("secret-a", small, "2")); code != http.StatusAccepted {
