@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -101,6 +102,12 @@ func serveChild(in io.Reader, out io.Writer) int {
 		fmt.Fprintln(os.Stderr, "render child: read request:", err)
 		return 2
 	}
+	// Before anything of the source is read: whatever it holds, the build runs under the
+	// limit.
+	if err := limitMemory(req.Limits.withDefaults().MaxRenderMemory); err != nil {
+		fmt.Fprintln(os.Stderr, "render child:", err)
+		return 2
+	}
 	if !req.AllowRemoteBases {
 		http.DefaultTransport = refusingTransport{}
 	}
@@ -147,7 +154,7 @@ func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions,
 	cmd.Env = childEnviron(opts.AllowRemoteBases, b.limits)
 	cmd.Stdin = bytes.NewReader(req)
 	stdout := &cappedBuffer{max: b.remaining()}
-	stderr := &tailBuffer{max: 4096}
+	stderr := &tailBuffer{max: 4096, headMax: 1024}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = 5 * time.Second
 	killWithParent(cmd)
@@ -157,6 +164,10 @@ func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions,
 	}
 	if stdout.over {
 		return nil, b.read(b.remaining() + 1) // fails, naming the limit
+	}
+	if err != nil && outOfMemory(err, stderr) {
+		return nil, &InputError{File: file, Err: fmt.Errorf("%w of %d MiB (raise it with --render-memory-limit)",
+			ErrRenderMemory, b.limits.MaxRenderMemory>>20)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: kustomize build process: %w: %s", file, err, strings.TrimSpace(stderr.String()))
@@ -188,9 +199,9 @@ var (
 )
 
 // childEnviron is a render child's environment: the few variables it keeps, the child
-// marker, a soft memory limit of its own (four times the render's byte budget: the copy
-// of the source, kustomize's resources and the answer), and, without remote bases, no way
-// to start a program or to let git use any protocol.
+// marker, a soft memory limit of its own (three quarters of its hard one, MaxRenderMemory,
+// which the child sets on itself: see limitMemory), and, without remote bases, no way to
+// start a program or to let git use any protocol.
 func childEnviron(allowRemote bool, limits Limits) []string {
 	kept := childEnvKept
 	if allowRemote {
@@ -202,7 +213,7 @@ func childEnviron(allowRemote bool, limits Limits) []string {
 			env = append(env, name+"="+v)
 		}
 	}
-	env = append(env, childEnv+"=1", "GOMEMLIMIT="+strconv.FormatInt(4*limits.MaxTotalSize, 10))
+	env = append(env, childEnv+"=1", "GOMEMLIMIT="+strconv.FormatInt(limits.withDefaults().MaxRenderMemory*3/4, 10))
 	if !allowRemote {
 		env = append(env, "PATH=", "GIT_ALLOW_PROTOCOL=converge-refuses-all")
 	}
@@ -297,13 +308,39 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// tailBuffer keeps the last max bytes written to it.
+// outOfMemory reports whether a render child ended for want of memory: the Go runtime's
+// fatal error when the kernel refuses it address space (its first line, before the
+// goroutine dump; the race detector's own when built with it), or a SIGKILL the parent did not send (the kernel's OOM killer).
+func outOfMemory(err error, stderr *tailBuffer) bool {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return false
+	}
+	if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+		return true
+	}
+	head := string(stderr.head)
+	for _, s := range []string{"out of memory", "cannot allocate memory", "pthread_create failed", "failed to create new OS thread",
+		"ThreadSanitizer failed to allocate"} {
+		if strings.Contains(head, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// tailBuffer keeps the last max bytes written to it, and the first headMax apart.
 type tailBuffer struct {
-	max int
-	buf []byte
+	max     int
+	buf     []byte
+	headMax int
+	head    []byte
 }
 
 func (b *tailBuffer) Write(p []byte) (int, error) {
+	if n := min(b.headMax-len(b.head), len(p)); n > 0 {
+		b.head = append(b.head, p[:n]...)
+	}
 	b.buf = append(b.buf, p...)
 	if len(b.buf) > b.max {
 		b.buf = b.buf[len(b.buf)-b.max:]

@@ -138,7 +138,8 @@ func DefaultOptions() Options {
 		BuildTimeout:    defaultBuildTimeout,
 		MaxFetchSize:    git.DefaultMaxFetchSize,
 		Limits: sources.Limits{MaxFiles: sources.DefaultMaxFiles, MaxFileSize: sources.DefaultMaxFileSize,
-			MaxObjects: sources.DefaultMaxObjects, MaxTotalSize: sources.DefaultMaxTotalSize},
+			MaxObjects: sources.DefaultMaxObjects, MaxTotalSize: sources.DefaultMaxTotalSize,
+			MaxRenderMemory: sources.DefaultMaxRenderMemory},
 		QuickStart: DefaultQuickStart(),
 		webhook:    defaultWebhookOptions(),
 	}
