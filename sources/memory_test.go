@@ -3,6 +3,7 @@ package sources
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -36,5 +37,30 @@ func TestRenderChildMemoryLimit(t *testing.T) {
 	want := "k/kustomization.yaml: render exceeded the memory limit of 32 MiB (raise it with --render-memory-limit)"
 	if err.Error() != want || !errors.Is(err, ErrRenderMemory) || !IsTerminal(err) {
 		t.Errorf("error:\n%v\nwant a terminal ErrRenderMemory:\n%s", err, want)
+	}
+}
+
+// TestPlainYAMLAliasExpansionBounded: a 110 KB manifest whose one 100 KB anchored scalar
+// is aliased 2,000 times would decode to 200 MB (under the decoder's own alias-ratio guard,
+// which counts nodes, not bytes). It is refused before it is decoded, naming the file and
+// the limit, and the render allocates a small multiple of the file, not of its expansion.
+func TestPlainYAMLAliasExpansionBounded(t *testing.T) {
+	doc := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: laughs, namespace: default}\nanchor: &a \"" +
+		strings.Repeat("x", 100_000) + "\"\ndata:\n  list: [" + strings.TrimSuffix(strings.Repeat("*a, ", 2000), ", ") + "]\n"
+	dir := writeTree(t, map[string]string{"apps/laughs.yaml": doc})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	objs, err := Render(t.Context(), dir, "apps", DefaultRenderOptions())
+	runtime.ReadMemStats(&after)
+	if err == nil {
+		t.Fatalf("Render returned %d objects and no error", len(objs))
+	}
+	want := "apps/laughs.yaml:1: file too large: alias expansion exceeds 8388608 bytes (raise the limit with --max-file-size)"
+	if err.Error() != want || !errors.Is(err, ErrFileTooLarge) || !IsTerminal(err) {
+		t.Errorf("error:\n%v\nwant a terminal ErrFileTooLarge:\n%s", err, want)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
+		t.Errorf("the render allocated %d MiB for a %d KB file", alloc>>20, len(doc)/1000)
 	}
 }
