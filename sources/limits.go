@@ -41,9 +41,10 @@ const (
 	DefaultMaxFileSize  = 8 << 20
 	DefaultMaxObjects   = 50000
 	DefaultMaxTotalSize = 256 << 20
-	// DefaultMaxRenderMemory is a render child's memory budget: the kustomize build of
-	// `make bench` (1,000 objects) needs about a tenth of it.
-	DefaultMaxRenderMemory = 256 << 20
+	// DefaultMaxRenderMemory is a render child's memory budget: a whole kustomize build of
+	// 3,000 objects fits (1,000 fit in 32 MiB), and four children at once (render slots)
+	// leave half of the shipped Deployment's 512 MiB to the daemon.
+	DefaultMaxRenderMemory = 64 << 20
 )
 
 // DefaultLimits returns DefaultMaxFiles, DefaultMaxFileSize, DefaultMaxObjects and
