@@ -67,7 +67,7 @@ func decodeFile(root *os.Root, rel string, b *budget) ([]decoded, error) {
 		if len(docs) == 1 {
 			loc.doc = 0 // "document 1 of 1" adds nothing
 		}
-		objs, err := decodeDocument(d, loc)
+		objs, err := decodeDocument(d, loc, b.limits.MaxFileSize)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -113,13 +113,17 @@ func isSeparator(line []byte) bool {
 var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): `)
 
 // decodeDocument converts one document to objects. A YAML error names its line once, as a
-// line of the file (the location's), not a second number relative to the document.
-func decodeDocument(d document, loc location) ([]decoded, error) {
+// line of the file (the location's), not a second number relative to the document. A
+// document whose aliases expand it past maxSize bytes is refused before it is decoded.
+func decodeDocument(d document, loc location, maxSize int64) ([]decoded, error) {
 	if len(bytes.TrimSpace(d.data)) == 0 {
 		return nil, nil
 	}
 	js, err := d.data, error(nil)
 	if !strings.EqualFold(path.Ext(loc.file), ".json") {
+		if err := checkAliases(d.data, maxSize); err != nil {
+			return nil, loc.wrap("", err)
+		}
 		js, err = yaml.YAMLToJSON(d.data)
 	}
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -65,9 +66,9 @@ type childRequest struct {
 	Read     int64  `json:"read"`
 }
 
-// childResponse is what a render child answers on its stdout.
+// childResponse ends a render child's answer on its stdout, after its resources (see
+// childRecord).
 type childResponse struct {
-	Resources []json.RawMessage `json:"resources"`
 	// Ordered holds, by index in Resources, the resources with SOPS metadata as YAML in
 	// their written field order (see buildInput.run).
 	Ordered map[int]string `json:"ordered,omitempty"`
@@ -101,6 +102,12 @@ func serveChild(in io.Reader, out io.Writer) int {
 		fmt.Fprintln(os.Stderr, "render child: read request:", err)
 		return 2
 	}
+	// Before anything of the source is read: whatever it holds, the build runs under the
+	// limit.
+	if err := limitMemory(req.Limits.withDefaults().MaxRenderMemory); err != nil {
+		fmt.Fprintln(os.Stderr, "render child:", err)
+		return 2
+	}
 	if !req.AllowRemoteBases {
 		http.DefaultTransport = refusingTransport{}
 	}
@@ -109,10 +116,10 @@ func serveChild(in io.Reader, out io.Writer) int {
 	b.bytes.Store(req.Read)
 	resources, ordered, err := kustomize(context.Background(), req.Root, unit{rel: req.Unit, kustomization: req.Kustomization}, opts, b)
 	resp := childResponse{Errors: encodeErrors(err), Read: b.bytes.Load() - req.Read, Ordered: ordered}
-	for _, r := range resources {
-		resp.Resources = append(resp.Resources, r)
+	if err != nil {
+		resources = nil
 	}
-	if err := json.NewEncoder(out).Encode(resp); err != nil {
+	if err := writeAnswer(out, resources, resp); err != nil {
 		fmt.Fprintln(os.Stderr, "render child: write answer:", err)
 		return 2
 	}
@@ -146,36 +153,64 @@ func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions,
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = childEnviron(opts.AllowRemoteBases, b.limits)
 	cmd.Stdin = bytes.NewReader(req)
-	stdout := &cappedBuffer{max: b.remaining()}
-	stderr := &tailBuffer{max: 4096}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	stderr := &tailBuffer{max: 4096, headMax: 4096}
+	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
 	killWithParent(cmd)
-	err = cmd.Run()
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("%s: kustomize build stopped: %w", file, context.Cause(ctx))
-	}
-	if stdout.over {
-		return nil, b.read(b.remaining() + 1) // fails, naming the limit
-	}
+	pipe, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("%s: kustomize build process: %w: %s", file, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("%s: isolated kustomize build: %w", file, err)
 	}
-	var resp childResponse
-	if err := json.Unmarshal(stdout.buf, &resp); err != nil {
-		return nil, fmt.Errorf("%s: kustomize build process: answer: %w", file, err)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: isolated kustomize build: %w", file, err)
 	}
-	if len(resp.Errors) > 0 {
+	stdout := &budgetReader{r: pipe, max: b.remaining()}
+	objs, resp, readErr := readAnswer(stdout, u, b)
+	killed := readErr != nil || resp == nil
+	if killed {
+		_ = cmd.Process.Kill() // an answer cut off: the rest is not needed
+	}
+	err = cmd.Wait()
+	return answerResult(ctx, file, answer{objs, resp, readErr, err, killed}, stdout, stderr, b)
+}
+
+// answer is what the parent saw of a render child: its objects and end record as read,
+// the errors of the read and of the process, and whether the parent killed it.
+type answer struct {
+	objs    []decoded
+	resp    *childResponse
+	readErr error
+	waitErr error
+	killed  bool
+}
+
+// answerResult sorts out how an isolated build ended: stopped, out of memory or of its
+// byte budget, failed, or its objects.
+func answerResult(ctx context.Context, file string, a answer, stdout *budgetReader, stderr *tailBuffer, b *budget) ([]decoded, error) {
+	objs, resp, readErr, waitErr := a.objs, a.resp, a.readErr, a.waitErr
+	switch {
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("%s: kustomize build stopped: %w", file, context.Cause(ctx))
+	case stdout.over:
+		return nil, b.read(b.remaining() + 1) // fails, naming the limit
+	case waitErr != nil && outOfMemory(waitErr, stderr, a.killed):
+		return nil, &InputError{File: file, Err: fmt.Errorf("%w of %d MiB (raise it with --render-memory-limit)",
+			ErrRenderMemory, b.limits.MaxRenderMemory>>20)}
+	case IsTerminal(readErr):
+		return nil, readErr
+	case waitErr != nil:
+		return nil, fmt.Errorf("%s: kustomize build process: %w: %s", file, waitErr, strings.TrimSpace(stderr.String()))
+	case readErr != nil && resp == nil:
+		return nil, fmt.Errorf("%s: kustomize build process: answer: %w", file, readErr)
+	case resp == nil:
+		return nil, fmt.Errorf("%s: kustomize build process: answer ended early", file)
+	case len(resp.Errors) > 0:
 		return nil, decodeErrors(resp.Errors)
 	}
-	if err := b.read(resp.Read + int64(len(stdout.buf))); err != nil {
+	if err := b.read(resp.Read + stdout.n); err != nil {
 		return nil, err
 	}
-	resources := make([][]byte, len(resp.Resources))
-	for i, r := range resp.Resources {
-		resources[i] = r
-	}
-	return decodeResources(u, resources, resp.Ordered, b)
+	return objs, readErr
 }
 
 // childEnvKept are the variables of the parent's environment a render child keeps: the
@@ -188,9 +223,9 @@ var (
 )
 
 // childEnviron is a render child's environment: the few variables it keeps, the child
-// marker, a soft memory limit of its own (four times the render's byte budget: the copy
-// of the source, kustomize's resources and the answer), and, without remote bases, no way
-// to start a program or to let git use any protocol.
+// marker, a soft memory limit of its own (three quarters of its hard one, MaxRenderMemory,
+// which the child sets on itself: see limitMemory), and, without remote bases, no way to
+// start a program or to let git use any protocol.
 func childEnviron(allowRemote bool, limits Limits) []string {
 	kept := childEnvKept
 	if allowRemote {
@@ -202,7 +237,7 @@ func childEnviron(allowRemote bool, limits Limits) []string {
 			env = append(env, name+"="+v)
 		}
 	}
-	env = append(env, childEnv+"=1", "GOMEMLIMIT="+strconv.FormatInt(4*limits.MaxTotalSize, 10))
+	env = append(env, childEnv+"=1", "GOMEMLIMIT="+strconv.FormatInt(limits.withDefaults().MaxRenderMemory*3/4, 10))
 	if !allowRemote {
 		env = append(env, "PATH=", "GIT_ALLOW_PROTOCOL=converge-refuses-all")
 	}
@@ -280,30 +315,40 @@ func refusedURLs() []string {
 	return refused.urls
 }
 
-// cappedBuffer keeps what is written to it up to max bytes; past that it records that it
-// overflowed and fails the write, which ends the copy from the child's stdout.
-type cappedBuffer struct {
-	max  int64
-	buf  []byte
-	over bool
-}
-
-func (b *cappedBuffer) Write(p []byte) (int, error) {
-	if int64(len(b.buf)+len(p)) > b.max {
-		b.over = true
-		return 0, errors.New("render child answer over the byte budget")
+// outOfMemory reports whether a render child ended for want of memory: the Go runtime's
+// fatal error when the kernel refuses it address space (its first line, before the
+// goroutine dump; the race detector's own when built with it), or, when the parent did not
+// kill it (killed), a SIGKILL: the kernel's OOM killer.
+func outOfMemory(err error, stderr *tailBuffer, killed bool) bool {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return false
 	}
-	b.buf = append(b.buf, p...)
-	return len(p), nil
+	if ws, ok := exit.Sys().(syscall.WaitStatus); ok && !killed && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+		return true
+	}
+	head := string(stderr.head)
+	for _, s := range []string{"out of memory", "cannot allocate memory", "errno=12", "pthread_create failed",
+		"failed to create new OS thread", "ThreadSanitizer failed to allocate"} {
+		if strings.Contains(head, s) {
+			return true
+		}
+	}
+	return false
 }
 
-// tailBuffer keeps the last max bytes written to it.
+// tailBuffer keeps the last max bytes written to it, and the first headMax apart.
 type tailBuffer struct {
-	max int
-	buf []byte
+	max     int
+	buf     []byte
+	headMax int
+	head    []byte
 }
 
 func (b *tailBuffer) Write(p []byte) (int, error) {
+	if n := min(b.headMax-len(b.head), len(p)); n > 0 {
+		b.head = append(b.head, p[:n]...)
+	}
 	b.buf = append(b.buf, p...)
 	if len(b.buf) > b.max {
 		b.buf = b.buf[len(b.buf)-b.max:]

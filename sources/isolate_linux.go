@@ -1,11 +1,42 @@
 package sources
 
 import (
+	"bytes"
+	"fmt"
+	"os"
 	"os/exec"
+	"runtime/debug"
+	"strconv"
 	"syscall"
 )
 
 // killWithParent makes the kernel kill a render child when the daemon dies.
 func killWithParent(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
+// runtimeMargin is address space a render child's Go runtime may still reserve after it
+// measured itself (thread stacks, allocator metadata), on top of the build's budget.
+const runtimeMargin = 64 << 20
+
+// limitMemory puts this render child under a hard memory limit: the kernel refuses it
+// address space past what it holds now (the Go runtime reserves about 1.3 GiB of it at
+// start, nearly all never touched) plus budget, and it lowers the hard limit too, so
+// nothing in the build can raise it back. The Go runtime collects hard from three
+// quarters of budget on, so a build that fits does not die of garbage.
+func limitMemory(budget int64) error {
+	statm, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return fmt.Errorf("memory limit: %w", err)
+	}
+	pages, err := strconv.ParseInt(string(bytes.Fields(statm)[0]), 10, 64)
+	if err != nil {
+		return fmt.Errorf("memory limit: statm: %w", err)
+	}
+	limit := uint64(pages*int64(os.Getpagesize()) + runtimeMargin + budget)
+	if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: limit, Max: limit}); err != nil {
+		return fmt.Errorf("memory limit: setrlimit: %w", err)
+	}
+	debug.SetMemoryLimit(budget * 3 / 4)
+	return nil
 }

@@ -184,8 +184,8 @@ func TestChildEnviron(t *testing.T) {
 		allowRemote bool
 		want        []string
 	}{
-		{name: "remote bases refused", want: []string{"HOME=/home/converge", childEnv + "=1", "GOMEMLIMIT=4194304", "PATH=", "GIT_ALLOW_PROTOCOL=converge-refuses-all"}},
-		{name: "remote bases allowed", allowRemote: true, want: []string{"HOME=/home/converge", "PATH=/usr/bin", "HTTPS_PROXY=http://proxy", childEnv + "=1", "GOMEMLIMIT=4194304"}},
+		{name: "remote bases refused", want: []string{"HOME=/home/converge", childEnv + "=1", "GOMEMLIMIT=50331648", "PATH=", "GIT_ALLOW_PROTOCOL=converge-refuses-all"}},
+		{name: "remote bases allowed", allowRemote: true, want: []string{"HOME=/home/converge", "PATH=/usr/bin", "HTTPS_PROXY=http://proxy", childEnv + "=1", "GOMEMLIMIT=50331648"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

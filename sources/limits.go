@@ -25,6 +25,11 @@ type Limits struct {
 	// at its target's size, each time it is read), every copy of the source made for a
 	// kustomize build, and the answers of render children.
 	MaxTotalSize int64
+	// MaxRenderMemory bounds the memory of one render child (an isolated kustomize build),
+	// in bytes: the kernel refuses the child more address space than it held at start plus
+	// this much, so a build that would take more dies alone and the render fails naming
+	// the limit. The child's Go runtime collects hard before it (GOMEMLIMIT).
+	MaxRenderMemory int64
 }
 
 // Default limits: far above the examples and `make bench` (10,000 objects in 10,000
@@ -36,13 +41,17 @@ const (
 	DefaultMaxFileSize  = 8 << 20
 	DefaultMaxObjects   = 50000
 	DefaultMaxTotalSize = 256 << 20
+	// DefaultMaxRenderMemory is a render child's memory budget: a whole kustomize build of
+	// 3,000 objects fits (1,000 fit in 32 MiB), and four children at once (render slots)
+	// leave half of the shipped Deployment's 512 MiB to the daemon.
+	DefaultMaxRenderMemory = 64 << 20
 )
 
 // DefaultLimits returns DefaultMaxFiles, DefaultMaxFileSize, DefaultMaxObjects and
 // DefaultMaxTotalSize.
 func DefaultLimits() Limits {
 	return Limits{MaxFiles: DefaultMaxFiles, MaxFileSize: DefaultMaxFileSize, MaxObjects: DefaultMaxObjects,
-		MaxTotalSize: DefaultMaxTotalSize}
+		MaxTotalSize: DefaultMaxTotalSize, MaxRenderMemory: DefaultMaxRenderMemory}
 }
 
 // withDefaults fills zero fields with their defaults.
@@ -60,6 +69,9 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxTotalSize <= 0 {
 		l.MaxTotalSize = d.MaxTotalSize
 	}
+	if l.MaxRenderMemory <= 0 {
+		l.MaxRenderMemory = d.MaxRenderMemory
+	}
 	return l
 }
 
@@ -72,6 +84,8 @@ var (
 	ErrTooManyObjects = errors.New("too many objects")
 	// ErrSourceTooLarge reports a render that read more than Limits.MaxTotalSize bytes.
 	ErrSourceTooLarge = errors.New("source too large")
+	// ErrRenderMemory reports a render child that needed more than Limits.MaxRenderMemory.
+	ErrRenderMemory = errors.New("render exceeded the memory limit")
 )
 
 func tooManyFiles(file string, max int) error {

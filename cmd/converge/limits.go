@@ -12,4 +12,5 @@ func addLimitFlags(fs *pflag.FlagSet, l *sources.Limits) {
 	fs.Int64Var(&l.MaxFileSize, "max-file-size", sources.DefaultMaxFileSize, "refuse a source file larger than this many bytes")
 	fs.IntVar(&l.MaxObjects, "max-objects", sources.DefaultMaxObjects, "refuse a render with more objects than this")
 	fs.Int64Var(&l.MaxTotalSize, "max-total-size", sources.DefaultMaxTotalSize, "refuse a render that reads more bytes than this (files, symlinks each time, a copy per kustomize build)")
+	fs.Int64Var(&l.MaxRenderMemory, "render-memory-limit", sources.DefaultMaxRenderMemory, "bytes of memory one kustomize build may take in its render child (a hard limit: a build that needs more fails alone, naming this flag)")
 }

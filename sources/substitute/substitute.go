@@ -107,10 +107,27 @@ type Options struct {
 	// Strict makes a variable without a value and without a default an error naming the
 	// object and the variable; otherwise it is replaced by "" (Flux's default).
 	Strict bool
+	// MaxObjectSize bounds one substituted object's text, in bytes, and MaxTotalSize the
+	// bytes substitution inserts into all the objects of one Expand: a small object that
+	// names a large value many times would otherwise expand without bound. Counted as the
+	// values are inserted, so an object past the bound is refused before it is built.
+	// Zero: sources.DefaultMaxFileSize and sources.DefaultMaxTotalSize.
+	MaxObjectSize, MaxTotalSize int64
 }
 
-// DefaultOptions is Flux's default: not strict.
+// DefaultOptions is Flux's default: not strict; and the default size bounds.
 func DefaultOptions() Options { return Options{} }
+
+// withDefaults fills the zero size bounds.
+func (o Options) withDefaults() Options {
+	if o.MaxObjectSize <= 0 {
+		o.MaxObjectSize = sources.DefaultMaxFileSize
+	}
+	if o.MaxTotalSize <= 0 {
+		o.MaxTotalSize = sources.DefaultMaxTotalSize
+	}
+	return o
+}
 
 // Expand substitutes vars in the objects of b and returns a new Bundle; b is not modified.
 // Objects whose text does not change are shared with b; a changed one is a new object that
@@ -131,8 +148,10 @@ func Expand(b *sources.Bundle, vars Variables, opts Options) (*sources.Bundle, e
 	out.Objects = make([]*unstructured.Unstructured, len(b.Objects))
 	changed := false
 	var errs []error
+	opts = opts.withDefaults()
+	var inserted int64 // across objects, against opts.MaxTotalSize
 	for i, obj := range b.Objects {
-		n, err := expandObject(obj, vars, opts)
+		n, err := expandObject(obj, vars, opts, &inserted)
 		if err != nil {
 			errs = append(errs, inputError(b, i, obj, err))
 			continue
@@ -161,7 +180,7 @@ func Expand(b *sources.Bundle, vars Variables, opts Options) (*sources.Bundle, e
 
 // expandObject returns the substituted copy of obj, or nil when substitution leaves it as
 // it is (disabled, no "$" in it, or the same text).
-func expandObject(obj *unstructured.Unstructured, vars Variables, opts Options) (*unstructured.Unstructured, error) {
+func expandObject(obj *unstructured.Unstructured, vars Variables, opts Options, inserted *int64) (*unstructured.Unstructured, error) {
 	if disabled(obj) || !hasDollar(obj.Object) {
 		return nil, nil
 	}
@@ -170,14 +189,29 @@ func expandObject(obj *unstructured.Unstructured, vars Variables, opts Options) 
 		return nil, fmt.Errorf("serialize: %w", err)
 	}
 	var missing []string
+	var over error
+	size := int64(len(text))
 	got, err := envsubst.Eval(string(text), func(name string) (string, bool) {
 		val, ok := vars.values[name]
 		if !ok && opts.Strict {
 			missing = append(missing, name)
 			return "", false
 		}
+		// Past a bound, nothing more is inserted: the output stays bounded, then refused.
+		if size += int64(len(val)); over == nil && size > opts.MaxObjectSize {
+			over = fmt.Errorf("substitution makes the object larger than %d bytes (raise the limit with --max-file-size)", opts.MaxObjectSize)
+		}
+		if *inserted += int64(len(val)); over == nil && *inserted > opts.MaxTotalSize {
+			over = fmt.Errorf("substitution inserts more than %d bytes into the render's objects (raise the limit with --max-total-size)", opts.MaxTotalSize)
+		}
+		if over != nil {
+			return "", true
+		}
 		return val, true
 	})
+	if over != nil {
+		return nil, over
+	}
 	if err != nil {
 		if len(missing) > 0 {
 			return nil, fmt.Errorf("variable %q has no value and no default (postBuild.strict)", missing[0])

@@ -151,7 +151,8 @@ func DefaultOptions() Options {
 		GitCacheQuota:   defaultGitCacheQuota,
 		MaxFetchSize:    git.DefaultMaxFetchSize,
 		Limits: sources.Limits{MaxFiles: sources.DefaultMaxFiles, MaxFileSize: sources.DefaultMaxFileSize,
-			MaxObjects: sources.DefaultMaxObjects, MaxTotalSize: sources.DefaultMaxTotalSize},
+			MaxObjects: sources.DefaultMaxObjects, MaxTotalSize: sources.DefaultMaxTotalSize,
+			MaxRenderMemory: sources.DefaultMaxRenderMemory},
 		QuickStart: DefaultQuickStart(),
 		webhook:    defaultWebhookOptions(),
 	}

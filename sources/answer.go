@@ -1,0 +1,95 @@
+package sources
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+)
+
+// A render child answers with a stream of records, one JSON value each: one per resource,
+// then one ending the answer. The parent decodes each resource as it arrives, counting its
+// bytes and objects in the render's budget: it never holds the whole answer, and an answer
+// past a limit is cut off as soon as it passes it.
+type childRecord struct {
+	Resource json.RawMessage `json:"r,omitempty"`
+	End      *childResponse  `json:"end,omitempty"`
+}
+
+// writeAnswer writes resources, then resp, as records.
+func writeAnswer(out io.Writer, resources [][]byte, resp childResponse) error {
+	enc := json.NewEncoder(out)
+	for _, r := range resources {
+		if err := enc.Encode(childRecord{Resource: r}); err != nil {
+			return err
+		}
+	}
+	return enc.Encode(childRecord{End: &resp})
+}
+
+// errAnswerOverBudget ends the read of an answer past the render's byte budget.
+var errAnswerOverBudget = errors.New("render child answer over the byte budget")
+
+// budgetReader counts the bytes read through it, failing past max.
+type budgetReader struct {
+	r    io.Reader
+	n    int64
+	max  int64
+	over bool
+}
+
+func (c *budgetReader) Read(p []byte) (int, error) {
+	if c.n >= c.max {
+		c.over = true
+		return 0, errAnswerOverBudget
+	}
+	p = p[:min(int64(len(p)), c.max-c.n+1)]
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// readAnswer decodes a render child's answer from r as it arrives: each resource into
+// objects, counted in b. It returns the end record and the bytes read; a child that stops
+// before its end record returns a nil response.
+func readAnswer(r *budgetReader, u unit, b *budget) ([]decoded, *childResponse, error) {
+	loc := location{file: path.Join(u.rel, u.kustomization)}
+	dec := json.NewDecoder(r)
+	var objs []decoded
+	var errs []error
+	single := map[int]int{} // resource index -> its object's index in objs
+	for i := 0; ; i++ {
+		var rec childRecord
+		if err := dec.Decode(&rec); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, nil, nil
+			}
+			return nil, nil, err
+		}
+		if rec.End != nil {
+			for idx, y := range rec.End.Ordered {
+				if at, ok := single[idx]; ok {
+					objs[at].ordered = []byte(y)
+				}
+			}
+			return objs, rec.End, errors.Join(errs...)
+		}
+		var obj map[string]any
+		if err := utiljson.Unmarshal(rec.Resource, &obj); err != nil {
+			errs = append(errs, loc.wrap("", fmt.Errorf("kustomize output: %w", err)))
+			continue
+		}
+		d, err := flatten(obj, loc)
+		if err := b.decoded(len(d)); err != nil {
+			return nil, nil, err
+		}
+		if len(d) == 1 {
+			single[i] = len(objs)
+		}
+		errs = append(errs, err)
+		objs = append(objs, d...)
+	}
+}
