@@ -53,6 +53,11 @@ type ApplyOptions struct {
 	Wait bool
 	// Timeout bounds the readiness wait, and the wait for CRDs to be Established.
 	Timeout time.Duration
+	// CheckOnce judges readiness (Wait, HealthChecks) from one read of each object instead
+	// of waiting: Result.Health says which objects are not Current yet, and only a Failed
+	// one is an error. A caller that must not hold a goroutine for Timeout (the daemon's
+	// workers) calls again later to judge again; Timeout is then the caller's to keep.
+	CheckOnce bool
 	// HealthChecks are more objects to wait for (Flux's spec.healthChecks): any kind, in the
 	// set or not. They are only read: neither applied nor pruned. A namespaced one without a
 	// namespace is looked for in DefaultNamespace; one that does not exist keeps the wait
@@ -300,7 +305,7 @@ func (r *applyRun) waitReady(ctx context.Context, outs []outcome, rules *HealthR
 	w.health = rules
 	r.e.addHealthChecks(&w, r.opts.HealthChecks, r.opts.DefaultNamespace)
 	r.progress.stage(StageWait, len(w.ids))
-	return r.e.wait(ctx, w, r.opts.Timeout, r.progress)
+	return r.e.wait(ctx, w, waitFor{timeout: r.opts.Timeout, once: r.opts.CheckOnce}, r.progress)
 }
 
 // writeAheadCall is what writeAhead stores.

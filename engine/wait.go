@@ -16,18 +16,28 @@ import (
 // defaultTimeout bounds waits when ApplyOptions.Timeout is zero.
 const defaultTimeout = 5 * time.Minute
 
-// wait polls kstatus for ids until all are Current, one is Failed, or timeout passes. It
+// waitFor says how long wait waits: until timeout (zero: defaultTimeout), or, with once,
+// only for one read of every object.
+type waitFor struct {
+	timeout time.Duration
+	once    bool
+}
+
+// wait polls kstatus for ids until all are Current, one is Failed, or the timeout passes. It
 // returns the last status of every object, in ids order, and an error naming each object
-// that is not Current with kstatus' message.
+// that is not Current with kstatus' message. With f.once it stops after the first read of
+// every object and names only the Failed ones: the others are not ready yet, which is no
+// error for a caller that judges again later.
 //
 // prog hears how many objects are Current as that changes. Objects in w.byMeta are read as
 // metadata only (readyOnExistence); an object is Current only once it is read at least at
 // its generation in w.applied (atGeneration).
-func (e *Engine) wait(ctx context.Context, w waitSet, timeout time.Duration, prog *progress) ([]ObjectHealth, error) {
+func (e *Engine) wait(ctx context.Context, w waitSet, f waitFor, prog *progress) ([]ObjectHealth, error) {
 	ids := w.ids
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	timeout := f.timeout
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
@@ -60,8 +70,8 @@ func (e *Engine) wait(ctx context.Context, w waitSet, timeout time.Duration, pro
 				current++
 				prog.set(current)
 			}
-			// Settled: every object is Current, or one Failed.
-			if current == len(ids) || ev.Resource.Status == status.FailedStatus {
+			// Settled: every object is Current, or one Failed, or (once) each was read.
+			if current == len(ids) || ev.Resource.Status == status.FailedStatus || (f.once && len(latest) == len(ids)) {
 				finished = true
 				cancel()
 			}
@@ -78,13 +88,14 @@ func (e *Engine) wait(ctx context.Context, w waitSet, timeout time.Duration, pro
 			}
 		}
 		health = append(health, h)
-		if h.Status != status.CurrentStatus.String() {
+		if h.Status != status.CurrentStatus.String() && (!f.once || h.Status == status.FailedStatus.String()) {
 			errs = append(errs, fmt.Errorf("%s: wait: status %s: %s", Describe(id), h.Status, h.Message))
 		}
 	}
 	switch {
 	case pollErr != nil:
 		errs = append(errs, fmt.Errorf("wait: %w", pollErr))
+	case f.once && finished:
 	case !finished && ctx.Err() != nil:
 		errs = append(errs, fmt.Errorf("wait: %w", ctx.Err()))
 	case !finished:

@@ -29,7 +29,10 @@ type Outcome struct {
 	// status.observedGeneration; a Sync whose status already describes a newer generation
 	// is left alone.
 	Generation int64
-	// Ready is True, False or Unknown (in progress), with Reason and Message.
+	// Ready is True, False or Unknown (in progress), with Reason and Message. Unknown sets
+	// Reconciling=True, whose lastTransitionTime is when the reconcile of this Generation
+	// and AttemptedRevision first wrote Unknown: a later Unknown outcome of the same
+	// generation and revision keeps it, another one starts it anew.
 	Ready   metav1.ConditionStatus
 	Reason  string
 	Message string
@@ -196,6 +199,12 @@ func (w *Writer) apply(sync *v1alpha1.Sync, o Outcome) bool {
 	s.ObservedGeneration = o.Generation
 	setCondition(s, v1alpha1.ConditionReady, o.Ready, o.Reason, o.Message, o.Generation, now)
 	if o.Ready == metav1.ConditionUnknown {
+		if c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionReconciling); c != nil &&
+			(c.ObservedGeneration != o.Generation || o.AttemptedRevision != before.LastAttemptedRevision) {
+			// Another generation or revision: its reconcile starts now. The transition time
+			// is when this one began, which the daemon's readiness deadline is measured from.
+			meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionReconciling)
+		}
 		setCondition(s, v1alpha1.ConditionReconciling, metav1.ConditionTrue, o.Reason, o.Message, o.Generation, now)
 	} else {
 		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionReconciling)

@@ -96,8 +96,8 @@ type SyncSpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="must be a retry interval from 1s to 8760h"
 	// +optional
 	RetryInterval *metav1.Duration `json:"retryInterval,omitempty"`
-	// Timeout bounds the wait for applied objects to become ready, at most 1h (the wait
-	// holds one of the daemon's workers); unset means the engine's default.
+	// Timeout bounds the wait for applied objects to become ready, at most 1h (judged by
+	// polls that hold no worker); unset means the engine's default.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32

@@ -172,7 +172,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if b := r.deps.check(ctx, s); b != nil {
 		return r.awaitDependencies(ctx, s, b, start)
 	}
-	outcome, failed, crash := r.sync(ctx, s)
+	outcome, v, crash := r.sync(ctx, s)
 	if crash == nil {
 		crash = r.crash.call(r.crash.BeforeStatusWrite, s)
 	}
@@ -202,7 +202,35 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	log.Info("reconciled", "revision", outcome.AttemptedRevision, "ready", outcome.Ready,
 		"reason", outcome.Reason, "duration", time.Since(start).Round(time.Millisecond))
-	return ctrl.Result{RequeueAfter: r.next(s, failed && !outcome.Stalled)}, nil
+	if v.poll > 0 {
+		return ctrl.Result{RequeueAfter: v.poll}, nil
+	}
+	return ctrl.Result{RequeueAfter: r.next(s, v.failed && !outcome.Stalled)}, nil
+}
+
+// verdict is when a reconcile asks to come back: after a failure that deserves a retry with
+// back-off (failed), or after poll to judge readiness again; else at the interval.
+type verdict struct {
+	failed bool
+	poll   time.Duration
+}
+
+// retryLater is the verdict of a failure.
+var retryLater = verdict{failed: true}
+
+// waiting records a Sync whose applied objects are not all Current: Progressing until its
+// deadline (spec.timeout from the first reconcile that found this generation and revision
+// waiting, read back from its status), HealthCheckFailed after it (judgeWait).
+func (r *reconciler) waiting(s *v1alpha1.Sync, o status.Outcome, revision string, w waitState) (status.Outcome, verdict, error) {
+	w.since, w.expired = waitOf(s, revision)
+	w.now = time.Now()
+	j := judgeWait(w)
+	if j.ready == metav1.ConditionFalse {
+		return r.fail(s, o, j.reason, errors.New(j.message), false), retryLater, nil
+	}
+	o.Ready, o.Reason, o.Message = j.ready, j.reason, r.redact(s, j.message)
+	r.retries.reset(client.ObjectKeyFromObject(s))
+	return o, verdict{poll: j.poll}, nil
 }
 
 // forget drops what the daemon keeps per Sync (its metric series, the drift trigger's
@@ -233,49 +261,48 @@ func (r *reconciler) forgetIfGone(key types.NamespacedName, err error) error {
 	return client.IgnoreNotFound(err)
 }
 
-// sync does the work of one reconcile and describes it as an Outcome. failed reports a
-// failure that deserves a retry with back-off; a non-nil crash means a test crash point
-// fired and nothing more may be written.
-func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outcome, failed bool, crash error) {
+// sync does the work of one reconcile and describes it as an Outcome, and says in v when to
+// come back; a non-nil crash means a test crash point fired and nothing more may be written.
+func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outcome, v verdict, crash error) {
 	o = status.Outcome{UID: s.UID, Generation: s.Generation, HandledRequest: s.Annotations[v1alpha1.RequestedAtAnnotation]}
 	src, err := r.source(ctx, s)
 	if err != nil {
-		return r.fail(s, o, reasonFetchFailed, err, false), true, nil
+		return r.fail(s, o, reasonFetchFailed, err, false), retryLater, nil
 	}
 	loadStart := time.Now()
 	bundle, err := r.render.load(ctx, r.loader, src, client.ObjectKeyFromObject(s))
 	if bundle == nil {
 		r.metrics.sourceLoaded(s, time.Since(loadStart), "", time.Time{})
 		// A refused URL or an oversized commit is terminal: nothing is applied or pruned.
-		return r.fail(s, o, reasonFetchFailed, err, sources.IsTerminal(err)), true, nil
+		return r.fail(s, o, reasonFetchFailed, err, sources.IsTerminal(err)), retryLater, nil
 	}
 	r.metrics.sourceLoaded(s, time.Since(loadStart), bundle.Revision, bundle.CommitTime)
 	o.AttemptedRevision = bundle.Revision
 	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty) {
 		// Bad input: nothing is applied or pruned; wait for a new revision (I8).
-		return r.fail(s, o, reasonBuildFailed, err, sources.IsTerminal(err)), true, nil
+		return r.fail(s, o, reasonBuildFailed, err, sources.IsTerminal(err)), retryLater, nil
 	}
 	// As Flux: decrypted first, then substituted (a variable may not reach a ciphertext).
 	decrypted, err := r.decrypt(ctx, s, bundle)
 	if err != nil {
-		return r.decryptFailed(s, o, err), true, nil
+		return r.decryptFailed(s, o, err), retryLater, nil
 	}
 	if bundle, err = r.substitute(ctx, s, decrypted, sops.Plaintexts(decrypted, bundle)); err != nil {
-		return r.fail(s, o, reasonBuildFailed, err, false), true, nil
+		return r.fail(s, o, reasonBuildFailed, err, false), retryLater, nil
 	}
 	if err := r.crash.call(r.crash.AfterRender, s); err != nil {
-		return o, true, err
+		return o, retryLater, err
 	}
 	eng, err := r.engines.forSync(s)
 	if err != nil {
-		return r.fail(s, o, reasonApplyFailed, err, false), true, nil
+		return r.fail(s, o, reasonApplyFailed, err, false), retryLater, nil
 	}
 	ref, err := migrateInventory(ctx, eng, s)
 	if err != nil {
 		if missingPart(err) {
-			return r.fail(s, o, reasonInventoryPartMissing, err, true), true, nil
+			return r.fail(s, o, reasonInventoryPartMissing, err, true), retryLater, nil
 		}
-		return r.fail(s, o, reasonApplyFailed, err, false), true, nil
+		return r.fail(s, o, reasonApplyFailed, err, false), retryLater, nil
 	}
 	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}
 	r.drift.track(set.Inventory.ID, client.ObjectKeyFromObject(s))
@@ -300,7 +327,12 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 		case sum.NotReady > 0 && sum.Failed == 0:
 			reason = reasonHealthCheck
 		}
-		return r.fail(s, o, reason, err, terminal), true, nil
+		return r.fail(s, o, reason, err, terminal), retryLater, nil
+	}
+	if names, details := notCurrent(res.Health); len(names) > 0 {
+		// Applied, not all Current yet: recorded, judged again by a later reconcile; no
+		// worker waits (applyOptions: CheckOnce).
+		return r.waiting(s, o, bundle.Revision, waitState{pending: names, details: details, timeout: opts.Timeout})
 	}
 	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
 	o.Message = "Applied revision " + bundle.Revision
@@ -311,7 +343,7 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	}
 	o.AppliedRevision = bundle.Revision
 	r.retries.reset(client.ObjectKeyFromObject(s))
-	return o, false, nil
+	return o, verdict{}, nil
 }
 
 // missingPart reports an inventory that lists a part ConfigMap that is gone: no retry reads
@@ -359,6 +391,8 @@ func (r *reconciler) source(ctx context.Context, s *v1alpha1.Sync) (sources.Sour
 func applyOptions(s *v1alpha1.Sync) engine.ApplyOptions {
 	opts := engine.DefaultApplyOptions()
 	opts.Prune, opts.Wait = s.Spec.Prune, s.Spec.Wait
+	// Readiness is judged by one read per reconcile, never by a worker waiting (waiting).
+	opts.CheckOnce = true
 	opts.AllowEmpty, opts.PruneBudget, opts.Force = s.Spec.AllowEmpty, s.Spec.PruneBudget, s.Spec.Force
 	opts.Adopt = s.Spec.Adopt
 	opts.DefaultNamespace, opts.TargetNamespace = s.Namespace, s.Spec.TargetNamespace

@@ -1,0 +1,53 @@
+package daemon
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestJudgeWait: Progressing with a growing poll until spec.timeout has passed since the wait
+// began, never polling past the deadline; HealthCheckFailed from then on, and at once when
+// the status already says so for this generation and revision.
+func TestJudgeWait(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pending, details := []string{"Deployment a/web"}, []string{"Deployment a/web InProgress: not available"}
+	waiting := "waiting for 1 objects: Deployment a/web"
+	failed := "1 objects not Current within spec.timeout (1h0m0s): Deployment a/web InProgress: not available"
+	for _, tc := range []struct {
+		name    string
+		since   time.Time
+		expired bool
+		now     time.Time
+		timeout time.Duration
+		want    waitVerdict
+	}{
+		{"first look", time.Time{}, false, t0, time.Hour, waitVerdict{metav1.ConditionUnknown, reasonProgressing, waiting, 2 * time.Second}},
+		{"a few seconds in", t0, false, t0.Add(5 * time.Second), time.Hour, waitVerdict{metav1.ConditionUnknown, reasonProgressing, waiting, 2 * time.Second}},
+		{"a minute in", t0, false, t0.Add(time.Minute), time.Hour, waitVerdict{metav1.ConditionUnknown, reasonProgressing, waiting, 12 * time.Second}},
+		{"long in: capped", t0, false, t0.Add(30 * time.Minute), time.Hour, waitVerdict{metav1.ConditionUnknown, reasonProgressing, waiting, 30 * time.Second}},
+		{"close to the deadline", t0, false, t0.Add(time.Hour - time.Second), time.Hour, waitVerdict{metav1.ConditionUnknown, reasonProgressing, waiting, time.Second}},
+		{"at the deadline", t0, false, t0.Add(time.Hour), time.Hour, waitVerdict{metav1.ConditionFalse, reasonHealthCheck, failed, 0}},
+		{"deadline recorded as passed", t0, true, t0.Add(time.Second), time.Hour, waitVerdict{metav1.ConditionFalse, reasonHealthCheck, failed, 0}},
+		{"start in the future (clock skew)", t0.Add(time.Hour), false, t0, time.Hour, waitVerdict{metav1.ConditionUnknown, reasonProgressing, waiting, 2 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := judgeWait(waitState{pending: pending, details: details, since: tc.since, expired: tc.expired, now: tc.now, timeout: tc.timeout})
+			if d := cmp.Diff(tc.want, got, cmp.AllowUnexported(waitVerdict{})); d != "" {
+				t.Errorf("judgeWait (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestListNames(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	if got := listNames(names, 3); got != "a, b, c" {
+		t.Errorf("listNames(3) = %q", got)
+	}
+	if got := listNames(names, 2); got != "a, b and 1 more" {
+		t.Errorf("listNames(2) = %q", got)
+	}
+}
