@@ -58,6 +58,10 @@ func TestBinaryHostileTenantsUnderMemoryLimit(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	selector := "converge-e2e/tenants=" + hostileNS
 
+	health := cluster.FreeAddr()
+	daemon := binary.StartIn(t, cg, "run", "--kubeconfig", env.Kubeconfig, "--watch-label-selector", selector,
+		"--leader-election-namespace", hostileNS, "--metrics-addr", "0", "--health-addr", health,
+		"--git-cache-dir", t.TempDir(), "--allow-local-git")
 	tenants := hostileTenants(t, hostileNS)
 	for _, h := range tenants {
 		url := h.url
@@ -67,11 +71,6 @@ func TestBinaryHostileTenantsUnderMemoryLimit(t *testing.T) {
 		}
 		createSync(t, c, hostileNS, h.name, selector, url, h.spec)
 	}
-
-	health := cluster.FreeAddr()
-	daemon := binary.StartIn(t, cg, "run", "--kubeconfig", env.Kubeconfig, "--watch-label-selector", selector,
-		"--leader-election-namespace", hostileNS, "--metrics-addr", "0", "--health-addr", health,
-		"--git-cache-dir", t.TempDir(), "--allow-local-git")
 	alive := func() {
 		t.Helper()
 		select {
@@ -281,8 +280,13 @@ func createSync(t *testing.T, c client.Client, ns, name, selector, url string, e
 	if edit != nil {
 		edit(&s.Spec)
 	}
-	if err := c.Create(t.Context(), s); err != nil {
-		t.Fatalf("create Sync %s/%s: %v", ns, name, err)
+	var last error // the daemon installs the CRD as it starts
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = c.Create(ctx, s)
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("create Sync %s/%s: %v", ns, name, last)
 	}
 }
 
