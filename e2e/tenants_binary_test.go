@@ -58,10 +58,11 @@ func TestBinaryHostileTenantsUnderMemoryLimit(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	selector := "converge-e2e/tenants=" + hostileNS
 
-	health := cluster.FreeAddr()
+	health, webhook := cluster.FreeAddr(), cluster.FreeAddr()
 	daemon := binary.StartIn(t, cg, "run", "--kubeconfig", env.Kubeconfig, "--watch-label-selector", selector,
 		"--leader-election-namespace", hostileNS, "--metrics-addr", "0", "--health-addr", health,
-		"--git-cache-dir", t.TempDir(), "--allow-local-git")
+		"--webhook-addr", webhook, "--git-cache-dir", t.TempDir(), "--allow-local-git")
+	holdConnections(t, webhook, 300)
 	tenants := hostileTenants(t, hostileNS)
 	for _, h := range tenants {
 		url := h.url
@@ -221,6 +222,25 @@ func silentServer(t *testing.T) string {
 		}
 	})
 	return "http://" + l.Addr().String()
+}
+
+// holdConnections opens n connections to addr that send a request line and then nothing,
+// held until the test ends (slow clients of the webhook).
+func holdConnections(t *testing.T, addr string, n int) {
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return // refused or full: the cap at work
+		}
+		_, _ = c.Write([]byte("POST /hooks/x/y HTTP/1.1\r\nHost: x\r\n"))
+		conns = append(conns, c)
+	}
 }
 
 // publishFiles commits files as the one commit of repository name.
