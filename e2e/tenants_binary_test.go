@@ -62,7 +62,6 @@ func TestBinaryHostileTenantsUnderMemoryLimit(t *testing.T) {
 	daemon := binary.StartIn(t, cg, "run", "--kubeconfig", env.Kubeconfig, "--watch-label-selector", selector,
 		"--leader-election-namespace", hostileNS, "--metrics-addr", "0", "--health-addr", health,
 		"--webhook-addr", webhook, "--git-cache-dir", t.TempDir(), "--allow-local-git")
-	holdConnections(t, webhook, 300)
 	tenants := hostileTenants(t, hostileNS)
 	for _, h := range tenants {
 		url := h.url
@@ -85,6 +84,9 @@ func TestBinaryHostileTenantsUnderMemoryLimit(t *testing.T) {
 	rev := healthy.publishAs("healthy", map[string]string{"a": "1"})
 	createSync(t, c, healthyNS, "app", selector, srv.RepoURL("healthy"), nil)
 	for i := 1; i <= 3; i++ {
+		if i == 2 {
+			holdConnections(t, webhook, 300) // the daemon serves by now
+		}
 		if i > 1 {
 			rev = healthy.publishAs("healthy", map[string]string{"a": fmt.Sprint(i), "b": fmt.Sprint(i)})
 			requestReconcile(t, c, healthyNS, "app")
