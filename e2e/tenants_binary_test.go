@@ -136,13 +136,13 @@ func hostileTenants(t *testing.T, ns string) []hostileTenant {
 			reasons: []string{"FetchFailed"}, words: []string{"limit"}},
 		{name: "hang", url: silentServer(t) + "/hang.git",
 			reasons: []string{"FetchFailed"}, words: []string{"within"}},
-		{name: "never-ready", files: map[string]string{"deploy.yaml": neverReady(ns)},
+		{name: "never-ready", files: map[string]string{"deploy.yaml": neverReady(ns, "never-ready")},
 			spec: func(s *v1alpha1.SyncSpec) { s.Timeout = &metav1.Duration{Duration: time.Hour} }},
-		{name: "never-ready-2", files: map[string]string{"deploy.yaml": neverReady(ns)},
+		{name: "never-ready-2", files: map[string]string{"deploy.yaml": neverReady(ns, "never-ready-2")},
 			spec: func(s *v1alpha1.SyncSpec) { s.Timeout = &metav1.Duration{Duration: time.Hour} }},
-		{name: "never-ready-3", files: map[string]string{"deploy.yaml": neverReady(ns)},
+		{name: "never-ready-3", files: map[string]string{"deploy.yaml": neverReady(ns, "never-ready-3")},
 			spec: func(s *v1alpha1.SyncSpec) { s.Timeout = &metav1.Duration{Duration: time.Hour} }},
-		{name: "never-ready-4", files: map[string]string{"deploy.yaml": neverReady(ns)},
+		{name: "never-ready-4", files: map[string]string{"deploy.yaml": neverReady(ns, "never-ready-4")},
 			spec: func(s *v1alpha1.SyncSpec) { s.Timeout = &metav1.Duration{Duration: time.Hour} }},
 	}
 }
@@ -186,16 +186,16 @@ func substitutionBomb(ns string) string {
 }
 
 // neverReady is a Deployment no controller of the test control plane ever makes Available.
-func neverReady(ns string) string {
+func neverReady(ns, name string) string {
 	return fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
-metadata: {name: stuck, namespace: %s}
+metadata: {name: %s, namespace: %s}
 spec:
   selector: {matchLabels: {app: stuck}}
   template:
     metadata: {labels: {app: stuck}}
     spec: {containers: [{name: c, image: example.invalid/never}]}
-`, ns)
+`, name, ns)
 }
 
 // silentServer accepts connections and never answers; it returns its http:// address.
@@ -337,8 +337,8 @@ func checkRefused(t *testing.T, c client.Client, ns string, h hostileTenant) {
 		if ready == nil || s.Status.ObservedGeneration != s.Generation {
 			return false, nil
 		}
-		if len(h.reasons) == 0 {
-			return ready.Status != metav1.ConditionTrue, nil
+		if len(h.reasons) == 0 { // waiting: Progressing, holding no worker
+			return ready.Status == metav1.ConditionUnknown && ready.Reason == "Progressing", nil
 		}
 		return ready.Status == metav1.ConditionFalse && refusedAs(ready, h), nil
 	})
