@@ -54,6 +54,12 @@ type Process struct {
 func Start(t testing.TB, args ...string) *Process {
 	t.Helper()
 	p := &Process{cmd: exec.Command(Converge(t), args...), done: make(chan struct{})}
+	return p.start(t)
+}
+
+// start starts p.cmd with its output captured, stopped when t ends.
+func (p *Process) start(t testing.TB) *Process {
+	t.Helper()
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

@@ -62,12 +62,12 @@ func judgeWait(w waitState) waitVerdict {
 	elapsed := w.now.Sub(since)
 	if w.expired || elapsed >= w.timeout {
 		return waitVerdict{ready: metav1.ConditionFalse, reason: reasonHealthCheck,
-			message: fmt.Sprintf("%d objects not Current within spec.timeout (%s): %s",
-				len(w.details), w.timeout, strings.Join(w.details, "; "))}
+			message: fmt.Sprintf("%s not Current within spec.timeout (%s): %s",
+				countObjects(len(w.details)), w.timeout, strings.Join(w.details, "; "))}
 	}
 	poll := min(max(readinessPollMin, elapsed/5), readinessPollMax, w.timeout-elapsed)
 	return waitVerdict{ready: metav1.ConditionUnknown, reason: reasonProgressing, poll: poll,
-		message: fmt.Sprintf("waiting for %d objects: %s", len(w.pending), listNames(w.pending, 10))}
+		message: fmt.Sprintf("waiting for %s: %s", countObjects(len(w.pending)), listNames(w.pending, 10))}
 }
 
 // listNames joins names, the first max of them and a count of the others.
@@ -114,4 +114,12 @@ func notCurrent(health []engine.ObjectHealth) (names, details []string) {
 		details = append(details, d)
 	}
 	return names, details
+}
+
+// countObjects is "1 object" or "N objects".
+func countObjects(n int) string {
+	if n == 1 {
+		return "1 object"
+	}
+	return fmt.Sprintf("%d objects", n)
 }

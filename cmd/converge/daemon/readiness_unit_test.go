@@ -14,8 +14,8 @@ import (
 func TestJudgeWait(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	pending, details := []string{"Deployment a/web"}, []string{"Deployment a/web InProgress: not available"}
-	waiting := "waiting for 1 objects: Deployment a/web"
-	failed := "1 objects not Current within spec.timeout (1h0m0s): Deployment a/web InProgress: not available"
+	waiting := "waiting for 1 object: Deployment a/web"
+	failed := "1 object not Current within spec.timeout (1h0m0s): Deployment a/web InProgress: not available"
 	for _, tc := range []struct {
 		name    string
 		since   time.Time
