@@ -52,8 +52,8 @@ func cacheKey(digest, path string, opts RenderOptions) string {
 	// Workers does not change the output, so it is not part of the key. Isolate refuses
 	// URLs in fields that an in-process build would fetch.
 	l := opts.Limits.withDefaults()
-	return fmt.Sprintf("%s\x00%s\x00remote=%t\x00isolate=%t\x00limits=%d/%d/%d/%d", digest, filepath.Clean(path), opts.AllowRemoteBases, opts.Isolate,
-		l.MaxFiles, l.MaxFileSize, l.MaxObjects, l.MaxTotalSize)
+	return fmt.Sprintf("%s\x00%s\x00remote=%t\x00isolate=%t\x00limits=%d/%d/%d/%d/%d", digest, filepath.Clean(path), opts.AllowRemoteBases, opts.Isolate,
+		l.MaxFiles, l.MaxFileSize, l.MaxObjects, l.MaxTotalSize, l.MaxRenderOutput)
 }
 
 func (c *renderCache) get(key string) (cacheEntry, bool) {

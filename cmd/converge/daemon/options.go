@@ -152,7 +152,8 @@ func DefaultOptions() Options {
 		MaxFetchSize:    git.DefaultMaxFetchSize,
 		Limits: sources.Limits{MaxFiles: sources.DefaultMaxFiles, MaxFileSize: sources.DefaultMaxFileSize,
 			MaxObjects: sources.DefaultMaxObjects, MaxTotalSize: sources.DefaultMaxTotalSize,
-			MaxRenderMemory: sources.DefaultMaxRenderMemory},
+			MaxRenderMemory: sources.DefaultMaxRenderMemory, MaxRenderOutput: sources.DefaultMaxRenderOutput,
+			RenderSlots: sources.DefaultRenderSlots},
 		QuickStart: DefaultQuickStart(),
 		webhook:    defaultWebhookOptions(),
 	}
