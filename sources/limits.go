@@ -55,17 +55,17 @@ const (
 	// leave half of the shipped Deployment's 512 MiB to the daemon.
 	DefaultMaxRenderMemory = 64 << 20
 	// DefaultMaxRenderOutput is the answer bytes one render may decode into the daemon:
-	// a kustomize build of about 3,000 Deployments (what a render child fits in
-	// DefaultMaxRenderMemory). Four renders at once at the measured decode factor
-	// (decodeFactor) hold at most 96 MiB of the shipped 512 MiB.
-	DefaultMaxRenderOutput = 2 << 20
+	// a kustomize build of about 1,600 Deployments of 650 bytes, or 1,000 ConfigMaps of
+	// 1 KiB. Four renders at once at the measured decode factor (decodeFactor) hold at
+	// most 56 MiB of the shipped 512 MiB.
+	DefaultMaxRenderOutput = 1 << 20
 )
 
 // decodeFactor bounds the heap bytes a decoded render object takes per byte of its JSON
 // answer, as measured by TestAnswerDecodeFactor: ConfigMap-heavy answers (long string
-// values) about 1.1, Deployment-heavy ones (many short fields, each a map entry) about
-// 11 (11.6 under the race detector).
-const decodeFactor = 12
+// values) about 2.2, Deployment-heavy ones (many short fields, each a map entry) about
+// 12 (12.8 under the race detector).
+const decodeFactor = 14
 
 // DefaultLimits returns DefaultMaxFiles, DefaultMaxFileSize, DefaultMaxObjects and
 // DefaultMaxTotalSize.

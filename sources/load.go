@@ -59,7 +59,7 @@ const renderCacheSize = 256
 
 // NewLoader returns a Loader that keeps git repositories and checkouts under cacheDir.
 func NewLoader(cacheDir string) *Loader {
-	return &Loader{fetcher: git.NewFetcher(cacheDir), cache: newRenderCache(renderCacheSize)}
+	return &Loader{fetcher: git.NewFetcher(cacheDir), cache: newRenderCache(renderCacheSize, renderCacheBytes)}
 }
 
 // Load fetches the source (for git) and renders its path.
