@@ -51,11 +51,11 @@ type cacheEntry struct {
 	size    int64 // estimated heap bytes, set by put
 }
 
-// renderCacheBytes bounds the renders a Loader keeps by their estimated heap size: with
+// DefaultRenderCacheBytes bounds the renders a Loader keeps by their estimated heap size: with
 // four render children (256 MiB) and four renders in flight at --max-render-output
 // (56 MiB at most), it leaves about 100 MiB of the shipped 512 MiB to the binary and its
 // other caches (docs/deploy.md, "Sizing").
-const renderCacheBytes = 96 << 20
+const DefaultRenderCacheBytes = 96 << 20
 
 func newRenderCache(size int, maxBytes int64) *renderCache {
 	return &renderCache{max: size, maxBytes: maxBytes, entries: map[string]cacheEntry{}, owners: map[string]string{}, refs: map[string]int{}}
