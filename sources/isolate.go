@@ -345,7 +345,8 @@ func refusedURLs() []string {
 
 // outOfMemory reports whether a render child ended for want of memory: the Go runtime's
 // fatal error when the kernel refuses it address space (its first line, before the
-// goroutine dump; the race detector's own when built with it), or, when the parent did not
+// goroutine dump; the race detector's own, and the race runtime's "too many address space
+// collisions" when its heap cannot grow, when built with it), or, when the parent did not
 // kill it (killed), a SIGKILL: the kernel's OOM killer.
 func outOfMemory(err error, stderr *tailBuffer, killed bool) bool {
 	var exit *exec.ExitError
@@ -357,7 +358,8 @@ func outOfMemory(err error, stderr *tailBuffer, killed bool) bool {
 	}
 	head := string(stderr.head)
 	for _, s := range []string{"out of memory", "cannot allocate memory", "errno=12", "pthread_create failed",
-		"failed to create new OS thread", "ThreadSanitizer failed to allocate"} {
+		"failed to create new OS thread", "ThreadSanitizer failed to allocate",
+		"too many address space collisions"} {
 		if strings.Contains(head, s) {
 			return true
 		}
