@@ -77,6 +77,9 @@ func readAnswer(r *budgetReader, u unit, b *budget) ([]decoded, *childResponse, 
 			}
 			return objs, rec.End, errors.Join(errs...)
 		}
+		if err := b.answered(int64(len(rec.Resource))); err != nil {
+			return nil, nil, err
+		}
 		var obj map[string]any
 		if err := utiljson.Unmarshal(rec.Resource, &obj); err != nil {
 			errs = append(errs, loc.wrap("", fmt.Errorf("kustomize output: %w", err)))

@@ -28,13 +28,19 @@ import (
 // pushed it out (after a prune of 10% at 10,000 objects: two renders, 47 MB of the heap,
 // and 292 MB RSS, against 247 MB with one). Renders loaded without an owner are dropped by
 // age only.
+//
+// The cache also holds at most maxBytes of renders, by an estimate of the heap their
+// objects take (objectsSize): past it, the least recently used renders are dropped, and a
+// render larger than the whole bound is not kept.
 type renderCache struct {
-	mu      sync.Mutex
-	max     int
-	order   []string // most recently used first
-	entries map[string]cacheEntry
-	owners  map[string]string // owner → key of its last load
-	refs    map[string]int    // key → owners whose last load it is
+	mu       sync.Mutex
+	max      int
+	maxBytes int64
+	bytes    int64    // the sizes of entries
+	order    []string // most recently used first
+	entries  map[string]cacheEntry
+	owners   map[string]string // owner → key of its last load
+	refs     map[string]int    // key → owners whose last load it is
 }
 
 type cacheEntry struct {
@@ -42,18 +48,25 @@ type cacheEntry struct {
 	origins []string
 	ordered [][]byte
 	err     error
+	size    int64 // estimated heap bytes, set by put
 }
 
-func newRenderCache(size int) *renderCache {
-	return &renderCache{max: size, entries: map[string]cacheEntry{}, owners: map[string]string{}, refs: map[string]int{}}
+// DefaultRenderCacheBytes bounds the renders a Loader keeps by their estimated heap size: with
+// four render children (256 MiB) and four renders in flight at --max-render-output
+// (56 MiB at most), it leaves about 100 MiB of the shipped 512 MiB to the binary and its
+// other caches (docs/deploy.md, "Sizing").
+const DefaultRenderCacheBytes = 96 << 20
+
+func newRenderCache(size int, maxBytes int64) *renderCache {
+	return &renderCache{max: size, maxBytes: maxBytes, entries: map[string]cacheEntry{}, owners: map[string]string{}, refs: map[string]int{}}
 }
 
 func cacheKey(digest, path string, opts RenderOptions) string {
 	// Workers does not change the output, so it is not part of the key. Isolate refuses
 	// URLs in fields that an in-process build would fetch.
 	l := opts.Limits.withDefaults()
-	return fmt.Sprintf("%s\x00%s\x00remote=%t\x00isolate=%t\x00limits=%d/%d/%d/%d", digest, filepath.Clean(path), opts.AllowRemoteBases, opts.Isolate,
-		l.MaxFiles, l.MaxFileSize, l.MaxObjects, l.MaxTotalSize)
+	return fmt.Sprintf("%s\x00%s\x00remote=%t\x00isolate=%t\x00limits=%d/%d/%d/%d/%d", digest, filepath.Clean(path), opts.AllowRemoteBases, opts.Isolate,
+		l.MaxFiles, l.MaxFileSize, l.MaxObjects, l.MaxTotalSize, l.MaxRenderOutput)
 }
 
 func (c *renderCache) get(key string) (cacheEntry, bool) {
@@ -68,11 +81,17 @@ func (c *renderCache) get(key string) (cacheEntry, bool) {
 }
 
 func (c *renderCache) put(key string, e cacheEntry) {
+	e.size = objectsSize(e)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.drop(key)
+	if e.size > c.maxBytes {
+		return
+	}
 	c.entries[key] = e
+	c.bytes += e.size
 	c.touch(key)
-	for len(c.order) > c.max {
+	for len(c.order) > c.max || c.bytes > c.maxBytes {
 		c.drop(c.order[len(c.order)-1])
 	}
 }
@@ -118,6 +137,9 @@ func (c *renderCache) release(key string) {
 // drop removes key's render; c.mu must be held. Owners keep their record: a later load of
 // the same key renders again.
 func (c *renderCache) drop(key string) {
+	if e, ok := c.entries[key]; ok {
+		c.bytes -= e.size
+	}
 	delete(c.entries, key)
 	if i := slices.Index(c.order, key); i >= 0 {
 		c.order = slices.Delete(c.order, i, i+1)
@@ -130,6 +152,46 @@ func (c *renderCache) touch(key string) {
 		c.order = slices.Delete(c.order, i, i+1)
 	}
 	c.order = slices.Insert(c.order, 0, key)
+}
+
+// objectsSize estimates the heap bytes of a render's objects: what its strings hold plus
+// a per-value overhead close to what a decoded object costs (TestAnswerDecodeFactor
+// measures the decode; TestRenderCacheBytes checks the estimate against it).
+func objectsSize(e cacheEntry) int64 {
+	n := int64(len(e.objs)) * 64
+	for _, o := range e.objs {
+		n += valueSize(o.Object)
+	}
+	for _, s := range e.origins {
+		n += int64(len(s)) + 16
+	}
+	for _, b := range e.ordered {
+		n += int64(len(b)) + 24
+	}
+	return n
+}
+
+// valueSize estimates the heap bytes of one decoded JSON value (a map entry costs its
+// key, its value and about 128 bytes of map buckets and interfaces).
+func valueSize(v any) int64 {
+	switch v := v.(type) {
+	case map[string]any:
+		n := int64(96)
+		for k, x := range v {
+			n += 128 + int64(len(k)) + valueSize(x)
+		}
+		return n
+	case []any:
+		n := int64(32)
+		for _, x := range v {
+			n += 32 + valueSize(x)
+		}
+		return n
+	case string:
+		return int64(len(v))
+	default:
+		return 8
+	}
 }
 
 // digestDir hashes the names, kinds and contents of the files under root, hidden folders

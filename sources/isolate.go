@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,8 +33,34 @@ const childEnv = "CONVERGE_RENDER_CHILD"
 // hookInstalled records that this binary calls ServeChild, so it can serve as a child.
 var hookInstalled atomic.Bool
 
-// childSlots bounds the render children running at once, process-wide.
-var childSlots = make(chan struct{}, max(4, runtime.GOMAXPROCS(0)))
+// DefaultRenderSlots is how many render children run at once by default (Limits.RenderSlots).
+const DefaultRenderSlots = 4
+
+// slotSets holds, per size, the process-wide semaphore of render children running at once.
+var slotSets = struct {
+	sync.Mutex
+	m map[int]chan struct{}
+}{m: map[int]chan struct{}{}}
+
+// childSlots returns the semaphore of n render slots (n ≤ 0: DefaultRenderSlots), shared
+// by every render that asks for n.
+func childSlots(n int) chan struct{} {
+	if n <= 0 {
+		n = DefaultRenderSlots
+	}
+	slotSets.Lock()
+	defer slotSets.Unlock()
+	s, ok := slotSets.m[n]
+	if !ok {
+		s = make(chan struct{}, n)
+		slotSets.m[n] = s
+	}
+	return s
+}
+
+// childrenRunning counts the render children started and not yet waited for, with the most
+// at once (for tests).
+var childrenRunning heldGauge
 
 // ServeChild turns this process into a render child when an isolated render started it,
 // and exits when the build is done; in any other process it returns at once, recording
@@ -135,12 +160,13 @@ func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions,
 	if !hookInstalled.Load() {
 		return nil, fmt.Errorf("%s: isolated kustomize build: this binary does not call sources.ServeChild first in main", file)
 	}
+	slots := childSlots(b.limits.RenderSlots)
 	select {
-	case childSlots <- struct{}{}:
+	case slots <- struct{}{}:
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%s: kustomize build did not start: %w", file, context.Cause(ctx))
 	}
-	defer func() { <-childSlots }()
+	defer func() { <-slots }()
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("%s: isolated kustomize build: %w", file, err)
@@ -164,6 +190,8 @@ func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions,
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: isolated kustomize build: %w", file, err)
 	}
+	childrenRunning.add(1)
+	defer childrenRunning.add(-1)
 	stdout := &budgetReader{r: pipe, max: b.remaining()}
 	objs, resp, readErr := readAnswer(stdout, u, b)
 	killed := readErr != nil || resp == nil
@@ -317,7 +345,8 @@ func refusedURLs() []string {
 
 // outOfMemory reports whether a render child ended for want of memory: the Go runtime's
 // fatal error when the kernel refuses it address space (its first line, before the
-// goroutine dump; the race detector's own when built with it), or, when the parent did not
+// goroutine dump; the race detector's own, and the race runtime's "too many address space
+// collisions" when its heap cannot grow, when built with it), or, when the parent did not
 // kill it (killed), a SIGKILL: the kernel's OOM killer.
 func outOfMemory(err error, stderr *tailBuffer, killed bool) bool {
 	var exit *exec.ExitError
@@ -329,7 +358,8 @@ func outOfMemory(err error, stderr *tailBuffer, killed bool) bool {
 	}
 	head := string(stderr.head)
 	for _, s := range []string{"out of memory", "cannot allocate memory", "errno=12", "pthread_create failed",
-		"failed to create new OS thread", "ThreadSanitizer failed to allocate"} {
+		"failed to create new OS thread", "ThreadSanitizer failed to allocate",
+		"too many address space collisions"} {
 		if strings.Contains(head, s) {
 			return true
 		}

@@ -30,6 +30,15 @@ type Limits struct {
 	// this much, so a build that would take more dies alone and the render fails naming
 	// the limit. The child's Go runtime collects hard before it (GOMEMLIMIT).
 	MaxRenderMemory int64
+	// MaxRenderOutput bounds the bytes of render children's answers one render decodes into
+	// this process's heap, counted as each resource is decoded: the objects of a render live
+	// in the daemon (up to decodeFactor heap bytes per answer byte), so --concurrent renders
+	// at once hold at most about --concurrent × MaxRenderOutput × decodeFactor.
+	MaxRenderOutput int64
+	// RenderSlots bounds the render children running at once in this process, across all
+	// renders made with the same RenderSlots (0: DefaultRenderSlots): the memory of render
+	// children is at most RenderSlots × MaxRenderMemory, whatever the number of cores.
+	RenderSlots int
 }
 
 // Default limits: far above the examples and `make bench` (10,000 objects in 10,000
@@ -45,13 +54,24 @@ const (
 	// 3,000 objects fits (1,000 fit in 32 MiB), and four children at once (render slots)
 	// leave half of the shipped Deployment's 512 MiB to the daemon.
 	DefaultMaxRenderMemory = 64 << 20
+	// DefaultMaxRenderOutput is the answer bytes one render may decode into the daemon:
+	// a kustomize build of about 1,600 Deployments of 650 bytes, or 1,000 ConfigMaps of
+	// 1 KiB. Four renders at once at the measured decode factor (decodeFactor) hold at
+	// most 56 MiB of the shipped 512 MiB.
+	DefaultMaxRenderOutput = 1 << 20
 )
+
+// decodeFactor bounds the heap bytes a decoded render object takes per byte of its JSON
+// answer, as measured by TestAnswerDecodeFactor: ConfigMap-heavy answers (long string
+// values) about 2.2, Deployment-heavy ones (many short fields, each a map entry) about
+// 12 (12.8 under the race detector).
+const decodeFactor = 14
 
 // DefaultLimits returns DefaultMaxFiles, DefaultMaxFileSize, DefaultMaxObjects and
 // DefaultMaxTotalSize.
 func DefaultLimits() Limits {
 	return Limits{MaxFiles: DefaultMaxFiles, MaxFileSize: DefaultMaxFileSize, MaxObjects: DefaultMaxObjects,
-		MaxTotalSize: DefaultMaxTotalSize, MaxRenderMemory: DefaultMaxRenderMemory}
+		MaxTotalSize: DefaultMaxTotalSize, MaxRenderMemory: DefaultMaxRenderMemory, MaxRenderOutput: DefaultMaxRenderOutput}
 }
 
 // withDefaults fills zero fields with their defaults.
@@ -72,6 +92,9 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxRenderMemory <= 0 {
 		l.MaxRenderMemory = d.MaxRenderMemory
 	}
+	if l.MaxRenderOutput <= 0 {
+		l.MaxRenderOutput = d.MaxRenderOutput
+	}
 	return l
 }
 
@@ -86,6 +109,9 @@ var (
 	ErrSourceTooLarge = errors.New("source too large")
 	// ErrRenderMemory reports a render child that needed more than Limits.MaxRenderMemory.
 	ErrRenderMemory = errors.New("render exceeded the memory limit")
+	// ErrRenderOutput reports a render whose children answered more than
+	// Limits.MaxRenderOutput bytes.
+	ErrRenderOutput = errors.New("render output too large")
 )
 
 func tooManyFiles(file string, max int) error {
@@ -147,6 +173,7 @@ type budget struct {
 	rel     string // the rendered path, for messages
 	bytes   atomic.Int64
 	objects atomic.Int64
+	output  atomic.Int64
 	mu      sync.Mutex
 	err     error
 }
@@ -176,6 +203,44 @@ func (b *budget) decoded(n int) error {
 	}
 	return nil
 }
+
+// answered counts n bytes of a render child's answer decoded into this process, failing
+// when the render's total passes MaxRenderOutput. The bytes are also counted in the
+// process's answerBytesHeld until release (the render's end).
+func (b *budget) answered(n int64) error {
+	if err := b.failed(); err != nil {
+		return err
+	}
+	answerBytesHeld.add(n)
+	if b.output.Add(n) > b.limits.MaxRenderOutput {
+		return b.fail(&InputError{File: b.rel, Err: fmt.Errorf("%w: render children answered more than %d bytes (raise the limit with --max-render-output)",
+			ErrRenderOutput, b.limits.MaxRenderOutput)})
+	}
+	return nil
+}
+
+// release takes the render's answer bytes off answerBytesHeld: its objects are now the
+// caller's (and the render cache's, counted there).
+func (b *budget) release() {
+	answerBytesHeld.add(-b.output.Swap(0))
+}
+
+// heldGauge counts bytes held process-wide and remembers the most held at once.
+type heldGauge struct {
+	mu   sync.Mutex
+	n    int64
+	high int64
+}
+
+func (g *heldGauge) add(n int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n += n
+	g.high = max(g.high, g.n)
+}
+
+// answerBytesHeld is the answer bytes of the renders in progress, decoded in this process.
+var answerBytesHeld heldGauge
 
 // remaining returns the bytes still allowed, at least 1 so that a cap made of it is
 // never read as "no cap".

@@ -57,9 +57,19 @@ type Loader struct {
 // must exceed the Syncs of a daemon (at 64, 100 Syncs re-rendered on every reconcile).
 const renderCacheSize = 256
 
-// NewLoader returns a Loader that keeps git repositories and checkouts under cacheDir.
+// NewLoader returns a Loader that keeps git repositories and checkouts under cacheDir, and
+// at most DefaultRenderCacheBytes of renders.
 func NewLoader(cacheDir string) *Loader {
-	return &Loader{fetcher: git.NewFetcher(cacheDir), cache: newRenderCache(renderCacheSize)}
+	return NewLoaderSized(cacheDir, DefaultRenderCacheBytes)
+}
+
+// NewLoaderSized is NewLoader keeping at most cacheBytes of renders (by an estimate of
+// their objects' heap; 0: DefaultRenderCacheBytes).
+func NewLoaderSized(cacheDir string, cacheBytes int64) *Loader {
+	if cacheBytes <= 0 {
+		cacheBytes = DefaultRenderCacheBytes
+	}
+	return &Loader{fetcher: git.NewFetcher(cacheDir), cache: newRenderCache(renderCacheSize, cacheBytes)}
 }
 
 // Load fetches the source (for git) and renders its path.

@@ -229,6 +229,7 @@ func renderUnits(ctx context.Context, root, rel string, units []unit, opts Rende
 	}
 	defer func() { _ = r.Close() }()
 	b := newBudget(rel, opts.Limits)
+	defer b.release()
 	results := make([][]decoded, len(units))
 	errs := make([]error, len(units))
 	next := make(chan int)

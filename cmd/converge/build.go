@@ -129,7 +129,7 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 	if b, err = f.decryption.decrypt(ctx, b); err != nil {
 		return b, err
 	}
-	return f.subst.expand(b)
+	return f.subst.expand(b, f.limits)
 }
 
 // redactor hides, in what a command prints, the values of Secret manifests given with

@@ -40,8 +40,9 @@ func (f *substituteFlags) addFlags(cmd *cobra.Command) {
 }
 
 // expand substitutes the variables of the flags in b. Without a substitution flag it
-// returns b as it is.
-func (f *substituteFlags) expand(b *sources.Bundle) (*sources.Bundle, error) {
+// returns b as it is. What substitution inserts is bounded by limits: --max-file-size per
+// object, --max-total-size in all.
+func (f *substituteFlags) expand(b *sources.Bundle, limits sources.Limits) (*sources.Bundle, error) {
 	if len(f.vars) == 0 && len(f.files) == 0 {
 		return b, nil
 	}
@@ -68,6 +69,7 @@ func (f *substituteFlags) expand(b *sources.Bundle) (*sources.Bundle, error) {
 	f.secrets = vars.Sensitive()
 	opts := varsubst.DefaultOptions()
 	opts.Strict = f.strict
+	opts.MaxObjectSize, opts.MaxTotalSize = limits.MaxFileSize, limits.MaxTotalSize
 	return varsubst.Expand(b, vars, opts)
 }
 

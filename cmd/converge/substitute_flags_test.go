@@ -156,3 +156,28 @@ func TestApplyYAMLReportRedactsFoldedValue(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildSubstituteBoundedByFlags: the bytes substitution inserts are bounded by the
+// command's --max-file-size (per object) and --max-total-size (in all), as the error says:
+// a 100-byte value named 40 times passes a --max-file-size of 2000. Before, the bounds were
+// the defaults (8 MiB, 256 MiB) whatever the flags: the object was built.
+func TestBuildSubstituteBoundedByFlags(t *testing.T) {
+	dir := t.TempDir()
+	writeSet(t, dir, "x", map[string]string{"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\n" +
+		"data: {k: '" + strings.Repeat("${v}", 40) + "'}\n"})
+	value := "v=" + strings.Repeat("x", 100)
+	for _, tc := range []struct {
+		flag, want string
+	}{
+		{"--max-file-size=2000", "larger than 2000 bytes (raise the limit with --max-file-size)"},
+		{"--max-total-size=3000", "more than 3000 bytes into the render's objects (raise the limit with --max-total-size)"},
+	} {
+		out, errOut, code := runOffline("build", dir, "--substitute", value, tc.flag)
+		if code != 2 || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%s: exit %d, %d bytes output, error %q; want exit 2 saying %q", tc.flag, code, len(out), errOut, tc.want)
+		}
+	}
+	if _, errOut, code := runOffline("build", dir, "--substitute", value); code != 0 {
+		t.Errorf("under the default bounds: exit %d: %s", code, errOut)
+	}
+}

@@ -113,6 +113,9 @@ type Options struct {
 	FetchTimeout time.Duration
 	// Limits bound a render (zero fields: the sources package's defaults).
 	Limits sources.Limits
+	// RenderCacheSize bounds the renders kept for the next reconciles, in estimated heap
+	// bytes (0: sources.DefaultRenderCacheBytes).
+	RenderCacheSize int64
 
 	// QuickStart, when its GitURL is set, is a Sync the daemon creates and owns at start.
 	QuickStart QuickStart
@@ -152,9 +155,11 @@ func DefaultOptions() Options {
 		MaxFetchSize:    git.DefaultMaxFetchSize,
 		Limits: sources.Limits{MaxFiles: sources.DefaultMaxFiles, MaxFileSize: sources.DefaultMaxFileSize,
 			MaxObjects: sources.DefaultMaxObjects, MaxTotalSize: sources.DefaultMaxTotalSize,
-			MaxRenderMemory: sources.DefaultMaxRenderMemory},
-		QuickStart: DefaultQuickStart(),
-		webhook:    defaultWebhookOptions(),
+			MaxRenderMemory: sources.DefaultMaxRenderMemory, MaxRenderOutput: sources.DefaultMaxRenderOutput,
+			RenderSlots: sources.DefaultRenderSlots},
+		RenderCacheSize: sources.DefaultRenderCacheBytes,
+		QuickStart:      DefaultQuickStart(),
+		webhook:         defaultWebhookOptions(),
 	}
 }
 

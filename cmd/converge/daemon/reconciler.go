@@ -93,7 +93,7 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 	return &reconciler{
 		client: mgr.GetClient(),
 		live:   mgr.GetAPIReader(),
-		loader: sources.NewLoader(o.CacheDir),
+		loader: sources.NewLoaderSized(o.CacheDir, o.RenderCacheSize),
 		render: renderSettings{timeout: o.BuildTimeout, limits: o.Limits, allowLocalGit: o.AllowLocalGit, maxFetchSize: o.MaxFetchSize, fetchTimeout: o.FetchTimeout,
 			cacheQuota: o.GitCacheQuota},
 		engines:     engines,

@@ -62,6 +62,9 @@ func (r *reconciler) substitute(ctx context.Context, s *v1alpha1.Sync, b *source
 	}
 	opts := varsubst.DefaultOptions()
 	opts.Strict = pb.Strict
+	// What substitution inserts is bounded as a render is: --max-file-size per object,
+	// --max-total-size in all (zero: the defaults).
+	opts.MaxObjectSize, opts.MaxTotalSize = r.render.limits.MaxFileSize, r.render.limits.MaxTotalSize
 	fp := vars.Fingerprint()
 	if opts.Strict {
 		fp = sha256.Sum256(append(fp[:], "strict"...))

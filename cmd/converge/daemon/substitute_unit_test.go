@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -126,5 +127,19 @@ func TestSubstituteFailureDropsTheKeptResult(t *testing.T) {
 	}
 	if got := r.substitutions.redactor(key).String("x decrypted"); got != "x ***" {
 		t.Errorf("the redactor was dropped with the result: %q", got)
+	}
+}
+
+// TestSubstituteBoundedByTheDaemonLimits: what substitution inserts is bounded by the
+// daemon's --max-file-size (per object), as the error says. Before, the bound was the
+// default 8 MiB whatever the flag: a 10,000-byte value substituted under a 1,000-byte
+// --max-file-size.
+func TestSubstituteBoundedByTheDaemonLimits(t *testing.T) {
+	r := &reconciler{render: renderSettings{limits: sources.Limits{MaxFileSize: 1000}}}
+	s := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
+		Spec: v1alpha1.SyncSpec{PostBuild: &v1alpha1.PostBuild{Substitute: map[string]string{"v": strings.Repeat("x", 10000)}}}}
+	_, err := r.substitute(context.Background(), s, refBundle("main@sha1:1"), nil)
+	if want := "larger than 1000 bytes (raise the limit with --max-file-size)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want one saying %q", err, want)
 	}
 }
