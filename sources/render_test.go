@@ -313,7 +313,8 @@ func TestRenderBadInput(t *testing.T) {
 				"k/kustomization.yaml": "resources: [../../" + filepath.Base(outside) + "]\n",
 			},
 			path: "k",
-			want: []string{"k/kustomization.yaml: kustomize build:"},
+			want: []string{"k/kustomization.yaml: resources[0]: path leads outside the source: \"../../" + filepath.Base(outside) + "\""},
+			is:   ErrPathEscape,
 		},
 		{
 			name: "kustomize output is validated",
