@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"regexp"
-	"strings"
 
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -76,8 +74,9 @@ type buildInput struct {
 }
 
 // prepare readies a build of u. Without remote bases the build reads an in-memory copy of
-// the source root, so no kustomization can read outside the source, and every reference
-// that would be fetched is refused first (see refuseRemote).
+// what its kustomization reaches in the source (reach.go), so no kustomization can read
+// outside the source, and every reference that would be fetched is refused first (see
+// refuseRemote).
 func prepare(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) (*buildInput, error) {
 	in := &buildInput{fsys: filesys.MakeFsOnDisk(), dir: filepath.Join(root, filepath.FromSlash(u.rel)),
 		file: path.Join(u.rel, u.kustomization), rel: u.rel, limits: b.limits, chunkObjects: chunkObjects}
@@ -88,7 +87,7 @@ func prepare(ctx context.Context, root string, u unit, opts RenderOptions, b *bu
 		in.disk = true
 		return in, nil
 	}
-	fsys, err := memoryCopy(ctx, root, in.file, b)
+	fsys, err := reach(ctx, root, u.rel, in.file, b)
 	if err != nil {
 		return nil, err
 	}
@@ -231,56 +230,4 @@ func decodeResources(u unit, resources [][]byte, ordered map[int]string, b *budg
 		return nil, err
 	}
 	return objs, errors.Join(errs...)
-}
-
-// memoryCopy copies the source root, without hidden folders, into an in-memory file
-// system rooted at "/", within b's limits (file names the kustomization in messages). Files
-// are read through os.Root: symlinks that stay inside the root are copied as what they
-// point to; others are left out, so kustomize reports them as missing.
-func memoryCopy(ctx context.Context, root, file string, b *budget) (filesys.FileSystem, error) {
-	limits := b.limits
-	r, err := os.OpenRoot(root)
-	if err != nil {
-		return nil, fmt.Errorf("%s: copy source: %w", file, err)
-	}
-	defer func() { _ = r.Close() }()
-	mem := filesys.MakeFsInMemory()
-	files := 0
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rel := relSlash(root, p)
-		if d.IsDir() {
-			if strings.HasPrefix(d.Name(), ".") && p != root {
-				return filepath.SkipDir
-			}
-			return mem.MkdirAll(path.Join("/", rel))
-		}
-		symlink := d.Type()&fs.ModeSymlink != 0
-		if !symlink && !d.Type().IsRegular() {
-			return nil
-		}
-		if files++; files > limits.MaxFiles {
-			return &InputError{File: file, Err: fmt.Errorf("%w: the source holds more than %d files, hidden folders excepted (raise the limit with --max-files)", ErrTooManyFiles, limits.MaxFiles)}
-		}
-		data, err := readFile(r, rel, b)
-		var input *InputError
-		switch {
-		case errors.As(err, &input):
-			return err
-		case err != nil && symlink:
-			return nil // out of the root, broken, or not a file
-		case err != nil:
-			return err
-		}
-		return mem.WriteFile(path.Join("/", rel), data)
-	})
-	if err != nil && !IsTerminal(err) {
-		return nil, fmt.Errorf("%s: copy source: %w", file, err)
-	}
-	return mem, err
 }

@@ -6,9 +6,14 @@
 //     copies. Revisions are "main@sha1:<hex>" for git and "sha256:<hex>" of the files for a
 //     local folder.
 //   - Render builds a folder with a kustomization using krusty (root-only load restrictor,
-//     no plugins, remote bases refused unless allowed, on an in-memory copy of the source so
-//     nothing outside it is read), and decodes any other
-//     folder directly and in parallel: .yaml/.yml/.json files, recursively, in lexical
+//     no plugins, remote bases refused unless allowed), on an in-memory copy of what the
+//     kustomization reaches (reach.go): its kustomization file, the files and folders its
+//     loading fields name (resources, components, patches, generators' files and envs,
+//     replacements, crds, configurations, openapi, generator and transformer configs and
+//     the paths these name), and recursively the kustomizations of those folders. Nothing
+//     else of the source is read or counted against the limits, and nothing outside the
+//     source is reachable: a reference that climbs out is refused. Any other folder is
+//     decoded directly and in parallel: .yaml/.yml/.json files, recursively, in lexical
 //     order, multi-document, Lists flattened, hidden files and folders skipped.
 //   - Validation names the file, the line, the 1-based document ("document 2 of 3") and the
 //     object ("Kind namespace/name"): missing apiVersion, kind or metadata.name, duplicates
@@ -20,9 +25,9 @@
 // ends, in parallel. Without it they run in this process, serialized and recovered, and
 // only the fields refuseRemote knows are checked: for trusted content. Limits bound the
 // files read (count and size, refused before reading), the bytes one render reads in all
-// (a symlink each time it is read, a copy of the source per kustomize build) and the
-// objects rendered, counted as they are decoded; files are read through os.Root so no
-// symlink leads out of the source. A render child keeps only a few variables of the
+// (a symlink each time it is read, what each kustomize build reaches) and the objects
+// rendered, counted as they are decoded; files are read through os.Root so no symlink
+// leads out of the source. A render child keeps only a few variables of the
 // parent's environment.
 //
 // Failures caused by the content are *InputError values and IsTerminal reports them: the

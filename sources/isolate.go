@@ -118,7 +118,7 @@ type childError struct {
 // sentinels are the errors whose identity crosses the boundary.
 var sentinels = map[string]error{
 	"remote": ErrRemoteBase, "files": ErrTooManyFiles, "size": ErrFileTooLarge, "objects": ErrTooManyObjects,
-	"total": ErrSourceTooLarge,
+	"total": ErrSourceTooLarge, "escape": ErrPathEscape,
 }
 
 func serveChild(in io.Reader, out io.Writer) int {

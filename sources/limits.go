@@ -13,8 +13,8 @@ import (
 // Limits bound what one render may read and produce, so that a repository cannot exhaust
 // the daemon's memory or time with its size. A zero field means its default.
 type Limits struct {
-	// MaxFiles bounds the files of the source root copied for a kustomize build, and the
-	// manifest files of a plain folder.
+	// MaxFiles bounds the files one kustomize build reaches (its kustomizations and the
+	// files they reference, see reach.go), and the manifest files of a plain folder.
 	MaxFiles int
 	// MaxFileSize bounds one file, in bytes. A larger file is refused before it is read.
 	MaxFileSize int64
@@ -22,8 +22,9 @@ type Limits struct {
 	// render stops as soon as it passes the limit.
 	MaxObjects int
 	// MaxTotalSize bounds the bytes one render reads: every file decoded (a symlink counts
-	// at its target's size, each time it is read), every copy of the source made for a
-	// kustomize build, and the answers of render children.
+	// at its target's size, each time it is read), the files each kustomize build reaches
+	// (once per build), and the answers of render children. Files no build reaches are not
+	// counted.
 	MaxTotalSize int64
 	// MaxRenderMemory bounds the memory of one render child (an isolated kustomize build),
 	// in bytes: the kernel refuses the child more address space than it held at start plus
@@ -43,8 +44,8 @@ type Limits struct {
 
 // Default limits: far above the examples and `make bench` (10,000 objects in 10,000
 // files of about 1 KiB), far below what would exhaust a daemon. DefaultMaxTotalSize is
-// the git export's total limit (sources/git): a render reads about what its checkout
-// holds, once per kustomize build.
+// the git export's total limit (sources/git): a render reads at most what its checkout
+// holds, once per kustomize build that reaches it all.
 const (
 	DefaultMaxFiles     = 20000
 	DefaultMaxFileSize  = 8 << 20

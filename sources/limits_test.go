@@ -32,11 +32,12 @@ func TestRenderLimits(t *testing.T) {
 			is:     ErrTooManyFiles,
 		},
 		{
-			name:   "kustomize source with too many files",
-			files:  map[string]string{"k/kustomization.yaml": kust("a.yaml"), "k/a.yaml": cm("a", "x"), "other/b.yaml": cm("b", "x"), "other/c.yaml": cm("c", "x")},
+			name: "kustomize source with too many files",
+			files: map[string]string{"k/kustomization.yaml": "resources: [a.yaml, ../base]\n", "k/a.yaml": cm("a", "x"),
+				"base/kustomization.yaml": kust("b.yaml", "c.yaml"), "base/b.yaml": cm("b", "x"), "base/c.yaml": cm("c", "x")},
 			path:   "k",
-			limits: Limits{MaxFiles: 3},
-			want:   "k/kustomization.yaml: too many files: the source holds more than 3 files",
+			limits: Limits{MaxFiles: 4},
+			want:   "k/kustomization.yaml: too many files: the kustomization reaches more than 4 files",
 			is:     ErrTooManyFiles,
 		},
 		{
@@ -49,10 +50,10 @@ func TestRenderLimits(t *testing.T) {
 		},
 		{
 			name:   "kustomize file too large",
-			files:  map[string]string{"k/kustomization.yaml": kust("a.yaml"), "k/a.yaml": cm("a", "x"), "unused/big.yaml": big},
+			files:  map[string]string{"k/kustomization.yaml": "resources: [a.yaml, ../base]\n", "k/a.yaml": cm("a", "x"), "base/kustomization.yaml": kust("big.yaml"), "base/big.yaml": big},
 			path:   "k",
 			limits: Limits{MaxFileSize: 200},
-			want:   "unused/big.yaml: file too large: 395 bytes, more than 200",
+			want:   "base/big.yaml: file too large: 395 bytes, more than 200",
 			is:     ErrFileTooLarge,
 		},
 		{
@@ -116,20 +117,27 @@ func TestRenderWithinLimits(t *testing.T) {
 }
 
 // TestRenderByteBudget: a plain folder of symlinks to one file reads the file once per
-// symlink, and so does the copy of the source made for a kustomize build; the render stops
+// symlink, and so does the copy made for a kustomize build that lists them; the render stops
 // at Limits.MaxTotalSize with one terminal error naming the rendered path and the limit, in
 // place of decoding (or copying) every link (I13: bounded in size).
 func TestRenderByteBudget(t *testing.T) {
 	big := cm("big", "default") + "  pad: " + strings.Repeat("x", 16<<10) + "\n"
 	dir := writeTree(t, map[string]string{
-		"apps/big.yaml":        big,
-		"k/kustomization.yaml": "resources: [cm.yaml]\n",
-		"k/cm.yaml":            cm("a", "default"),
+		"apps/big.yaml": big,
+		"k/big.yaml":    big,
 	})
+	var links []string
 	for i := range 50 {
-		if err := os.Symlink("big.yaml", filepath.Join(dir, "apps", fmt.Sprintf("link%02d.yaml", i))); err != nil {
-			t.Fatal(err)
+		link := fmt.Sprintf("link%02d.yaml", i)
+		for _, d := range []string{"apps", "k"} {
+			if err := os.Symlink("big.yaml", filepath.Join(dir, d, link)); err != nil {
+				t.Fatal(err)
+			}
 		}
+		links = append(links, link)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "k", "kustomization.yaml"), []byte("resources: ["+strings.Join(links, ", ")+"]\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	for _, path := range []string{"apps", "k"} {
 		for _, isolate := range []bool{false, true} {

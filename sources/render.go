@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	pathpkg "path"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -57,30 +59,35 @@ func Render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstr
 
 // render is Render that also returns where each object came from (Bundle.Origins).
 func render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstructured.Unstructured, []string, [][]byte, error) {
-	root, target, err := resolvePath(dir, path)
+	root, err := sourceRoot(dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("source root %s: %w", dir, err)
+	}
+	defer func() { _ = r.Close() }()
+	rel, info, err := resolvePath(r, path)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	opts.Limits = opts.Limits.withDefaults()
-	rel := relSlash(root, target)
-	var objs []*unstructured.Unstructured
-	var origins []string
-	var ordered [][]byte
-	info, err := os.Stat(target)
-	switch {
-	case err != nil:
-		return nil, nil, nil, err
-	case !info.IsDir():
-		objs, origins, ordered, err = renderUnits(ctx, root, rel, []unit{{rel: rel}}, opts)
-	case kustomizationIn(target) != "":
-		objs, origins, ordered, err = renderUnits(ctx, root, rel, []unit{{rel: rel, kustomization: kustomizationIn(target)}}, opts)
-	default:
-		var units []unit
-		units, err = walk(ctx, root, target, opts.Limits)
-		if err == nil {
-			objs, origins, ordered, err = renderUnits(ctx, root, rel, units, opts)
+	var units []unit
+	if info.IsDir() {
+		var k string
+		if k, err = kustomizationIn(r, rel); k != "" {
+			units = []unit{{rel: rel, kustomization: k}}
+		} else if err == nil {
+			units, err = walk(ctx, r, rel, opts.Limits)
 		}
+	} else {
+		units = []unit{{rel: rel}}
 	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	objs, origins, ordered, err := renderUnits(ctx, r, rel, units, opts)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -90,31 +97,48 @@ func render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstr
 	return objs, origins, ordered, nil
 }
 
-// resolvePath returns the real source root and the real target, refusing a path that is
-// absolute, climbs with "..", or resolves through a symlink to outside the root.
-func resolvePath(dir, path string) (root, target string, err error) {
-	root, err = filepath.Abs(dir)
+// sourceRoot returns the absolute path of the source root dir, its symlinks resolved.
+func sourceRoot(dir string) (string, error) {
+	root, err := filepath.Abs(dir)
 	if err == nil {
 		root, err = filepath.EvalSymlinks(root)
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("source root %s: %w", dir, err)
+		return "", fmt.Errorf("source root %s: %w", dir, err)
 	}
+	return root, nil
+}
+
+// resolvePath returns the slash path, relative to the root r, of the file or folder that
+// path names there, its symlinks resolved, and what it is. It refuses a path that is
+// absolute, climbs with "..", or leads out of the root through a symlink: that is decided
+// through r, before any look at where the symlink points, so whether its target exists
+// is not observable, and the message names neither the target nor any path of this
+// machine.
+func resolvePath(r *os.Root, path string) (string, fs.FileInfo, error) {
 	clean := filepath.Clean(filepath.FromSlash(path))
 	if filepath.IsAbs(clean) || !filepath.IsLocal(clean) {
-		return "", "", &InputError{File: path, Err: ErrPathEscape}
+		return "", nil, &InputError{File: path, Err: ErrPathEscape}
 	}
-	target, err = filepath.EvalSymlinks(filepath.Join(root, clean))
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", "", &InputError{File: path, Err: ErrPathNotFound}
+	info, err := r.Stat(clean)
+	switch {
+	case escapes(err):
+		return "", nil, symlinkEscape(path)
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return "", nil, &InputError{File: path, Err: ErrPathNotFound}
+	case err != nil:
+		return "", nil, fmt.Errorf("%s: %w", path, err)
 	}
+	// Every symlink on the way stays inside the root (r.Stat followed them): resolving
+	// them on the disk cannot lead out, and names the object's origins by real paths.
+	target, err := filepath.EvalSymlinks(filepath.Join(r.Name(), clean))
 	if err != nil {
-		return "", "", fmt.Errorf("%s: %w", path, err)
+		return "", nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if !within(root, target) {
-		return "", "", &InputError{File: path, Err: fmt.Errorf("%w: a symlink resolves to %s", ErrPathEscape, target)}
+	if !within(r.Name(), target) {
+		return "", nil, symlinkEscape(path) // swapped since r.Stat
 	}
-	return root, target, nil
+	return relSlash(r.Name(), target), info, nil
 }
 
 // within reports whether path is root or below it; both must be clean and absolute.
@@ -132,14 +156,21 @@ func relSlash(root, path string) string {
 	return filepath.ToSlash(rel)
 }
 
-// kustomizationIn returns the name of the kustomization file in dir, or "".
-func kustomizationIn(dir string) string {
+// kustomizationIn returns the name of the kustomization file in the folder dir (a slash
+// path in r), or "". It looks through r: a kustomization file that is a symlink out of the
+// source is refused, whether or not its target exists.
+func kustomizationIn(r *os.Root, dir string) (string, error) {
 	for _, name := range kustomizationFiles {
-		if info, err := os.Stat(filepath.Join(dir, name)); err == nil && info.Mode().IsRegular() {
-			return name
+		p := pathpkg.Join(dir, name)
+		info, err := r.Stat(p)
+		if escapes(err) {
+			return "", symlinkEscape(p)
+		}
+		if err == nil && info.Mode().IsRegular() {
+			return name, nil
 		}
 	}
-	return ""
+	return "", nil
 }
 
 // unit is one thing to render: a manifest file, or a folder built with kustomize.
@@ -150,11 +181,13 @@ type unit struct {
 	kustomization string
 }
 
-// walk lists the units of a plain folder in lexical order, at most limits.MaxFiles.
-func walk(ctx context.Context, root, dir string, limits Limits) ([]unit, error) {
+// walk lists the units of the plain folder dir (a slash path in r) in lexical order, at
+// most limits.MaxFiles. It reads through r: symlinked folders are not followed, symlinked
+// files are read when they stay inside the source.
+func walk(ctx context.Context, r *os.Root, dir string, limits Limits) ([]unit, error) {
 	var units []unit
 	var errs []error
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(r.FS(), dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -162,47 +195,48 @@ func walk(ctx context.Context, root, dir string, limits Limits) ([]unit, error) 
 			return err
 		}
 		if len(units) >= limits.MaxFiles {
-			return tooManyFiles(relSlash(root, dir), limits.MaxFiles)
+			return tooManyFiles(dir, limits.MaxFiles)
 		}
-		rel := relSlash(root, path)
-		hidden := strings.HasPrefix(d.Name(), ".") && path != dir
+		hidden := strings.HasPrefix(d.Name(), ".") && p != dir
 		switch {
 		case d.IsDir() && hidden:
-			return filepath.SkipDir
-		case d.IsDir() && path != dir:
-			if k := kustomizationIn(path); k != "" {
-				units = append(units, unit{rel: rel, kustomization: k})
-				return filepath.SkipDir
+			return fs.SkipDir
+		case d.IsDir() && p != dir:
+			k, err := kustomizationIn(r, p)
+			if err != nil {
+				errs = append(errs, err)
+				return fs.SkipDir
+			}
+			if k != "" {
+				units = append(units, unit{rel: p, kustomization: k})
+				return fs.SkipDir
 			}
 			return nil
 		case d.IsDir() || hidden || !isManifest(d.Name()):
 			return nil
 		case d.Type()&fs.ModeSymlink != 0:
-			// Symlinked files are read when they stay inside the source; symlinked
-			// folders are not followed.
-			real, err := filepath.EvalSymlinks(path)
-			if err != nil {
-				errs = append(errs, &InputError{File: rel, Err: fmt.Errorf("broken symlink: %w", err)})
+			info, err := r.Stat(p)
+			switch {
+			case escapes(err):
+				errs = append(errs, symlinkEscape(p))
 				return nil
-			}
-			if !within(root, real) {
-				errs = append(errs, &InputError{File: rel, Err: fmt.Errorf("%w: a symlink resolves to %s", ErrPathEscape, real)})
+			case err != nil:
+				errs = append(errs, &InputError{File: p, Err: errors.New("broken symlink")})
 				return nil
-			}
-			if info, err := os.Stat(real); err != nil || !info.Mode().IsRegular() {
+			case !info.Mode().IsRegular():
 				return nil
 			}
 		case !d.Type().IsRegular():
 			return nil
 		}
-		units = append(units, unit{rel: rel})
+		units = append(units, unit{rel: p})
 		return nil
 	})
 	if IsTerminal(err) {
 		return nil, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", relSlash(root, dir), err)
+		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
 	return units, joinErrors(errs)
 }
@@ -218,16 +252,11 @@ func isManifest(name string) bool {
 // renderUnits renders units in parallel, keeping their order, then validates the whole
 // set (duplicates span files) of the rendered path rel. The units share one budget: the
 // first to pass a limit stops the others.
-func renderUnits(ctx context.Context, root, rel string, units []unit, opts RenderOptions) ([]*unstructured.Unstructured, []string, [][]byte, error) {
+func renderUnits(ctx context.Context, r *os.Root, rel string, units []unit, opts RenderOptions) ([]*unstructured.Unstructured, []string, [][]byte, error) {
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	r, err := os.OpenRoot(root)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("source root: %w", err)
-	}
-	defer func() { _ = r.Close() }()
 	b := newBudget(rel, opts.Limits)
 	defer b.release()
 	results := make([][]decoded, len(units))
