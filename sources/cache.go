@@ -52,10 +52,10 @@ type cacheEntry struct {
 }
 
 // DefaultRenderCacheBytes bounds the renders a Loader keeps by their estimated heap size: with
-// four render children (256 MiB) and four renders in flight at --max-render-output
-// (56 MiB at most), it leaves about 100 MiB of the shipped 512 MiB to the binary and its
+// two render children (128 MiB) and four renders in flight at --max-render-output
+// (224 MiB at most), it leaves about 100 MiB of the shipped 512 MiB to the binary and its
 // other caches (docs/deploy.md, "Sizing").
-const DefaultRenderCacheBytes = 96 << 20
+const DefaultRenderCacheBytes = 56 << 20
 
 func newRenderCache(size int, maxBytes int64) *renderCache {
 	return &renderCache{max: size, maxBytes: maxBytes, entries: map[string]cacheEntry{}, owners: map[string]string{}, refs: map[string]int{}}

@@ -34,7 +34,7 @@ const childEnv = "CONVERGE_RENDER_CHILD"
 var hookInstalled atomic.Bool
 
 // DefaultRenderSlots is how many render children run at once by default (Limits.RenderSlots).
-const DefaultRenderSlots = 4
+const DefaultRenderSlots = 2
 
 // slotSets holds, per size, the process-wide semaphore of render children running at once.
 var slotSets = struct {

@@ -52,14 +52,14 @@ const (
 	DefaultMaxObjects   = 50000
 	DefaultMaxTotalSize = 256 << 20
 	// DefaultMaxRenderMemory is a render child's memory budget: a whole kustomize build of
-	// 3,000 objects fits (1,000 fit in 32 MiB), and four children at once (render slots)
-	// leave half of the shipped Deployment's 512 MiB to the daemon.
+	// 3,000 objects fits (1,000 fit in 32 MiB); two children at once (render slots) take a
+	// quarter of the shipped Deployment's 512 MiB.
 	DefaultMaxRenderMemory = 64 << 20
 	// DefaultMaxRenderOutput is the answer bytes one render may decode into the daemon:
-	// a kustomize build of about 1,600 Deployments of 650 bytes, or 1,000 ConfigMaps of
-	// 1 KiB. Four renders at once at the measured decode factor (decodeFactor) hold at
-	// most 56 MiB of the shipped 512 MiB.
-	DefaultMaxRenderOutput = 1 << 20
+	// a kustomize build of about 6,500 Deployments of 650 bytes, 4,000 ConfigMaps of 1 KiB,
+	// or a large CRD bundle. Four renders at once at the measured decode factor
+	// (decodeFactor) hold at most 224 MiB of the shipped 512 MiB.
+	DefaultMaxRenderOutput = 4 << 20
 )
 
 // decodeFactor bounds the heap bytes a decoded render object takes per byte of its JSON
