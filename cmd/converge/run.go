@@ -78,6 +78,7 @@ authoring).`,
 	f.StringVar(&o.WatchNamespace, "watch-namespace", o.WatchNamespace, "reconcile only the Syncs of this namespace (default: all namespaces)")
 	f.StringVar(&o.WatchLabelSelector, "watch-label-selector", o.WatchLabelSelector, "reconcile only the Syncs whose labels match this selector, for static sharding with one Deployment per shard (\"sharding.fluxcd.io/key in (shard1)\"); each selector elects its own leader")
 	f.IntVar(&o.Concurrency, "concurrent", o.Concurrency, "Syncs reconciled in parallel")
+	f.IntVar(&o.MaxConcurrentPerNamespace, "max-concurrent-per-namespace", o.MaxConcurrentPerNamespace, "of the --concurrent workers, how many may reconcile Syncs of one namespace at once, so one namespace's slow or many Syncs cannot hold them all while others wait; a Sync over its namespace's share is tried again a second later (0: half of --concurrent, at least 1)")
 	f.StringVar(&o.CacheDir, "git-cache-dir", o.CacheDir, "where git repositories are cached")
 	f.Int64Var(&o.GitCacheQuota, "git-cache-quota", o.GitCacheQuota, "bytes the git cache may hold on disk: least recently used repositories no fetch holds are removed to fit, a repository over it alone fails its Sync (FetchFailed); keep it below the cache volume's size (0: no limit)")
 	f.BoolVar(&o.AllowLocalGit, "allow-local-git", o.AllowLocalGit, "let Syncs reach repositories on this machine: file:// URLs and local paths (never the git cache) and git servers on loopback, link-local (169.254.169.254), unspecified or multicast addresses")
