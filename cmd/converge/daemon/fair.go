@@ -10,34 +10,46 @@ import (
 // take a freed slot within a second.
 const deferDelay = time.Second
 
+// waitingFor is how long a namespace counts as waiting for a worker after its last deferral
+// (its deferred Syncs come back every deferDelay while it waits).
+const waitingFor = 3 * deferDelay
+
 // namespaceShare is how many reconciles of one namespace may run at once with workers
-// workers: configured (--max-concurrent-per-namespace) when positive, at most workers; else
-// half the workers, at least one. With half the workers left to the other namespaces, their
-// queued Syncs are reached while one namespace's slow fetches, renders or applies hold its
-// share; the deferred Syncs of the busy namespace cost a queue round each.
-func namespaceShare(workers, configured int) int {
-	workers = max(workers, 1)
+// workers while active namespaces (those with reconciles running or deferred within
+// waitingFor, the asking one included) want them: configured (--max-concurrent-per-namespace)
+// when positive, at most workers; else a namespace alone may use all workers but one, so a
+// free worker reaches another namespace's Sync as soon as it is queued, and several share
+// the workers evenly, at least one each.
+func namespaceShare(workers, configured, active int) int {
+	workers, active = max(workers, 1), max(active, 1)
 	if configured > 0 {
 		return min(configured, workers)
 	}
-	return max(1, workers/2)
+	if active == 1 {
+		return max(1, workers-1)
+	}
+	return max(1, workers/active)
 }
 
 // admitted reports whether a reconcile of a namespace with inFlight reconciles running may
 // start under share.
 func admitted(inFlight, share int) bool { return inFlight < share }
 
-// namespaceGate counts the reconciles running per namespace and admits one only within its
-// namespace's share; the reconciler defers the others (RequeueAfter deferDelay, nothing read
-// or written, no back-off).
+// namespaceGate counts the reconciles running per namespace and when each namespace was last
+// deferred, and admits a reconcile only within its namespace's share; the reconciler defers
+// the others (RequeueAfter deferDelay, nothing read or written, no back-off).
 type namespaceGate struct {
-	share int
-	mu    sync.Mutex
-	busy  map[string]int
+	workers, configured int
+	now                 func() time.Time
+
+	mu       sync.Mutex
+	busy     map[string]int
+	deferred map[string]time.Time // last deferral per namespace
 }
 
-func newNamespaceGate(share int) *namespaceGate {
-	return &namespaceGate{share: share, busy: map[string]int{}}
+func newNamespaceGate(workers, configured int) *namespaceGate {
+	return &namespaceGate{workers: workers, configured: configured, now: time.Now,
+		busy: map[string]int{}, deferred: map[string]time.Time{}}
 }
 
 // enter admits a reconcile in namespace ns and returns the func that ends it, or false when
@@ -48,7 +60,9 @@ func (g *namespaceGate) enter(ns string) (func(), bool) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !admitted(g.busy[ns], g.share) {
+	now := g.now()
+	if !admitted(g.busy[ns], namespaceShare(g.workers, g.configured, g.activeLocked(ns, now))) {
+		g.deferred[ns] = now
 		return nil, false
 	}
 	g.busy[ns]++
@@ -59,4 +73,22 @@ func (g *namespaceGate) enter(ns string) (func(), bool) {
 			delete(g.busy, ns)
 		}
 	}, true
+}
+
+// activeLocked counts the namespaces with reconciles running or deferred within waitingFor,
+// ns included, forgetting older deferrals.
+func (g *namespaceGate) activeLocked(ns string, now time.Time) int {
+	n := len(g.busy)
+	if g.busy[ns] == 0 {
+		n++
+	}
+	for other, at := range g.deferred {
+		switch {
+		case now.Sub(at) > waitingFor:
+			delete(g.deferred, other)
+		case other != ns && g.busy[other] == 0:
+			n++
+		}
+	}
+	return n
 }

@@ -108,7 +108,7 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		metrics:     metrics,
 		grace:       o.DeletionGrace,
 		concurrency: o.Concurrency,
-		namespaces:  newNamespaceGate(namespaceShare(o.Concurrency, o.MaxConcurrentPerNamespace)),
+		namespaces:  newNamespaceGate(o.Concurrency, o.MaxConcurrentPerNamespace),
 	}
 }
 
