@@ -132,7 +132,8 @@ func (r *reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Complete(r)
 }
 
-// Reconcile implements reconcile.Reconciler.
+// Reconcile implements reconcile.Reconciler: it reconciles the Sync within its namespace's
+// share of the workers (fair.go).
 func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	done, ok := r.namespaces.enter(req.Namespace)
 	if !ok {
@@ -142,6 +143,12 @@ func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: deferDelay}, nil
 	}
 	defer done()
+	return r.reconcile(ctx, req)
+}
+
+// reconcile reads the Sync and runs it: finalize, suspend, dependencies, then sync and the
+// status write.
+func (r *reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("sync", req.NamespacedName)
 	ctx = logr.NewContext(ctx, log)
 	s := &v1alpha1.Sync{}
