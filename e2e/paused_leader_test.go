@@ -47,7 +47,7 @@ func TestBinaryPausedLeaderIsFenced(t *testing.T) {
 	}
 	args := func(kubeconfig string) []string {
 		return []string{"run", "--kubeconfig", kubeconfig, "-n", ns, "--watch-namespace", ns,
-			"--git-url", repo.srv.RepoURL("app"), "--ref", "main", "--path", ".", "--name", "app", "--interval", "1s",
+			"--git-url", repo.srv.RepoURL("app"), "--ref", "main", "--path", ".", "--name", "app", "--interval", "2s",
 			"--leader-election-namespace", ns, "--leader-election-lease-duration", "4s",
 			"--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "500ms",
 			"--concurrent", "1", "--metrics-addr", "0", "--health-addr", cluster.FreeAddr(), "--git-cache-dir", t.TempDir(), "--allow-local-git"}

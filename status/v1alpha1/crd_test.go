@@ -92,6 +92,10 @@ func TestSchemaRejects(t *testing.T) {
 		{"interval of many digits", func(u *unstructured.Unstructured) { set(t, u, "99999999999999999999s", "spec", "interval") }, "spec.interval"},
 		{"interval zero", func(u *unstructured.Unstructured) { set(t, u, "0s", "spec", "interval") }, "spec.interval"},
 		{"interval 1ms", func(u *unstructured.Unstructured) { set(t, u, "1ms", "spec", "interval") }, "spec.interval"},
+		// Below 2s a Sync lists its git refs every second and spends its namespace's workers.
+		{"interval 1s", func(u *unstructured.Unstructured) { set(t, u, "1s", "spec", "interval") }, "spec.interval"},
+		{"interval 1.9s", func(u *unstructured.Unstructured) { set(t, u, "1.9s", "spec", "interval") }, "spec.interval"},
+		{"retryInterval 999ms", func(u *unstructured.Unstructured) { set(t, u, "999ms", "spec", "retryInterval") }, "spec.retryInterval"},
 		{"retryInterval 1ms", func(u *unstructured.Unstructured) { set(t, u, "1ms", "spec", "retryInterval") }, "spec.retryInterval"},
 		{"retryInterval over Go's range", func(u *unstructured.Unstructured) { set(t, u, "3000000h", "spec", "retryInterval") }, "spec.retryInterval"},
 		{"timeout over 1h", func(u *unstructured.Unstructured) { set(t, u, "1000h", "spec", "timeout") }, "spec.timeout"},

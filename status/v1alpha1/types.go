@@ -78,18 +78,22 @@ type SyncSpec struct {
 	// +optional
 	Path string `json:"path,omitempty"`
 	// Interval between reconciles (resync and drift correction), with ±10% jitter, as a
-	// duration such as 30s, 5m or 1h30m, from 1s to 8760h. It also caps the back-off after
-	// failures. A duration Go cannot hold (over about 290 years) is refused by the schema:
-	// stored, it would fail the daemon's decoding of every Sync.
+	// duration such as 30s, 5m or 1h30m, from 2s to 8760h. It also caps the back-off after
+	// failures. Each reconcile lists the source's refs, so the floor bounds what one Sync
+	// costs its git host and its namespace's share of the daemon's workers; a change is
+	// better announced by a webhook (spec.webhook) than by a short interval. A duration Go
+	// cannot hold (over about 290 years) is refused by the schema: stored, it would fail the
+	// daemon's decoding of every Sync.
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="must be an interval from 1s to 8760h (one year)"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('2s') && duration(self) <= duration('8760h')",message="must be an interval from 2s to 8760h (one year)"
 	// +optional
 	Interval metav1.Duration `json:"interval,omitzero"`
 	// RetryInterval is the first back-off after a failure, doubling on each further failure
-	// and capped at Interval; unset means 30s.
+	// and capped at Interval; unset means 30s. At least 1s: the doubling takes a failing
+	// Sync past a few seconds within a few retries.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32

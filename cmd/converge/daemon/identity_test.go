@@ -168,7 +168,7 @@ func TestDaemonSummaryTellsTheLastChange(t *testing.T) {
 		o.crash.AfterRender = func(*v1alpha1.Sync) error { reconciles.Add(1); return nil }
 	}
 	stop := f.startStoppableDaemon(env.Config, count)
-	s := f.createSync(time.Second) // a no-op reconcile about every second once converged
+	s := f.createSync(2 * time.Second) // a no-op reconcile about every 2 s once converged
 	f.waitSync("Ready at the first commit", readyAt(rev1))
 	stop()
 

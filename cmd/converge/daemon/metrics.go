@@ -37,6 +37,7 @@ type recorder struct {
 	inventory         *prometheus.GaugeVec
 	drift             *prometheus.CounterVec
 	pruneRefusals     *prometheus.CounterVec
+	deferrals         *prometheus.CounterVec
 	applyConflicts    *prometheus.CounterVec
 	statusConflicts   *prometheus.CounterVec
 	statusFailures    *prometheus.CounterVec
@@ -158,6 +159,9 @@ func (r *recorder) eventMetrics() {
 	r.statusFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "converge_status_write_failures_total", Help: "Sync status writes that failed after their retries.",
 	}, syncLabels)
+	r.deferrals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_reconciles_deferred_total", Help: "Reconciles deferred, reading and writing nothing, because their namespace ran its share of the workers (--max-concurrent-per-namespace).",
+	}, []string{"namespace"})
 	r.apiRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "converge_api_requests_total", Help: "Kubernetes API requests of the daemon by verb and HTTP code (\"error\" when no response came).",
 	}, []string{"verb", "code"})
@@ -166,7 +170,7 @@ func (r *recorder) eventMetrics() {
 func (r *recorder) collectors() []prometheus.Collector {
 	return []prometheus.Collector{r.reconcileDuration, r.reconciles, r.loadDuration, r.objectActions, r.condition,
 		r.suspended, r.interval, r.lastApplied, r.inventory, r.drift, r.pruneRefusals, r.applyConflicts,
-		r.statusConflicts, r.statusFailures, r.leadTime, r.commitLeadTime, r.apiRequests}
+		r.statusConflicts, r.statusFailures, r.leadTime, r.commitLeadTime, r.apiRequests, r.deferrals}
 }
 
 // partialDeleter is a metric vector whose series forget can drop by Sync.
@@ -301,11 +305,17 @@ func (r *recorder) suspend(s *v1alpha1.Sync) {
 	r.suspended.WithLabelValues(s.Namespace, s.Name).Set(1)
 }
 
+// deferred counts a reconcile deferred because namespace ns ran its share of the workers
+// (one series per namespace, kept while the daemon runs).
+func (r *recorder) deferred(ns string) {
+	r.deferrals.WithLabelValues(ns).Inc()
+}
+
 // forget drops every series of a deleted Sync.
 func (r *recorder) forget(key types.NamespacedName) {
 	labels := prometheus.Labels{"namespace": key.Namespace, "name": key.Name}
 	for _, c := range r.collectors() {
-		if v, ok := c.(partialDeleter); ok && c != r.apiRequests {
+		if v, ok := c.(partialDeleter); ok && c != r.apiRequests && c != r.deferrals {
 			v.DeletePartialMatch(labels)
 		}
 	}

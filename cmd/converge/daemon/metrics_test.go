@@ -67,6 +67,7 @@ func observeAll(t *testing.T, rec *recorder) {
 	rec.reconciled(s, status.Outcome{Ready: metav1.ConditionTrue, AttemptedRevision: "main@sha1:2", AppliedRevision: "main@sha1:2",
 		Inventory: &v1alpha1.InventoryStatus{Entries: 3}}, time.Now().Add(-time.Second), errors.New("status write failed"))
 	rec.suspend(s)
+	rec.deferred(s.Namespace)
 	_ = conflictCounting{Client: conflictClient{}, rec: rec}.Status().Patch(context.Background(), s, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
@@ -154,6 +155,7 @@ func TestRecorder(t *testing.T) {
 		{"converge_status_write_conflicts_total", map[string]float64{key: 1}},
 		{"converge_status_write_failures_total", map[string]float64{key: 1}},
 		{"converge_api_requests_total", map[string]float64{"code=200,verb=watch": 1}},
+		{"converge_reconciles_deferred_total", map[string]float64{"namespace=apps": 1}},
 	} {
 		if diff := cmp.Diff(tc.want, series(t, reg, tc.metric)); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", tc.metric, diff)

@@ -21,7 +21,7 @@ func TestDaemonStallsOnMissingInventoryPart(t *testing.T) {
 	f := newFixture(t)
 	rev := f.publish(map[string]string{"b.yaml": cmB})
 	f.startDaemon(env.Config)
-	s := f.createSync(time.Second)
+	s := f.createSync(2 * time.Second)
 	f.waitSync("Ready", readyAt(rev))
 
 	ref := InventoryRef(s)

@@ -27,7 +27,7 @@ func TestDaemonNoOpReadsNoInventory(t *testing.T) {
 			if tc.sharded {
 				f.waitShares("held by the one replica", "r-a")
 			}
-			f.createSync(time.Second)
+			f.createSync(2 * time.Second)
 			f.waitSync("Ready", readyAt(rev))
 			all, _ := n.requests(t, 3)
 			var sent []string

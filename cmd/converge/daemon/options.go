@@ -71,6 +71,12 @@ type Options struct {
 	WatchLabelSelector string
 	// Concurrency is how many Syncs are reconciled in parallel.
 	Concurrency int
+	// MaxConcurrentPerNamespace is how many of those may be of one namespace at once (at
+	// most Concurrency). Zero shares them by demand (namespaceShare): a namespace alone may
+	// use all but one, and namespaces with Syncs running or waiting share them evenly, at
+	// least one each. A reconcile over its namespace's share is deferred for a second,
+	// reading and writing nothing.
+	MaxConcurrentPerNamespace int
 	// DefaultServiceAccount is the service account, in the Sync's own namespace, that a
 	// Sync without spec.serviceAccountName impersonates for everything it does (apply,
 	// prune, readiness reads, deletion), as Flux's --default-service-account does. Empty

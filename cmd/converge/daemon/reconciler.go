@@ -62,6 +62,8 @@ type reconciler struct {
 	grace   time.Duration // deletion grace (finalize); zero means defaultDeletionGrace
 	// concurrency is how many Syncs are reconciled in parallel (MaxConcurrentReconciles).
 	concurrency int
+	// namespaces holds each namespace to its share of those workers (fair.go).
+	namespaces *namespaceGate
 
 	// shards, with sharding on, gates reconciles to the Syncs of the shards this replica
 	// holds (shards_table.go); shardSource queues the Syncs of an acquired shard. Nil when off.
@@ -106,6 +108,7 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		metrics:     metrics,
 		grace:       o.DeletionGrace,
 		concurrency: o.Concurrency,
+		namespaces:  newNamespaceGate(o.Concurrency, o.MaxConcurrentPerNamespace),
 	}
 }
 
@@ -129,8 +132,23 @@ func (r *reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Complete(r)
 }
 
-// Reconcile implements reconcile.Reconciler.
+// Reconcile implements reconcile.Reconciler: it reconciles the Sync within its namespace's
+// share of the workers (fair.go).
 func (r *reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	done, ok := r.namespaces.enter(req.Namespace)
+	if !ok {
+		// The namespace runs its share of the workers: try again shortly, having read and
+		// written nothing (not a failure: no back-off, no log).
+		r.metrics.deferred(req.Namespace)
+		return ctrl.Result{RequeueAfter: deferDelay}, nil
+	}
+	defer done()
+	return r.reconcile(ctx, req)
+}
+
+// reconcile reads the Sync and runs it: finalize, suspend, dependencies, then sync and the
+// status write.
+func (r *reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("sync", req.NamespacedName)
 	ctx = logr.NewContext(ctx, log)
 	s := &v1alpha1.Sync{}

@@ -93,7 +93,7 @@ func TestS10GitAndDiscoveryOutages(t *testing.T) {
 	discovery := &failing{match: isDiscovery}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { discovery.next = rt; return discovery })
 	f.startDaemon(cfg)
-	s := f.createSync(time.Second, func(s *v1alpha1.Sync) { s.Spec.Source.Git.URL = gitProxy.URL + "/app.git" })
+	s := f.createSync(2*time.Second, func(s *v1alpha1.Sync) { s.Spec.Source.Git.URL = gitProxy.URL + "/app.git" })
 	f.waitSync("Ready at the first commit", readyAt(rev1))
 
 	notReadyAt := func(rev string) func(*v1alpha1.Sync) bool {
@@ -155,7 +155,7 @@ func TestS02ConflictStormOnManagedObjects(t *testing.T) {
 		fault.Rule{Verb: "patch", Resource: "syncs", Subresource: "status", Times: 3, Status: http.StatusConflict},
 	)
 	f.startDaemon(cfg)
-	f.createSync(time.Second)
+	f.createSync(2 * time.Second)
 	f.waitSync("Ready despite the conflict storm", readyAt(rev))
 	if ft.Injected() != 9 {
 		t.Errorf("injected %d conflicts, want 9", ft.Injected())
@@ -179,7 +179,7 @@ func TestS11StatusWriteForwardedThenDropped(t *testing.T) {
 	cfg, ft := fault.Config(env.Config)
 	ft.SetRules(fault.Rule{Verb: "patch", Resource: "syncs", Subresource: "status", Times: 3, DropResponse: true})
 	f.startDaemon(cfg)
-	f.createSync(time.Second)
+	f.createSync(2 * time.Second)
 	s := f.waitSync("Ready although the first status writes lost their responses", readyAt(rev))
 	// Fewer than 3 is fine: once a dropped write has landed, the next reconcile finds the
 	// status already right and sends nothing.

@@ -316,7 +316,7 @@ func TestDaemonSubstituteNoOpWritesNothing(t *testing.T) {
 	rev := f.publish(files)
 	n := &noOpCounter{}
 	f.startDaemon(n.config(), n.options)
-	f.createSync(time.Second, withPostBuild(v1alpha1.PostBuild{Strict: true,
+	f.createSync(2*time.Second, withPostBuild(v1alpha1.PostBuild{Strict: true,
 		SubstituteFrom: []v1alpha1.SubstituteReference{{Kind: "ConfigMap", Name: "vars"}, {Kind: "Secret", Name: "secret-vars"}}}))
 	f.waitSync("Ready with substituted objects", readyAt(rev))
 	if cm, err := f.configMap("c"); err != nil || cm.Data["pw"] != "s3cr3t-pw" || cm.Data["region"] != "eu-1" {
