@@ -109,8 +109,8 @@ func TestDaemonDependsOnWaitsThenAppliesAtOnce(t *testing.T) {
 	f.waitSyncNamed("app", "applied once infra is Ready", readyAt(rev))
 	f.present("app applied", "app")
 
-	// infra's next generation waits a minute for gate2: meanwhile its status still says Ready
-	// for generation 1, which is not enough.
+	// infra's next generation waits a minute for gate2: until infra reconciles it, its status
+	// says Ready for generation 1, which is not enough; then it is Progressing, not Ready.
 	f.updateSync("infra", func(s *v1alpha1.Sync) {
 		s.Spec.Timeout = &metav1.Duration{Duration: time.Minute}
 		s.Spec.HealthChecks = []v1alpha1.HealthCheck{{APIVersion: "v1", Kind: "ConfigMap", Name: "gate2"}}
@@ -119,8 +119,10 @@ func TestDaemonDependsOnWaitsThenAppliesAtOnce(t *testing.T) {
 	f.updateSync("app", func(s *v1alpha1.Sync) {
 		s.Annotations = map[string]string{v1alpha1.RequestedAtAnnotation: "now"}
 	})
-	s = f.waitSyncNamed("app", "waiting for infra's generation 2", readyFalse(reasonDependencyNotReady,
-		"dependency "+f.ns+"/infra has not reconciled generation 2"))
+	s = f.waitSyncNamed("app", "waiting for infra's generation 2", func(s *v1alpha1.Sync) bool {
+		return readyFalse(reasonDependencyNotReady, "dependency "+f.ns+"/infra has not reconciled generation 2")(s) ||
+			readyFalse(reasonDependencyNotReady, "dependency "+f.ns+"/infra is not Ready: waiting for 1 object")(s)
+	})
 	if s.Status.LastAppliedRevision != rev {
 		t.Errorf("lastAppliedRevision %q while waiting, want %q kept", s.Status.LastAppliedRevision, rev)
 	}
