@@ -225,8 +225,10 @@ func TestWebhookCapsConnections(t *testing.T) {
 		}
 		_ = c.Close()
 	}
-	if n != 1 {
-		t.Errorf("%d of 5 idle connections closed by the server within 10 s, want 1 (MaxConns 4)", n)
+	// One is over the cap; a second may be, when the server has not yet seen the first
+	// post's keep-alive connection close.
+	if n < 1 || n > 2 {
+		t.Errorf("%d of 5 idle connections closed by the server within 10 s, want 1 (MaxConns 4; 2 while the first post's connection is still counted)", n)
 	}
 	body := []byte(`{"after":"1"}`)
 	var code int
