@@ -1,0 +1,41 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/converge-dev/converge/sources"
+)
+
+// gitIgnored lists what git ignores under the folder root, as slash paths relative to it
+// (folders end with "/"): the build outputs and local files that a checkout of the
+// repository would not have, and that a render therefore never reads. Outside a git work
+// tree, or without a git binary, nothing is ignored.
+func gitIgnored(ctx context.Context, root string) []string {
+	cmd := exec.CommandContext(ctx, "git", "-C", root, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
+	out, err := cmd.Output()
+	if err != nil {
+		return nil
+	}
+	var paths []string
+	for p := range bytes.SplitSeq(out, []byte{0}) {
+		if len(p) > 0 {
+			paths = append(paths, string(p))
+		}
+	}
+	return paths
+}
+
+// rootHint adds to a render error of the local source src that a path left the source root
+// which root that was and how to widen it: outside a git work tree the root is PATH itself,
+// and an overlay's "../base" leaves it.
+func rootHint(err error, src sources.Source) error {
+	if err == nil || src.Git.URL != "" || !errors.Is(err, sources.ErrPathEscape) {
+		return err
+	}
+	return fmt.Errorf("%w (the source root is %s; widen it with --root)", err, filepath.Clean(src.Dir))
+}
