@@ -126,7 +126,7 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 	if src.Git.URL == "" {
 		// What git ignores (build outputs, local files) is no part of what a commit would
 		// deploy: not read, not in the revision.
-		opts.Render.Ignored = gitIgnored(ctx, src.Dir)
+		opts.Render.Ignored = gitIgnored(ctx, src.Dir, src.Path)
 	}
 	b, err := sources.NewLoader(f.cacheDir).Load(ctx, src, opts)
 	if err != nil {

@@ -35,17 +35,23 @@ func writeTree(t *testing.T, dir string, files map[string]string) {
 }
 
 // TestBuildSkipsGitIgnored: a plain folder holding a git-ignored 20 MB build output builds,
-// and that output is not part of the local revision; a tracked edit still is.
+// and that output is not part of the local revision; a tracked edit still is. An ignored
+// folder named as PATH is built.
 func TestBuildSkipsGitIgnored(t *testing.T) {
 	big := strings.Repeat("# generated\n", 20<<20/12)
 	repo := gitRepo(t, map[string]string{
-		"deploy/cm.yaml":      "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
-		"deploy/bin/out.yaml": big,
+		"deploy/cm.yaml":        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+		"deploy/bin/out.yaml":   big,
+		"deploy/bin/gen/c.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
 	})
 	deploy := filepath.Join(repo, "deploy")
 	out, errOut, code := runOffline("build", deploy)
 	if code != 0 || !strings.Contains(out, "name: a") {
 		t.Fatalf("exit %d, error %q; want the ConfigMap built, the ignored file not read", code, errOut)
+	}
+	// A git-ignored folder named as PATH is what the user asked for.
+	if out, errOut, code := runOffline("build", filepath.Join(deploy, "bin", "gen")); code != 0 || !strings.Contains(out, "name: c") {
+		t.Errorf("build of an ignored folder named as PATH: exit %d, error %q; want it built", code, errOut)
 	}
 
 	revision := func() string {
