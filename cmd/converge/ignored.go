@@ -17,8 +17,9 @@ import (
 // repository would not have, and that a render therefore never reads. Outside a git work
 // tree, or without a git binary, nothing is ignored. An ignored folder that holds path (the
 // slash path rendered, relative to root), or path itself, is not left out: the user named it.
+// core.fsmonitor is off: listing files runs no program that a repository's config names.
 func gitIgnored(ctx context.Context, root, path string) []string {
-	cmd := exec.CommandContext(ctx, "git", "-C", root, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
+	cmd := exec.CommandContext(ctx, "git", "-C", root, "-c", "core.fsmonitor=false", "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
 	out, err := cmd.Output()
 	if err != nil {
 		return nil
