@@ -87,7 +87,7 @@ func prepare(ctx context.Context, root string, u unit, opts RenderOptions, b *bu
 		in.disk = true
 		return in, nil
 	}
-	fsys, err := reach(ctx, root, u.rel, in.file, b)
+	fsys, err := reach(ctx, root, u.rel, in.file, b, newIgnoredSet(opts.Ignored))
 	if err != nil {
 		return nil, err
 	}

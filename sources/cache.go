@@ -65,8 +65,8 @@ func cacheKey(digest, path string, opts RenderOptions) string {
 	// Workers does not change the output, so it is not part of the key. Isolate refuses
 	// URLs in fields that an in-process build would fetch.
 	l := opts.Limits.withDefaults()
-	return fmt.Sprintf("%s\x00%s\x00remote=%t\x00isolate=%t\x00limits=%d/%d/%d/%d/%d", digest, filepath.Clean(path), opts.AllowRemoteBases, opts.Isolate,
-		l.MaxFiles, l.MaxFileSize, l.MaxObjects, l.MaxTotalSize, l.MaxRenderOutput)
+	return fmt.Sprintf("%s\x00%s\x00remote=%t\x00isolate=%t\x00limits=%d/%d/%d/%d/%d\x00ignored=%q", digest, filepath.Clean(path), opts.AllowRemoteBases, opts.Isolate,
+		l.MaxFiles, l.MaxFileSize, l.MaxObjects, l.MaxTotalSize, l.MaxRenderOutput, opts.Ignored)
 }
 
 func (c *renderCache) get(key string) (cacheEntry, bool) {
@@ -195,8 +195,8 @@ func valueSize(v any) int64 {
 }
 
 // digestDir hashes the names, kinds and contents of the files under root, hidden folders
-// (such as .git) excepted. It names the content of a local source.
-func digestDir(ctx context.Context, root string) (string, error) {
+// (such as .git) and what ign holds excepted. It names the content of a local source.
+func digestDir(ctx context.Context, root string, ign ignoredSet) (string, error) {
 	h := sha256.New()
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -207,8 +207,10 @@ func digestDir(ctx context.Context, root string) (string, error) {
 		}
 		rel := relSlash(root, p)
 		switch {
-		case d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != root:
+		case d.IsDir() && (strings.HasPrefix(d.Name(), ".") && p != root || ign.has(rel)):
 			return filepath.SkipDir
+		case ign.has(rel):
+			return nil
 		case d.IsDir():
 			return nil
 		case d.Type()&fs.ModeSymlink != 0:

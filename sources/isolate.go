@@ -85,6 +85,8 @@ type childRequest struct {
 	Kustomization    string `json:"kustomization"`
 	AllowRemoteBases bool   `json:"allowRemoteBases"`
 	Limits           Limits `json:"limits"`
+	// Ignored is RenderOptions.Ignored.
+	Ignored []string `json:"ignored,omitempty"`
 	// Rendered is the rendered path and Read the bytes its render read so far: the child
 	// goes on counting in the same budget, and its errors name the same path.
 	Rendered string `json:"rendered"`
@@ -136,7 +138,7 @@ func serveChild(in io.Reader, out io.Writer) int {
 	if !req.AllowRemoteBases {
 		http.DefaultTransport = refusingTransport{}
 	}
-	opts := RenderOptions{AllowRemoteBases: req.AllowRemoteBases, Limits: req.Limits}
+	opts := RenderOptions{AllowRemoteBases: req.AllowRemoteBases, Limits: req.Limits, Ignored: req.Ignored}
 	b := newBudget(req.Rendered, req.Limits)
 	b.bytes.Store(req.Read)
 	resources, ordered, err := kustomize(context.Background(), req.Root, unit{rel: req.Unit, kustomization: req.Kustomization}, opts, b)
@@ -172,7 +174,7 @@ func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions,
 		return nil, fmt.Errorf("%s: isolated kustomize build: %w", file, err)
 	}
 	req, err := json.Marshal(childRequest{Root: root, Unit: u.rel, Kustomization: u.kustomization,
-		AllowRemoteBases: opts.AllowRemoteBases, Limits: b.limits, Rendered: b.rel, Read: b.bytes.Load()})
+		AllowRemoteBases: opts.AllowRemoteBases, Limits: b.limits, Ignored: opts.Ignored, Rendered: b.rel, Read: b.bytes.Load()})
 	if err != nil {
 		return nil, err
 	}

@@ -76,7 +76,7 @@ func NewLoaderSized(cacheDir string, cacheBytes int64) *Loader {
 //
 // The revision is the git revision ("main@sha1:<hex>") or, for a local folder,
 // "sha256:<hex>" over the names and contents of the files under Dir (hidden folders such
-// as .git left out), so uncommitted edits change it.
+// as .git and opts.Render.Ignored left out), so uncommitted edits change it.
 //
 // A fetch error returns a nil Bundle; it is transient (see IsTerminal). A render error,
 // ErrEmptyRender included, returns a Bundle with the revision and no objects, so callers
@@ -98,7 +98,7 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 		if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
 			return nil, &InputError{File: src.Dir, Err: ErrPathNotFound}
 		}
-		d, err := digestDir(ctx, abs)
+		d, err := digestDir(ctx, abs, newIgnoredSet(opts.Render.Ignored))
 		if err != nil {
 			return nil, err
 		}

@@ -43,18 +43,20 @@ type reacher struct {
 	// kustomization was followed.
 	seen  map[string]bool
 	files int
+	// ign holds the paths that are not part of the source (RenderOptions.Ignored).
+	ign ignoredSet
 }
 
 // reach returns an in-memory file system, rooted at "/", holding what the kustomization of
 // the folder rel (a slash path in the source root) reaches. file names that kustomization in
-// messages.
-func reach(ctx context.Context, root, rel, file string, b *budget) (filesys.FileSystem, error) {
+// messages. A reference to a path that ign holds is refused (ErrIgnored).
+func reach(ctx context.Context, root, rel, file string, b *budget, ign ignoredSet) (filesys.FileSystem, error) {
 	r, err := os.OpenRoot(root)
 	if err != nil {
 		return nil, fmt.Errorf("%s: open source: %w", file, err)
 	}
 	defer func() { _ = r.Close() }()
-	w := &reacher{ctx: ctx, root: r, mem: filesys.MakeFsInMemory(), b: b, file: file, seen: map[string]bool{}}
+	w := &reacher{ctx: ctx, root: r, mem: filesys.MakeFsInMemory(), b: b, file: file, seen: map[string]bool{}, ign: ign}
 	if err := w.kustomization(rel, 0, ""); err != nil {
 		return nil, err
 	}
@@ -204,6 +206,9 @@ func (w *reacher) ref(dir, file string, ref reference, depth int, pluginDir stri
 	}
 	if hiddenFolder(target) {
 		return nil // never copied, as .git: kustomize reports it missing
+	}
+	if w.ign.has(target) {
+		return &InputError{File: file, Err: fmt.Errorf("%s: %q: %w", ref.field, ref.value, ErrIgnored)}
 	}
 	info, err := w.stat(target)
 	switch {

@@ -35,6 +35,11 @@ type RenderOptions struct {
 	// WholeKustomize builds every kustomization in one krusty run, never in chunks (see
 	// chunked.go): the output is the same, only slower; for comparisons.
 	WholeKustomize bool
+	// Ignored holds slash paths, relative to the source root, that are not part of the
+	// source (folders end with "/"): the files a checkout would not have, as the CLI's
+	// git-ignored build outputs. A plain folder's walk and a local folder's revision
+	// skip them, and a kustomization that references one is refused (ErrIgnored).
+	Ignored []string
 }
 
 // DefaultRenderOptions returns remote bases refused, in-process builds, one decoder per
@@ -79,7 +84,7 @@ func render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstr
 		if k, err = kustomizationIn(r, rel); k != "" {
 			units = []unit{{rel: rel, kustomization: k}}
 		} else if err == nil {
-			units, err = walk(ctx, r, rel, opts.Limits)
+			units, err = walk(ctx, r, rel, opts.Limits, newIgnoredSet(opts.Ignored))
 		}
 	} else {
 		units = []unit{{rel: rel}}
@@ -182,9 +187,9 @@ type unit struct {
 }
 
 // walk lists the units of the plain folder dir (a slash path in r) in lexical order, at
-// most limits.MaxFiles. It reads through r: symlinked folders are not followed, symlinked
-// files are read when they stay inside the source.
-func walk(ctx context.Context, r *os.Root, dir string, limits Limits) ([]unit, error) {
+// most limits.MaxFiles, skipping what ign holds. It reads through r: symlinked folders are
+// not followed, symlinked files are read when they stay inside the source.
+func walk(ctx context.Context, r *os.Root, dir string, limits Limits, ign ignoredSet) ([]unit, error) {
 	var units []unit
 	var errs []error
 	err := fs.WalkDir(r.FS(), dir, func(p string, d fs.DirEntry, err error) error {
@@ -197,7 +202,7 @@ func walk(ctx context.Context, r *os.Root, dir string, limits Limits) ([]unit, e
 		if len(units) >= limits.MaxFiles {
 			return tooManyFiles(dir, limits.MaxFiles)
 		}
-		hidden := strings.HasPrefix(d.Name(), ".") && p != dir
+		hidden := strings.HasPrefix(d.Name(), ".") && p != dir || p != dir && ign.has(p)
 		switch {
 		case d.IsDir() && hidden:
 			return fs.SkipDir

@@ -48,7 +48,9 @@ other folder is decoded as plain YAML/JSON, recursively. Objects are validated (
 kind, metadata.name, no duplicates) and printed as one YAML stream separated by "---".
 
 A local PATH is read inside --root, which defaults to the enclosing git work tree (so a
-kustomization may use bases elsewhere in the repository) or else PATH itself.
+kustomization may use bases elsewhere in the repository) or else PATH itself. Inside a git
+work tree, what git ignores (build outputs, local files) is never read: a plain folder skips
+it, and a kustomization that references it fails.
 
 With --git-url the repository is fetched instead (HTTPS, SSH or a local path) and --path is
 rendered inside it. Credentials come from the environment: CONVERGE_GIT_USERNAME and
@@ -121,9 +123,14 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 	// with no network and no program.
 	opts.Render.Isolate = true
 	opts.Render.Limits = f.limits
+	if src.Git.URL == "" {
+		// What git ignores (build outputs, local files) is no part of what a commit would
+		// deploy: not read, not in the revision.
+		opts.Render.Ignored = gitIgnored(ctx, src.Dir, src.Path)
+	}
 	b, err := sources.NewLoader(f.cacheDir).Load(ctx, src, opts)
 	if err != nil {
-		return b, err
+		return b, rootHint(err, src)
 	}
 	// As Flux: decrypted first, then substituted (a variable may not reach a ciphertext).
 	if b, err = f.decryption.decrypt(ctx, b); err != nil {
