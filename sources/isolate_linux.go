@@ -16,8 +16,11 @@ func killWithParent(cmd *exec.Cmd) {
 }
 
 // runtimeMargin is address space a render child's Go runtime may still reserve after it
-// measured itself (thread stacks, allocator metadata), on top of the build's budget.
-const runtimeMargin = 64 << 20
+// measured itself (thread stacks, allocator metadata), on top of the build's budget. A cgo
+// build (the race detector's, tests') starts each thread with pthread's 8 MiB stack
+// reservation, never touched: it gets more (cgoThreadMargin), so a busy machine starting
+// threads does not fail a build that fits. The shipped binary is built without cgo.
+const runtimeMargin = 64<<20 + cgoThreadMargin
 
 // limitMemory puts this render child under a hard memory limit: the kernel refuses it
 // address space past what it holds now (the Go runtime reserves about 1.3 GiB of it at

@@ -30,7 +30,10 @@ func Converge(t testing.TB) string {
 			return
 		}
 		path = filepath.Join(dir, "converge")
-		out, err := exec.Command("go", "build", "-o", path, "github.com/converge-dev/converge/cmd/converge").CombinedOutput()
+		// Static, as `make build` and the image build it: no cgo.
+		build := exec.Command("go", "build", "-o", path, "github.com/converge-dev/converge/cmd/converge")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := build.CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
