@@ -38,6 +38,11 @@ type Outcome struct {
 	Message string
 	// Stalled marks a terminal failure (bad input: wait for a new revision).
 	Stalled bool
+	// WaitOver marks a Ready=False outcome that ends the readiness wait of its generation
+	// and revision (its deadline passed): Reconciling goes. Any other non-terminal failure
+	// of the same generation and revision keeps Reconciling and its transition time, so a
+	// failed poll does not restart the wait's deadline.
+	WaitOver bool
 	// AttemptedRevision is the revision the reconcile worked on ("" when the fetch failed).
 	AttemptedRevision string
 	// AppliedRevision is set only when that revision was applied successfully.
@@ -198,15 +203,22 @@ func (w *Writer) apply(sync *v1alpha1.Sync, o Outcome) bool {
 	now := metav1.NewTime(w.now())
 	s.ObservedGeneration = o.Generation
 	setCondition(s, v1alpha1.ConditionReady, o.Ready, o.Reason, o.Message, o.Generation, now)
-	if o.Ready == metav1.ConditionUnknown {
-		if c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionReconciling); c != nil &&
-			(c.ObservedGeneration != o.Generation || o.AttemptedRevision != before.LastAttemptedRevision) {
+	reconciling := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionReconciling)
+	sameAttempt := reconciling != nil && reconciling.ObservedGeneration == o.Generation &&
+		(o.AttemptedRevision == "" || o.AttemptedRevision == before.LastAttemptedRevision)
+	switch {
+	case o.Ready == metav1.ConditionUnknown:
+		if reconciling != nil && !sameAttempt {
 			// Another generation or revision: its reconcile starts now. The transition time
 			// is when this one began, which the daemon's readiness deadline is measured from.
 			meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionReconciling)
 		}
 		setCondition(s, v1alpha1.ConditionReconciling, metav1.ConditionTrue, o.Reason, o.Message, o.Generation, now)
-	} else {
+	case o.Ready == metav1.ConditionFalse && !o.Stalled && !o.WaitOver && sameAttempt:
+		// A failure while the same generation and revision wait (a fetch error, a conflict)
+		// keeps Reconciling as it is: its transition time still says when the wait began,
+		// so a failed poll does not restart spec.timeout.
+	default:
 		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionReconciling)
 	}
 	if o.Stalled {

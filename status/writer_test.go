@@ -447,3 +447,41 @@ func TestWriteKeepsTheSummaryOfTheLastChange(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteKeepsTheWaitThroughFailures: a transient failure while the same generation and
+// revision wait for readiness keeps Reconciling and its transition time, the start of the
+// readiness deadline; a new revision starts it anew. Failed before: a FetchFailed between two
+// Progressing polls removed Reconciling, and the next poll's deadline began again.
+func TestWriteKeepsTheWaitThroughFailures(t *testing.T) {
+	c, _, key := setup(t)
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := &Writer{Live: c, Client: c, Now: func() time.Time { return clock }}
+	rev := "main@sha1:0123456789012345678901234567890123456789"
+	waiting := Outcome{Generation: 1, Ready: metav1.ConditionUnknown, Reason: "Progressing", Message: "waiting", AttemptedRevision: rev}
+	failed := Outcome{Generation: 1, Ready: metav1.ConditionFalse, Reason: "FetchFailed", Message: "no answer"}
+	began := func() time.Time {
+		t.Helper()
+		r := meta.FindStatusCondition(get(t, c, key).Status.Conditions, v1alpha1.ConditionReconciling)
+		if r == nil {
+			t.Fatal("no Reconciling condition")
+		}
+		return r.LastTransitionTime.UTC()
+	}
+	for i, o := range []Outcome{waiting, failed, waiting} {
+		if err := w.Write(context.Background(), key, o); err != nil {
+			t.Fatal(err)
+		}
+		if got := began(); !got.Equal(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) {
+			t.Errorf("write %d (%s): the wait began at %v, want when the first poll wrote it", i, o.Reason, got)
+		}
+		clock = clock.Add(time.Minute)
+	}
+	other := waiting
+	other.AttemptedRevision = "main@sha1:1111111111111111111111111111111111111111"
+	if err := w.Write(context.Background(), key, other); err != nil {
+		t.Fatal(err)
+	}
+	if got := began(); !got.Equal(clock) {
+		t.Errorf("a new revision's wait began at %v, want %v", got, clock)
+	}
+}

@@ -244,6 +244,7 @@ func (r *reconciler) waiting(s *v1alpha1.Sync, o status.Outcome, revision string
 	w.now = time.Now()
 	j := judgeWait(w)
 	if j.ready == metav1.ConditionFalse {
+		o.WaitOver = true
 		return r.fail(s, o, j.reason, errors.New(j.message), false), retryLater, nil
 	}
 	o.Ready, o.Reason, o.Message = j.ready, j.reason, r.redact(s, j.message)
@@ -343,7 +344,7 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 		case missingPart(err):
 			reason, terminal = reasonInventoryPartMissing, true
 		case sum.NotReady > 0 && sum.Failed == 0:
-			reason = reasonHealthCheck
+			reason, o.WaitOver = reasonHealthCheck, true
 		}
 		return r.fail(s, o, reason, err, terminal), retryLater, nil
 	}
