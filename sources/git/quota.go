@@ -119,14 +119,27 @@ func (f *Fetcher) account(key string, wrote bool, limit int64) error {
 	q.mu.Lock()
 	own := q.sizes[key]
 	q.mu.Unlock()
-	if own > limit {
-		removeUnreserved(dir)
-		q.mu.Lock()
-		q.sizes[key] = dirSize(dir)
-		q.mu.Unlock()
+	switch {
+	case own > limit:
+		f.shrink(key, dir)
 		return fmt.Errorf("%w: the repository takes %d bytes in the git cache, over its quota of %d bytes (--git-cache-quota)", ErrTooLarge, own, limit)
+	case f.total() > limit:
+		// Every other entry is held by a fetch or reserved by a render: this fetch, which
+		// passed the quota, gives its room back rather than let the volume fill (transient:
+		// the others' reservations end with their renders).
+		f.shrink(key, dir)
+		return fmt.Errorf("the git cache is over its quota of %d bytes (--git-cache-quota) and every other entry is in use; try again later", limit)
 	}
 	return nil
+}
+
+// shrink removes what readers have not reserved of entry key and records its new size.
+func (f *Fetcher) shrink(key, dir string) {
+	removeUnreserved(dir)
+	size := dirSize(dir)
+	f.quota.mu.Lock()
+	f.quota.sizes[key] = size
+	f.quota.mu.Unlock()
 }
 
 // scan reads the sizes and last uses of the entries on disk, once per Fetcher.

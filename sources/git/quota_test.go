@@ -160,3 +160,33 @@ func TestFetchCacheQuotaKeepsReservedCheckouts(t *testing.T) {
 		t.Errorf("entries: %s, want a,c (a reserved for its reader, b the least recently used after it)", got)
 	}
 }
+
+// TestFetchCacheQuotaFullOfReservedEntries: when every other entry is reserved for a render,
+// the fetch that took the cache over its quota fails (transient, naming the quota) and gives
+// its room back. Failed before: the fetch succeeded and the cache stayed over its quota.
+func TestFetchCacheQuotaFullOfReservedEntries(t *testing.T) {
+	repos := map[string]Repository{"a": quotaRepo(t, 1<<20), "b": quotaRepo(t, 1<<20), "c": quotaRepo(t, 1<<20)}
+	f := NewFetcher(t.TempDir())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Hour) // renders read a's and b's checkouts
+	defer cancel()
+	if _, err := f.Fetch(ctx, repos["a"], loopbackOptions()); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := f.cacheKey(repos["a"])
+	quota := dirSize(filepath.Join(f.CacheDir(), key)) * 5 / 2 // two entries fit, not three
+	opts := loopbackOptions()
+	opts.CacheQuota = quota
+	if _, err := f.Fetch(ctx, repos["b"], opts); err != nil {
+		t.Fatal(err)
+	}
+	err := fetchQuota(t, f, repos["c"], quota, "")
+	if err == nil || IsTerminal(err) || !strings.Contains(err.Error(), "--git-cache-quota") {
+		t.Fatalf("fetch past the quota with every other entry reserved: %v, want a transient error naming --git-cache-quota", err)
+	}
+	if total := dirSize(f.CacheDir()); total > quota {
+		t.Errorf("cache holds %d bytes, over its quota of %d", total, quota)
+	}
+	if got := strings.Join(entries(t, f, repos), ","); !strings.HasPrefix(got, "a,b") {
+		t.Errorf("entries: %s, want a and b kept (reserved)", got)
+	}
+}
