@@ -59,7 +59,7 @@ func defaultWebhookOptions() webhookOptions {
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       15 * time.Second,
 			WriteTimeout:      30 * time.Second,
-			IdleTimeout:       60 * time.Second,
+			IdleTimeout:       5 * time.Second, // idle keep-alives must not hold the connection cap
 			MaxHeaderBytes:    32 << 10,
 			MaxConns:          256,
 		},
