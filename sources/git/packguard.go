@@ -71,8 +71,12 @@ func initRepository(path string, guard *packGuard) (*gogit.Repository, error) {
 	return gogit.Init(newStorage(path, guard), nil)
 }
 
+// objectCacheSize bounds go-git's cache of decoded objects per open repository: its default,
+// 96 MiB, would be held by every fetch and export in flight.
+const objectCacheSize = 16 * gitcache.MiByte
+
 func newStorage(path string, guard *packGuard) *guardedStorage {
-	st := filesystem.NewStorageWithOptions(osfs.New(path), gitcache.NewObjectLRUDefault(),
+	st := filesystem.NewStorageWithOptions(osfs.New(path), gitcache.NewObjectLRU(objectCacheSize),
 		filesystem.Options{LargeObjectThreshold: largeObjectThreshold})
 	return &guardedStorage{Storage: st, dir: path, guard: guard}
 }
