@@ -211,14 +211,19 @@ func (f *Fetcher) victims(keep string) []string {
 	return out
 }
 
-// evict removes entry key when no fetch holds it and, unless force, no reader has reserved
-// a checkout of it; it reports whether it did.
+// evict removes entry key when no fetch holds it and, unless force (and the entry is still
+// an orphan once held), no reader has reserved a checkout of it; it reports whether it did.
 func (f *Fetcher) evict(key string, force bool) bool {
 	unlock, ok := f.tryLock(key)
 	if !ok {
 		return false
 	}
 	defer unlock()
+	if force { // Forget's, unless a fetch took the entry up again before this lock
+		f.quota.mu.Lock()
+		force = f.quota.orphans[key]
+		f.quota.mu.Unlock()
+	}
 	dir := filepath.Join(f.cacheDir, key)
 	if !force && reserved(filepath.Join(dir, "checkouts")) {
 		return false

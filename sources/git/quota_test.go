@@ -190,3 +190,27 @@ func TestFetchCacheQuotaFullOfReservedEntries(t *testing.T) {
 		t.Errorf("entries: %s, want a and b kept (reserved)", got)
 	}
 }
+
+// TestForgetSparesAnEntryTakenUpAgain: Forget's removal ignores reserved checkouts only while
+// the entry is still nobody's; one another Sync's fetch took up in the meantime keeps the
+// checkout its render is about to read. Failed before: the forced removal deleted it.
+func TestForgetSparesAnEntryTakenUpAgain(t *testing.T) {
+	repo := quotaRepo(t, 1<<10)
+	f := NewFetcher(t.TempDir())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Hour) // a render reads the checkout
+	defer cancel()
+	opts := loopbackOptions()
+	opts.Owner = "apps/two"
+	if _, err := f.Fetch(ctx, repo, opts); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := f.cacheKey(repo)
+	// As Forget of another owner decided the entry was an orphan just before apps/two's
+	// fetch took it up, then removed it.
+	if f.evict(key, true) {
+		t.Errorf("the entry apps/two fetched and reserved was removed by a forced eviction")
+	}
+	if _, err := os.Stat(filepath.Join(f.CacheDir(), key)); err != nil {
+		t.Errorf("entry: %v", err)
+	}
+}
