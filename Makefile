@@ -139,5 +139,5 @@ bench-daemon: controlplane ## one converge daemon: 1 Sync of 10,000 objects vs 1
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -daemon -objects 10000 -runs $(BENCH_RUNS) $(BENCH_FLAGS)
 
 .PHONY: bench-daemon-scale
-bench-daemon-scale: controlplane ## issue 18's scale scenario: 1,000 Syncs x 100 objects on 1 and on 3 sharded replicas (BENCH_FLAGS="-syncs 30 -objects 600" for a quick run)
+bench-daemon-scale: controlplane ## the scale scenario: 1,000 Syncs x 100 objects on 1 and on 3 sharded replicas (BENCH_FLAGS="-syncs 30 -objects 600" for a quick run)
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -daemon -scale -syncs 1000 -objects 100000 -replicas 1,3 $(BENCH_FLAGS)

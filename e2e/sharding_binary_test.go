@@ -65,7 +65,7 @@ func requireSharding(t *testing.T) {
 	t.Helper()
 	out, _ := exec.Command(binary.Converge(t), "run", "--help").CombinedOutput()
 	if !strings.Contains(string(out), "--sharding") {
-		t.Skip("converge run has no --sharding flag: automatic sharding (issue 18, branch s7-shard) is not in this build")
+		t.Skip("converge run has no --sharding flag: automatic sharding is not in this build")
 	}
 }
 
@@ -552,7 +552,7 @@ func TestBinaryShardsPausedReplicaFenced(t *testing.T) {
 // server answers every request of the one owning the most with 503 for twice its renew
 // deadline, so it loses its shard Leases (or at least stops writing under them). Once the
 // errors stop, a new commit must become Ready on every Sync: whichever replica holds a shard
-// now reconciles its Syncs (found by the two-replica fault sweep, seeds 1 and 2).
+// now reconciles its Syncs (the two-replica fault sweep, seeds 1 and 2).
 func TestBinaryShardsReplicaRecoversFromAPIErrors(t *testing.T) {
 	f := newFleet(t)
 	rev1 := f.publish("1")

@@ -14,7 +14,7 @@ import (
 	"github.com/converge-dev/converge/e2e/fault"
 )
 
-// The two-replica fault sweep (issue 18): `make test-faults-daemon SEEDS=200` (or SEED=n to
+// The two-replica fault sweep: `make test-faults-daemon SEEDS=200` (or SEED=n to
 // replay one). Each seed runs two sharded replicas of eight Syncs through rounds in which a
 // commit is published and one replica, picked at random, is killed with SIGKILL (and a new
 // one started, as a Deployment would), paused with SIGSTOP for a random time around its

@@ -220,8 +220,7 @@ func TestHeadsGateFailsClosed(t *testing.T) {
 
 // TestHeadsMissingPartStillStops: an inventory with parts is read at every run, so a part
 // deleted by hand (or edited: its version is not the head's) is found by the next run, which
-// fails naming it and writes nothing, even when the set did not change. Failed before (found
-// by the attack review): the run started from the remembered inventory, sent nothing and
+// fails naming it and writes nothing, even when the set did not change. Failed before: the run started from the remembered inventory, sent nothing and
 // succeeded while the part was missing.
 func TestHeadsMissingPartStillStops(t *testing.T) {
 	h := newHarness(t, Hooks{})

@@ -16,7 +16,7 @@ import (
 	"github.com/converge-dev/converge/inventory"
 )
 
-// TestContestedStaysInBothInventories is the reviewer's sequence: objects the Sync's legacy
+// TestContestedStaysInBothInventories is this sequence: objects the Sync's legacy
 // inventory (app-inventory) and the CLI's (app) both list are contested. The Sync reconciles
 // twice (one contested object declared, one not, with prune), then the CLI's "apply
 // --inventory NS/app" runs (with prune, declaring neither): each object stays in both

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// The shortcuts of the no-op reconcile (issue 19: 50,000 objects in ≤ 2 s) each have a test
+// The shortcuts of the no-op reconcile (50,000 objects in ≤ 2 s) each have a test
 // here that fails if the shortcut changed what is applied: prepare's single metadata copy,
 // the reused hash encoder, the watch cache read without a copy, the memo entry read once per
 // item, and the prune candidates skipped when the stored inventory holds exactly the set.
@@ -198,7 +198,7 @@ func TestWatchNoOpThenChanges(t *testing.T) {
 	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "cm-00"), cmID(h.ns, "cm-01"), cmID(h.ns, "cm-02"), cmID(h.ns, "cm-new"))
 }
 
-// TestApplyLeavesRenderAlone (from review): the same render objects (as the daemon's render cache
+// TestApplyLeavesRenderAlone: the same render objects (as the daemon's render cache
 // keeps them) go through several full Apply runs — first create, no-ops, an out-of-band
 // edit, a dry-run without inventory, a diff — while another goroutine reads them (as a
 // render cache's other readers would): the race detector flags any write by the engine,

@@ -49,7 +49,7 @@ func restartSet(ns string, n int) []*unstructured.Unstructured {
 	return out
 }
 
-// TestRestartSendsNoDryRunPerObject checks issue 18's restart budget: a new engine (a
+// TestRestartSendsNoDryRunPerObject checks the restart budget: a new engine (a
 // restarted daemon, a new owner after a handover, the CLI) re-applying an unchanged set
 // trusts each object on the LIST's word, from its managedFields and values, instead of
 // dry-running it: O(kinds × namespaces) requests, not one per object, and no write (I7).

@@ -346,7 +346,7 @@ func TestStoreBeyondOneConfigMap(t *testing.T) {
 // entry that sits in a part and finishes, and B writes: B must conflict and read again, so
 // its result and the store both lack the entry. Before, A rewrote only the part, B saw that
 // part as unchanged and wrote the head without conflict: B went on with an entry the store
-// no longer held (found by a review; I2).
+// no longer held (I2).
 func TestStorePartsWriterThatReadBeforeConflicts(t *testing.T) {
 	cluster.Require(t, env)
 	ctx := testCtx(t)

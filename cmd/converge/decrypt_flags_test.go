@@ -214,7 +214,7 @@ func TestApplyCLIDecryptsSOPS(t *testing.T) {
 // substitution completes (conf-${ENV}) has its dry-run diff withheld like any decrypted
 // object that is not a Secret: the live side holds the earlier plaintext. Before, the diff
 // was matched by the name before substitution, so it was printed with the plaintext of the
-// earlier apply (found by the attack review).
+// earlier apply.
 func TestApplyCLIWithholdsDiffOfRenamedDecryptedObject(t *testing.T) {
 	cluster.Require(t, env)
 	ns := env.Namespace(t)

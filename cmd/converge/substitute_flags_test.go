@@ -135,7 +135,7 @@ func TestApplySubstituteSecretNeverPrinted(t *testing.T) {
 // TestApplyYAMLReportRedactsFoldedValue: -o yaml folds long strings at spaces, so a Secret
 // value with spaces (a passphrase) quoted in an API error was split across lines and the
 // line-by-line filter missed it; the report's texts are now redacted before any format lays
-// them out (found by the attack review).
+// them out.
 func TestApplyYAMLReportRedactsFoldedValue(t *testing.T) {
 	cluster.Require(t, env)
 	ns := env.Namespace(t)

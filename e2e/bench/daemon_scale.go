@@ -1,7 +1,7 @@
 package main
 
 // The scale scenario (-daemon -scale): -syncs Syncs sharing -objects objects, reconciled by 1
-// and then by 3 replicas of `converge run --sharding=auto` (issue 18). For each replica count
+// and then by 3 replicas of `converge run --sharding=auto`. For each replica count
 // it measures the time from creating the Syncs until all are Ready, the requests of every
 // replica (and of all of them at the API server) over two quiet intervals, each replica's
 // peak RSS, where the CPU went during the cold start (replicas against the control plane),

@@ -107,7 +107,7 @@ func parseFlags() flags {
 	flag.DurationVar(&f.interval, "interval", 20*time.Second, "with -daemon: the Syncs' spec.interval, also the length of each quiet interval counted after Ready")
 	flag.BoolVar(&f.scale, "scale", false, "with -daemon: the scale scenario instead: -syncs Syncs sharing -objects objects, on each replica count of -replicas (docs/benchmarks.md)")
 	flag.StringVar(&f.replicas, "replicas", "1,3", "with -daemon -scale: the replica counts to measure, comma-separated, each with fresh daemons")
-	flag.StringVar(&f.sharding, "sharding", "auto", "with -daemon -scale: the replicas' --sharding (off: leader election only, as before issue 18)")
+	flag.StringVar(&f.sharding, "sharding", "auto", "with -daemon -scale: the replicas' --sharding (off: leader election only)")
 	flag.IntVar(&f.shards, "shards", 0, "with -daemon -scale: the replicas' --shards (0: the daemon's default)")
 	flag.DurationVar(&f.leaseDuration, "lease-duration", 0, "with -daemon -scale: the replicas' --leader-election-lease-duration (0: the daemon's default)")
 	flag.DurationVar(&f.renewDeadline, "renew-deadline", 0, "with -daemon -scale: the replicas' --leader-election-renew-deadline (0: the daemon's default)")

@@ -60,7 +60,7 @@ func TestFetchSizeBounded(t *testing.T) {
 
 // TestFetchAdvertisementBounded: an HTTP ref advertisement, which go-git reads into memory
 // whole, is cut at maxAdvertisement whatever MaxFetchSize allows. Before, a remote listing
-// millions of refs drove the daemon's heap past its memory limit (attack review: 3 million
+// millions of refs drove the daemon's heap past its memory limit (3 million
 // refs, 1 GiB of heap).
 func TestFetchAdvertisementBounded(t *testing.T) {
 	var sent atomic.Int64

@@ -175,16 +175,22 @@ func downloadBudget(opts FetchOptions) *fetchBudget {
 	return newFetchBudget(opts.MaxFetchSize, "received from the remote (--max-fetch-size)")
 }
 
-// lock takes the lock of one cache, giving up when ctx ends (clock: the fetch's, to name
-// its deadline; may be nil).
-func (f *Fetcher) lock(ctx context.Context, key string, clock *fetchClock) (func(), error) {
+// entryLock returns the lock of cache entry key (a channel of one), made on first use.
+func (f *Fetcher) entryLock(key string) chan struct{} {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	ch, ok := f.locks[key]
 	if !ok {
 		ch = make(chan struct{}, 1)
 		f.locks[key] = ch
 	}
-	f.mu.Unlock()
+	return ch
+}
+
+// lock takes the lock of one cache, giving up when ctx ends (clock: the fetch's, to name
+// its deadline; may be nil).
+func (f *Fetcher) lock(ctx context.Context, key string, clock *fetchClock) (func(), error) {
+	ch := f.entryLock(key)
 	select {
 	case ch <- struct{}{}:
 		return func() { <-ch }, nil

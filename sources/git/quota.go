@@ -242,13 +242,7 @@ func (f *Fetcher) evict(key string, force bool) bool {
 
 // tryLock takes the lock of one cache entry if no fetch holds it.
 func (f *Fetcher) tryLock(key string) (func(), bool) {
-	f.mu.Lock()
-	ch, ok := f.locks[key]
-	if !ok {
-		ch = make(chan struct{}, 1)
-		f.locks[key] = ch
-	}
-	f.mu.Unlock()
+	ch := f.entryLock(key)
 	select {
 	case ch <- struct{}{}:
 		return func() { <-ch }, true

@@ -36,7 +36,7 @@ func loadDir(t *testing.T, files map[string]string) *sources.Bundle {
 // ciphertext and the sops block of an encrypted Secret into a ConfigMap of another
 // namespace (a wider audience reads ConfigMaps), with its "mac" written so that it is found
 // or not found by the MAC index. The ConfigMap must not be decrypted. Before, the Secret's
-// plaintext was applied as the ConfigMap (found by the attack review).
+// plaintext was applied as the ConfigMap.
 func TestDecryptRefusesTransplantedCiphertext(t *testing.T) {
 	key := sopsfixture.NewKey(t)
 	enc := sopsfixture.Encrypt(t, []byte(transplantSecret), sopsfixture.DefaultRegex, key.Recipient)
@@ -66,7 +66,7 @@ func TestDecryptRefusesTransplantedCiphertext(t *testing.T) {
 
 // TestDecryptRefusesReplacedEncryptedValue: a kustomize patch that puts a plain value where
 // an encrypted one was is refused: the value was not written by whoever holds the key.
-// Before, it was applied and the MAC reported verified (found by the attack review).
+// Before, it was applied and the MAC reported verified.
 func TestDecryptRefusesReplacedEncryptedValue(t *testing.T) {
 	key := sopsfixture.NewKey(t)
 	enc := sopsfixture.Encrypt(t, []byte(transplantSecret), sopsfixture.DefaultRegex, key.Recipient)

@@ -313,7 +313,7 @@ func TestDaemonDependencyCheckCostsNoRequest(t *testing.T) {
 // its state alone, never by its Ready message, which may carry another tenant's URLs and
 // errors; one in the Sync's own namespace is reported with it. Not found in a sharded
 // daemon says that a dependency must be in the same shard. Before, the message of another
-// namespace's Sync was copied into the dependent's status (found by the attack review).
+// namespace's Sync was copied into the dependent's status.
 func TestDependencyMessageAcrossNamespaces(t *testing.T) {
 	f := newFixture(t)
 	other := env.Namespace(t)

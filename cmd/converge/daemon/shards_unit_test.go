@@ -199,7 +199,7 @@ func TestShardFenceCancelsInFlightWrite(t *testing.T) {
 // goes on (an admission webhook taking longer than the renew deadline must not fail every
 // apply under sharding), and once the answer's status has come its body is read to the end
 // even after the shard ran out: the write happened. Both were cut at the deadline of the
-// first version of the in-flight cancellation (found by review).
+// first version of the in-flight cancellation.
 func TestShardFenceKeepsRenewedWrite(t *testing.T) {
 	tab := newShardTable(2, 300*time.Millisecond)
 	tab.renewed(0, time.Now())
