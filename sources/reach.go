@@ -242,27 +242,15 @@ func (w *reacher) ref(dir, file string, ref reference, depth int, pluginDir stri
 // more YAML documents, written in file) load, relative to the kustomization folder dir that
 // lists them.
 func (w *reacher) pluginPaths(dir, file string, data []byte, depth int) error {
-	for _, d := range splitDocuments(data) {
-		var doc any
-		if yaml.Unmarshal(d.data, &doc) != nil {
-			continue // kustomize reports it
+	return walkConfigs(data, func(field, value string) error {
+		if pluginRef(field) == notRef {
+			return nil
 		}
-		var err error
-		walkScalars(doc, "", func(field, value string) bool {
-			if pluginRef(field) == notRef {
-				return true
-			}
-			if strings.HasPrefix(field, "files[") {
-				value = fileSourcePath(value)
-			}
-			err = w.ref(dir, file, reference{field: field, value: value}, depth, "")
-			return err == nil
-		})
-		if err != nil {
-			return err
+		if strings.HasPrefix(field, "files[") {
+			value = fileSourcePath(value)
 		}
-	}
-	return nil
+		return w.ref(dir, file, reference{field: field, value: value}, depth, "")
+	})
 }
 
 // inline reports whether a value of a loading field is a YAML object rather than a path:

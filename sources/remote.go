@@ -121,14 +121,23 @@ func checkRef(fsys filesys.FileSystem, dir, file, field, value string, kind refK
 // checkPlugin checks the documents of a generator or transformer config (a file, or an
 // inline config at prefix). Its paths are relative to the kustomization's folder dir.
 func checkPlugin(fsys filesys.FileSystem, dir, file, prefix string, data []byte) error {
+	return walkConfigs(data, func(field, value string) error {
+		return checkRef(fsys, dir, file, prefix+field, value, pluginRef(field), nil)
+	})
+}
+
+// walkConfigs calls visit with the path and value of every string scalar of the YAML
+// documents of data (generator or transformer configs), until visit returns an error.
+// A document that does not parse is skipped: kustomize reports it.
+func walkConfigs(data []byte, visit func(field, value string) error) error {
 	for _, d := range splitDocuments(data) {
 		var doc any
 		if yaml.Unmarshal(d.data, &doc) != nil {
-			continue // kustomize reports it
+			continue
 		}
 		var err error
 		walkScalars(doc, "", func(field, value string) bool {
-			err = checkRef(fsys, dir, file, prefix+field, value, pluginRef(field), nil)
+			err = visit(field, value)
 			return err == nil
 		})
 		if err != nil {
