@@ -208,35 +208,7 @@ func serveSSH(t *testing.T, root string) *sshServer {
 		},
 	}
 	cfg.AddHostKey(hostKey)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, conn)
-			mu.Unlock()
-			wg.Go(func() { serveSSHConn(t, conn, cfg, root) })
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	addr := ln.Addr().String()
+	addr := listen(t, func(conn net.Conn) { serveSSHConn(t, conn, cfg, root) })
 	line := knownhosts.Line([]string{addr}, hostKey.PublicKey())
 	return &sshServer{addr: addr, hostKey: hostKey, clientKey: clientPEM, knownHosts: []byte(line + "\n")}
 }
