@@ -28,13 +28,7 @@ func TestStoreVersionFollowsWrites(t *testing.T) {
 	ns := env.Namespace(t)
 	s, _, _ := newStore(t)
 	ref := Ref{Namespace: ns, Name: "inv", ID: "id-1"}
-	heads, err := NewHeads(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go heads.Run(hctx)
+	heads := runHeads(ctx, t)
 	watched := func(want string) {
 		t.Helper()
 		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
@@ -168,14 +162,8 @@ func TestHeadsKeepOnlyTheVersion(t *testing.T) {
 	if err := c.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	heads, err := NewHeads(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go heads.Run(hctx)
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	heads := runHeads(ctx, t)
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		v, ok := heads.Version(ns, cm.Name)
 		return ok && v == cm.ResourceVersion, nil
 	})
@@ -192,4 +180,17 @@ func TestHeadsKeepOnlyTheVersion(t *testing.T) {
 		t.Errorf("the stored head keeps more than its key and version: %d labels, %d annotations, %d managed fields, uid %q, generation %d, created %v",
 			len(got.Labels), len(got.Annotations), len(got.ManagedFields), got.UID, got.Generation, got.CreationTimestamp)
 	}
+}
+
+// runHeads starts a heads' watch of the test API server until the test ends.
+func runHeads(ctx context.Context, t *testing.T) *Heads {
+	t.Helper()
+	heads, err := NewHeads(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go heads.Run(hctx)
+	return heads
 }
