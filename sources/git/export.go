@@ -30,7 +30,7 @@ func (c *cache) checkout(ctx context.Context, t target, readUntil time.Time, opt
 	dir := filepath.Join(root, t.hash.String())
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		c.wrote = true
-		if err := export(ctx, commit, root, dir, opts); err != nil {
+		if err := export(ctx, commit, root, dir, opts, c.claim); err != nil {
 			return nil, fmt.Errorf("export commit %s: %w", t.hash, err)
 		}
 	} else if err != nil {
@@ -67,7 +67,7 @@ func (c *cache) commitObject(h plumbing.Hash) (*object.Commit, error) {
 // a checkout directory is either complete or absent. The commit comes from the remote and
 // is not trusted: every write goes through an os.Root of the temporary directory, and the
 // export limits of opts are checked before a file is written.
-func export(ctx context.Context, commit *object.Commit, root, dir string, opts FetchOptions) error {
+func export(ctx context.Context, commit *object.Commit, root, dir string, opts FetchOptions, claim func(int64) error) error {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}
@@ -85,6 +85,7 @@ func export(ctx context.Context, commit *object.Commit, root, dir string, opts F
 	if err != nil {
 		return err
 	}
+	w.claim = claim
 	err = tree.Files().ForEach(func(f *object.File) error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -109,6 +110,9 @@ type writer struct {
 	// one of its own symlinks; a crafted tree (the same name twice, once as a symlink and
 	// once as a folder) would have its later files written through the link.
 	links map[string]bool
+	// claim counts a file's bytes against the cache quota before it is written (nil: no
+	// quota).
+	claim func(int64) error
 }
 
 func newWriter(dir string, opts FetchOptions) (*writer, error) {
@@ -196,6 +200,9 @@ func (w *writer) count(f *object.File) error {
 		return fmt.Errorf("%q: %w: %d bytes, over the limit of %d per file", f.Name, ErrTooLarge, f.Size, o.MaxFileSize)
 	case o.MaxTotalSize > 0 && w.bytes > o.MaxTotalSize:
 		return fmt.Errorf("%w: more than %d bytes of files (at %q)", ErrTooLarge, o.MaxTotalSize, f.Name)
+	}
+	if w.claim != nil {
+		return w.claim(f.Size)
 	}
 	return nil
 }

@@ -101,8 +101,10 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	ctx = withDialPolicy(ctx, policy)
 	proxyOpts, release := policy.proxyOptions(ep.Protocol)
 	defer release()
+	claim := func(n int64) error { return f.claim(key, n, opts.CacheQuota) }
+	defer f.settle(key) // before unlock: what the fetch wrote is measured while it holds the entry
 	c := &cache{dir: filepath.Join(f.cacheDir, key), url: repo.URL, auth: auth, proxy: proxyOpts, fetcher: f,
-		guard: &packGuard{maxObject: opts.MaxFileSize}}
+		claim: claim, guard: &packGuard{maxObject: opts.MaxFileSize, claim: claim, slot: indexSlot(ctx, opts)}}
 	accounted := false
 	defer func() {
 		// A failed fetch may have written too (a pack, then a refused export): counted.
@@ -127,6 +129,14 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
 	return co, nil
+}
+
+// indexSlot returns opts.IndexSlot bound to ctx, or nil.
+func indexSlot(ctx context.Context, opts FetchOptions) func() (func(), error) {
+	if opts.IndexSlot == nil {
+		return nil
+	}
+	return func() (func(), error) { return opts.IndexSlot(ctx) }
 }
 
 // transfer resolves ref and fetches its commit into the cache when it is not there yet. Its
@@ -222,6 +232,8 @@ type cache struct {
 	fetcher *Fetcher
 	// guard checks the packs the fetch receives (nil: none).
 	guard *packGuard
+	// claim counts bytes the fetch is about to write against the cache quota (see claim).
+	claim func(n int64) error
 	// wrote records that the fetch changed the cache on disk (a transfer or an export).
 	wrote bool
 }

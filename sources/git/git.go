@@ -1,6 +1,7 @@
 package git
 
 import (
+	"context"
 	"errors"
 	"time"
 )
@@ -109,9 +110,15 @@ type FetchOptions struct {
 	// a fetch that wrote to the cache, the least recently used entries (one per URL and
 	// credentials) that no fetch holds and no reader reserved are removed until it fits,
 	// and a fetch whose own entry is over the quota fails (terminal ErrTooLarge). A fetch
-	// also downloads at most half of it (a pack is on disk twice while it is checked).
-	// Zero means no limit.
+	// also downloads at most half of it (a pack is on disk twice while it is checked), and
+	// claims what it writes before writing it, so fetches in flight never pass it together
+	// (ErrCacheFull, transient). Zero means no limit.
 	CacheQuota int64
+	// IndexSlot, when set, is taken around handing a received pack to the repository, where
+	// go-git indexes it with a delta cache of up to 96 MiB: the caller bounds how many packs
+	// are indexed at once (the daemon gives its render slots, so that the memory a slot may
+	// take covers an index too). It returns the func that gives the slot back.
+	IndexSlot func(ctx context.Context) (func(), error)
 	// Owner names who the fetch is for (a Sync): Fetcher.Forget(Owner) removes the cache
 	// entries no other owner's last fetch used. Empty: the fetch has no owner.
 	Owner string
@@ -164,6 +171,9 @@ var (
 	// ErrUnsafeTree reports a tree entry that would be written outside its own path: under
 	// a symlink of the same commit, outside the checkout, or into a .git folder.
 	ErrUnsafeTree = errors.New("unsafe tree entry")
+	// ErrCacheFull is returned when the git cache has no room for what a fetch would write
+	// while other fetches and renders use every other entry (transient).
+	ErrCacheFull = errors.New("the git cache is full")
 )
 
 // IsTerminal reports whether a Fetch error stays until the Sync's spec or the repository

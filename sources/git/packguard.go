@@ -1,8 +1,11 @@
 package git
 
 import (
+	"bytes"
+	"crypto/sha1"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"math"
 	"os"
@@ -32,9 +35,29 @@ const largeObjectThreshold = 1 << 20
 // packGuard is the per-object limit of one fetch and the first refusal it made.
 type packGuard struct {
 	maxObject int64 // 0: no limit
-	mu        sync.Mutex
-	err       error
+	// claim counts bytes about to be written against the cache quota (nil: no quota).
+	claim func(n int64) error
+	// slot, when set, is held while the pack is handed to go-git (FetchOptions.IndexSlot).
+	slot func() (func(), error)
+	mu   sync.Mutex
+	err  error
 }
+
+// take claims n bytes of the cache quota, remembering a refusal as the fetch's error.
+func (g *packGuard) take(n int64) error {
+	if g.claim == nil {
+		return nil
+	}
+	if err := g.claim(n); err != nil {
+		g.refuse(err)
+		return err
+	}
+	return nil
+}
+
+// indexEstimate bounds the bytes of the index go-git writes beside a pack of count objects
+// (a name, a CRC and an offset per object, 64-bit offsets past 2 GiB, and a fan-out table).
+func indexEstimate(count uint32) int64 { return int64(count)*36 + 2048 }
 
 func (g *packGuard) refused() error {
 	if g == nil {
@@ -99,7 +122,8 @@ func (s *guardedStorage) PackfileWriter() (io.WriteCloser, error) {
 	pr, pw := io.Pipe()
 	w := &guardedPackWriter{s: s, file: f, pipe: pw, checked: make(chan error, 1)}
 	go func() {
-		err := checkPack(pr, s.guard.maxObject)
+		var err error
+		w.objects, err = checkPack(pr, s.guard.maxObject)
 		if errors.Is(err, ErrTooLarge) {
 			// Only a refusal: a stream cut short (a deadline, the download budget) is
 			// named by what cut it.
@@ -117,9 +141,47 @@ type guardedPackWriter struct {
 	file    *os.File
 	pipe    *io.PipeWriter
 	checked chan error
+	written int64  // bytes of the pack aside, claimed from the cache quota
+	objects uint32 // objects the check counted
+	sum     packSum
+}
+
+// packSum checks a pack's trailer: the SHA-1 of everything before its last 20 bytes. A
+// stream cut short (a budget, a deadline) ends without it, and is not handed to go-git.
+type packSum struct {
+	h    hash.Hash
+	tail []byte // the last bytes seen, not hashed yet (at most 20)
+}
+
+func (s *packSum) write(p []byte) {
+	if s.h == nil {
+		s.h = sha1.New()
+	}
+	if len(p) >= sha1.Size {
+		s.h.Write(s.tail)
+		s.h.Write(p[:len(p)-sha1.Size])
+		s.tail = append(s.tail[:0], p[len(p)-sha1.Size:]...)
+		return
+	}
+	s.tail = append(s.tail, p...)
+	if extra := len(s.tail) - sha1.Size; extra > 0 {
+		s.h.Write(s.tail[:extra])
+		s.tail = append(s.tail[:0], s.tail[extra:]...)
+	}
+}
+
+// complete reports whether the bytes seen end with the SHA-1 of those before.
+func (s *packSum) complete() bool {
+	return s.h != nil && len(s.tail) == sha1.Size && bytes.Equal(s.h.Sum(nil), s.tail)
 }
 
 func (w *guardedPackWriter) Write(p []byte) (int, error) {
+	if err := w.s.guard.take(int64(len(p))); err != nil {
+		_ = w.pipe.CloseWithError(err)
+		return 0, err
+	}
+	w.written += int64(len(p))
+	w.sum.write(p)
 	if _, err := w.pipe.Write(p); err != nil {
 		if errors.Is(err, io.ErrClosedPipe) {
 			err = io.ErrUnexpectedEOF
@@ -135,13 +197,29 @@ func (w *guardedPackWriter) Close() (err error) {
 	checkErr := <-w.checked
 	defer func() {
 		_ = w.file.Close()
-		_ = os.Remove(w.file.Name())
+		if os.Remove(w.file.Name()) == nil {
+			_ = w.s.guard.take(-w.written)
+		}
 	}()
 	if checkErr != nil {
 		return checkErr
 	}
+	if w.objects > 0 && !w.sum.complete() {
+		return fmt.Errorf("the received pack ends before its checksum: %w", io.ErrUnexpectedEOF)
+	}
 	if _, err := w.file.Seek(0, io.SeekStart); err != nil {
 		return err
+	}
+	// The pack's copy in the repository and its index, claimed before they are written.
+	if err := w.s.guard.take(w.written + indexEstimate(w.objects)); err != nil {
+		return err
+	}
+	if w.s.guard.slot != nil {
+		release, err := w.s.guard.slot()
+		if err != nil {
+			return fmt.Errorf("index the received pack: %w", err)
+		}
+		defer release()
 	}
 	pw, err := w.s.Storage.PackfileWriter()
 	if err != nil {
@@ -156,36 +234,36 @@ func (w *guardedPackWriter) Close() (err error) {
 
 // checkPack reads a pack's object headers, inflating each object to nowhere, and refuses
 // an object, or a delta's result, over maxObject bytes. An empty stream passes.
-func checkPack(r io.Reader, maxObject int64) error {
+func checkPack(r io.Reader, maxObject int64) (uint32, error) {
 	s := packfile.NewScanner(r)
 	_, count, err := s.Header()
 	if errors.Is(err, io.EOF) || errors.Is(err, packfile.ErrEmptyPackfile) {
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return fmt.Errorf("read pack header: %w", err)
+		return 0, fmt.Errorf("read pack header: %w", err)
 	}
 	for i := uint32(0); i < count; i++ {
 		oh, err := s.NextObjectHeader()
 		if err != nil {
-			return fmt.Errorf("read pack object %d: %w", i, err)
+			return 0, fmt.Errorf("read pack object %d: %w", i, err)
 		}
 		if oh.Length > maxObject {
-			return objectTooLarge(oh.Type.String(), oh.Length, maxObject)
+			return 0, objectTooLarge(oh.Type.String(), oh.Length, maxObject)
 		}
 		if !oh.Type.IsDelta() {
 			continue
 		}
 		var d deltaHeader
 		if _, _, err := s.NextObject(&d); err != nil {
-			return fmt.Errorf("read pack object %d: %w", i, err)
+			return 0, fmt.Errorf("read pack object %d: %w", i, err)
 		}
 		if d.target > maxObject {
-			return objectTooLarge("delta result", d.target, maxObject)
+			return 0, objectTooLarge("delta result", d.target, maxObject)
 		}
 	}
 	_, err = io.Copy(io.Discard, r) // the checksum
-	return err
+	return count, err
 }
 
 func objectTooLarge(what string, size, limit int64) error {

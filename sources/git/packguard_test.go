@@ -58,11 +58,11 @@ func deltaPack(t *testing.T, target uint64) []byte {
 // TestCheckPackDeltaResult: a delta whose declared result is over the per-object limit is
 // refused from its header, before anything is inflated to that size; one under it passes.
 func TestCheckPackDeltaResult(t *testing.T) {
-	err := checkPack(bytes.NewReader(deltaPack(t, 1<<40)), 1<<20)
+	_, err := checkPack(bytes.NewReader(deltaPack(t, 1<<40)), 1<<20)
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "delta result of 1099511627776 bytes, over the limit of 1048576 per file") {
 		t.Errorf("checkPack of a delta to 1 TiB: %v, want ErrTooLarge naming the result's size and the limit", err)
 	}
-	if err := checkPack(bytes.NewReader(deltaPack(t, 6)), 1<<20); err != nil {
+	if _, err := checkPack(bytes.NewReader(deltaPack(t, 6)), 1<<20); err != nil {
 		t.Errorf("checkPack of a small delta: %v", err)
 	}
 }

@@ -19,6 +19,13 @@ import (
 // the quota) and leaves of its entry only what readers have reserved. An entry whose last
 // owner is forgotten (a deleted Sync, see Forget) is removed at once when it is free, else
 // at the next fetch that checks the quota.
+//
+// Fetches in flight count too: before a fetch writes to its entry (a received pack, its
+// copy and index in the repository, a checkout's files) it claims the bytes from the quota,
+// evicting free entries to make room, and a claim that does not fit fails the fetch
+// (transient: "the git cache is full") before the bytes reach the disk. So several fetches
+// at once never fill the cache volume either. When the fetch ends, its claims are replaced
+// by its entry's measured size.
 
 // quota is the Fetcher's view of its cache's entries.
 type quota struct {
@@ -29,6 +36,7 @@ type quota struct {
 	owners  map[string]map[string]bool
 	ownerOf map[string]string // owner → the entry of its last fetch
 	orphans map[string]bool   // entries whose last owner was forgotten
+	claimed map[string]int64  // entry → bytes its fetch in flight claimed (see claim)
 }
 
 // own records that owner's last fetch used entry key.
@@ -94,21 +102,15 @@ func (f *Fetcher) account(key string, wrote bool, limit int64) error {
 	if limit <= 0 {
 		return nil
 	}
+	f.scanOnce()
 	q := &f.quota
 	q.mu.Lock()
-	if !q.scanned {
-		q.mu.Unlock()
-		f.scan()
-		q.mu.Lock()
-	}
 	q.used[key] = now
 	_, known := q.sizes[key]
+	_, claimed := q.claimed[key]
 	q.mu.Unlock()
-	if wrote || !known {
-		size := dirSize(dir)
-		q.mu.Lock()
-		q.sizes[key] = size
-		q.mu.Unlock()
+	if wrote || !known || claimed {
+		f.measure(key)
 	}
 	for _, victim := range f.victims(key) {
 		if f.total() <= limit {
@@ -136,10 +138,76 @@ func (f *Fetcher) account(key string, wrote bool, limit int64) error {
 // shrink removes what readers have not reserved of entry key and records its new size.
 func (f *Fetcher) shrink(key, dir string) {
 	removeUnreserved(dir)
-	size := dirSize(dir)
+	f.measure(key)
+}
+
+// measure records the size of entry key on disk, which replaces what its fetch claimed.
+func (f *Fetcher) measure(key string) {
+	size := dirSize(filepath.Join(f.cacheDir, key))
+	q := &f.quota
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.sizes != nil {
+		q.sizes[key] = size
+	}
+	delete(q.claimed, key)
+}
+
+// claim counts n more bytes (n < 0: fewer) that the fetch holding entry key is about to
+// write. When the cache with every claim would pass limit, free entries are evicted first
+// (as account does); a claim that still does not fit fails, and stays counted until the
+// fetch ends (settle).
+func (f *Fetcher) claim(key string, n, limit int64) error {
+	if limit <= 0 || n == 0 {
+		return nil
+	}
+	f.scanOnce()
+	q := &f.quota
+	q.mu.Lock()
+	if q.claimed == nil {
+		q.claimed = map[string]int64{}
+	}
+	q.claimed[key] += n
+	q.mu.Unlock()
+	if n < 0 || f.total() <= limit {
+		return nil
+	}
+	for _, victim := range f.victims(key) {
+		if f.total() <= limit {
+			break
+		}
+		_ = f.evict(victim, false)
+	}
+	q.mu.Lock()
+	own := q.sizes[key] + q.claimed[key]
+	q.mu.Unlock()
+	if own > limit {
+		return fmt.Errorf("%w: the repository would take %d bytes in the git cache, over its quota of %d bytes (--git-cache-quota)", ErrTooLarge, own, limit)
+	}
+	if total := f.total(); total > limit {
+		return fmt.Errorf("%w: writing %d more bytes would take it to %d bytes, over its quota of %d bytes (--git-cache-quota), and every other entry is in use by a fetch or a render; try again later", ErrCacheFull, n, total, limit)
+	}
+	return nil
+}
+
+// settle ends the claims of the fetch holding entry key: what it wrote is measured.
+func (f *Fetcher) settle(key string) {
 	f.quota.mu.Lock()
-	f.quota.sizes[key] = size
+	_, claimed := f.quota.claimed[key]
 	f.quota.mu.Unlock()
+	if claimed {
+		f.measure(key)
+	}
+}
+
+// scanOnce reads the entries on disk the first time the quota is needed.
+func (f *Fetcher) scanOnce() {
+	f.quota.mu.Lock()
+	scanned := f.quota.scanned
+	f.quota.mu.Unlock()
+	if !scanned {
+		f.scan()
+	}
 }
 
 // scan reads the sizes and last uses of the entries on disk, once per Fetcher.
@@ -169,6 +237,9 @@ func (f *Fetcher) total() int64 {
 	var n int64
 	for _, s := range q.sizes {
 		n += s
+	}
+	for _, c := range q.claimed {
+		n += c
 	}
 	return n
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -212,5 +213,60 @@ func TestForgetSparesAnEntryTakenUpAgain(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(f.CacheDir(), key)); err != nil {
 		t.Errorf("entry: %v", err)
+	}
+}
+
+// TestFetchCacheQuotaConcurrentFetches: fetches in flight together claim what they write
+// from the quota before writing it, so the cache never holds more than its quota, not even
+// for a moment, and a fetch that finds no room fails transiently (ErrCacheFull). Failed
+// before: four fetches at once each checked the quota only when done, and the cache
+// reached more than twice its quota while they ran.
+func TestFetchCacheQuotaConcurrentFetches(t *testing.T) {
+	const n = 4
+	repos := make([]Repository, n)
+	for i := range repos {
+		repos[i] = quotaRepo(t, 2<<20)
+	}
+	f := NewFetcher(t.TempDir())
+	const quota = 7 << 20 // one fetch writes about 6 MiB at its peak (a pack twice, a checkout)
+	// Small files (a repository's config, refs, HEAD) are not claimed.
+	const slack = 64 << 10
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			peak.Store(max(peak.Load(), dirSize(f.CacheDir())))
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	errs := make(chan error, n)
+	for _, repo := range repos {
+		go func() { errs <- fetchQuota(t, f, repo, quota, "") }()
+	}
+	ok := 0
+	for range n {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case !errors.Is(err, ErrCacheFull) || IsTerminal(err) || !strings.Contains(err.Error(), "--git-cache-quota"):
+			t.Errorf("fetch: %v, want success or a transient ErrCacheFull naming --git-cache-quota", err)
+		}
+	}
+	close(stop)
+	<-sampled
+	if ok == 0 {
+		t.Error("no fetch succeeded, want at least one")
+	}
+	if p := peak.Load(); p > quota+slack {
+		t.Errorf("the cache held %d bytes while the fetches ran, over its quota of %d", p, quota)
+	}
+	if total := dirSize(f.CacheDir()); total > quota {
+		t.Errorf("the cache holds %d bytes after the fetches, over its quota of %d", total, quota)
 	}
 }
