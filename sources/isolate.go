@@ -36,28 +36,6 @@ var hookInstalled atomic.Bool
 // DefaultRenderSlots is how many render children run at once by default (Limits.RenderSlots).
 const DefaultRenderSlots = 2
 
-// slotSets holds, per size, the process-wide semaphore of render children running at once.
-var slotSets = struct {
-	sync.Mutex
-	m map[int]chan struct{}
-}{m: map[int]chan struct{}{}}
-
-// childSlots returns the semaphore of n render slots (n ≤ 0: DefaultRenderSlots), shared
-// by every render that asks for n.
-func childSlots(n int) chan struct{} {
-	if n <= 0 {
-		n = DefaultRenderSlots
-	}
-	slotSets.Lock()
-	defer slotSets.Unlock()
-	s, ok := slotSets.m[n]
-	if !ok {
-		s = make(chan struct{}, n)
-		slotSets.m[n] = s
-	}
-	return s
-}
-
 // childrenRunning counts the render children started and not yet waited for, with the most
 // at once (for tests).
 var childrenRunning heldGauge
@@ -162,13 +140,11 @@ func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions,
 	if !hookInstalled.Load() {
 		return nil, fmt.Errorf("%s: isolated kustomize build: this binary does not call sources.ServeChild first in main", file)
 	}
-	slots := childSlots(b.limits.RenderSlots)
-	select {
-	case slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%s: kustomize build did not start: %w", file, context.Cause(ctx))
+	release, err := renderSlots(b.limits.RenderSlots).acquire(ctx, tenantOf(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("%s: kustomize build did not start: %w", file, err)
 	}
-	defer func() { <-slots }()
+	defer release()
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("%s: isolated kustomize build: %w", file, err)

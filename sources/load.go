@@ -39,6 +39,9 @@ type LoadOptions struct {
 	// another one and no other owner still uses it. Empty: the render ages out of the
 	// cache only.
 	Owner string
+	// Tenant names who the render slots are shared between (a daemon's Sync's namespace):
+	// a freed slot goes to the tenant that holds the fewest. Empty: one tenant.
+	Tenant string
 }
 
 // DefaultLoadOptions returns the default fetch and render options.
@@ -82,6 +85,7 @@ func NewLoaderSized(cacheDir string, cacheBytes int64) *Loader {
 // ErrEmptyRender included, returns a Bundle with the revision and no objects, so callers
 // can report which revision failed.
 func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundle, error) {
+	ctx = withTenant(ctx, opts.Tenant)
 	root, revision, digest := src.Dir, "", ""
 	var commitTime time.Time
 	if src.Git.URL != "" {
@@ -124,11 +128,17 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 // these are higher (a zero, no limit, stays): the render limits are what the flags set, and
 // an operator who raises --max-files or --max-total-size expects a repository of that size
 // to load, not to be refused by the export's defaults. The fetch's owner is the load's,
-// so that Forget also drops the git cache entry only that owner used.
+// so that Forget also drops the git cache entry only that owner used. Indexing a received
+// pack takes one of the render slots.
 func exportLimits(opts LoadOptions) git.FetchOptions {
 	f, l := opts.Fetch, opts.Render.Limits.withDefaults()
 	if f.Owner == "" {
 		f.Owner = opts.Owner
+	}
+	if f.IndexSlot == nil {
+		// A pack's index may take as much memory as a render child: it takes a render slot.
+		slots, tenant := renderSlots(l.RenderSlots), opts.Tenant
+		f.IndexSlot = func(ctx context.Context) (func(), error) { return slots.acquire(ctx, tenant) }
 	}
 	if f.MaxFiles > 0 {
 		f.MaxFiles = max(f.MaxFiles, l.MaxFiles)

@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/cgi"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/converge-dev/converge/e2e/gitserver"
 	"github.com/converge-dev/converge/sources/git"
@@ -108,5 +110,41 @@ func TestLoadRenderLimitsRaiseExportLimits(t *testing.T) {
 	opts.Render.Limits.MaxFiles = 3
 	if b, err := NewLoader(t.TempDir()).Load(t.Context(), src, opts); err != nil || len(b.Objects) != 3 {
 		t.Errorf("Load with --max-files 3: %v, %v; want 3 objects", b, err)
+	}
+}
+
+// TestLoadPackIndexTakesRenderSlot: indexing a received pack (go-git's delta cache takes up
+// to 96 MiB) takes a render slot, so the memory the render slots bound covers it: with the
+// only slot held, a fetch that received a pack waits for it and ends with its context, and
+// runs once the slot is free.
+func TestLoadPackIndexTakesRenderSlot(t *testing.T) {
+	srv, err := gitserver.Start(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	if _, err := srv.Publish("apps", "main", writeTree(t, map[string]string{"app/cm.yaml": cm("a", "x")}), "one"); err != nil {
+		t.Fatal(err)
+	}
+	src := Source{Git: git.Repository{URL: srv.RepoURL("apps"), Ref: git.Ref{Branch: "main"}}, Path: "app"}
+	opts := loopbackLoadOptions()
+	opts.Render.Limits.RenderSlots = 7 // a set of slots of its own
+	var release func()
+	for range 7 {
+		r, err := renderSlots(7).acquire(t.Context(), "other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		release = r
+	}
+	l := NewLoader(t.TempDir())
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := l.Load(ctx, src, opts); err == nil || !strings.Contains(err.Error(), "not finished within 2s") {
+		t.Fatalf("Load with every render slot held: %v, want the fetch waiting for a slot to index its pack until its deadline", err)
+	}
+	release()
+	if b, err := l.Load(t.Context(), src, opts); err != nil || len(b.Objects) != 1 {
+		t.Fatalf("Load with a free slot: %v, %v; want one object", b, err)
 	}
 }

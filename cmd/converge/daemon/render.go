@@ -51,10 +51,11 @@ func (rs renderSettings) buildTimeout() time.Duration {
 // load fetches and renders src within the build timeout. Kustomize builds are isolated:
 // the repository is untrusted, so its render can reach no network and is stopped at the
 // timeout (see sources.RenderOptions.Isolate). owner is the Sync it is for: the loader's
-// render cache keeps the last render of each Sync, not the ones before (LoadOptions.Owner).
+// render cache keeps the last render of each Sync, not the ones before (LoadOptions.Owner),
+// and its namespace shares the render slots with the others (LoadOptions.Tenant).
 func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src sources.Source, owner types.NamespacedName) (*sources.Bundle, error) {
 	opts := sources.DefaultLoadOptions()
-	opts.Owner = owner.String()
+	opts.Owner, opts.Tenant = owner.String(), owner.Namespace
 	opts.Render.Isolate = true
 	opts.Render.Limits = rs.limits
 	opts.Fetch.AllowLocal = rs.allowLocalGit
