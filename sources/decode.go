@@ -67,7 +67,10 @@ func decodeFile(root *os.Root, rel string, b *budget) ([]decoded, error) {
 		if len(docs) == 1 {
 			loc.doc = 0 // "document 1 of 1" adds nothing
 		}
-		objs, err := decodeDocument(d, loc, b.limits.MaxFileSize)
+		objs, err := decodeDocument(d, loc, b)
+		if IsTerminal(err) {
+			return nil, err
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -115,16 +118,26 @@ var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): `)
 // decodeDocument converts one document to objects. A YAML error names its line once, as a
 // line of the file (the location's), not a second number relative to the document. A
 // document whose aliases expand it past maxSize bytes is refused before it is decoded.
-func decodeDocument(d document, loc location, maxSize int64) ([]decoded, error) {
+func decodeDocument(d document, loc location, b *budget) ([]decoded, error) {
 	if len(bytes.TrimSpace(d.data)) == 0 {
 		return nil, nil
 	}
+	// The document is decoded in this process: its bytes count against MaxRenderOutput
+	// before it is, as a render child's answer does, and its JSON's extra bytes after.
+	if err := b.decodedBytes(loc.file, int64(len(d.data))); err != nil {
+		return nil, err
+	}
 	js, err := d.data, error(nil)
 	if !strings.EqualFold(path.Ext(loc.file), ".json") {
-		if err := checkAliases(d.data, maxSize); err != nil {
+		if err := checkAliases(d.data, b.limits.MaxFileSize); err != nil {
 			return nil, loc.wrap("", err)
 		}
 		js, err = yaml.YAMLToJSON(d.data)
+		if err == nil {
+			if err := b.decodedBytes(loc.file, int64(len(js)-len(d.data))); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")

@@ -31,10 +31,11 @@ type Limits struct {
 	// this much, so a build that would take more dies alone and the render fails naming
 	// the limit. The child's Go runtime collects hard before it (GOMEMLIMIT).
 	MaxRenderMemory int64
-	// MaxRenderOutput bounds the bytes of render children's answers one render decodes into
-	// this process's heap, counted as each resource is decoded: the objects of a render live
-	// in the daemon (up to decodeFactor heap bytes per answer byte), so --concurrent renders
-	// at once hold at most about --concurrent × MaxRenderOutput × decodeFactor.
+	// MaxRenderOutput bounds the bytes of manifests one render decodes into this process's
+	// heap (render children's answers, plain YAML and JSON files), counted as each resource
+	// or document is decoded: the objects of a render live in the daemon (up to
+	// decodeFactor heap bytes per byte), so --concurrent renders at once hold at most about
+	// --concurrent × MaxRenderOutput × decodeFactor.
 	MaxRenderOutput int64
 	// RenderSlots bounds the render children running at once in this process, across all
 	// renders made with the same RenderSlots (0: DefaultRenderSlots): the memory of render
@@ -215,6 +216,23 @@ func (b *budget) answered(n int64) error {
 	answerBytesHeld.add(n)
 	if b.output.Add(n) > b.limits.MaxRenderOutput {
 		return b.fail(&InputError{File: b.rel, Err: fmt.Errorf("%w: render children answered more than %d bytes (raise the limit with --max-render-output)",
+			ErrRenderOutput, b.limits.MaxRenderOutput)})
+	}
+	return nil
+}
+
+// decodedBytes counts n bytes of manifests decoded in this process from the source's file
+// (plain YAML or JSON) against MaxRenderOutput, as answered does for a child's answer.
+func (b *budget) decodedBytes(file string, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	if err := b.failed(); err != nil {
+		return err
+	}
+	answerBytesHeld.add(n)
+	if b.output.Add(n) > b.limits.MaxRenderOutput {
+		return b.fail(&InputError{File: file, Err: fmt.Errorf("%w: the render decoded more than %d bytes of manifests (raise the limit with --max-render-output)",
 			ErrRenderOutput, b.limits.MaxRenderOutput)})
 	}
 	return nil

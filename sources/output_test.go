@@ -173,3 +173,36 @@ func deploymentJSON(i int) string {
 		`"resources":{"requests":{"cpu":"100m","memory":"64Mi"},"limits":{"memory":"128Mi"}},`+
 		`"readinessProbe":{"httpGet":{"path":"/healthz","port":8080},"periodSeconds":5}}]}}}}`, i)
 }
+
+// TestPlainYAMLCountsAgainstRenderOutput: plain YAML is decoded in this process as a render
+// child's answer is, so its documents count against --max-render-output too, and a folder
+// of many small files under every per-file and total-size limit is refused naming the file
+// where it passed the bound. Failed before: such a folder was decoded whole (only
+// --max-total-size, 256 MiB, bounded it).
+func TestPlainYAMLCountsAgainstRenderOutput(t *testing.T) {
+	files := map[string]string{}
+	for i := range 40 {
+		var doc strings.Builder
+		fmt.Fprintf(&doc, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c%d\n  namespace: apps\ndata:\n", i)
+		for k := range 100 {
+			fmt.Fprintf(&doc, "  k%d: %s\n", k, strings.Repeat("v", 90))
+		}
+		files[fmt.Sprintf("app/c%02d.yaml", i)] = doc.String()
+	}
+	dir := writeTree(t, files) // 40 files of about 10 KiB
+	opts := DefaultRenderOptions()
+	opts.Workers = 1
+	opts.Limits.MaxRenderOutput = 256 << 10
+	objs, err := Render(t.Context(), dir, "app", opts)
+	if err == nil {
+		t.Fatalf("Render returned %d objects and no error", len(objs))
+	}
+	if !errors.Is(err, ErrRenderOutput) || !IsTerminal(err) || !strings.Contains(err.Error(), "(raise the limit with --max-render-output)") ||
+		!strings.HasPrefix(err.Error(), "app/c") {
+		t.Errorf("error: %v, want a terminal ErrRenderOutput naming a file of app/ and the flag", err)
+	}
+	opts.Limits.MaxRenderOutput = 1 << 20
+	if objs, err := Render(t.Context(), dir, "app", opts); err != nil || len(objs) != 40 {
+		t.Errorf("Render under the bound: %d objects, %v; want 40", len(objs), err)
+	}
+}
