@@ -93,6 +93,7 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 		if err != nil {
 			return nil, err
 		}
+		defer co.Release() // read by the render below, not after
 		root, revision, digest, commitTime = co.Dir, co.Revision, "sha1:"+co.Commit, co.CommitTime
 	} else {
 		abs, err := filepath.Abs(src.Dir)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,10 +37,12 @@ func (c *cache) checkout(ctx context.Context, t target, readUntil time.Time, opt
 	} else if err != nil {
 		return nil, err
 	}
-	if err := reserve(dir, readUntil); err != nil {
+	release, err := c.fetcher.readers.reserve(dir, readUntil)
+	if err != nil {
 		return nil, err
 	}
 	if err := prune(root, max(opts.KeepCheckouts, 1)); err != nil {
+		release()
 		return nil, fmt.Errorf("remove old checkouts: %w", err)
 	}
 	return &Checkout{
@@ -47,7 +50,43 @@ func (c *cache) checkout(ctx context.Context, t target, readUntil time.Time, opt
 		Revision:   t.revision(),
 		Commit:     t.hash.String(),
 		CommitTime: commit.Committer.When,
+		release:    release,
 	}, nil
+}
+
+// readers counts, per checkout, the readers that fetched it and have not released it
+// (Checkout.Release). Reservations are modification times (see reserve), which prune and
+// the quota read; when the last reader releases, the reservation ends at once instead of at
+// the readers' deadlines.
+type readers struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// reserve reserves dir until readUntil for one more reader and returns its release.
+func (r *readers) reserve(dir string, readUntil time.Time) (func(), error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := reserve(dir, readUntil); err != nil {
+		return nil, err
+	}
+	if r.n == nil {
+		r.n = map[string]int{}
+	}
+	r.n[dir]++
+	var once sync.Once
+	return func() { once.Do(func() { r.release(dir) }) }, nil
+}
+
+func (r *readers) release(dir string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n[dir]--; r.n[dir] > 0 {
+		return
+	}
+	delete(r.n, dir)
+	now := time.Now()
+	_ = os.Chtimes(dir, now, now) // used now, reserved no longer
 }
 
 func (c *cache) commitObject(h plumbing.Hash) (*object.Commit, error) {

@@ -29,7 +29,8 @@ type Fetcher struct {
 	keyMu sync.Mutex
 	key   []byte // names cache directories; read from cacheDir on first use
 
-	quota quota // the entries' sizes, uses and owners (see CacheQuota)
+	quota   quota   // the entries' sizes, uses and owners (see CacheQuota)
+	readers readers // the checkouts' readers (see Checkout.Release)
 }
 
 // NewFetcher returns a Fetcher that keeps its repositories and checkouts under cacheDir.
@@ -52,10 +53,10 @@ var commitPattern = regexp.MustCompile(`^[0-9a-f]{40}$`)
 // for an exact commit too, so that credentials that can no longer read the remote are
 // refused even when the commit is cached.
 //
-// The checkout stays on disk at least until ctx's deadline, whatever other fetches of the
-// same URL and credentials do meanwhile: a caller that reads it under the same ctx never
-// sees it removed half-way (a truncated render). Without a deadline, only KeepCheckouts
-// protects it.
+// The checkout stays on disk until the caller releases it (Checkout.Release), or at the
+// latest until ctx's deadline, whatever other fetches of the same URL and credentials do
+// meanwhile: a caller that reads it under the same ctx never sees it removed half-way (a
+// truncated render). Without a deadline or a Release, only KeepCheckouts protects it.
 func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions) (*Checkout, error) {
 	// The caller reads the checkout under ctx (a render), after the lock is released: it is
 	// kept until ctx's deadline, not only the fetch's.
@@ -120,7 +121,9 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	if err == nil {
 		f.own(opts.Owner, key)
 		accounted = true
-		err = f.account(key, c.wrote, opts.CacheQuota)
+		if err = f.account(key, c.wrote, opts.CacheQuota); err != nil {
+			co.Release()
+		}
 	}
 	if err != nil {
 		if ended := clock.ended(); ended != nil {

@@ -67,7 +67,7 @@ type Repository struct {
 type Checkout struct {
 	// Dir holds the commit's files. It is shared and must be treated as read-only; it stays
 	// until several newer commits of the same URL and credentials have been fetched, and at
-	// least until the deadline of the ctx it was fetched under.
+	// least until Release or the deadline of the ctx it was fetched under.
 	Dir string
 	// Revision is "<branch or tag>@sha1:<hex>", or "sha1:<hex>" for a bare commit.
 	Revision string
@@ -75,6 +75,17 @@ type Checkout struct {
 	Commit string
 	// CommitTime is the committer time of the commit.
 	CommitTime time.Time
+
+	release func()
+}
+
+// Release says the caller is done reading Dir: once every reader that fetched it has
+// released it, the checkout is no longer reserved (it may be removed to keep the cache
+// under its quota) rather than until its fetches' deadlines. Safe to call more than once.
+func (c *Checkout) Release() {
+	if c != nil && c.release != nil {
+		c.release()
+	}
 }
 
 // FetchOptions are per-call settings of Fetch.

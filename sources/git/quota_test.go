@@ -270,3 +270,35 @@ func TestFetchCacheQuotaConcurrentFetches(t *testing.T) {
 		t.Errorf("the cache holds %d bytes after the fetches, over its quota of %d", total, quota)
 	}
 }
+
+// TestFetchReleasedCheckoutIsEvictable: a checkout whose reader released it is no longer
+// reserved, so its entry may be evicted to make room although the fetch's deadline is
+// hours away; one still held is kept. Failed before: a reservation lasted until the
+// fetch's deadline whatever the reader did, and the next fetch failed with the cache full.
+func TestFetchReleasedCheckoutIsEvictable(t *testing.T) {
+	repos := map[string]Repository{"a": quotaRepo(t, 1<<20), "b": quotaRepo(t, 1<<20), "c": quotaRepo(t, 1<<20)}
+	f := NewFetcher(t.TempDir())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+	defer cancel()
+	a, err := f.Fetch(ctx, repos["a"], loopbackOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := f.cacheKey(repos["a"])
+	quota := dirSize(filepath.Join(f.CacheDir(), key)) * 5 / 2 // two entries fit, not three
+	opts := loopbackOptions()
+	opts.CacheQuota = quota
+	b, err := f.Fetch(ctx, repos["b"], opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Release()
+	a.Release() // a second call changes nothing
+	if _, err := f.Fetch(ctx, repos["c"], opts); err != nil {
+		t.Fatalf("fetch with a's checkout released: %v, want a evicted to make room", err)
+	}
+	if got := strings.Join(entries(t, f, repos), ","); got != "b,c" {
+		t.Errorf("entries: %s, want b,c (b still held by its reader)", got)
+	}
+	b.Release()
+}
