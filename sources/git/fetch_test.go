@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // loopbackOptions are the default options with AllowLocal: the test servers listen on
@@ -64,7 +65,7 @@ func TestFetchHTTPBranch(t *testing.T) {
 			}
 			got := *co
 			got.CommitTime = got.CommitTime.UTC()
-			if diff := cmp.Diff(want, got); diff != "" {
+			if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Checkout{})); diff != "" {
 				t.Errorf("checkout (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff("kind: ConfigMap\n", readFile(t, co.Dir, "app/cm.yaml")); diff != "" {
@@ -302,7 +303,7 @@ func TestFetchNoNewCommit(t *testing.T) {
 	if diff := cmp.Diff(want, log.take()); diff != "" {
 		t.Errorf("requests of a no-change poll (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(first, second); diff != "" {
+	if diff := cmp.Diff(first, second, cmpopts.IgnoreUnexported(Checkout{})); diff != "" {
 		t.Errorf("checkout changed without a commit (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(Stats{Lookups: 2, Transfers: 1}, f.Stats()); diff != "" {
