@@ -136,6 +136,9 @@ func exportLimits(opts LoadOptions) git.FetchOptions {
 	if f.Owner == "" {
 		f.Owner = opts.Owner
 	}
+	if f.Tenant == "" {
+		f.Tenant = opts.Tenant
+	}
 	if f.IndexSlot == nil {
 		// A pack's index may take as much memory as a render child: it takes a render slot.
 		slots, tenant := renderSlots(l.RenderSlots), opts.Tenant

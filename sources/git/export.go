@@ -31,6 +31,13 @@ func (c *cache) checkout(ctx context.Context, t target, readUntil time.Time, opt
 	dir := filepath.Join(root, t.hash.String())
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		c.wrote = true
+		// Room for the new checkout first: the old ones past KeepCheckouts-1 that no reader
+		// reserved go before it is written, not after.
+		removed, err := prune(root, max(opts.KeepCheckouts, 1)-1)
+		if err != nil {
+			return nil, fmt.Errorf("remove old checkouts: %w", err)
+		}
+		c.fetcher.shrunk(filepath.Base(c.dir), removed)
 		if err := export(ctx, commit, root, dir, opts, c.claim); err != nil {
 			return nil, fmt.Errorf("export commit %s: %w", t.hash, err)
 		}
@@ -41,10 +48,12 @@ func (c *cache) checkout(ctx context.Context, t target, readUntil time.Time, opt
 	if err != nil {
 		return nil, err
 	}
-	if err := prune(root, max(opts.KeepCheckouts, 1)); err != nil {
+	removed, err := prune(root, max(opts.KeepCheckouts, 1))
+	if err != nil {
 		release()
 		return nil, fmt.Errorf("remove old checkouts: %w", err)
 	}
+	c.fetcher.shrunk(filepath.Base(c.dir), removed)
 	return &Checkout{
 		Dir:        dir,
 		Revision:   t.revision(),
@@ -149,9 +158,10 @@ type writer struct {
 	// one of its own symlinks; a crafted tree (the same name twice, once as a symlink and
 	// once as a folder) would have its later files written through the link.
 	links map[string]bool
-	// claim counts a file's bytes against the cache quota before it is written (nil: no
-	// quota).
+	// claim counts a file's blocks, and the folders it creates, against the cache quota
+	// before it is written (nil: no quota).
 	claim func(int64) error
+	dirs  map[string]bool // the folders claimed so far
 }
 
 func newWriter(dir string, opts FetchOptions) (*writer, error) {
@@ -159,7 +169,7 @@ func newWriter(dir string, opts FetchOptions) (*writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &writer{root: root, opts: opts, links: map[string]bool{}}, nil
+	return &writer{root: root, opts: opts, links: map[string]bool{}, dirs: map[string]bool{}}, nil
 }
 
 // write writes one blob. Tree entry names come from the remote and are not trusted: a
@@ -240,10 +250,15 @@ func (w *writer) count(f *object.File) error {
 	case o.MaxTotalSize > 0 && w.bytes > o.MaxTotalSize:
 		return fmt.Errorf("%w: more than %d bytes of files (at %q)", ErrTooLarge, o.MaxTotalSize, f.Name)
 	}
-	if w.claim != nil {
-		return w.claim(f.Size)
+	if w.claim == nil {
+		return nil
 	}
-	return nil
+	n := onDisk(f.Size)
+	for dir := path.Dir(f.Name); dir != "." && !w.dirs[dir]; dir = path.Dir(dir) {
+		w.dirs[dir] = true
+		n += blockSize
+	}
+	return w.claim(n)
 }
 
 // reserve marks the checkout dir as used now and kept until readUntil. Its modification
@@ -268,11 +283,15 @@ func reserve(dir string, readUntil time.Time) error {
 // those, the keep most recently used ones, and removes the rest. A render reads its
 // checkout after the fetch released the cache's lock, so another Sync's fetch of the same
 // URL and credentials may prune meanwhile.
-func prune(root string, keep int) error {
+func prune(root string, keep int) (int64, error) {
 	entries, err := os.ReadDir(root)
-	if err != nil {
-		return err
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
 	}
+	if err != nil {
+		return 0, err
+	}
+	var removed int64
 	type aged struct {
 		path string
 		used time.Time
@@ -301,8 +320,13 @@ func prune(root string, keep int) error {
 		case keep > 0:
 			keep--
 		default:
-			errs = append(errs, os.RemoveAll(d.path))
+			size := dirSize(d.path)
+			err := os.RemoveAll(d.path)
+			if err == nil {
+				removed += size
+			}
+			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return removed, errors.Join(errs...)
 }

@@ -102,7 +102,7 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	ctx = withDialPolicy(ctx, policy)
 	proxyOpts, release := policy.proxyOptions(ep.Protocol)
 	defer release()
-	claim := func(n int64) error { return f.claim(key, n, opts.CacheQuota) }
+	claim := func(n int64) error { return f.claim(key, opts.Tenant, n, opts.CacheQuota) }
 	defer f.settle(key) // before unlock: what the fetch wrote is measured while it holds the entry
 	c := &cache{dir: filepath.Join(f.cacheDir, key), url: repo.URL, auth: auth, proxy: proxyOpts, fetcher: f,
 		claim: claim, guard: &packGuard{maxObject: opts.MaxFileSize, claim: claim, slot: indexSlot(ctx, opts)}}
@@ -178,12 +178,12 @@ func (c *cache) transfer(ctx context.Context, ref Ref, policy dialPolicy) (targe
 	return t, err
 }
 
-// downloadBudget is what one fetch may read from the remote: MaxFetchSize, or half the
-// cache quota when that is smaller (a received pack is on disk twice while it is checked,
-// see packGuard).
+// downloadBudget is what one fetch may read from the remote: MaxFetchSize, or a quarter of
+// the cache quota when that is smaller (a received pack is on disk twice while it is
+// checked, see packGuard: one fetch's pack takes at most half the quota).
 func downloadBudget(opts FetchOptions) *fetchBudget {
-	if q := opts.CacheQuota / 2; q > 0 && (opts.MaxFetchSize <= 0 || q < opts.MaxFetchSize) {
-		return newFetchBudget(q, "received from the remote, over half the git cache quota (--git-cache-quota)")
+	if q := opts.CacheQuota / 4; q > 0 && (opts.MaxFetchSize <= 0 || q < opts.MaxFetchSize) {
+		return newFetchBudget(q, "received from the remote, over a quarter of the git cache quota (--git-cache-quota)")
 	}
 	return newFetchBudget(opts.MaxFetchSize, "received from the remote (--max-fetch-size)")
 }
@@ -305,6 +305,8 @@ func (c *cache) commit(ctx context.Context, ref Ref) (target, error) {
 		return target{}, classified
 	} else if _, refused := refusedAddress(err); refused {
 		return target{}, err
+	} else if c.guard.refused() != nil {
+		return target{}, err // a refused pack or claim: a full fetch would be refused too
 	}
 	err = full.FetchContext(ctx, &gogit.FetchOptions{
 		RefSpecs: []config.RefSpec{"+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"},

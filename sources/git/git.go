@@ -121,7 +121,8 @@ type FetchOptions struct {
 	// a fetch that wrote to the cache, the least recently used entries (one per URL and
 	// credentials) that no fetch holds and no reader reserved are removed until it fits,
 	// and a fetch whose own entry is over the quota fails (terminal ErrTooLarge). A fetch
-	// also downloads at most half of it (a pack is on disk twice while it is checked), and
+	// also downloads at most a quarter of it (a pack is on disk twice while it is checked),
+	// and
 	// claims what it writes before writing it, so fetches in flight never pass it together
 	// (ErrCacheFull, transient). Zero means no limit.
 	CacheQuota int64
@@ -133,6 +134,9 @@ type FetchOptions struct {
 	// Owner names who the fetch is for (a Sync): Fetcher.Forget(Owner) removes the cache
 	// entries no other owner's last fetch used. Empty: the fetch has no owner.
 	Owner string
+	// Tenant names whose fetch it is (a Sync's namespace): a tenant's fetches in flight
+	// together claim at most half of CacheQuota beyond the first one's.
+	Tenant string
 }
 
 // Default export limits: far above a repository of manifests, low enough that a hostile or

@@ -107,7 +107,7 @@ func newStorage(path string, guard *packGuard) *guardedStorage {
 // PackfileWriter returns a writer that checks the pack's objects as they arrive, keeps the
 // pack aside, and gives it to the storage on Close only when every object passed.
 func (s *guardedStorage) PackfileWriter() (io.WriteCloser, error) {
-	if s.guard == nil || s.guard.maxObject <= 0 {
+	if s.guard == nil || (s.guard.maxObject <= 0 && s.guard.claim == nil && s.guard.slot == nil) {
 		return s.Storage.PackfileWriter()
 	}
 	dir := filepath.Join(s.dir, "objects", "pack")
@@ -176,7 +176,7 @@ func (s *packSum) complete() bool {
 }
 
 func (w *guardedPackWriter) Write(p []byte) (int, error) {
-	if err := w.s.guard.take(int64(len(p))); err != nil {
+	if err := w.s.guard.take(onDisk(w.written+int64(len(p))) - onDisk(w.written)); err != nil {
 		_ = w.pipe.CloseWithError(err)
 		return 0, err
 	}
@@ -198,7 +198,7 @@ func (w *guardedPackWriter) Close() (err error) {
 	defer func() {
 		_ = w.file.Close()
 		if os.Remove(w.file.Name()) == nil {
-			_ = w.s.guard.take(-w.written)
+			_ = w.s.guard.take(-onDisk(w.written))
 		}
 	}()
 	if checkErr != nil {
@@ -210,16 +210,17 @@ func (w *guardedPackWriter) Close() (err error) {
 	if _, err := w.file.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	// The pack's copy in the repository and its index, claimed before they are written.
-	if err := w.s.guard.take(w.written + indexEstimate(w.objects)); err != nil {
-		return err
-	}
+	// The slot first: a fetch waiting for one holds no more of the quota than its pack.
 	if w.s.guard.slot != nil {
 		release, err := w.s.guard.slot()
 		if err != nil {
 			return fmt.Errorf("index the received pack: %w", err)
 		}
 		defer release()
+	}
+	// The pack's copy in the repository and its index, claimed before they are written.
+	if err := w.s.guard.take(onDisk(w.written) + onDisk(indexEstimate(w.objects))); err != nil {
+		return err
 	}
 	pw, err := w.s.Storage.PackfileWriter()
 	if err != nil {
@@ -248,10 +249,10 @@ func checkPack(r io.Reader, maxObject int64) (uint32, error) {
 		if err != nil {
 			return 0, fmt.Errorf("read pack object %d: %w", i, err)
 		}
-		if oh.Length > maxObject {
+		if maxObject > 0 && oh.Length > maxObject {
 			return 0, objectTooLarge(oh.Type.String(), oh.Length, maxObject)
 		}
-		if !oh.Type.IsDelta() {
+		if maxObject <= 0 || !oh.Type.IsDelta() {
 			continue
 		}
 		var d deltaHeader

@@ -21,22 +21,25 @@ import (
 // at the next fetch that checks the quota.
 //
 // Fetches in flight count too: before a fetch writes to its entry (a received pack, its
-// copy and index in the repository, a checkout's files) it claims the bytes from the quota,
-// evicting free entries to make room, and a claim that does not fit fails the fetch
-// (transient: "the git cache is full") before the bytes reach the disk. So several fetches
-// at once never fill the cache volume either. When the fetch ends, its claims are replaced
-// by its entry's measured size.
+// copy and index in the repository, a checkout's files and folders, in whole blocks) it
+// claims the disk from the quota, evicting free entries to make room, and a claim that does
+// not fit fails the fetch (transient: "the git cache is full") before the bytes reach the
+// disk. So several fetches at once never fill the cache volume either. One fetch, and one
+// tenant's fetches together, claim at most half the quota (see claim). When the fetch
+// ends, its claims are replaced by its entry's measured size. Sizes are disk blocks, so a
+// commit of many tiny files is counted as what it takes.
 
 // quota is the Fetcher's view of its cache's entries.
 type quota struct {
-	mu      sync.Mutex
-	scanned bool
-	sizes   map[string]int64     // entry → bytes on disk
-	used    map[string]time.Time // entry → last fetch
-	owners  map[string]map[string]bool
-	ownerOf map[string]string // owner → the entry of its last fetch
-	orphans map[string]bool   // entries whose last owner was forgotten
-	claimed map[string]int64  // entry → bytes its fetch in flight claimed (see claim)
+	mu       sync.Mutex
+	scanned  bool
+	sizes    map[string]int64     // entry → bytes on disk
+	used     map[string]time.Time // entry → last fetch
+	owners   map[string]map[string]bool
+	ownerOf  map[string]string // owner → the entry of its last fetch
+	orphans  map[string]bool   // entries whose last owner was forgotten
+	claimed  map[string]int64  // entry → bytes its fetch in flight claimed (see claim)
+	claimant map[string]string // entry → the tenant of its fetch in flight
 }
 
 // own records that owner's last fetch used entry key.
@@ -151,13 +154,18 @@ func (f *Fetcher) measure(key string) {
 		q.sizes[key] = size
 	}
 	delete(q.claimed, key)
+	delete(q.claimant, key)
 }
 
-// claim counts n more bytes (n < 0: fewer) that the fetch holding entry key is about to
-// write. When the cache with every claim would pass limit, free entries are evicted first
-// (as account does); a claim that still does not fit fails, and stays counted until the
-// fetch ends (settle).
-func (f *Fetcher) claim(key string, n, limit int64) error {
+// claim counts n more bytes (n < 0: fewer) that the fetch holding entry key, for tenant,
+// is about to write. One fetch may claim at most half the quota (more fails terminally:
+// the repository is too large for this cache), and the fetches in flight of one tenant
+// together at most half (more fails transiently), so one namespace never holds all of the
+// cache's room. When the cache with every claim would pass limit, free entries are evicted
+// first (as account does), and a claim that still does not fit fails transiently. A
+// failed claim is taken back; what the fetch claimed before stays counted until it ends
+// (settle).
+func (f *Fetcher) claim(key, tenant string, n, limit int64) error {
 	if limit <= 0 || n == 0 {
 		return nil
 	}
@@ -165,38 +173,73 @@ func (f *Fetcher) claim(key string, n, limit int64) error {
 	q := &f.quota
 	q.mu.Lock()
 	if q.claimed == nil {
-		q.claimed = map[string]int64{}
+		q.claimed, q.claimant = map[string]int64{}, map[string]string{}
 	}
 	q.claimed[key] += n
-	q.mu.Unlock()
-	if n < 0 || f.total() <= limit {
-		return nil
-	}
-	for _, victim := range f.victims(key) {
-		if f.total() <= limit {
-			break
+	q.claimant[key] = tenant
+	own := q.claimed[key]
+	var held int64 // the tenant's fetches in flight, this one included
+	for k, c := range q.claimed {
+		if q.claimant[k] == tenant {
+			held += c
 		}
-		_ = f.evict(victim, false)
 	}
-	q.mu.Lock()
-	own := q.sizes[key] + q.claimed[key]
 	q.mu.Unlock()
-	if own > limit {
-		return fmt.Errorf("%w: the repository would take %d bytes in the git cache, over its quota of %d bytes (--git-cache-quota)", ErrTooLarge, own, limit)
+	err := func() error {
+		switch {
+		case n < 0:
+			return nil
+		case own > limit/2:
+			return fmt.Errorf("%w: the fetch would write %d bytes into the git cache, over half its quota of %d bytes (--git-cache-quota)", ErrTooLarge, own, limit)
+		case held > limit/2:
+			return fmt.Errorf("%w: the fetches in flight for namespace %q would claim %d bytes, over half its quota of %d bytes (--git-cache-quota); try again later", ErrCacheFull, tenant, held, limit)
+		}
+		if f.total() <= limit {
+			return nil
+		}
+		for _, victim := range f.victims(key) {
+			if f.total() <= limit {
+				break
+			}
+			_ = f.evict(victim, false)
+		}
+		if total := f.total(); total > limit {
+			return fmt.Errorf("%w: writing %d more bytes would take it to %d bytes, over its quota of %d bytes (--git-cache-quota), and every other entry is in use by a fetch or a render; try again later", ErrCacheFull, n, total, limit)
+		}
+		return nil
+	}()
+	if err != nil {
+		q.mu.Lock()
+		q.claimed[key] -= n
+		q.mu.Unlock()
 	}
-	if total := f.total(); total > limit {
-		return fmt.Errorf("%w: writing %d more bytes would take it to %d bytes, over its quota of %d bytes (--git-cache-quota), and every other entry is in use by a fetch or a render; try again later", ErrCacheFull, n, total, limit)
-	}
-	return nil
+	return err
 }
 
-// settle ends the claims of the fetch holding entry key: what it wrote is measured.
+// shrunk records that the fetch holding entry key removed n bytes of it (old checkouts).
+func (f *Fetcher) shrunk(key string, n int64) {
+	q := &f.quota
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if s, ok := q.sizes[key]; ok && n > 0 {
+		q.sizes[key] = max(s-n, 0)
+	}
+}
+
+// settle ends the claims of the fetch holding entry key: what it wrote is measured, and so
+// is an entry the quota does not know yet (one a failed fetch created), so that it can be
+// evicted.
 func (f *Fetcher) settle(key string) {
-	f.quota.mu.Lock()
-	_, claimed := f.quota.claimed[key]
-	f.quota.mu.Unlock()
-	if claimed {
-		f.measure(key)
+	q := &f.quota
+	q.mu.Lock()
+	_, claimed := q.claimed[key]
+	_, known := q.sizes[key]
+	unknown := q.scanned && !known
+	q.mu.Unlock()
+	if claimed || unknown {
+		if _, err := os.Stat(filepath.Join(f.cacheDir, key)); err == nil || claimed {
+			f.measure(key)
+		}
 	}
 }
 
@@ -338,20 +381,29 @@ func reserved(root string) bool {
 func removeUnreserved(dir string) {
 	_ = os.RemoveAll(filepath.Join(dir, "shallow.git"))
 	_ = os.RemoveAll(filepath.Join(dir, "full.git"))
-	_ = prune(filepath.Join(dir, "checkouts"), 0)
+	_, _ = prune(filepath.Join(dir, "checkouts"), 0)
 }
 
-// dirSize returns the bytes of the files under dir (a symlink counts as its own size).
+// dirSize returns the disk a folder takes: the blocks of its files, folders and symlinks
+// (a file of one byte takes a block), or their sizes where the system does not say.
 func dirSize(dir string) int64 {
 	var n int64
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
-		if info, err := d.Info(); err == nil && !d.IsDir() {
-			n += info.Size()
+		if info, err := d.Info(); err == nil {
+			n += diskUsage(info)
 		}
 		return nil
 	})
 	return n
+}
+
+// blockSize is what a claim rounds a file up to, and claims per folder it creates.
+const blockSize = 4096
+
+// onDisk rounds n bytes up to whole blocks.
+func onDisk(n int64) int64 {
+	return (n + blockSize - 1) / blockSize * blockSize
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -103,8 +105,8 @@ func TestFetchCacheQuota(t *testing.T) {
 		quota int64
 		want  string
 	}{
-		{repos["c"], one / 2, "over half the git cache quota (--git-cache-quota)"},
-		{text, one / 2, "over its quota of"},
+		{repos["c"], one / 2, "over a quarter of the git cache quota (--git-cache-quota)"},
+		{text, one / 2, "over half its quota of"},
 	} {
 		err = fetchQuota(t, f, c.repo, c.quota, "")
 		if !errors.Is(err, ErrTooLarge) || !IsTerminal(err) || !strings.Contains(err.Error(), c.want) ||
@@ -228,7 +230,7 @@ func TestFetchCacheQuotaConcurrentFetches(t *testing.T) {
 		repos[i] = quotaRepo(t, 2<<20)
 	}
 	f := NewFetcher(t.TempDir())
-	const quota = 7 << 20 // one fetch writes about 6 MiB at its peak (a pack twice, a checkout)
+	const quota = 10 << 20 // one fetch writes about 4 MiB at its peak (a pack twice, then a pack and a checkout)
 	// Small files (a repository's config, refs, HEAD) are not claimed.
 	const slack = 64 << 10
 	var peak atomic.Int64
@@ -246,8 +248,13 @@ func TestFetchCacheQuotaConcurrentFetches(t *testing.T) {
 		}
 	}()
 	errs := make(chan error, n)
-	for _, repo := range repos {
-		go func() { errs <- fetchQuota(t, f, repo, quota, "") }()
+	for i, repo := range repos {
+		go func() {
+			opts := loopbackOptions()
+			opts.CacheQuota, opts.Tenant = quota, "team-"+strconv.Itoa(i)
+			_, err := f.Fetch(t.Context(), repo, opts)
+			errs <- err
+		}()
 	}
 	ok := 0
 	for range n {
@@ -301,4 +308,53 @@ func TestFetchReleasedCheckoutIsEvictable(t *testing.T) {
 		t.Errorf("entries: %s, want b,c (b still held by its reader)", got)
 	}
 	b.Release()
+}
+
+// TestFetchClaimShares: one fetch may claim at most half the quota (terminal: the repository
+// is too large for this cache), and one namespace's fetches in flight together at most half
+// (transient), while another namespace's fetch still finds room; a refused claim is taken
+// back.
+func TestFetchClaimShares(t *testing.T) {
+	f := NewFetcher(t.TempDir())
+	const quota = 100 << 20
+	if err := f.claim("a1", "team-a", 60<<20, quota); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "over half its quota") {
+		t.Fatalf("one fetch claiming 60%% of the quota: %v, want a terminal ErrTooLarge", err)
+	}
+	if err := f.claim("a1", "team-a", 30<<20, quota); err != nil {
+		t.Fatalf("claim of 30%% after a refused one: %v, want it granted (the refused claim taken back)", err)
+	}
+	err := f.claim("a2", "team-a", 30<<20, quota)
+	if !errors.Is(err, ErrCacheFull) || IsTerminal(err) || !strings.Contains(err.Error(), `namespace "team-a"`) {
+		t.Fatalf("a second fetch of team-a taking it to 60%%: %v, want a transient ErrCacheFull naming the namespace", err)
+	}
+	if err := f.claim("b1", "team-b", 30<<20, quota); err != nil {
+		t.Fatalf("team-b's fetch beside team-a's: %v, want room", err)
+	}
+	if got := f.total(); got != 60<<20 {
+		t.Errorf("claimed in all: %d, want %d", got, 60<<20)
+	}
+}
+
+// TestFetchCacheQuotaCountsBlocks: the quota counts the disk blocks a checkout takes, not
+// its files' sizes: a commit of 400 one-byte files, each in its own folder, takes more than
+// 3 MB on disk and is refused under a 2 MiB quota. Failed before: it was counted as 400
+// bytes and written whole.
+func TestFetchCacheQuotaCountsBlocks(t *testing.T) {
+	files := map[string]string{}
+	for i := range 400 {
+		files[fmt.Sprintf("d%03d/f", i)] = "x"
+	}
+	r := newTestRepo(t)
+	r.commit("many", files)
+	r.push()
+	url, _ := serveHTTP(t, r.root, nil)
+	f := NewFetcher(t.TempDir())
+	const quota = 2 << 20
+	err := fetchQuota(t, f, Repository{URL: url, Ref: Ref{Branch: "main"}}, quota, "")
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "--git-cache-quota") {
+		t.Fatalf("fetch of 400 folders under a 2 MiB quota: %v, want a terminal ErrTooLarge naming the quota", err)
+	}
+	if total := dirSize(f.CacheDir()); total > quota {
+		t.Errorf("the cache takes %d bytes on disk, over its quota of %d", total, quota)
+	}
 }
