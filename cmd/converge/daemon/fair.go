@@ -3,6 +3,9 @@ package daemon
 import (
 	"sync"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 )
 
 // deferDelay is how soon a reconcile deferred for its namespace's share is tried again: long
@@ -19,13 +22,17 @@ const waitingFor = 3 * deferDelay
 // waitingFor, the asking one included) want them: configured (--max-concurrent-per-namespace)
 // when positive, at most workers; else a namespace alone may use all workers but one, so a
 // free worker reaches another namespace's Sync as soon as it is queued, and several share
-// the workers evenly, at least one each.
-func namespaceShare(workers, configured, active int) int {
+// the workers evenly, at least one each. When no other namespace holds a Sync (shared is
+// false) there is nobody to keep a worker for: the namespace alone uses them all.
+func namespaceShare(workers, configured, active int, shared bool) int {
 	workers, active = max(workers, 1), max(active, 1)
 	if configured > 0 {
 		return min(configured, workers)
 	}
 	if active == 1 {
+		if !shared {
+			return workers
+		}
 		return max(1, workers-1)
 	}
 	return max(1, workers/active)
@@ -41,6 +48,9 @@ func admitted(inFlight, share int) bool { return inFlight < share }
 type namespaceGate struct {
 	workers, configured int
 	now                 func() time.Time
+	// holders counts the Syncs per namespace (fed by the Sync informer); nil: every
+	// namespace is taken to share the daemon with others.
+	holders *syncHolders
 
 	mu       sync.Mutex
 	busy     map[string]int
@@ -61,7 +71,7 @@ func (g *namespaceGate) enter(ns string) (func(), bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
-	if !admitted(g.busy[ns], namespaceShare(g.workers, g.configured, g.activeLocked(ns, now))) {
+	if !admitted(g.busy[ns], namespaceShare(g.workers, g.configured, g.activeLocked(ns, now), g.holders.others(ns))) {
 		g.deferred[ns] = now
 		return nil, false
 	}
@@ -91,4 +101,50 @@ func (g *namespaceGate) activeLocked(ns string, now time.Time) int {
 		}
 	}
 	return n
+}
+
+// syncHolders counts the Syncs of each namespace, from the Sync informer's events.
+type syncHolders struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// others reports whether a namespace other than ns holds a Sync (true when unknown).
+func (h *syncHolders) others(ns string) bool {
+	if h == nil {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.n) > 1 || (len(h.n) == 1 && h.n[ns] == 0)
+}
+
+func (h *syncHolders) add(ns string, d int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n = map[string]int{}
+	}
+	if h.n[ns] += d; h.n[ns] <= 0 {
+		delete(h.n, ns)
+	}
+}
+
+// handler returns the informer event handler that keeps the counts.
+func (h *syncHolders) handler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if o, ok := obj.(metav1.Object); ok {
+				h.add(o.GetNamespace(), 1)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if o, ok := obj.(metav1.Object); ok {
+				h.add(o.GetNamespace(), -1)
+			}
+		},
+	}
 }

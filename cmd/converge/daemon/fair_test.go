@@ -39,8 +39,8 @@ func hangingGit(t *testing.T) (string, *atomic.Int32) {
 }
 
 // TestDaemonNamespaceShare: a namespace whose six Syncs fetch from a server that never
-// answers (--fetch-timeout 1m) does not hold both workers: another namespace's Sync, queued
-// behind them, is applied while they still hang.
+// answers (--fetch-timeout 1m) does not hold both workers while another namespace holds a
+// Sync: that namespace's new Sync, queued behind them, is applied while they still hang.
 func TestDaemonNamespaceShare(t *testing.T) {
 	url, accepted := hangingGit(t)
 	f := newFixture(t)
@@ -49,6 +49,11 @@ func TestDaemonNamespaceShare(t *testing.T) {
 	f.startDaemon(env.Config, func(o *Options) {
 		o.Concurrency, o.FetchTimeout, o.alsoWatch = 2, time.Minute, []string{other}
 	})
+	// The other namespace is a tenant already (a suspended Sync): the daemon keeps a worker
+	// for it. A namespace that is the only one holding Syncs uses every worker.
+	synctest.Create(t, f.c, synctest.NewSync(other, f.git.RepoURL("app"), time.Hour, func(s *v1alpha1.Sync) {
+		s.Name, s.Spec.Path, s.Spec.Suspend = "parked", "other", true
+	}))
 	for i := range 6 {
 		synctest.Create(t, f.c, synctest.NewSync(f.ns, url, time.Hour, func(s *v1alpha1.Sync) {
 			s.Name = "hung-" + strconv.Itoa(i)

@@ -120,6 +120,17 @@ func (r *reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err != nil {
 		return err
 	}
+	if r.namespaces != nil {
+		// The gate keeps a worker for other namespaces only when there are some.
+		informer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.Sync{})
+		if err != nil {
+			return err
+		}
+		r.namespaces.holders = &syncHolders{}
+		if _, err := informer.AddEventHandler(r.namespaces.holders.handler()); err != nil {
+			return err
+		}
+	}
 	if r.drift != nil {
 		b = b.WatchesRawSource(r.drift.source())
 	}
