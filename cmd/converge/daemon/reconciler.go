@@ -288,6 +288,12 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	if err != nil {
 		return r.fail(s, o, reasonFetchFailed, err, false), retryLater, nil
 	}
+	if src.Helm, err = helmOptions(s); err != nil {
+		return r.fail(s, o, reasonBuildFailed, err, true), retryLater, nil
+	}
+	if h := s.Spec.Source.Helm; h != nil && h.Chart != "" {
+		src.Path = h.Chart
+	}
 	loadStart := time.Now()
 	bundle, err := r.render.load(ctx, r.loader, src, client.ObjectKeyFromObject(s))
 	if bundle == nil {
@@ -415,6 +421,10 @@ func applyOptions(s *v1alpha1.Sync) engine.ApplyOptions {
 	opts.AllowEmpty, opts.PruneBudget, opts.Force = s.Spec.AllowEmpty, s.Spec.PruneBudget, s.Spec.Force
 	opts.Adopt = s.Spec.Adopt
 	opts.DefaultNamespace, opts.TargetNamespace = s.Namespace, s.Spec.TargetNamespace
+	if s.Spec.Source.Helm != nil {
+		// As `helm install -n`: a chart's objects without a namespace go to the release's.
+		opts.DefaultNamespace = releaseNamespace(s)
+	}
 	if s.Spec.Timeout != nil {
 		opts.Timeout = s.Spec.Timeout.Duration
 	}
