@@ -68,6 +68,9 @@ func helmTemplate(root, rel string, h HelmOptions, b *budget) ([][]byte, []strin
 	}
 	var e engine.Engine // no client: lookup returns empty; EnableDNS false: no DNS
 	rendered, err := e.Render(chrt, renderVals)
+	if err != nil && strings.HasPrefix(err.Error(), "template: ") {
+		return nil, nil, chartError(rel, name, chartYAML, err) // Helm's message says it already
+	}
 	if err != nil {
 		return nil, nil, fail("template", err)
 	}

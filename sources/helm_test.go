@@ -169,7 +169,7 @@ func TestHelmErrors(t *testing.T) {
 		{name: "undefined function", files: map[string]string{"c/templates/cm.yaml": cmHead + "data:\n  a: {{ nosuchfunc .Values.x }}\n"},
 			want: `c/templates/cm.yaml:6: template: parse error at (c/templates/cm.yaml:6): function "nosuchfunc" not defined`},
 		{name: "execution error", files: map[string]string{"c/templates/cm.yaml": cmHead + "data:\n\n  a: {{ .Values.a.b.c }}\n"},
-			want: `c/templates/cm.yaml:7: template: template: c/templates/cm.yaml:7:15: executing "c/templates/cm.yaml" at <.Values.a.b.c>: nil pointer evaluating interface {}.b`},
+			want: `c/templates/cm.yaml:7: template: c/templates/cm.yaml:7:15: executing "c/templates/cm.yaml" at <.Values.a.b.c>: nil pointer evaluating interface {}.b`},
 		{name: "required value", files: map[string]string{"c/templates/cm.yaml": cmHead + "data:\n  a: {{ required \"tag is required\" .Values.tag }}\n"},
 			want: `c/templates/cm.yaml:6: template: execution error at (c/templates/cm.yaml:6:8): tag is required`},
 		{name: "not YAML", files: map[string]string{"c/templates/cm.yaml": "a: [\n"},

@@ -136,6 +136,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	if err != nil {
 		return fail(err)
 	}
+	f.src.helm.namespace = ns // a chart's release namespace is -n's
 	bundle, err := f.src.load(cmd.Context(), args)
 	if err != nil {
 		return fail(err)
