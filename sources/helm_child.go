@@ -41,7 +41,7 @@ func helmTemplate(root, rel string, h HelmOptions, b *budget) ([][]byte, []strin
 	}
 	chrt, err := loader.LoadFiles(files)
 	if err != nil {
-		return nil, nil, chartError(rel, "", chartYAML, fmt.Errorf("load chart: %w", err))
+		return nil, nil, &InputError{File: chartYAML, Err: loadError(err)}
 	}
 	name := chrt.Name()
 	fail := func(what string, err error) error {
@@ -103,6 +103,19 @@ func helmTemplate(root, rel string, h HelmOptions, b *budget) ([][]byte, []strin
 		return nil, nil, tooManyObjects(chartYAML, n, b.limits.MaxObjects)
 	}
 	return out.resources, out.origins, errors.Join(out.errs...)
+}
+
+// loadError says which limit a vendored .tgz subchart passed when inflated (the loader's
+// bounds are set from MaxFileSize and what is left of MaxTotalSize), naming its flag.
+func loadError(err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "decompressed chart file") && strings.Contains(msg, "larger than the maximum"):
+		return fmt.Errorf("load chart: %w: %s (raise the limit with --max-file-size)", ErrFileTooLarge, msg)
+	case strings.Contains(msg, "decompressed chart is larger than the maximum"):
+		return fmt.Errorf("load chart: %w: %s (raise the limit with --max-total-size)", ErrSourceTooLarge, msg)
+	}
+	return fmt.Errorf("load chart: %w", err)
 }
 
 // capabilities returns Helm's default capabilities with h's Kubernetes version and API

@@ -1,6 +1,9 @@
 package sources
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -312,6 +315,73 @@ func TestHelmChartLimits(t *testing.T) {
 			}
 			if err.Error() != tc.want || !errors.Is(err, tc.is) || !IsTerminal(err) {
 				t.Errorf("error:\n%v\nwant:\n%s", err, tc.want)
+			}
+		})
+	}
+}
+
+// tgz packs files (name → content) as a gzipped tar, as `helm package` writes a chart.
+func tgz(t *testing.T, files map[string]string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for name, content := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
+
+// TestHelmPackagedSubchartBounded: a vendored .tgz subchart is inflated within the limits:
+// a 4 KB archive holding a 3 MiB file is refused naming --max-file-size, one inflating to
+// more than the render may still read is refused naming --max-total-size, and a small one
+// renders.
+func TestHelmPackagedSubchartBounded(t *testing.T) {
+	sub := func(extra map[string]string) string {
+		files := map[string]string{"sub/Chart.yaml": "apiVersion: v2\nname: sub\nversion: 0.1.0\n", "sub/templates/cm.yaml": cm("sub", "apps")}
+		for k, v := range extra {
+			files[k] = v
+		}
+		return tgz(t, files)
+	}
+	for _, tc := range []struct {
+		name   string
+		tgz    string
+		limits Limits
+		want   string
+		is     error
+	}{
+		{name: "small", tgz: sub(nil)},
+		{name: "file over the limit", tgz: sub(map[string]string{"sub/templates/big.yaml": strings.Repeat("#", 3<<20)}), limits: Limits{MaxFileSize: 1 << 20},
+			want: `c/Chart.yaml: load chart: file too large: error unpacking subchart sub-0.1.0.tgz in c: decompressed chart file "sub/templates/big.yaml" is larger than the maximum file size 1048576 (raise the limit with --max-file-size)`, is: ErrFileTooLarge},
+		{name: "chart over the total", tgz: sub(map[string]string{"sub/a.txt": strings.Repeat("#", 1<<20), "sub/b.txt": strings.Repeat("#", 1<<20)}), limits: Limits{MaxFileSize: 1 << 20, MaxTotalSize: 1 << 20},
+			want: "c/Chart.yaml: load chart: source too large: error unpacking subchart sub-0.1.0.tgz in c: decompressed chart is larger than the maximum file size", is: ErrSourceTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := writeTree(t, map[string]string{"c/Chart.yaml": "apiVersion: v2\nname: c\nversion: 1.0.0\ndependencies:\n  - name: sub\n    version: 0.1.0\n",
+				"c/charts/sub-0.1.0.tgz": tc.tgz})
+			opts := chartOptions(nil, "")
+			opts.Limits = tc.limits
+			objs, err := Render(t.Context(), dir, "c", opts)
+			if tc.want == "" {
+				if err != nil || len(objs) != 1 {
+					t.Fatalf("rendered %v, %v; want the subchart's ConfigMap", kindNames(objs), err)
+				}
+				return
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) || !errors.Is(err, tc.is) || !IsTerminal(err) {
+				t.Errorf("error:\n%v\nwant a terminal %v starting:\n%s", err, tc.is, tc.want)
 			}
 		})
 	}
