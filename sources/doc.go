@@ -20,7 +20,8 @@
 //     merged over values.yaml, release name and namespace, CRDs of crds/ first, the
 //     Capabilities given; no lookup, no DNS, no network; the chart folder only is read
 //     (subcharts vendored in charts/, as folders or .tgz), within the same limits. Install
-//     and upgrade hooks are objects; test, delete and rollback hooks are dropped (keepHook).
+//     and upgrade hooks are objects, recreated when an immutable field changes
+//     (ForceAnnotation); test, delete and rollback hooks are dropped (keepHook).
 //   - Validation names the file, the line, the 1-based document ("document 2 of 3") and the
 //     object ("Kind namespace/name"): missing apiVersion, kind or metadata.name, duplicates
 //     (both places named), invalid YAML or JSON, broken kustomizations, paths that escape

@@ -2,6 +2,7 @@ package sources
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -91,13 +92,13 @@ func helmTemplate(root, rel string, h HelmOptions, b *budget) ([][]byte, []strin
 	}
 	pre, post := splitHooks(hooks)
 	for _, hk := range pre {
-		out.add(rel, name, hk.Path, hk.Manifest)
+		out.addHook(rel, name, hk.Path, hk.Manifest)
 	}
 	for _, m := range manifests {
 		out.add(rel, name, m.Name, m.Content)
 	}
 	for _, hk := range post {
-		out.add(rel, name, hk.Path, hk.Manifest)
+		out.addHook(rel, name, hk.Path, hk.Manifest)
 	}
 	if n := len(out.resources); n > b.limits.MaxObjects {
 		return nil, nil, tooManyObjects(chartYAML, n, b.limits.MaxObjects)
@@ -137,8 +138,20 @@ func capabilities(h HelmOptions) (*chartutil.Capabilities, error) {
 // hook is either one of the chart's objects or dropped (keepHook). A pre-install or
 // pre-upgrade hook is rendered before the chart's other objects and a post- hook after
 // them (the engine's staged apply still puts CRDs and namespaces first); neither waits for
-// the other, and hook weights and hook-delete-policy are not honoured: a hook Job stays in
-// the cluster as a managed object until it leaves the chart.
+// the other, and hook weights are not honoured. Helm never updates a hook in place: it
+// creates it anew on each run (deleting the previous one first, before-hook-creation, its
+// default). A kept hook carries ForceAnnotation, so the engine recreates it when an
+// immutable field changed (a Job's template) instead of failing, and applies it in place
+// otherwise. hook-succeeded and hook-failed (delete after the run) are not honoured: the
+// hook stays in the cluster as an object of the Sync until it leaves the chart.
+//
+// ForceAnnotation and ForceEnabled are the engine's (engine.ForceAnnotation), which sources
+// may not import; cmd/converge/daemon tests that they match.
+const (
+	ForceAnnotation = "converge.dev/force"
+	ForceEnabled    = "enabled"
+)
+
 var keptHookEvents = map[release.HookEvent]bool{
 	release.HookPreInstall: true, release.HookPreUpgrade: true,
 	release.HookPostInstall: true, release.HookPostUpgrade: true,
@@ -181,6 +194,31 @@ type manifestsOut struct {
 	resources [][]byte
 	origins   []string
 	errs      []error
+}
+
+// addHook is add for a kept hook's manifest: each object gets ForceAnnotation.
+func (o *manifestsOut) addHook(rel, chartName, name, content string) {
+	from := len(o.resources)
+	o.add(rel, chartName, name, content)
+	for i := from; i < len(o.resources); i++ {
+		var obj map[string]any
+		if err := json.Unmarshal(o.resources[i], &obj); err != nil {
+			continue // not an object: the parent reports it
+		}
+		meta, _ := obj["metadata"].(map[string]any)
+		if meta == nil {
+			continue // no metadata: the parent reports it
+		}
+		ann, _ := meta["annotations"].(map[string]any)
+		if ann == nil {
+			ann = map[string]any{}
+			meta["annotations"] = ann
+		}
+		ann[ForceAnnotation] = ForceEnabled
+		if js, err := json.Marshal(obj); err == nil {
+			o.resources[i] = js
+		}
+	}
 }
 
 // add converts each YAML document of content, rendered from the chart file name (a Helm

@@ -76,7 +76,8 @@ func helmBinary(t *testing.T) string {
 }
 
 // helmObjects decodes `helm template` output into canonical JSON objects, leaving out the
-// hooks Converge drops (see keepHook): those that fire on none of install and upgrade.
+// hooks Converge drops (see keepHook): those that fire on none of install and upgrade; the
+// hooks kept carry ForceAnnotation.
 func helmObjects(t *testing.T, out []byte) []string {
 	t.Helper()
 	var objs []string
@@ -102,6 +103,7 @@ func helmObjects(t *testing.T, out []byte) []string {
 			if !kept {
 				continue
 			}
+			ann[ForceAnnotation] = ForceEnabled // recreated, not patched, as Helm creates hooks anew
 		}
 		objs = append(objs, objectJSON(t, obj))
 	}
@@ -122,7 +124,7 @@ func objectJSON(t *testing.T, obj map[string]any) string {
 // program, of the same Helm version) and with Converge, for several values, Kubernetes
 // versions and API versions, with its subchart vendored as a folder and as a packaged
 // .tgz: both give the same objects, whole, except the hooks Converge drops (test, delete,
-// rollback), which helm prints.
+// rollback), which helm prints, and ForceAnnotation on the hooks it keeps.
 func TestHelmTemplateSameObjects(t *testing.T) {
 	helm := helmBinary(t)
 	for _, tc := range []struct {

@@ -46,8 +46,8 @@ func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 // TestHelmRenderChart renders the testdata chart (a subchart with a condition, a library
 // chart, CRDs in crds/, hooks of every kind, Capabilities checks): values merge over the
 // chart's and its subchart's, the CRD comes first, install and upgrade hooks are objects
-// (pre before the chart's objects, post after), test, delete and rollback hooks are
-// dropped, NOTES.txt and .helmignore'd files are not objects, and each object names the
+// (pre before the chart's objects, post after, marked to be recreated rather than patched
+// when an immutable field changes), test, delete and rollback hooks are dropped, NOTES.txt and .helmignore'd files are not objects, and each object names the
 // template it came from.
 func TestHelmRenderChart(t *testing.T) {
 	src, err := filepath.Abs("testdata/charts")
@@ -74,6 +74,12 @@ func TestHelmRenderChart(t *testing.T) {
 		"app/templates/deployment.yaml", "app/templates/widget.yaml", "app/templates/hooks.yaml"}
 	if diff := cmp.Diff(wantOrigins, origins); diff != "" {
 		t.Errorf("origins (-want +got):\n%s", diff)
+	}
+	for _, o := range objs {
+		_, hook := o.GetAnnotations()["helm.sh/hook"]
+		if forced := o.GetAnnotations()[ForceAnnotation] == ForceEnabled; forced != hook {
+			t.Errorf("%s %s: %s %t, want it on hooks only", o.GetKind(), o.GetName(), ForceAnnotation, forced)
+		}
 	}
 	dep := find(objs, "Deployment", "demo-web")
 	if dep == nil {

@@ -5,12 +5,15 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/engine"
+	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -35,6 +38,21 @@ metadata:
   annotations:
     helm.sh/hook: pre-install,pre-upgrade
 ---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ .Release.Name }}-migrate
+  annotations:
+    helm.sh/hook: pre-upgrade,pre-install
+    helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: migrate
+          image: "migrate:{{ .Values.size }}"
+---
 apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -49,8 +67,9 @@ metadata:
 
 // TestDaemonRendersHelmChart: a Sync whose spec.source.helm renders the chart at its git
 // path applies the chart's objects (release name the Sync's, objects without a namespace in
-// the release namespace, the install hook applied, the test hook not); a values change in
-// the Sync is applied; a commit with a template error leaves Ready=False BuildFailed naming
+// the release namespace, the install hooks applied, the test hook not); a values change in
+// the Sync is applied, the hook Job whose template it changes (immutable) recreated as Helm
+// would create it anew; a commit with a template error leaves Ready=False BuildFailed naming
 // the template and its line, with nothing pruned (I8).
 func TestDaemonRendersHelmChart(t *testing.T) {
 	f := newFixture(t)
@@ -58,6 +77,7 @@ func TestDaemonRendersHelmChart(t *testing.T) {
 	f.startDaemon(env.Config)
 	f.createSync(2*time.Second, func(s *v1alpha1.Sync) {
 		s.Spec.Source.Helm = &v1alpha1.HelmSource{Values: &apiextensionsv1.JSON{Raw: []byte(`{"greeting":"hello"}`)}}
+		s.Spec.Wait = false // no Job controller runs here: the hook Job never completes
 	})
 	f.waitSync("Ready at the first commit", readyAt(rev1))
 	wantData := map[string]string{"greeting": "hello", "size": "1", "namespace": f.ns}
@@ -72,6 +92,7 @@ func TestDaemonRendersHelmChart(t *testing.T) {
 	if _, err := f.configMap("app-test"); !apierrors.IsNotFound(err) {
 		t.Errorf("the test hook was applied: %v", err)
 	}
+	job1 := f.job("app-migrate")
 
 	// A values change in the Sync is rendered and applied at the same revision.
 	f.updateSync("app", func(s *v1alpha1.Sync) {
@@ -83,6 +104,10 @@ func TestDaemonRendersHelmChart(t *testing.T) {
 	wantData = map[string]string{"greeting": "bonjour", "size": "3", "namespace": f.ns}
 	if cm, err := f.configMap("app-config"); err != nil || !equalData(cm, wantData) {
 		t.Errorf("app-config = %v, %v; want %v", cm.Data, err, wantData)
+	}
+	job2 := f.job("app-migrate")
+	if job2.UID == job1.UID || job2.Spec.Template.Spec.Containers[0].Image != "migrate:3" {
+		t.Errorf("hook Job: UID %s then %s, image %s; want a new Job with image migrate:3", job1.UID, job2.UID, job2.Spec.Template.Spec.Containers[0].Image)
 	}
 
 	// A template error: BuildFailed naming the template and line; nothing pruned, though
@@ -105,9 +130,21 @@ func TestDaemonRendersHelmChart(t *testing.T) {
 			t.Errorf("%s after the broken commit: %v", name, err)
 		}
 	}
+	if j := f.job("app-migrate"); j.UID != job2.UID {
+		t.Errorf("hook Job recreated by the broken commit")
+	}
 	if err := f.c.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "bad"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
 		t.Errorf("ConfigMap bad: %v, want not found", err)
 	}
+}
+
+func (f *fixture) job(name string) *batchv1.Job {
+	f.t.Helper()
+	j := &batchv1.Job{}
+	if err := f.c.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, j); err != nil {
+		f.t.Fatalf("Job %s: %v", name, err)
+	}
+	return j
 }
 
 func equalData(cm *corev1.ConfigMap, want map[string]string) bool {
@@ -120,4 +157,12 @@ func equalData(cm *corev1.ConfigMap, want map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// TestHelmForceAnnotationIsTheEngines: the annotation sources puts on a chart's hooks is the
+// one the engine reads (sources may not import the engine).
+func TestHelmForceAnnotationIsTheEngines(t *testing.T) {
+	if sources.ForceAnnotation != engine.ForceAnnotation || sources.ForceEnabled != engine.ForceEnabled {
+		t.Errorf("sources %s=%s, engine %s=%s", sources.ForceAnnotation, sources.ForceEnabled, engine.ForceAnnotation, engine.ForceEnabled)
+	}
 }
