@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/e2e/cluster"
+	"github.com/converge-dev/converge/e2e/gitserver"
 )
 
 // writeChart writes a chart "web" into a new folder and returns it: a ConfigMap of its
@@ -89,5 +91,29 @@ func TestApplyCLIHelmChartDryRun(t *testing.T) {
 	}
 	if got := resourceVersions(t, ns); len(got) > 1 { // kube-root-ca.crt only
 		t.Errorf("the dry-run wrote ConfigMaps: %v", got)
+	}
+}
+
+// TestBuildHelmChartFromGit: with --git-url, --helm renders --path of the fetched commit as
+// a chart (its content is not known before the fetch, so nothing is guessed); without it
+// the chart folder is read as plain YAML and fails naming a template.
+func TestBuildHelmChartFromGit(t *testing.T) {
+	srv, err := gitserver.Start(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	src := t.TempDir()
+	synctest.Publish(t, srv, src, "", map[string]string{
+		"charts/web/Chart.yaml":        "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+		"charts/web/templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  v: {{ .Values.v | quote }}\n",
+	})
+	args := []string{"build", "--git-url", srv.RepoURL("app"), "--path", "charts/web", "--git-cache-dir", t.TempDir()}
+	out, errOut, code := runOffline(append(args, "--helm", "--set", "v=from-git")...)
+	if want := "apiVersion: v1\ndata:\n  v: from-git\nkind: ConfigMap\nmetadata:\n  name: web\n"; code != 0 || out != want {
+		t.Errorf("--helm: exit %d, %q, stderr %s; want:\n%s", code, out, errOut, want)
+	}
+	if _, errOut, code := runOffline(args...); code != 2 || !strings.Contains(errOut, "charts/web/templates/cm.yaml") {
+		t.Errorf("without --helm: exit %d, %s; want exit 2 naming the template read as YAML", code, errOut)
 	}
 }
