@@ -137,6 +137,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 		return fail(err)
 	}
 	f.src.helm.namespace = ns // a chart's release namespace is -n's
+	f.src.helm.clusterVersion = kube.serverVersion
 	bundle, err := f.src.load(cmd.Context(), args)
 	if err != nil {
 		return fail(err)

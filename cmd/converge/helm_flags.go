@@ -26,6 +26,9 @@ type helmFlags struct {
 	includeCRDs bool
 	kubeVersion string
 	apiVersions []string
+	// clusterVersion, when set (apply), gives the cluster's version for a chart rendered
+	// without --kube-version, as the daemon does; "" when it cannot be read.
+	clusterVersion func() string
 }
 
 func (h *helmFlags) addFlags(cmd *cobra.Command) {
@@ -35,7 +38,7 @@ func (h *helmFlags) addFlags(cmd *cobra.Command) {
 	fl.StringArrayVar(&h.set, "set", nil, "Helm value key=value over the values files, as helm --set (repeatable)")
 	fl.StringVar(&h.releaseName, "release-name", "", "Helm .Release.Name (default: the chart folder's name)")
 	fl.BoolVar(&h.includeCRDs, "include-crds", true, "render the CRDs of a chart's crds/ folders")
-	fl.StringVar(&h.kubeVersion, "kube-version", "", "Helm .Capabilities.KubeVersion (default: Helm's, v1.20.0)")
+	fl.StringVar(&h.kubeVersion, "kube-version", "", "Helm .Capabilities.KubeVersion (default: apply: the cluster's; build: Helm's, v1.20.0)")
 	fl.StringArrayVar(&h.apiVersions, "api-versions", nil, "Helm .Capabilities.APIVersions entry, group/version or group/version/Kind (repeatable)")
 }
 
@@ -56,6 +59,9 @@ func (h *helmFlags) options(src sources.Source) (*sources.HelmOptions, error) {
 	}
 	if opts.Namespace == "" {
 		opts.Namespace = "default"
+	}
+	if opts.KubeVersion == "" && h.clusterVersion != nil {
+		opts.KubeVersion = h.clusterVersion()
 	}
 	for _, file := range h.values {
 		data, err := os.ReadFile(file)

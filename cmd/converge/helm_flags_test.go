@@ -20,7 +20,8 @@ func writeChart(t *testing.T) string {
 		"Chart.yaml":  "apiVersion: v2\nname: web\nversion: 0.1.0\n",
 		"values.yaml": "greeting: hi\nimage:\n  repo: nginx\n  tag: \"1.0\"\n",
 		"templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-config\n  namespace: {{ .Release.Namespace }}\n" +
-			"data:\n  greeting: {{ .Values.greeting | quote }}\n  image: \"{{ .Values.image.repo }}:{{ .Values.image.tag }}\"\n",
+			"data:\n  greeting: {{ .Values.greeting | quote }}\n  image: \"{{ .Values.image.repo }}:{{ .Values.image.tag }}\"\n" +
+			"{{- if semverCompare \">=1.30-0\" .Capabilities.KubeVersion.Version }}\n  kube: recent\n{{- end }}\n",
 		"templates/test.yaml": "apiVersion: v1\nkind: Pod\nmetadata:\n  name: probe\n  annotations:\n    helm.sh/hook: test\n",
 	}
 	for name, content := range files {
@@ -74,17 +75,21 @@ func TestBuildHelmChart(t *testing.T) {
 }
 
 // TestApplyCLIHelmChartDryRun: `converge apply --dry-run` renders a chart with its values
-// into -n's namespace and reports what it would create, writing nothing.
+// into -n's namespace, .Capabilities.KubeVersion the cluster's, and reports what it would
+// create, writing nothing.
 func TestApplyCLIHelmChartDryRun(t *testing.T) {
 	cluster.Require(t, env)
 	ns := env.Namespace(t)
 	dir := writeChart(t)
-	out, errOut, code := cliErr("apply", dir, "-n", ns, "--dry-run", "--set", "greeting=dry")
+	out, errOut, code := cliErr("apply", dir, "-n", ns, "--dry-run", "--diff", "--set", "greeting=dry")
 	if code != exitCodeChanges {
 		t.Fatalf("exit %d, want 1 (changes found):\n%s%s", code, out, errOut)
 	}
 	if want := "ConfigMap/" + ns + "/web-config created (dry run)"; !strings.Contains(out, want) {
 		t.Errorf("the dry-run output does not say %q:\n%s", want, out)
+	}
+	if want := "kube: recent"; !strings.Contains(out, want) {
+		t.Errorf("the chart did not see the cluster's version (%q):\n%s", want, out)
 	}
 	if strings.Contains(out, "probe") {
 		t.Errorf("the test hook is in the set:\n%s", out)

@@ -347,8 +347,8 @@ type HelmSource struct {
 	// means true.
 	// +optional
 	IncludeCRDs *bool `json:"includeCRDs,omitempty"`
-	// KubeVersion is .Capabilities.KubeVersion, such as v1.31.0; empty means Helm's default
-	// (v1.20.0), as `helm template` without --kube-version.
+	// KubeVersion is .Capabilities.KubeVersion, such as v1.31.0; empty means the API
+	// server's version, read once by the daemon.
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	KubeVersion string `json:"kubeVersion,omitempty"`

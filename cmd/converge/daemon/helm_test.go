@@ -10,6 +10,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/engine"
@@ -30,6 +31,7 @@ data:
   greeting: {{ .Values.greeting | quote }}
   size: {{ .Values.size | quote }}
   namespace: {{ .Release.Namespace }}
+  kube: {{ .Capabilities.KubeVersion.Version }}
 `,
 	"templates/hooks.yaml": `apiVersion: v1
 kind: ConfigMap
@@ -67,7 +69,8 @@ metadata:
 
 // TestDaemonRendersHelmChart: a Sync whose spec.source.helm renders the chart at its git
 // path applies the chart's objects (release name the Sync's, objects without a namespace in
-// the release namespace, the install hooks applied, the test hook not); a values change in
+// the release namespace, .Capabilities.KubeVersion the API server's, the install hooks
+// applied, the test hook not); a values change in
 // the Sync is applied, the hook Job whose template it changes (immutable) recreated as Helm
 // would create it anew; a commit with a template error leaves Ready=False BuildFailed naming
 // the template and its line, with nothing pruned (I8).
@@ -80,7 +83,11 @@ func TestDaemonRendersHelmChart(t *testing.T) {
 		s.Spec.Wait = false // no Job controller runs here: the hook Job never completes
 	})
 	f.waitSync("Ready at the first commit", readyAt(rev1))
-	wantData := map[string]string{"greeting": "hello", "size": "1", "namespace": f.ns}
+	info, err := discovery.NewDiscoveryClientForConfigOrDie(env.Config).ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantData := map[string]string{"greeting": "hello", "size": "1", "namespace": f.ns, "kube": info.GitVersion}
 	if cm, err := f.configMap("app-config"); err != nil || !equalData(cm, wantData) {
 		t.Errorf("app-config = %v, %v; want %v", cm.Data, err, wantData)
 	}
@@ -101,7 +108,7 @@ func TestDaemonRendersHelmChart(t *testing.T) {
 	f.waitSync("Ready with the new values", func(s *v1alpha1.Sync) bool {
 		return readyAt(rev1)(s) && s.Status.ObservedGeneration == s.Generation
 	})
-	wantData = map[string]string{"greeting": "bonjour", "size": "3", "namespace": f.ns}
+	wantData = map[string]string{"greeting": "bonjour", "size": "3", "namespace": f.ns, "kube": info.GitVersion}
 	if cm, err := f.configMap("app-config"); err != nil || !equalData(cm, wantData) {
 		t.Errorf("app-config = %v, %v; want %v", cm.Data, err, wantData)
 	}
