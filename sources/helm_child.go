@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -53,7 +54,7 @@ func helmTemplate(root, rel string, h HelmOptions, b *budget) ([][]byte, []strin
 		return nil, nil, &InputError{File: chartYAML, Err: err}
 	}
 	if kv := chrt.Metadata.KubeVersion; kv != "" && !chartutil.IsCompatibleRange(kv, caps.KubeVersion.String()) {
-		return nil, nil, &InputError{File: chartYAML, Err: fmt.Errorf("chart requires kubeVersion %s, incompatible with %s (set kubeVersion)", kv, caps.KubeVersion.String())}
+		return nil, nil, &InputError{File: chartYAML, Err: fmt.Errorf("chart requires kubeVersion %s, incompatible with %s (set kubeVersion, or --kube-version)", kv, caps.KubeVersion.String())}
 	}
 	vals := map[string]any{}
 	for k, v := range h.Values {
@@ -84,8 +85,18 @@ func helmTemplate(root, rel string, h HelmOptions, b *budget) ([][]byte, []strin
 	if err != nil {
 		return nil, nil, fail("rendered manifests", err)
 	}
-	var out manifestsOut
-	if h.IncludeCRDs {
+	out := chartObjects(rel, chrt, h.IncludeCRDs, hooks, manifests)
+	if n := len(out.resources); n > b.limits.MaxObjects {
+		return nil, nil, tooManyObjects(chartYAML, n, b.limits.MaxObjects)
+	}
+	return out.resources, out.origins, errors.Join(out.errs...)
+}
+
+// chartObjects orders a chart's render: its CRDs (when included), the kept pre- hooks,
+// its manifests, the kept post- hooks.
+func chartObjects(rel string, chrt *chart.Chart, includeCRDs bool, hooks []*release.Hook, manifests []releaseutil.Manifest) *manifestsOut {
+	out, name := &manifestsOut{}, chrt.Name()
+	if includeCRDs {
 		for _, crd := range chrt.CRDObjects() {
 			out.add(rel, name, crd.Filename, string(crd.File.Data))
 		}
@@ -100,10 +111,7 @@ func helmTemplate(root, rel string, h HelmOptions, b *budget) ([][]byte, []strin
 	for _, hk := range post {
 		out.addHook(rel, name, hk.Path, hk.Manifest)
 	}
-	if n := len(out.resources); n > b.limits.MaxObjects {
-		return nil, nil, tooManyObjects(chartYAML, n, b.limits.MaxObjects)
-	}
-	return out.resources, out.origins, errors.Join(out.errs...)
+	return out
 }
 
 // loadError says which limit a vendored .tgz subchart passed when inflated (the loader's

@@ -115,7 +115,7 @@ func TestHelmCapabilities(t *testing.T) {
 		{name: "old kube", kubeVersion: "v1.28.3", wantKube: "old"},
 		{name: "monitoring API", kubeVersion: "1.31.0", apiVersions: []string{"monitoring.coreos.com/v1/ServiceMonitor"}, wantKube: "recent", wantMonitor: true},
 		{name: "below the chart's kubeVersion", kubeVersion: "v1.18.0",
-			wantErr: "app/Chart.yaml: chart requires kubeVersion >=1.19.0-0, incompatible with v1.18.0 (set kubeVersion)"},
+			wantErr: "app/Chart.yaml: chart requires kubeVersion >=1.19.0-0, incompatible with v1.18.0 (set kubeVersion, or --kube-version)"},
 		{name: "bad kubeVersion", kubeVersion: "one", wantErr: `app/Chart.yaml: kubeVersion "one": `},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
