@@ -65,6 +65,6 @@ func helmKey(h *HelmOptions) string {
 // limit. The child reads the chart folder only (nothing else of the source).
 func buildChart(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) ([]decoded, error) {
 	file := path.Join(u.rel, chartFile)
-	req := childRequest{Root: root, Unit: u.rel, Helm: u.chart, Limits: b.limits, Rendered: b.rel, Read: b.bytes.Load()}
+	req := childRequest{Root: root, Unit: u.rel, Helm: u.chart, Limits: b.limits, Ignored: opts.Ignored, Rendered: b.rel, Read: b.bytes.Load()}
 	return runChild(ctx, file, "helm template", req, opts, b)
 }

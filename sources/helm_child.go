@@ -32,12 +32,12 @@ import (
 // helmTemplate renders the chart folder rel (a slash path under root) with h, and returns
 // each object as JSON with the file it came from (a slash path under root). Files read
 // are counted in b.
-func helmTemplate(root, rel string, h HelmOptions, b *budget) ([][]byte, []string, error) {
+func helmTemplate(root, rel string, h HelmOptions, ign ignoredSet, b *budget) ([][]byte, []string, error) {
 	chartYAML := path.Join(rel, chartFile)
 	// A vendored .tgz subchart is inflated in memory: bounded as any file of the chart.
 	loader.MaxDecompressedFileSize = b.limits.MaxFileSize
 	loader.MaxDecompressedChartSize = b.remaining()
-	files, err := readChart(root, rel, b)
+	files, err := readChart(root, rel, ign, b)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -284,9 +284,10 @@ func chartError(rel, chartName, file string, err error) error {
 
 // readChart reads the files of the chart folder rel, as Helm's loader.LoadDir does
 // (.helmignore honoured, a UTF-8 BOM dropped), but through an os.Root at the chart folder:
-// a symlink that leads out of it is refused, a symlinked folder is refused, and every
-// file is counted in b (MaxFiles, MaxFileSize, MaxTotalSize).
-func readChart(root, rel string, b *budget) ([]*loader.BufferedFile, error) {
+// a symlink that leads out of it is refused, a symlinked folder is refused, what ign holds
+// (RenderOptions.Ignored) is skipped, and every file is counted in b (MaxFiles,
+// MaxFileSize, MaxTotalSize).
+func readChart(root, rel string, ign ignoredSet, b *budget) ([]*loader.BufferedFile, error) {
 	r, err := os.OpenRoot(filepath.Join(root, filepath.FromSlash(rel)))
 	if err != nil {
 		return nil, fmt.Errorf("%s: open chart: %w", rel, err)
@@ -310,7 +311,7 @@ func readChart(root, rel string, b *budget) ([]*loader.BufferedFile, error) {
 		case d.Type()&fs.ModeSymlink != 0 && info.IsDir():
 			return &InputError{File: path.Join(rel, p), Err: errors.New("a symlinked folder in a chart is not followed: vendor its files")}
 		}
-		if rules.Ignore(p, info) {
+		if rules.Ignore(p, info) || ign.has(path.Join(rel, p)) {
 			if info.IsDir() {
 				return fs.SkipDir
 			}

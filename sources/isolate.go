@@ -148,7 +148,7 @@ func serveChild(in io.Reader, out io.Writer) int {
 	var ordered map[int]string
 	var err error
 	if req.Helm != nil {
-		resources, origins, err = helmTemplate(req.Root, req.Unit, *req.Helm, b)
+		resources, origins, err = helmTemplate(req.Root, req.Unit, *req.Helm, newIgnoredSet(req.Ignored), b)
 	} else {
 		resources, ordered, err = kustomize(context.Background(), req.Root, unit{rel: req.Unit, kustomization: req.Kustomization}, opts, b)
 	}

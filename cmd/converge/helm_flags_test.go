@@ -122,3 +122,17 @@ func TestBuildHelmChartFromGit(t *testing.T) {
 		t.Errorf("without --helm: exit %d, %s; want exit 2 naming the template read as YAML", code, errOut)
 	}
 }
+
+// TestBuildHelmChartSkipsGitIgnored: a chart in a git work tree is read as a checkout would
+// hold it: a git-ignored template (a build output under bin/) renders nothing.
+func TestBuildHelmChartSkipsGitIgnored(t *testing.T) {
+	repo := gitRepo(t, map[string]string{
+		"chart/Chart.yaml":             "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+		"chart/templates/cm.yaml":      "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tracked\n",
+		"chart/templates/bin/gen.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ignored\n",
+	})
+	out, errOut, code := runOffline("build", filepath.Join(repo, "chart"))
+	if code != 0 || !strings.Contains(out, "name: tracked") || strings.Contains(out, "name: ignored") {
+		t.Errorf("exit %d, %q, stderr %s; want the tracked template only", code, out, errOut)
+	}
+}
