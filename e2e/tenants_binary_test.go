@@ -132,6 +132,10 @@ func hostileTenants(t *testing.T, ns string) []hostileTenant {
 				s.PostBuild = &v1alpha1.PostBuild{Substitute: map[string]string{"big": strings.Repeat("y", 500_000)}}
 			},
 			reasons: []string{"BuildFailed"}, words: []string{"limit"}},
+		{name: "chart-loop", files: map[string]string{"Chart.yaml": "apiVersion: v2\nname: loop\nversion: 1.0.0\n",
+			"templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: loop}\ndata:\n  a: \"{{ range until 100000000 }}0123456789{{ end }}\"\n"},
+			spec:    func(s *v1alpha1.SyncSpec) { s.Source.Helm = &v1alpha1.HelmSource{} },
+			reasons: []string{"BuildFailed"}, words: []string{"--render-memory-limit"}},
 		{name: "blob", files: map[string]string{"cm.yaml": cm("blob")}, zeros: map[string]int64{"zeros.bin": 700 << 20},
 			reasons: []string{"FetchFailed"}, words: []string{"limit"}},
 		{name: "hang", url: silentServer(t) + "/hang.git",
@@ -250,7 +254,11 @@ func publishFiles(t *testing.T, srv *gitserver.Server, name string, files map[st
 	t.Helper()
 	dir := t.TempDir()
 	for path, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, path), []byte(content), 0o644); err != nil {
+		p := filepath.Join(dir, filepath.FromSlash(path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
@@ -16,14 +15,22 @@ import (
 // past a limit is cut off as soon as it passes it.
 type childRecord struct {
 	Resource json.RawMessage `json:"r,omitempty"`
-	End      *childResponse  `json:"end,omitempty"`
+	// Origin is the file the resource was rendered from, when not the unit's own (a
+	// chart's template).
+	Origin string         `json:"o,omitempty"`
+	End    *childResponse `json:"end,omitempty"`
 }
 
-// writeAnswer writes resources, then resp, as records.
-func writeAnswer(out io.Writer, resources [][]byte, resp childResponse) error {
+// writeAnswer writes resources, with their origins if any (by index), then resp, as
+// records.
+func writeAnswer(out io.Writer, resources [][]byte, origins []string, resp childResponse) error {
 	enc := json.NewEncoder(out)
-	for _, r := range resources {
-		if err := enc.Encode(childRecord{Resource: r}); err != nil {
+	for i, r := range resources {
+		rec := childRecord{Resource: r}
+		if i < len(origins) {
+			rec.Origin = origins[i]
+		}
+		if err := enc.Encode(rec); err != nil {
 			return err
 		}
 	}
@@ -55,8 +62,7 @@ func (c *budgetReader) Read(p []byte) (int, error) {
 // readAnswer decodes a render child's answer from r as it arrives: each resource into
 // objects, counted in b. It returns the end record and the bytes read; a child that stops
 // before its end record returns a nil response.
-func readAnswer(r *budgetReader, u unit, b *budget) ([]decoded, *childResponse, error) {
-	loc := location{file: path.Join(u.rel, u.kustomization)}
+func readAnswer(r *budgetReader, file string, b *budget) ([]decoded, *childResponse, error) {
 	dec := json.NewDecoder(r)
 	var objs []decoded
 	var errs []error
@@ -80,9 +86,13 @@ func readAnswer(r *budgetReader, u unit, b *budget) ([]decoded, *childResponse, 
 		if err := b.answered(int64(len(rec.Resource))); err != nil {
 			return nil, nil, err
 		}
+		loc := location{file: file}
+		if rec.Origin != "" {
+			loc.file = rec.Origin
+		}
 		var obj map[string]any
 		if err := utiljson.Unmarshal(rec.Resource, &obj); err != nil {
-			errs = append(errs, loc.wrap("", fmt.Errorf("kustomize output: %w", err)))
+			errs = append(errs, loc.wrap("", fmt.Errorf("render output: %w", err)))
 			continue
 		}
 		d, err := flatten(obj, loc)

@@ -23,7 +23,7 @@ func decodedEntry(t *testing.T, n int, gen func(int) string) (cacheEntry, int64)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	objs, _, err := readAnswer(&budgetReader{r: strings.NewReader(answer.String()), max: 1 << 30}, unit{rel: "k", kustomization: "kustomization.yaml"}, b)
+	objs, _, err := readAnswer(&budgetReader{r: strings.NewReader(answer.String()), max: 1 << 30}, "k/kustomization.yaml", b)
 	var e cacheEntry
 	for _, d := range objs {
 		e.objs = append(e.objs, d.obj)

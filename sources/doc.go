@@ -15,6 +15,13 @@
 //     source is reachable: a reference that climbs out is refused. Any other folder is
 //     decoded directly and in parallel: .yaml/.yml/.json files, recursively, in lexical
 //     order, multi-document, Lists flattened, hidden files and folders skipped.
+//   - With RenderOptions.Helm, the path is a Helm chart folder rendered template-only as
+//     `helm template` does (helm.go, helm_child.go), always in a render child: values
+//     merged over values.yaml, release name and namespace, CRDs of crds/ first, the
+//     Capabilities given; no lookup, no DNS, no network; the chart folder only is read
+//     (subcharts vendored in charts/, as folders or .tgz), within the same limits. Install
+//     and upgrade hooks are objects, recreated when an immutable field changes
+//     (ForceAnnotation); test, delete and rollback hooks are dropped (keepHook).
 //   - Validation names the file, the line, the 1-based document ("document 2 of 3") and the
 //     object ("Kind namespace/name"): missing apiVersion, kind or metadata.name, duplicates
 //     (both places named), invalid YAML or JSON, broken kustomizations, paths that escape

@@ -69,6 +69,8 @@ type childRequest struct {
 	// goes on counting in the same budget, and its errors name the same path.
 	Rendered string `json:"rendered"`
 	Read     int64  `json:"read"`
+	// Helm, when set, renders the chart folder Unit instead of a kustomization.
+	Helm *HelmOptions `json:"helm,omitempty"`
 }
 
 // childResponse ends a render child's answer on its stdout, after its resources (see
@@ -119,12 +121,20 @@ func serveChild(in io.Reader, out io.Writer) int {
 	opts := RenderOptions{AllowRemoteBases: req.AllowRemoteBases, Limits: req.Limits, Ignored: req.Ignored}
 	b := newBudget(req.Rendered, req.Limits)
 	b.bytes.Store(req.Read)
-	resources, ordered, err := kustomize(context.Background(), req.Root, unit{rel: req.Unit, kustomization: req.Kustomization}, opts, b)
+	var resources [][]byte
+	var origins []string
+	var ordered map[int]string
+	var err error
+	if req.Helm != nil {
+		resources, origins, err = helmTemplate(req.Root, req.Unit, *req.Helm, newIgnoredSet(req.Ignored), b)
+	} else {
+		resources, ordered, err = kustomize(context.Background(), req.Root, unit{rel: req.Unit, kustomization: req.Kustomization}, opts, b)
+	}
 	resp := childResponse{Errors: encodeErrors(err), Read: b.bytes.Load() - req.Read, Ordered: ordered}
 	if err != nil {
 		resources = nil
 	}
-	if err := writeAnswer(out, resources, resp); err != nil {
+	if err := writeAnswer(out, resources, origins, resp); err != nil {
 		fmt.Fprintln(os.Stderr, "render child: write answer:", err)
 		return 2
 	}
@@ -136,48 +146,54 @@ func serveChild(in io.Reader, out io.Writer) int {
 // started: children running in parallel each see the others' reads only when they end),
 // and the answer is read only up to what b has left.
 func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) ([]decoded, error) {
-	file := path.Join(u.rel, u.kustomization)
+	req := childRequest{Root: root, Unit: u.rel, Kustomization: u.kustomization,
+		AllowRemoteBases: opts.AllowRemoteBases, Limits: b.limits, Ignored: opts.Ignored, Rendered: b.rel, Read: b.bytes.Load()}
+	return runChild(ctx, path.Join(u.rel, u.kustomization), "kustomize build", req, opts, b)
+}
+
+// runChild runs one render child for req, naming file and what it does (what) in its
+// errors, and decodes its answer into objects counted in b.
+func runChild(ctx context.Context, file, what string, req childRequest, opts RenderOptions, b *budget) ([]decoded, error) {
 	if !hookInstalled.Load() {
-		return nil, fmt.Errorf("%s: isolated kustomize build: this binary does not call sources.ServeChild first in main", file)
+		return nil, fmt.Errorf("%s: isolated %s: this binary does not call sources.ServeChild first in main", file, what)
 	}
 	release, err := renderSlots(b.limits.RenderSlots).acquire(ctx, tenantOf(ctx))
 	if err != nil {
-		return nil, fmt.Errorf("%s: kustomize build did not start: %w", file, err)
+		return nil, fmt.Errorf("%s: %s did not start: %w", file, what, err)
 	}
 	defer release()
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("%s: isolated kustomize build: %w", file, err)
+		return nil, fmt.Errorf("%s: isolated %s: %w", file, what, err)
 	}
-	req, err := json.Marshal(childRequest{Root: root, Unit: u.rel, Kustomization: u.kustomization,
-		AllowRemoteBases: opts.AllowRemoteBases, Limits: b.limits, Ignored: opts.Ignored, Rendered: b.rel, Read: b.bytes.Load()})
+	js, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, exe)
-	cmd.Env = childEnviron(opts.AllowRemoteBases, b.limits)
-	cmd.Stdin = bytes.NewReader(req)
+	cmd.Env = childEnviron(opts.AllowRemoteBases && req.Helm == nil, b.limits)
+	cmd.Stdin = bytes.NewReader(js)
 	stderr := &tailBuffer{max: 4096, headMax: 4096}
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
 	killWithParent(cmd)
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("%s: isolated kustomize build: %w", file, err)
+		return nil, fmt.Errorf("%s: isolated %s: %w", file, what, err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: isolated kustomize build: %w", file, err)
+		return nil, fmt.Errorf("%s: isolated %s: %w", file, what, err)
 	}
 	childrenRunning.add(1)
 	defer childrenRunning.add(-1)
 	stdout := &budgetReader{r: pipe, max: b.remaining()}
-	objs, resp, readErr := readAnswer(stdout, u, b)
+	objs, resp, readErr := readAnswer(stdout, file, b)
 	killed := readErr != nil || resp == nil
 	if killed {
 		_ = cmd.Process.Kill() // an answer cut off: the rest is not needed
 	}
 	err = cmd.Wait()
-	return answerResult(ctx, file, answer{objs, resp, readErr, err, killed}, stdout, stderr, b)
+	return answerResult(ctx, file, what, answer{objs, resp, readErr, err, killed}, stdout, stderr, b)
 }
 
 // answer is what the parent saw of a render child: its objects and end record as read,
@@ -192,11 +208,11 @@ type answer struct {
 
 // answerResult sorts out how an isolated build ended: stopped, out of memory or of its
 // byte budget, failed, or its objects.
-func answerResult(ctx context.Context, file string, a answer, stdout *budgetReader, stderr *tailBuffer, b *budget) ([]decoded, error) {
+func answerResult(ctx context.Context, file, what string, a answer, stdout *budgetReader, stderr *tailBuffer, b *budget) ([]decoded, error) {
 	objs, resp, readErr, waitErr := a.objs, a.resp, a.readErr, a.waitErr
 	switch {
 	case ctx.Err() != nil:
-		return nil, fmt.Errorf("%s: kustomize build stopped: %w", file, context.Cause(ctx))
+		return nil, fmt.Errorf("%s: %s stopped: %w", file, what, context.Cause(ctx))
 	case stdout.over:
 		return nil, b.read(b.remaining() + 1) // fails, naming the limit
 	case waitErr != nil && outOfMemory(waitErr, stderr, a.killed):
@@ -205,11 +221,11 @@ func answerResult(ctx context.Context, file string, a answer, stdout *budgetRead
 	case IsTerminal(readErr):
 		return nil, readErr
 	case waitErr != nil:
-		return nil, fmt.Errorf("%s: kustomize build process: %w: %s", file, waitErr, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("%s: %s process: %w: %s", file, what, waitErr, strings.TrimSpace(stderr.String()))
 	case readErr != nil && resp == nil:
-		return nil, fmt.Errorf("%s: kustomize build process: answer: %w", file, readErr)
+		return nil, fmt.Errorf("%s: %s process: answer: %w", file, what, readErr)
 	case resp == nil:
-		return nil, fmt.Errorf("%s: kustomize build process: answer ended early", file)
+		return nil, fmt.Errorf("%s: %s process: answer ended early", file, what)
 	case len(resp.Errors) > 0:
 		return nil, decodeErrors(resp.Errors)
 	}

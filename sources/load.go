@@ -20,6 +20,8 @@ type Source struct {
 	Dir string
 	// Path is the folder (or file) to render, relative to the source root.
 	Path string
+	// Helm, when set, renders Path as a Helm chart folder (RenderOptions.Helm).
+	Helm *HelmOptions
 }
 
 // String describes the source for messages, without credentials.
@@ -108,6 +110,9 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 			return nil, err
 		}
 		root, revision, digest = abs, "sha256:"+d, "sha256:"+d
+	}
+	if src.Helm != nil {
+		opts.Render.Helm = src.Helm
 	}
 	// The render cache is read only after the fetch succeeded with the caller's own
 	// credentials: a commit the caller could not fetch never reaches it.

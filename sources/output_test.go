@@ -146,7 +146,7 @@ func TestAnswerDecodeFactor(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		objs, _, err := readAnswer(&budgetReader{r: strings.NewReader(in), max: 1 << 30}, unit{rel: "k", kustomization: "kustomization.yaml"}, b)
+		objs, _, err := readAnswer(&budgetReader{r: strings.NewReader(in), max: 1 << 30}, "k/kustomization.yaml", b)
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		counted := b.output.Load()

@@ -35,6 +35,9 @@ type RenderOptions struct {
 	// WholeKustomize builds every kustomization in one krusty run, never in chunks (see
 	// chunked.go): the output is the same, only slower; for comparisons.
 	WholeKustomize bool
+	// Helm, when set, renders the path as a Helm chart folder (see HelmOptions), in a
+	// render child whether or not Isolate is set.
+	Helm *HelmOptions
 	// Ignored holds slash paths, relative to the source root, that are not part of the
 	// source (folders end with "/"): the files a checkout would not have, as the CLI's
 	// git-ignored build outputs. A plain folder's walk and a local folder's revision
@@ -79,14 +82,19 @@ func render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstr
 	}
 	opts.Limits = opts.Limits.withDefaults()
 	var units []unit
-	if info.IsDir() {
+	switch {
+	case opts.Helm != nil && !info.IsDir():
+		err = &InputError{File: rel, Err: fmt.Errorf("not a Helm chart: a file, not a folder")}
+	case opts.Helm != nil:
+		units, err = chartUnit(r, rel, opts.Helm)
+	case info.IsDir():
 		var k string
 		if k, err = kustomizationIn(r, rel); k != "" {
 			units = []unit{{rel: rel, kustomization: k}}
 		} else if err == nil {
 			units, err = walk(ctx, r, rel, opts.Limits, newIgnoredSet(opts.Ignored))
 		}
-	} else {
+	default:
 		units = []unit{{rel: rel}}
 	}
 	if err != nil {
@@ -184,6 +192,8 @@ type unit struct {
 	rel string
 	// kustomization is the kustomization file name when rel is a kustomize folder.
 	kustomization string
+	// chart is set when rel is a Helm chart folder, rendered with these options.
+	chart *HelmOptions
 }
 
 // walk lists the units of the plain folder dir (a slash path in r) in lexical order, at
@@ -306,6 +316,9 @@ func renderUnit(ctx context.Context, root *os.Root, u unit, opts RenderOptions, 
 	}
 	if err := b.failed(); err != nil {
 		return nil, err
+	}
+	if u.chart != nil {
+		return buildChart(ctx, root.Name(), u, opts, b)
 	}
 	if u.kustomization != "" {
 		return build(ctx, root.Name(), u, opts, b)

@@ -137,3 +137,59 @@ func BenchmarkRenderApps50x20(b *testing.B)  { benchmarkRenderApps(b, 50, 20) }
 func BenchmarkRenderApps200x20(b *testing.B) { benchmarkRenderApps(b, 200, 20) }
 
 func BenchmarkRenderKustomize10000(b *testing.B) { benchmarkRender(b, 10000, true) }
+
+// benchmarkRenderChart renders a Helm chart of n objects in its render child: 100
+// templates, each a range over values emitting n/100 objects of manifest's four kinds, with
+// a helper from _helpers.tpl and the release's name and namespace.
+func benchmarkRenderChart(b *testing.B, n int) {
+	dir := b.TempDir()
+	files := map[string]string{
+		"chart/Chart.yaml":             "apiVersion: v2\nname: bench\nversion: 1.0.0\n",
+		"chart/values.yaml":            fmt.Sprintf("perTemplate: %d\nimage: registry.example/app:1.2.3\n", n/100),
+		"chart/templates/_helpers.tpl": "{{- define \"bench.labels\" -}}\napp.kubernetes.io/instance: {{ .Release.Name }}\nowner: bench\n{{- end -}}\n",
+	}
+	for t := range 100 {
+		files[fmt.Sprintf("chart/templates/t%03d.yaml", t)] = fmt.Sprintf(`{{- range $i := until (int .Values.perTemplate) }}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ $.Release.Name }}-%03d-{{ $i }}
+  namespace: {{ $.Release.Namespace }}
+  labels:
+    {{- include "bench.labels" $ | nindent 4 }}
+data:
+  image: {{ $.Values.image | quote }}
+  index: "{{ $i }}"
+  config.yaml: |
+    level: info
+    replicas: 3
+{{- end }}
+`, t)
+	}
+	for name, content := range files {
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	opts := DefaultRenderOptions()
+	opts.Helm = &HelmOptions{ReleaseName: "bench", Namespace: "apps"}
+	b.ResetTimer()
+	for b.Loop() {
+		objs, err := Render(b.Context(), dir, "chart", opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(objs) != n {
+			b.Fatalf("rendered %d objects, want %d", len(objs), n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/object")
+}
+
+func BenchmarkRenderHelmChart1000(b *testing.B)  { benchmarkRenderChart(b, 1000) }
+func BenchmarkRenderHelmChart10000(b *testing.B) { benchmarkRenderChart(b, 10000) }

@@ -136,6 +136,8 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	if err != nil {
 		return fail(err)
 	}
+	f.src.helm.namespace = ns // a chart's release namespace is -n's
+	f.src.helm.clusterVersion = kube.serverVersion
 	bundle, err := f.src.load(cmd.Context(), args)
 	if err != nil {
 		return fail(err)

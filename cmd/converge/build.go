@@ -34,6 +34,7 @@ type sourceFlags struct {
 	limits         sources.Limits
 	decryption     decryptionFlags
 	subst          substituteFlags
+	helm           helmFlags
 }
 
 func newBuildCommand() *cobra.Command {
@@ -41,10 +42,13 @@ func newBuildCommand() *cobra.Command {
 	f.decryption.build = true
 	cmd := &cobra.Command{
 		Use:   "build [PATH]",
-		Short: "Render a kustomization or YAML folder, offline, and print it",
+		Short: "Render a kustomization, Helm chart or YAML folder, offline, and print it",
 		Long: `Build renders what converge would apply, without a cluster: a folder with a
-kustomization is built with kustomize (remote bases refused unless --allow-remote-bases), any
-other folder is decoded as plain YAML/JSON, recursively. Objects are validated (apiVersion,
+kustomization is built with kustomize (remote bases refused unless --allow-remote-bases), a
+folder with Chart.yaml is rendered as a Helm chart (as "helm template": --values, --set,
+--release-name, --namespace; install and upgrade hooks are objects, test, delete and
+rollback hooks are dropped; --helm for a chart fetched with --git-url), any other folder is
+decoded as plain YAML/JSON, recursively. Objects are validated (apiVersion,
 kind, metadata.name, no duplicates) and printed as one YAML stream separated by "---".
 
 A local PATH is read inside --root, which defaults to the enclosing git work tree (so a
@@ -63,6 +67,9 @@ identity file, repeatable) they are decrypted in memory, which checks the key an
 and still printed masked unless --show-secrets.`,
 		Example: `  # Render a local overlay
   converge build ./overlays/prod
+
+  # Render a Helm chart folder with values
+  converge build ./charts/web --values prod.yaml --set image.tag=1.2.3 --release-name web -n apps
 
   # Render a path of a git branch
   converge build --git-url https://github.com/org/apps.git --ref-branch main --path deploy
@@ -89,6 +96,7 @@ and still printed masked unless --show-secrets.`,
 		},
 	}
 	f.addFlags(cmd)
+	cmd.Flags().StringVarP(&f.helm.namespace, "namespace", "n", "default", "Helm .Release.Namespace of a chart")
 	return cmd
 }
 
@@ -107,12 +115,16 @@ func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 	addLimitFlags(fl, &f.limits)
 	f.decryption.addFlags(cmd)
 	f.subst.addFlags(cmd)
+	f.helm.addFlags(cmd)
 }
 
 // load fetches and renders what the flags and argument name, then decrypts and substitutes it.
 func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle, error) {
 	src, err := f.source(args)
 	if err != nil {
+		return nil, err
+	}
+	if src.Helm, err = f.helm.options(src); err != nil {
 		return nil, err
 	}
 	opts := sources.DefaultLoadOptions()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -35,6 +36,24 @@ func (f *kubeFlags) restConfig() (*rest.Config, error) {
 	cfg.QPS, cfg.Burst = 200, 400
 	cfg.UserAgent = "converge/" + version
 	return cfg, nil
+}
+
+// serverVersion returns the API server's git version ("v1.36.3"), or "" when it cannot be
+// read (the apply that follows reports an unreachable cluster).
+func (f *kubeFlags) serverVersion() string {
+	cfg, err := f.restConfig()
+	if err != nil {
+		return ""
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return ""
+	}
+	info, err := dc.ServerVersion()
+	if err != nil {
+		return ""
+	}
+	return info.GitVersion
 }
 
 // namespace returns -n, else the kubeconfig context's namespace, else "default".

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -312,6 +313,51 @@ type Source struct {
 	// Git is a git repository and the ref to follow.
 	// +required
 	Git *GitSource `json:"git,omitempty"`
+	// Helm renders spec.path (or Helm.Chart) of the source as a Helm chart, template-only.
+	// +optional
+	Helm *HelmSource `json:"helm,omitempty"`
+}
+
+// HelmSource renders a chart folder of the source the way `helm template` does, in the
+// daemon's isolated render child: Helm never runs, no release is stored, templates reach
+// no network and `lookup` returns nothing. Install and upgrade hooks are applied as the
+// chart's other objects; test, delete and rollback hooks are dropped.
+type HelmSource struct {
+	// Chart is the chart folder (holding Chart.yaml) relative to the source root; empty
+	// means spec.path. Its subcharts are vendored in its charts/ folder.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Chart string `json:"chart,omitempty"`
+	// Values are merged over the chart's values.yaml, as `helm template -f`.
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	// +optional
+	Values *apiextensionsv1.JSON `json:"values,omitempty"`
+	// ReleaseName is .Release.Name; empty means the Sync's name.
+	// +kubebuilder:validation:MaxLength=53
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$`
+	// +optional
+	ReleaseName string `json:"releaseName,omitempty"`
+	// ReleaseNamespace is .Release.Namespace; empty means spec.targetNamespace, or the
+	// Sync's own namespace.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	ReleaseNamespace string `json:"releaseNamespace,omitempty"`
+	// IncludeCRDs applies the CRDs of the chart's crds/ folders (and its subcharts'); unset
+	// means true.
+	// +optional
+	IncludeCRDs *bool `json:"includeCRDs,omitempty"`
+	// KubeVersion is .Capabilities.KubeVersion, such as v1.31.0; empty means the API
+	// server's version, read once by the daemon.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	KubeVersion string `json:"kubeVersion,omitempty"`
+	// APIVersions are added to .Capabilities.APIVersions ("group/version" or
+	// "group/version/Kind"), as `helm template --api-versions`.
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=256
+	// +optional
+	APIVersions []string `json:"apiVersions,omitempty"`
 }
 
 // GitSource is a git repository and ref.

@@ -74,6 +74,8 @@ type reconciler struct {
 	// substitutions keep each Sync's last substitution and the Secret-sourced values to hide
 	// (substitute.go).
 	substitutions substitutions
+	// kubeVersion is the API server's version for charts that set none (helm.go).
+	kubeVersion *clusterVersion
 }
 
 // newReconciler wires the reconciler to the manager's clients: the cache for Syncs and
@@ -93,9 +95,10 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		engines.shards = newShardEngines(o)
 	}
 	return &reconciler{
-		client: mgr.GetClient(),
-		live:   mgr.GetAPIReader(),
-		loader: sources.NewLoaderSized(o.CacheDir, o.RenderCacheSize),
+		client:      mgr.GetClient(),
+		live:        mgr.GetAPIReader(),
+		loader:      sources.NewLoaderSized(o.CacheDir, o.RenderCacheSize),
+		kubeVersion: &clusterVersion{cfg: cfg},
 		render: renderSettings{timeout: o.BuildTimeout, limits: o.Limits, allowLocalGit: o.AllowLocalGit, maxFetchSize: o.MaxFetchSize, fetchTimeout: o.FetchTimeout,
 			cacheQuota: o.GitCacheQuota},
 		engines:     engines,
@@ -299,6 +302,12 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	if err != nil {
 		return r.fail(s, o, reasonFetchFailed, err, false), retryLater, nil
 	}
+	if src.Helm, err = helmOptions(ctx, s, r.kubeVersion); err != nil {
+		return r.fail(s, o, reasonBuildFailed, err, true), retryLater, nil
+	}
+	if h := s.Spec.Source.Helm; h != nil && h.Chart != "" {
+		src.Path = h.Chart
+	}
 	loadStart := time.Now()
 	bundle, err := r.render.load(ctx, r.loader, src, client.ObjectKeyFromObject(s))
 	if bundle == nil {
@@ -426,6 +435,10 @@ func applyOptions(s *v1alpha1.Sync) engine.ApplyOptions {
 	opts.AllowEmpty, opts.PruneBudget, opts.Force = s.Spec.AllowEmpty, s.Spec.PruneBudget, s.Spec.Force
 	opts.Adopt = s.Spec.Adopt
 	opts.DefaultNamespace, opts.TargetNamespace = s.Namespace, s.Spec.TargetNamespace
+	if s.Spec.Source.Helm != nil {
+		// As `helm install -n`: a chart's objects without a namespace go to the release's.
+		opts.DefaultNamespace = releaseNamespace(s)
+	}
 	if s.Spec.Timeout != nil {
 		opts.Timeout = s.Spec.Timeout.Duration
 	}

@@ -1,0 +1,199 @@
+package sources
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"sigs.k8s.io/yaml"
+)
+
+// helmBinary returns the helm program of the Helm module version this module builds with,
+// built from the Go module proxy once into $CONVERGE_CACHE (default ~/.cache/converge)
+// /helm/<version>/helm, as e2e/tools/build.sh caches the control plane. Without it the test
+// is skipped, but under CI it fails: the comparison is required there.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	unavailable := func(format string, args ...any) {
+		t.Helper()
+		if os.Getenv("CI") != "" {
+			t.Fatalf(format, args...)
+		}
+		t.Skipf(format+" (required when CI is set)", args...)
+	}
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "helm.sh/helm/v3").Output()
+	version := strings.TrimSpace(string(out))
+	if err != nil || version == "" {
+		unavailable("the Helm module version: go list: %v", err)
+	}
+	cache := os.Getenv("CONVERGE_CACHE")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			unavailable("no cache folder: %v", err)
+		}
+		cache = filepath.Join(home, ".cache", "converge")
+	}
+	dir := filepath.Join(cache, "helm", version)
+	bin := filepath.Join(dir, "helm")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		unavailable("helm cache: %v", err)
+	}
+	// One build at a time: test binaries of several packages may ask at once.
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		unavailable("helm cache lock: %v", err)
+	}
+	defer func() { _ = lock.Close() }()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		unavailable("helm cache lock: %v", err)
+	}
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	t.Logf("building helm %s from the module proxy into %s", version, dir)
+	tmp := filepath.Join(dir, "tmp")
+	cmd := exec.Command("go", "install", "-trimpath", "helm.sh/helm/v3/cmd/helm@"+version)
+	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=", "CGO_ENABLED=0", "GOTOOLCHAIN=local")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		unavailable("build helm %s: %v\n%s", version, err, out)
+	}
+	if err := os.Rename(filepath.Join(tmp, "helm"), bin); err != nil {
+		unavailable("helm cache: %v", err)
+	}
+	return bin
+}
+
+// helmObjects decodes `helm template` output into canonical JSON objects, leaving out the
+// hooks Converge drops (see keepHook): those that fire on none of install and upgrade; the
+// hooks kept carry ForceAnnotation.
+func helmObjects(t *testing.T, out []byte) []string {
+	t.Helper()
+	var objs []string
+	for _, d := range splitDocuments(out) {
+		js, err := yaml.YAMLToJSON(d.data)
+		if err != nil {
+			t.Fatalf("helm output: %v\n%s", err, d.data)
+		}
+		var obj map[string]any
+		if err := utiljson.Unmarshal(js, &obj); err != nil {
+			t.Fatal(err)
+		}
+		if obj == nil {
+			continue
+		}
+		meta, _ := obj["metadata"].(map[string]any)
+		ann, _ := meta["annotations"].(map[string]any)
+		if hook, ok := ann["helm.sh/hook"].(string); ok {
+			kept := false
+			for _, e := range strings.Split(hook, ",") {
+				kept = kept || slices.Contains([]string{"pre-install", "post-install", "pre-upgrade", "post-upgrade"}, strings.TrimSpace(e))
+			}
+			if !kept {
+				continue
+			}
+			ann[ForceAnnotation] = ForceEnabled // recreated, not patched, as Helm creates hooks anew
+		}
+		objs = append(objs, objectJSON(t, obj))
+	}
+	slices.Sort(objs)
+	return objs
+}
+
+func objectJSON(t *testing.T, obj map[string]any) string {
+	t.Helper()
+	js, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(js)
+}
+
+// TestHelmTemplateSameObjects renders the testdata chart with `helm template` (the real
+// program, of the same Helm version) and with Converge, for several values, Kubernetes
+// versions and API versions, with its subchart vendored as a folder and as a packaged
+// .tgz: both give the same objects, whole, except the hooks Converge drops (test, delete,
+// rollback), which helm prints, and ForceAnnotation on the hooks it keeps.
+func TestHelmTemplateSameObjects(t *testing.T) {
+	helm := helmBinary(t)
+	for _, tc := range []struct {
+		name        string
+		tgz         bool
+		values      string
+		kubeVersion string
+		apiVersions []string
+	}{
+		{name: "defaults", kubeVersion: "v1.20.0"},
+		{name: "values and capabilities", values: "replicas: 4\nsub:\n  greeting: hallo\nglobal:\n  team: data\n",
+			kubeVersion: "v1.33.2", apiVersions: []string{"monitoring.coreos.com/v1/ServiceMonitor"}},
+		{name: "subchart disabled", values: "sub:\n  enabled: false\n", kubeVersion: "v1.31.0"},
+		{name: "subchart as .tgz", tgz: true, values: "sub:\n  greeting: packaged\n", kubeVersion: "v1.31.0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := t.TempDir()
+			if err := os.CopyFS(src, os.DirFS("testdata/charts")); err != nil {
+				t.Fatal(err)
+			}
+			chart := filepath.Join(src, "app")
+			if tc.tgz {
+				sub := filepath.Join(chart, "charts", "sub")
+				if out, err := exec.Command(helm, "package", sub, "-d", filepath.Join(chart, "charts")).CombinedOutput(); err != nil {
+					t.Fatalf("helm package: %v\n%s", err, out)
+				}
+				if err := os.RemoveAll(sub); err != nil {
+					t.Fatal(err)
+				}
+			}
+			valuesFile := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(valuesFile, []byte(tc.values), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"template", "demo", chart, "--namespace", "apps", "--include-crds", "--kube-version", tc.kubeVersion, "-f", valuesFile}
+			for _, v := range tc.apiVersions {
+				args = append(args, "--api-versions", v)
+			}
+			cmd := exec.Command(helm, args...)
+			cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, stderr.String())
+			}
+			want := helmObjects(t, out)
+
+			var values map[string]any
+			if err := yaml.Unmarshal([]byte(tc.values), &values); err != nil {
+				t.Fatal(err)
+			}
+			opts := chartOptions(values, tc.kubeVersion)
+			opts.Helm.APIVersions = tc.apiVersions
+			objs, err := Render(t.Context(), src, "app", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, o := range objs {
+				got = append(got, objectJSON(t, o.Object))
+			}
+			slices.Sort(got)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("helm template (-) and Converge (+) differ:\n%s", diff)
+			}
+			if len(got) < 5 {
+				t.Errorf("only %d objects: the comparison proves little", len(got))
+			}
+		})
+	}
+}
