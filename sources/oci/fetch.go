@@ -226,6 +226,9 @@ func (f *Fetcher) downloadLayer(ctx context.Context, repo *remote.Repository, a 
 	if opts.MaxFetchSize > 0 && layer.Size > opts.MaxFetchSize {
 		return nil, fmt.Errorf("%s: layer %s: %w: %d bytes, over --max-fetch-size (%d)", a, layer.Digest, ErrTooLarge, layer.Size, opts.MaxFetchSize)
 	}
+	if opts.CacheQuota > 0 && layer.Size > opts.CacheQuota {
+		return nil, fmt.Errorf("%s: layer %s: %w: %d bytes, over the OCI cache quota of %d bytes (--oci-cache-quota)", a, layer.Digest, ErrTooLarge, layer.Size, opts.CacheQuota)
+	}
 	rc, err := repo.Blobs().Fetch(ctx, layer)
 	if err != nil {
 		return nil, classify(a, "layer "+layer.Digest.String(), err)
