@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"os"
@@ -26,14 +27,22 @@ import (
 type Fetcher struct {
 	cache cache
 
+	// locks serialize the fetches of one folder (a channel of one token each, so a wait
+	// ends with its ctx): striped by key, so their number stays bounded however many
+	// digests are fetched.
+	locks [64]chan struct{}
+
 	mu    sync.Mutex
-	locks map[string]*sync.Mutex
 	stats Stats
 }
 
 // NewFetcher returns a Fetcher that keeps extracted artifacts under cacheDir.
 func NewFetcher(cacheDir string) *Fetcher {
-	return &Fetcher{cache: cache{dir: cacheDir}, locks: map[string]*sync.Mutex{}}
+	f := &Fetcher{cache: cache{dir: cacheDir}}
+	for i := range f.locks {
+		f.locks[i] = make(chan struct{}, 1)
+	}
+	return f
 }
 
 // Stats returns how many references the Fetcher resolved and layers it downloaded.
@@ -97,7 +106,10 @@ func (f *Fetcher) fetch(ctx context.Context, a Artifact, opts FetchOptions, read
 		}
 	}
 	key := cacheKey(desc.Digest, a.Layer)
-	unlock := f.lock(key)
+	unlock, err := f.lock(ctx, a, key)
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
 	res := &Result{Dir: filepath.Join(f.cache.dir, key), Revision: revision, Digest: desc.Digest.String()}
 	if f.cache.lookup(key, readUntil) {
@@ -115,16 +127,18 @@ func cacheKey(d digest.Digest, l LayerSelector) string {
 	return hex.EncodeToString(h[:16])
 }
 
-func (f *Fetcher) lock(key string) func() {
-	f.mu.Lock()
-	m, ok := f.locks[key]
-	if !ok {
-		m = &sync.Mutex{}
-		f.locks[key] = m
+// lock takes the lock of folder key (a hex name) and returns its release, or gives up when
+// ctx ends: a fetch never waits for another one past its own deadline.
+func (f *Fetcher) lock(ctx context.Context, a Artifact, key string) (func(), error) {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	c := f.locks[h.Sum32()%uint32(len(f.locks))]
+	select {
+	case c <- struct{}{}:
+		return func() { <-c }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: waiting for another fetch of the cache folder: %w", a, ctx.Err())
 	}
-	f.mu.Unlock()
-	m.Lock()
-	return m.Unlock
 }
 
 func (f *Fetcher) count(resolves, downloads int) {
