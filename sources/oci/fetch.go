@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"net/http"
 	"os"
@@ -27,22 +26,22 @@ import (
 type Fetcher struct {
 	cache cache
 
-	// locks serialize the fetches of one folder (a channel of one token each, so a wait
-	// ends with its ctx): striped by key, so their number stays bounded however many
-	// digests are fetched.
-	locks [64]chan struct{}
-
-	mu    sync.Mutex
+	mu sync.Mutex
+	// locks serialize the fetches of one folder (a channel of one token, so a wait ends
+	// with its ctx); an entry lives while a fetch holds or waits for it, so the map stays
+	// as small as the fetches in flight and unrelated artifacts never wait for each other.
+	locks map[string]*folderLock
 	stats Stats
+}
+
+type folderLock struct {
+	token chan struct{}
+	refs  int
 }
 
 // NewFetcher returns a Fetcher that keeps extracted artifacts under cacheDir.
 func NewFetcher(cacheDir string) *Fetcher {
-	f := &Fetcher{cache: cache{dir: cacheDir}}
-	for i := range f.locks {
-		f.locks[i] = make(chan struct{}, 1)
-	}
-	return f
+	return &Fetcher{cache: cache{dir: cacheDir}, locks: map[string]*folderLock{}}
 }
 
 // Stats returns how many references the Fetcher resolved and layers it downloaded.
@@ -127,16 +126,29 @@ func cacheKey(d digest.Digest, l LayerSelector) string {
 	return hex.EncodeToString(h[:16])
 }
 
-// lock takes the lock of folder key (a hex name) and returns its release, or gives up when
-// ctx ends: a fetch never waits for another one past its own deadline.
+// lock takes the lock of folder key and returns its release, or gives up when ctx ends:
+// a fetch never waits for another one past its own deadline.
 func (f *Fetcher) lock(ctx context.Context, a Artifact, key string) (func(), error) {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	c := f.locks[h.Sum32()%uint32(len(f.locks))]
+	f.mu.Lock()
+	l, ok := f.locks[key]
+	if !ok {
+		l = &folderLock{token: make(chan struct{}, 1)}
+		f.locks[key] = l
+	}
+	l.refs++
+	f.mu.Unlock()
+	done := func() {
+		f.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(f.locks, key)
+		}
+		f.mu.Unlock()
+	}
 	select {
-	case c <- struct{}{}:
-		return func() { <-c }, nil
+	case l.token <- struct{}{}:
+		return func() { <-l.token; done() }, nil
 	case <-ctx.Done():
+		done()
 		return nil, fmt.Errorf("%s: waiting for another fetch of the cache folder: %w", a, ctx.Err())
 	}
 }
