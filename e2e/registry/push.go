@@ -93,7 +93,7 @@ func (r *Registry) Push(t testing.TB, repo, tag string, layers ...Layer) digest.
 		return d
 	}
 	m := ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
-		Config: push(FluxConfigMediaType, []byte("{}"), nil),
+		Config:      push(FluxConfigMediaType, []byte("{}"), nil),
 		Annotations: map[string]string{ocispec.AnnotationCreated: "2026-11-26T00:00:00Z", ocispec.AnnotationSource: "test"}}
 	for _, l := range layers {
 		var ann map[string]string

@@ -46,7 +46,7 @@ type Registry struct {
 	// Storage is the registry's storage folder.
 	Storage string
 	// CA is the PEM certificate of the CA that signed the registry's certificate (TLS).
-	CA []byte
+	CA   []byte
 	opts Options
 }
 

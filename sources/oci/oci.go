@@ -67,10 +67,10 @@ type Auth struct {
 // Artifact names an artifact in a registry and how to read it.
 type Artifact struct {
 	// URL is "oci://host[:port]/repository".
-	URL    string
-	Ref    Ref
-	Layer  LayerSelector
-	Auth   Auth
+	URL   string
+	Ref   Ref
+	Layer LayerSelector
+	Auth  Auth
 	// Insecure speaks plain HTTP to the registry.
 	Insecure bool
 }

@@ -121,7 +121,9 @@ func TestSchemaRejects(t *testing.T) {
 			set(t, u, map[string]any{"url": "oci://registry.example/apps"}, "spec", "source", "oci")
 		}, "spec.source"},
 		{"oci url without scheme", func(u *unstructured.Unstructured) { ociOnly(t, u, map[string]any{"url": "registry.example/apps"}) }, "spec.source.oci.url"},
-		{"oci url with a tag", func(u *unstructured.Unstructured) { ociOnly(t, u, map[string]any{"url": "oci://registry.example/apps:v1"}) }, "spec.source.oci.url"},
+		{"oci url with a tag", func(u *unstructured.Unstructured) {
+			ociOnly(t, u, map[string]any{"url": "oci://registry.example/apps:v1"})
+		}, "spec.source.oci.url"},
 		{"oci two refs", func(u *unstructured.Unstructured) {
 			ociOnly(t, u, map[string]any{"url": "oci://registry.example/apps", "ref": map[string]any{"tag": "v1", "semver": "1.x"}})
 		}, "spec.source.oci.ref"},
