@@ -68,8 +68,8 @@ func (f *Fetcher) Fetch(ctx context.Context, a Artifact, opts FetchOptions) (*Re
 		defer cancel()
 	}
 	res, err := f.fetch(ctx, a, opts, readUntil)
-	if err != nil && ctx.Err() != nil && !IsTerminal(err) {
-		return nil, fmt.Errorf("%s: no answer within the fetch's time (%v, --fetch-timeout): check that the registry is reachable: %w", a, opts.Timeout, err)
+	if err != nil && opts.Timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) && !IsTerminal(err) {
+		return nil, fmt.Errorf("%s: not finished within %v (--fetch-timeout): check that the registry is reachable and answers: %w", a, opts.Timeout, err)
 	}
 	return res, err
 }
