@@ -117,15 +117,17 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 	if h.Typeflag == tar.TypeXGlobalHeader {
 		return nil
 	}
+	// Every entry counts, folders included: a layer of a million empty folders costs the
+	// disk its inodes as a million files would.
+	x.files++
+	if x.lim.files > 0 && x.files > x.lim.files {
+		return fmt.Errorf("%s: layer: %w: more than %d entries (--max-files)", x.what, ErrTooLarge, x.lim.files)
+	}
 	if h.Typeflag != tar.TypeDir {
 		if x.seen[name] {
 			return fmt.Errorf("%s: %q: %w: written twice", x.what, h.Name, ErrUnsafeEntry)
 		}
 		x.seen[name] = true
-		x.files++
-		if x.lim.files > 0 && x.files > x.lim.files {
-			return fmt.Errorf("%s: layer: %w: more than %d files (--max-files)", x.what, ErrTooLarge, x.lim.files)
-		}
 	}
 	if dir := path.Dir(name); dir != "." {
 		if err := x.root.MkdirAll(dir, 0o755); err != nil {

@@ -181,3 +181,21 @@ func TestFetchTimeout(t *testing.T) {
 		t.Fatal("the fetch was still blocked 60 s after its 2 s timeout")
 	}
 }
+
+// TestExtractCountsFolders: folders count against --max-files like files, so a layer of
+// empty folders cannot spend the disk's inodes.
+func TestExtractCountsFolders(t *testing.T) {
+	root, err := os.OpenRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	var entries []tar.Header
+	for i := range 50 {
+		entries = append(entries, tar.Header{Name: strings.Repeat("d/", i+1), Typeflag: tar.TypeDir, Mode: 0o755})
+	}
+	_, err = extract("oci://x/y:v1", bytes.NewReader(tarGz(t, entries...)), root, limits{files: 10})
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "--max-files") {
+		t.Fatalf("50 folders under --max-files 10: %v, want ErrTooLarge naming --max-files", err)
+	}
+}
