@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,31 @@ type Fetcher struct {
 	// as small as the fetches in flight and unrelated artifacts never wait for each other.
 	locks map[string]*folderLock
 	stats Stats
+	// auths keep each registry's auth scheme and tokens between fetches, one cache per
+	// registry and credential (never shared between credentials), so that a poll of a
+	// cached tag is one request, not a challenge and a token exchange first.
+	auths map[string]auth.Cache
+}
+
+// maxAuthCaches bounds auths; past it they are all dropped (a fetch then pays one
+// challenge again).
+const maxAuthCaches = 1024
+
+// authCache returns the auth cache of cred on registry host.
+func (f *Fetcher) authCache(host string, cred auth.Credential) auth.Cache {
+	h := sha256.Sum256([]byte(strings.Join([]string{host, cred.Username, cred.Password, cred.RefreshToken, cred.AccessToken}, "\x00")))
+	key := hex.EncodeToString(h[:])
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.auths[key]
+	if !ok {
+		if len(f.auths) >= maxAuthCaches {
+			clear(f.auths)
+		}
+		c = auth.NewCache()
+		f.auths[key] = c
+	}
+	return c
 }
 
 type folderLock struct {
@@ -41,7 +67,7 @@ type folderLock struct {
 
 // NewFetcher returns a Fetcher that keeps extracted artifacts under cacheDir.
 func NewFetcher(cacheDir string) *Fetcher {
-	return &Fetcher{cache: cache{dir: cacheDir}, locks: map[string]*folderLock{}}
+	return &Fetcher{cache: cache{dir: cacheDir}, locks: map[string]*folderLock{}, auths: map[string]auth.Cache{}}
 }
 
 // Stats returns how many references the Fetcher resolved and layers it downloaded.
@@ -90,7 +116,7 @@ func (f *Fetcher) fetch(ctx context.Context, a Artifact, opts FetchOptions, read
 		return nil, err
 	}
 	repo := &remote.Repository{Reference: ref, PlainHTTP: a.Insecure, MaxMetadataBytes: MaxManifestSize, TagListMaxPages: 64,
-		Client: &auth.Client{Client: &http.Client{Transport: rt}, Credential: auth.StaticCredential(ref.Registry, cred), Cache: auth.NewCache()}}
+		Client: &auth.Client{Client: &http.Client{Transport: rt}, Credential: auth.StaticCredential(ref.Registry, cred), Cache: f.authCache(ref.Registry, cred)}}
 	tag, desc, err := f.resolve(ctx, repo, a)
 	if err != nil {
 		return nil, err

@@ -142,3 +142,35 @@ func TestFetchAuthAndTLS(t *testing.T) {
 		t.Errorf("without the CA: %v, want a certificate error", err)
 	}
 }
+
+// TestFetchCachedTagWithAuthIsOneRequest: behind basic auth, a fetch of a cached tag with
+// the same credentials is one HEAD (the auth scheme is remembered per credential), and
+// other credentials do not inherit it.
+func TestFetchCachedTagWithAuthIsOneRequest(t *testing.T) {
+	reg := registry.Start(t, registry.Options{Username: "u", Password: "p"})
+	reg.PushFiles(t, "app", "v1", map[string]string{"f.yaml": "x"})
+	c := countRequests(t, reg)
+	host := strings.TrimPrefix(c.srv.URL, "http://")
+	cfg := func(pw string) []byte {
+		return []byte(`{"auths":{"` + host + `":{"username":"u","password":"` + pw + `"}}}`)
+	}
+	f := NewFetcher(t.TempDir())
+	a := Artifact{URL: "oci://" + host + "/app", Ref: Ref{Tag: "v1"}, Insecure: true, Auth: Auth{DockerConfigJSON: cfg("p")}}
+	for range 2 {
+		if _, err := f.Fetch(t.Context(), a, localOptions()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.take()
+	if _, err := f.Fetch(t.Context(), a, localOptions()); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.take(); len(got) != 1 || got[0] != "HEAD /v2/app/manifests/v1" {
+		t.Errorf("a fetch of a cached tag behind basic auth sent %q, want one HEAD", got)
+	}
+	wrong := a
+	wrong.Auth.DockerConfigJSON = cfg("wrong")
+	if _, err := f.Fetch(t.Context(), wrong, localOptions()); !errors.Is(err, ErrAuth) {
+		t.Errorf("other credentials: %v, want ErrAuth", err)
+	}
+}
