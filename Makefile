@@ -55,8 +55,8 @@ verify-generate: ## fail when the generated deepcopy or CRD differ from status/v
 vet: ## go vet every package
 	go vet ./...
 
-deps: ## install the Debian packages the tests use (git, prometheus) when missing
-	@missing=""; for p in git prometheus; do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+deps: ## install the Debian packages the tests use (git, prometheus, docker-registry) when missing
+	@missing=""; for p in git prometheus docker-registry; do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then echo "installing$$missing"; apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; \
 		else echo "missing$$missing: install them (sudo apt-get install$$missing)"; fi; \

@@ -8,6 +8,8 @@
 //     front of kube-apiserver for the built binary, and stale-read views;
 //   - e2e/checker: the invariant checker (I1, I2, I5) that watches a namespace during a run;
 //   - e2e/gitserver: git smart HTTP on loopback (git http-backend);
+//   - e2e/registry: a real OCI registry (Debian's docker-registry) with basic auth and TLS,
+//     and Flux-format artifacts pushed with oras-go;
 //   - e2e/sopsfixture: age keys and SOPS-encrypted manifests made with the sops library;
 //   - e2e/binary: build and run the converge binary;
 //   - e2e/devcluster: `make cluster` and the `make run` demo;

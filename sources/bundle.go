@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/converge-dev/converge/sources/git"
+	"github.com/converge-dev/converge/sources/oci"
 )
 
 // Bundle is what a source renders to at one revision.
@@ -96,7 +97,7 @@ func IsTerminal(err error) bool {
 	if _, ok := err.(*InputError); ok {
 		return true
 	}
-	if errors.Is(err, ErrEmptyRender) || git.IsTerminal(err) {
+	if errors.Is(err, ErrEmptyRender) || git.IsTerminal(err) || oci.IsTerminal(err) {
 		return true
 	}
 	switch x := err.(type) {

@@ -10,12 +10,16 @@ import (
 	"time"
 
 	"github.com/converge-dev/converge/sources/git"
+	"github.com/converge-dev/converge/sources/oci"
 )
 
-// Source names what Load renders: a git repository or a local folder, and a path in it.
+// Source names what Load renders: a git repository, an OCI artifact or a local folder, and
+// a path in it.
 type Source struct {
-	// Git is fetched when its URL is set; Dir is used otherwise.
+	// Git is fetched when its URL is set; then OCI when its URL is set; Dir is used otherwise.
 	Git git.Repository
+	// OCI is an artifact in an OCI registry.
+	OCI oci.Artifact
 	// Dir is the root of a local source. Nothing outside it is read.
 	Dir string
 	// Path is the folder (or file) to render, relative to the source root.
@@ -29,12 +33,18 @@ func (s Source) String() string {
 	if s.Git.URL != "" {
 		return fmt.Sprintf("%s (%s) path %q", s.Git.URL, s.Git.Ref, s.Path)
 	}
+	if s.OCI.URL != "" {
+		return fmt.Sprintf("%s path %q", s.OCI, s.Path)
+	}
 	return fmt.Sprintf("%s path %q", s.Dir, s.Path)
 }
 
 // LoadOptions are per-call settings of Load.
 type LoadOptions struct {
-	Fetch  git.FetchOptions
+	Fetch git.FetchOptions
+	// OCI are the settings of an OCI fetch; its extraction limits are raised to the render's
+	// as the git export's are (exportLimits).
+	OCI    oci.FetchOptions
 	Render RenderOptions
 	// Owner names the caller's use of the render (a daemon's Sync), so that the render cache
 	// keeps one render per owner: the render an owner loaded before is dropped when it loads
@@ -48,13 +58,14 @@ type LoadOptions struct {
 
 // DefaultLoadOptions returns the default fetch and render options.
 func DefaultLoadOptions() LoadOptions {
-	return LoadOptions{Fetch: git.DefaultFetchOptions(), Render: DefaultRenderOptions()}
+	return LoadOptions{Fetch: git.DefaultFetchOptions(), OCI: oci.DefaultFetchOptions(), Render: DefaultRenderOptions()}
 }
 
 // Loader fetches and renders sources, rendering each (content, path, options) once. It is
 // safe for concurrent use.
 type Loader struct {
 	fetcher *git.Fetcher
+	oci     *oci.Fetcher
 	cache   *renderCache
 }
 
@@ -62,8 +73,9 @@ type Loader struct {
 // must exceed the Syncs of a daemon (at 64, 100 Syncs re-rendered on every reconcile).
 const renderCacheSize = 256
 
-// NewLoader returns a Loader that keeps git repositories and checkouts under cacheDir, and
-// at most DefaultRenderCacheBytes of renders.
+// NewLoader returns a Loader that keeps git repositories and checkouts under cacheDir,
+// extracted OCI artifacts beside it (cacheDir + "-oci", see OCICacheDir), and at most
+// DefaultRenderCacheBytes of renders.
 func NewLoader(cacheDir string) *Loader {
 	return NewLoaderSized(cacheDir, DefaultRenderCacheBytes)
 }
@@ -74,12 +86,20 @@ func NewLoaderSized(cacheDir string, cacheBytes int64) *Loader {
 	if cacheBytes <= 0 {
 		cacheBytes = DefaultRenderCacheBytes
 	}
-	return &Loader{fetcher: git.NewFetcher(cacheDir), cache: newRenderCache(renderCacheSize, cacheBytes)}
+	return &Loader{fetcher: git.NewFetcher(cacheDir), oci: oci.NewFetcher(OCICacheDir(cacheDir)),
+		cache: newRenderCache(renderCacheSize, cacheBytes)}
 }
 
-// Load fetches the source (for git) and renders its path.
+// OCICacheDir is where a Loader made with the git cache cacheDir keeps OCI artifacts: beside
+// it, not in it, since the git cache's quota counts and removes every folder of its own.
+func OCICacheDir(cacheDir string) string {
+	return filepath.Clean(cacheDir) + "-oci"
+}
+
+// Load fetches the source (git or OCI) and renders its path.
 //
-// The revision is the git revision ("main@sha1:<hex>") or, for a local folder,
+// The revision is the git revision ("main@sha1:<hex>"), the OCI one ("v1.2.3@sha256:<hex>"
+// of the manifest, "sha256:<hex>" for a digest reference) or, for a local folder,
 // "sha256:<hex>" over the names and contents of the files under Dir (hidden folders such
 // as .git and opts.Render.Ignored left out), so uncommitted edits change it.
 //
@@ -90,14 +110,22 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 	ctx = withTenant(ctx, opts.Tenant)
 	root, revision, digest := src.Dir, "", ""
 	var commitTime time.Time
-	if src.Git.URL != "" {
+	switch {
+	case src.Git.URL != "":
 		co, err := l.fetcher.Fetch(ctx, src.Git, exportLimits(opts))
 		if err != nil {
 			return nil, err
 		}
 		defer co.Release() // read by the render below, not after
 		root, revision, digest, commitTime = co.Dir, co.Revision, "sha1:"+co.Commit, co.CommitTime
-	} else {
+	case src.OCI.URL != "":
+		a, err := l.oci.Fetch(ctx, src.OCI, ociLimits(opts))
+		if err != nil {
+			return nil, err
+		}
+		// The folder names the manifest digest and the layer selection: the content.
+		root, revision, digest = a.Dir, a.Revision, "oci:"+filepath.Base(a.Dir)
+	default:
 		abs, err := filepath.Abs(src.Dir)
 		if err != nil {
 			return nil, err
@@ -149,6 +177,22 @@ func exportLimits(opts LoadOptions) git.FetchOptions {
 		slots, tenant := renderSlots(l.RenderSlots), opts.Tenant
 		f.IndexSlot = func(ctx context.Context) (func(), error) { return slots.acquire(ctx, tenant) }
 	}
+	if f.MaxFiles > 0 {
+		f.MaxFiles = max(f.MaxFiles, l.MaxFiles)
+	}
+	if f.MaxFileSize > 0 {
+		f.MaxFileSize = max(f.MaxFileSize, l.MaxFileSize)
+	}
+	if f.MaxTotalSize > 0 {
+		f.MaxTotalSize = max(f.MaxTotalSize, l.MaxTotalSize)
+	}
+	return f
+}
+
+// ociLimits returns opts.OCI with its extraction limits raised to the render's, as
+// exportLimits does for git.
+func ociLimits(opts LoadOptions) oci.FetchOptions {
+	f, l := opts.OCI, opts.Render.Limits.withDefaults()
 	if f.MaxFiles > 0 {
 		f.MaxFiles = max(f.MaxFiles, l.MaxFiles)
 	}

@@ -19,7 +19,7 @@ import (
 	varsubst "github.com/converge-dev/converge/sources/substitute"
 )
 
-// sourceFlags say what to render: a local PATH or a git repository. "converge build" and
+// sourceFlags say what to render: a local PATH, a git repository or an OCI artifact. "converge build" and
 // "converge apply" share them.
 type sourceFlags struct {
 	root           string
@@ -32,6 +32,7 @@ type sourceFlags struct {
 	timeout        time.Duration
 	allowRemote    bool
 	limits         sources.Limits
+	oci            ociFlags
 	decryption     decryptionFlags
 	subst          substituteFlags
 	helm           helmFlags
@@ -56,6 +57,11 @@ kustomization may use bases elsewhere in the repository) or else PATH itself. In
 work tree, what git ignores (build outputs, local files) is never read: a plain folder skips
 it, and a kustomization that references it fails.
 
+A PATH of the form oci://host[:port]/repository[:tag|@sha256:digest] is an OCI artifact
+in Flux's format ("flux push artifact"), fetched and extracted, and --path is rendered
+inside it; --ref-semver picks the highest matching tag instead. Credentials come from
+--docker-config, a custom CA from --ca-file; --insecure-registry speaks plain HTTP.
+
 With --git-url the repository is fetched instead (HTTPS, SSH or a local path) and --path is
 rendered inside it. Credentials come from the environment: CONVERGE_GIT_USERNAME and
 CONVERGE_GIT_PASSWORD, or CONVERGE_GIT_TOKEN, for HTTPS; --ssh-key-file and
@@ -77,6 +83,9 @@ and still printed masked unless --show-secrets.`,
   # The highest 1.x release tag, over SSH
   converge build --git-url ssh://git@github.com/org/apps.git --ref-semver '>=1.0.0 <2.0.0' \
     --ssh-key-file ~/.ssh/id_ed25519 --path deploy
+
+  # Render the deploy folder of an OCI artifact (flux push artifact)
+  converge build oci://ghcr.io/org/apps:v1.2.3 --path deploy
 
   # One --ref: a branch name, a 40-hex commit, or "branch:", "tag:", "semver:", "commit:"
   converge build --git-url https://github.com/org/apps.git --ref tag:v1.2.3 --path deploy`,
@@ -105,7 +114,7 @@ func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.root, "root", "", "source root a local PATH must stay inside (default: enclosing git work tree, else PATH)")
 	fl.StringVar(&f.gitURL, "git-url", "", "git repository to fetch instead of a local PATH")
-	fl.StringVar(&f.path, "path", ".", "folder or file to render inside the repository (with --git-url)")
+	fl.StringVar(&f.path, "path", ".", "folder or file to render inside the repository (with --git-url) or the artifact (oci://)")
 	f.ref.bind(cmd, "")
 	fl.StringVar(&f.sshKeyFile, "ssh-key-file", "", "SSH private key file")
 	fl.StringVar(&f.knownHostsFile, "known-hosts-file", defaultKnownHosts(), "known_hosts file the SSH host key must be in")
@@ -113,6 +122,7 @@ func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 	fl.DurationVar(&f.timeout, "fetch-timeout", 2*time.Minute, "git fetch timeout")
 	fl.BoolVar(&f.allowRemote, "allow-remote-bases", false, "let kustomizations load remote bases and resources")
 	addLimitFlags(fl, &f.limits)
+	f.oci.addFlags(cmd)
 	f.decryption.addFlags(cmd)
 	f.subst.addFlags(cmd)
 	f.helm.addFlags(cmd)
@@ -130,12 +140,13 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 	opts := sources.DefaultLoadOptions()
 	opts.Fetch.Timeout = f.timeout
 	opts.Fetch.AllowLocal = true // the CLI's user owns the disk it reads
+	opts.OCI.Timeout, opts.OCI.AllowLocal = f.timeout, true
 	opts.Render.AllowRemoteBases = f.allowRemote
 	// A checkout in CI may be a pull request from anyone: build it as the daemon does,
 	// with no network and no program.
 	opts.Render.Isolate = true
 	opts.Render.Limits = f.limits
-	if src.Git.URL == "" {
+	if src.Git.URL == "" && src.OCI.URL == "" {
 		// What git ignores (build outputs, local files) is no part of what a commit would
 		// deploy: not read, not in the revision.
 		opts.Render.Ignored = gitIgnored(ctx, src.Dir, src.Path)
@@ -159,6 +170,9 @@ func (f *sourceFlags) redactor() *varsubst.Redactor {
 
 // source turns the flags and argument into what to load.
 func (f *sourceFlags) source(args []string) (sources.Source, error) {
+	if len(args) == 1 && isOCI(args[0]) {
+		return f.ociSource(args[0])
+	}
 	if f.gitURL == "" {
 		if len(args) != 1 {
 			return sources.Source{}, errors.New("give a PATH to render, or --git-url")

@@ -43,7 +43,7 @@ func holds(entry, path string) bool {
 // which root that was and how to widen it: outside a git work tree the root is PATH itself,
 // and an overlay's "../base" leaves it.
 func rootHint(err error, src sources.Source) error {
-	if err == nil || src.Git.URL != "" || !errors.Is(err, sources.ErrPathEscape) {
+	if err == nil || src.Git.URL != "" || src.OCI.URL != "" || !errors.Is(err, sources.ErrPathEscape) {
 		return err
 	}
 	return fmt.Errorf("%w (the source root is %s; widen it with --root)", err, filepath.Clean(src.Dir))

@@ -3,7 +3,6 @@ package git
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
@@ -19,6 +17,8 @@ import (
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"golang.org/x/net/proxy"
+
+	"github.com/converge-dev/converge/sources/netguard"
 )
 
 // A Sync's URL is tenant input, so every connection a fetch opens is checked where it is
@@ -79,72 +79,24 @@ func (p dialPolicy) proxyOptions(protocol string) (opts transport.ProxyOptions, 
 // the strict policy (no token is registered under "strict").
 var strictProxy = transport.ProxyOptions{URL: sshDialScheme + "://strict"}
 
-// Addresses refused unless AllowLocal: the machine itself and its link, where the daemon's
-// own ports (metrics, health, webhook) and cloud metadata services answer. Private ranges
-// (10/8, 172.16/12, 192.168/16, fc00::/7) stay allowed: in-cluster git servers live there.
-var refusedPrefixes = []struct {
-	prefix netip.Prefix
-	kind   string
-}{
-	{netip.MustParsePrefix("0.0.0.0/8"), "unspecified"}, // "this network": Linux routes 0.0.0.0 to the host
-	{netip.MustParsePrefix("::/128"), "unspecified"},
-	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
-	{netip.MustParsePrefix("::1/128"), "loopback"},
-	{netip.MustParsePrefix("169.254.0.0/16"), "link-local"}, // 169.254.169.254: cloud metadata
-	{netip.MustParsePrefix("fe80::/10"), "link-local"},
-	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
-	{netip.MustParsePrefix("ff00::/8"), "multicast"},
-	{netip.MustParsePrefix("255.255.255.255/32"), "broadcast"},
-	// Metadata services outside the link-local range (AWS over IPv6, Alibaba Cloud).
-	{netip.MustParsePrefix("fd00:ec2::254/128"), "cloud metadata"},
-	{netip.MustParsePrefix("100.100.100.200/32"), "cloud metadata"},
-	{netip.MustParsePrefix("168.63.129.16/32"), "cloud metadata"}, // Azure WireServer
-}
-
 // AddressError reports a connection a fetch refused to open: the address is on the
-// daemon's machine or link (see FetchOptions.AllowLocal). It wraps ErrLocalURL.
-type AddressError struct {
-	// Addr is the resolved address and port that was refused.
-	Addr netip.AddrPort
-	// Kind says why: "loopback", "link-local", "unspecified", "multicast", ….
-	Kind string
+// daemon's machine or its link (see FetchOptions.AllowLocal). It wraps ErrLocalURL.
+type AddressError = netguard.AddressError
+
+// guard is the dial guard of a fetch: a refusal is an ErrLocalURL, terminal like a refused
+// file:// URL.
+func guard(allowLocal bool) netguard.Policy {
+	return netguard.Policy{AllowLocal: allowLocal, Err: ErrLocalURL, Hint: "repositories on this machine or its link; the daemon allows them with --allow-local-git"}
 }
 
-func (e *AddressError) Error() string {
-	return fmt.Sprintf("connect to %s: %s address refused: %v (repositories on this machine or its link; the daemon allows them with --allow-local-git)", e.Addr, e.Kind, ErrLocalURL)
-}
-
-// Unwrap makes a refused address an ErrLocalURL: terminal, like a refused file:// URL.
-func (e *AddressError) Unwrap() error { return ErrLocalURL }
-
-// checkAddress refuses the addresses of refusedPrefixes, IPv4-mapped IPv6 forms included.
+// checkAddress refuses the addresses the guard refuses.
 func checkAddress(ap netip.AddrPort) error {
-	a := ap.Addr().Unmap().WithZone("")
-	for _, r := range refusedPrefixes {
-		if r.prefix.Contains(a) {
-			return &AddressError{Addr: ap, Kind: r.kind}
-		}
-	}
-	return nil
-}
-
-// control is a net.Dialer Control: it runs after name resolution, on the address about
-// to be connected, so no resolver trick gets around it.
-func control(_, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("connect to %s: %w: not an IP address", address, ErrLocalURL)
-	}
-	return checkAddress(ap)
+	return guard(false).Check(ap)
 }
 
 // dialer returns the dialer of a policy.
 func (p dialPolicy) dialer() *net.Dialer {
-	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	if !p.allowLocal {
-		d.Control = control
-	}
-	return d
+	return guard(p.allowLocal).Dialer()
 }
 
 var installOnce sync.Once

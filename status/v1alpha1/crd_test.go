@@ -66,6 +66,12 @@ func minimal(ns, name string) *unstructured.Unstructured {
 	return u
 }
 
+// ociOnly makes u's source the OCI source oci.
+func ociOnly(t *testing.T, u *unstructured.Unstructured, oci map[string]any) {
+	t.Helper()
+	set(t, u, map[string]any{"oci": oci}, "spec", "source")
+}
+
 func set(t *testing.T, u *unstructured.Unstructured, value any, path ...string) {
 	t.Helper()
 	if err := unstructured.SetNestedField(u.Object, value, path...); err != nil {
@@ -110,7 +116,23 @@ func TestSchemaRejects(t *testing.T) {
 		{"serviceAccountName upper case", func(u *unstructured.Unstructured) { set(t, u, "Deployer", "spec", "serviceAccountName") }, "spec.serviceAccountName"},
 		{"serviceAccountName too long", func(u *unstructured.Unstructured) { set(t, u, strings.Repeat("a", 254), "spec", "serviceAccountName") }, "spec.serviceAccountName"},
 		{"url empty", func(u *unstructured.Unstructured) { set(t, u, "", "spec", "source", "git", "url") }, "spec.source.git.url"},
-		{"git missing", func(u *unstructured.Unstructured) { set(t, u, map[string]any{}, "spec", "source") }, "spec.source.git"},
+		{"neither git nor oci", func(u *unstructured.Unstructured) { set(t, u, map[string]any{}, "spec", "source") }, "spec.source"},
+		{"both git and oci", func(u *unstructured.Unstructured) {
+			set(t, u, map[string]any{"url": "oci://registry.example/apps"}, "spec", "source", "oci")
+		}, "spec.source"},
+		{"oci url without scheme", func(u *unstructured.Unstructured) { ociOnly(t, u, map[string]any{"url": "registry.example/apps"}) }, "spec.source.oci.url"},
+		{"oci url with a tag", func(u *unstructured.Unstructured) {
+			ociOnly(t, u, map[string]any{"url": "oci://registry.example/apps:v1"})
+		}, "spec.source.oci.url"},
+		{"oci two refs", func(u *unstructured.Unstructured) {
+			ociOnly(t, u, map[string]any{"url": "oci://registry.example/apps", "ref": map[string]any{"tag": "v1", "semver": "1.x"}})
+		}, "spec.source.oci.ref"},
+		{"oci short digest", func(u *unstructured.Unstructured) {
+			ociOnly(t, u, map[string]any{"url": "oci://registry.example/apps", "ref": map[string]any{"digest": "sha256:abc"}})
+		}, "spec.source.oci.ref.digest"},
+		{"oci layer operation unknown", func(u *unstructured.Unstructured) {
+			ociOnly(t, u, map[string]any{"url": "oci://registry.example/apps", "layerSelector": map[string]any{"operation": "untar"}})
+		}, "spec.source.oci.layerSelector.operation"},
 		{"two refs", func(u *unstructured.Unstructured) {
 			set(t, u, map[string]any{"branch": "main", "tag": "v1"}, "spec", "source", "git", "ref")
 		}, "spec.source.git.ref"},
@@ -223,7 +245,13 @@ func TestSchemaAccepts(t *testing.T) {
 	set(t, edge, map[string]any{}, "spec", "source", "git", "ref")
 	set(t, edge, map[string]any{"name": ""}, "spec", "source", "git", "secretRef")
 	set(t, edge, "", "spec", "serviceAccountName") // explicitly unset
-	for _, u := range []*unstructured.Unstructured{full, edge} {
+	oci := minimal(ns, "oci")
+	ociOnly(t, oci, map[string]any{
+		"url": "oci://registry.example:5000/team/apps", "ref": map[string]any{"semver": ">=1.0.0 <2.0.0"},
+		"layerSelector": map[string]any{"mediaType": "application/vnd.cncf.flux.content.v1.tar+gzip", "operation": "copy"},
+		"secretRef":     map[string]any{"name": "regcred"}, "certSecretRef": map[string]any{"name": "ca"}, "insecure": true,
+	})
+	for _, u := range []*unstructured.Unstructured{full, edge, oci} {
 		if err := c.Create(t.Context(), u); err != nil {
 			t.Fatalf("create %s: %v", u.GetName(), err)
 		}
@@ -237,6 +265,13 @@ func TestSchemaAccepts(t *testing.T) {
 		len(got.Spec.HealthChecks) != 2 || got.Spec.HealthChecks[0].Namespace != "other" || got.Spec.HealthChecks[1].APIVersion != "" ||
 		len(got.Spec.HealthCheckExprs) != 1 || got.Spec.HealthCheckExprs[0].InProgress == "" || got.Spec.HealthCheckExprs[0].Failed == "" {
 		t.Fatalf("spec did not round-trip (a field pruned by the schema?): %+v", got.Spec)
+	}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(oci), got); err != nil {
+		t.Fatal(err)
+	}
+	if o := got.Spec.Source.OCI; o == nil || o.Ref.SemVer == "" || o.LayerSelector == nil || o.LayerSelector.Operation != "copy" ||
+		o.SecretRef == nil || o.CertSecretRef == nil || !o.Insecure || got.Spec.Source.Git != nil {
+		t.Fatalf("oci source did not round-trip: %+v", got.Spec.Source)
 	}
 	if err := c.Get(t.Context(), client.ObjectKeyFromObject(edge), got); err != nil {
 		t.Fatal(err)

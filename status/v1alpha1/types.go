@@ -308,14 +308,20 @@ type Webhook struct {
 	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
-// Source says where the manifests come from.
+// Source says where the manifests come from: exactly one of Git and OCI, rendered as a
+// Helm chart when Helm is set.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.git) != has(self.oci)",message="set exactly one of git and oci"
 type Source struct {
 	// Git is a git repository and the ref to follow.
-	// +required
+	// +optional
 	Git *GitSource `json:"git,omitempty"`
 	// Helm renders spec.path (or Helm.Chart) of the source as a Helm chart, template-only.
 	// +optional
 	Helm *HelmSource `json:"helm,omitempty"`
+	// OCI is an artifact in an OCI registry, in Flux's format (`flux push artifact`).
+	// +optional
+	OCI *OCISource `json:"oci,omitempty"`
 }
 
 // HelmSource renders a chart folder of the source the way `helm template` does, in the
@@ -358,6 +364,60 @@ type HelmSource struct {
 	// +kubebuilder:validation:items:MaxLength=256
 	// +optional
 	APIVersions []string `json:"apiVersions,omitempty"`
+}
+
+// OCISource is an artifact in an OCI registry, as Flux's OCIRepository names one.
+type OCISource struct {
+	// URL of the repository: oci://host[:port]/repository, without tag or digest.
+	// +kubebuilder:validation:Pattern=`^oci://[^/@]+/[^:@]+$`
+	// +required
+	URL string `json:"url"`
+	// Ref selects the artifact; tag latest when empty.
+	// +optional
+	Ref OCIRef `json:"ref,omitempty"`
+	// LayerSelector picks the layer holding the manifests; the first layer when empty.
+	// +optional
+	LayerSelector *OCILayerSelector `json:"layerSelector,omitempty"`
+	// SecretRef names a Secret of type kubernetes.io/dockerconfigjson in the Sync's
+	// namespace with the registry's credentials, read as the Sync's identity.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+	// CertSecretRef names a Secret in the Sync's namespace whose ca.crt is a PEM bundle
+	// trusted for the registry's certificate, besides the system roots.
+	// +optional
+	CertSecretRef *LocalObjectReference `json:"certSecretRef,omitempty"`
+	// Insecure speaks plain HTTP to the registry.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+}
+
+// OCIRef selects an artifact: at most one of Tag, SemVer or Digest; none means tag latest.
+//
+// +kubebuilder:validation:MaxProperties=1
+type OCIRef struct {
+	// Tag applies the artifact of a tag.
+	// +optional
+	Tag string `json:"tag,omitempty"`
+	// SemVer applies the artifact of the highest tag matching a semver constraint, such as
+	// ">=1.2.0 <2.0.0".
+	// +optional
+	SemVer string `json:"semver,omitempty"`
+	// Digest applies one manifest, by its digest "sha256:<64 hex>".
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	// +optional
+	Digest string `json:"digest,omitempty"`
+}
+
+// OCILayerSelector picks a layer of the artifact's manifest, as Flux's layerSelector.
+type OCILayerSelector struct {
+	// MediaType selects the first layer of this media type.
+	// +optional
+	MediaType string `json:"mediaType,omitempty"`
+	// Operation is extract (unpack the tar, gzip-compressed or not; the default) or copy
+	// (the layer as one file, named by its org.opencontainers.image.title annotation).
+	// +kubebuilder:validation:Enum=extract;copy
+	// +optional
+	Operation string `json:"operation,omitempty"`
 }
 
 // GitSource is a git repository and ref.

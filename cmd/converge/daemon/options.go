@@ -107,8 +107,11 @@ type Options struct {
 	// GitCacheQuota bounds the bytes CacheDir holds (git.FetchOptions.CacheQuota); 0: no
 	// limit.
 	GitCacheQuota int64
-	// AllowLocalGit lets Syncs name file:// URLs, local paths and git servers on this
-	// machine or its link (see git.FetchOptions.AllowLocal).
+	// OCICacheQuota bounds the bytes of the extracted OCI artifacts kept beside CacheDir
+	// (sources.OCICacheDir; oci.FetchOptions.CacheQuota); 0: no limit.
+	OCICacheQuota int64
+	// AllowLocalGit lets Syncs name file:// URLs, local paths and git servers or OCI
+	// registries on this machine or its link (see git.FetchOptions.AllowLocal).
 	AllowLocalGit bool
 	// MaxFetchSize bounds the bytes one git fetch downloads (git.FetchOptions.MaxFetchSize).
 	MaxFetchSize int64
@@ -158,6 +161,7 @@ func DefaultOptions() Options {
 		BuildTimeout:    defaultBuildTimeout,
 		FetchTimeout:    defaultFetchTimeout,
 		GitCacheQuota:   defaultGitCacheQuota,
+		OCICacheQuota:   defaultOCICacheQuota,
 		MaxFetchSize:    git.DefaultMaxFetchSize,
 		Limits: sources.Limits{MaxFiles: sources.DefaultMaxFiles, MaxFileSize: sources.DefaultMaxFileSize,
 			MaxObjects: sources.DefaultMaxObjects, MaxTotalSize: sources.DefaultMaxTotalSize,

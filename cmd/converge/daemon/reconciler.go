@@ -100,7 +100,7 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		loader:      sources.NewLoaderSized(o.CacheDir, o.RenderCacheSize),
 		kubeVersion: &clusterVersion{cfg: cfg},
 		render: renderSettings{timeout: o.BuildTimeout, limits: o.Limits, allowLocalGit: o.AllowLocalGit, maxFetchSize: o.MaxFetchSize, fetchTimeout: o.FetchTimeout,
-			cacheQuota: o.GitCacheQuota},
+			cacheQuota: o.GitCacheQuota, ociCacheQuota: o.OCICacheQuota},
 		engines:     engines,
 		drift:       drift,
 		deps:        dependencies{cache: mgr.GetCache(), noCrossNamespace: o.crossNamespaceRefused(), sharded: o.WatchLabelSelector != ""},
@@ -402,9 +402,12 @@ func (r *reconciler) fail(s *v1alpha1.Sync, o status.Outcome, reason string, err
 
 // source turns the Sync spec and its secret into a sources.Source.
 func (r *reconciler) source(ctx context.Context, s *v1alpha1.Sync) (sources.Source, error) {
+	if s.Spec.Source.OCI != nil {
+		return r.ociSource(ctx, s)
+	}
 	g := s.Spec.Source.Git
 	if g == nil {
-		return sources.Source{}, errors.New("spec.source.git is required")
+		return sources.Source{}, errors.New("spec.source: set one of git and oci")
 	}
 	repo := git.Repository{URL: g.URL, Ref: git.Ref{Branch: g.Ref.Branch, Tag: g.Ref.Tag, SemVer: g.Ref.SemVer, Commit: g.Ref.Commit}}
 	if repo.Ref == (git.Ref{}) {

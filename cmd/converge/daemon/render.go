@@ -24,6 +24,10 @@ const defaultFetchTimeout = time.Minute
 // volume (an emptyDir of 1 GiB, deploy/manager), leaving room for fetches in flight.
 const defaultGitCacheQuota = 768 << 20
 
+// defaultOCICacheQuota bounds the extracted OCI artifacts on disk: with the git cache's
+// 768 MiB, 7/8 of the shipped 1 GiB cache volume, the rest for downloads in flight.
+const defaultOCICacheQuota = 128 << 20
+
 // renderSettings are the daemon's render options (flags of `converge run`).
 type renderSettings struct {
 	timeout time.Duration  // 0: defaultBuildTimeout
@@ -38,6 +42,8 @@ type renderSettings struct {
 	fetchTimeout time.Duration
 	// cacheQuota bounds the git cache's disk (--git-cache-quota); 0: no limit.
 	cacheQuota int64
+	// ociCacheQuota bounds the OCI cache's disk (--oci-cache-quota); 0: no limit.
+	ociCacheQuota int64
 }
 
 // buildTimeout bounds a fetch and render, and separately the decryption that follows it.
@@ -68,6 +74,8 @@ func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src source
 	if rs.fetchTimeout <= 0 {
 		opts.Fetch.Timeout = min(defaultFetchTimeout, timeout)
 	}
+	opts.OCI.AllowLocal, opts.OCI.MaxFetchSize = opts.Fetch.AllowLocal, opts.Fetch.MaxFetchSize
+	opts.OCI.Timeout, opts.OCI.CacheQuota = opts.Fetch.Timeout, rs.ociCacheQuota
 	lctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	b, err := l.Load(lctx, src, opts)

@@ -1,0 +1,340 @@
+package oci
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2/registry/remote"
+	"oras.land/oras-go/v2/registry/remote/auth"
+)
+
+// Fetcher fetches artifacts into a cache directory, one folder per manifest digest and
+// layer selection. It is safe for concurrent use; fetches of the same folder are
+// serialized, others run in parallel.
+type Fetcher struct {
+	cache cache
+
+	mu sync.Mutex
+	// locks serialize the fetches of one folder (a channel of one token, so a wait ends
+	// with its ctx); an entry lives while a fetch holds or waits for it, so the map stays
+	// as small as the fetches in flight and unrelated artifacts never wait for each other.
+	locks map[string]*folderLock
+	stats Stats
+	// auths keep each registry's auth scheme and tokens between fetches, one cache per
+	// registry and credential (never shared between credentials), so that a poll of a
+	// cached tag is one request, not a challenge and a token exchange first.
+	auths map[string]auth.Cache
+}
+
+// maxAuthCaches bounds auths; past it they are all dropped (a fetch then pays one
+// challenge again).
+const maxAuthCaches = 1024
+
+// authCache returns the auth cache of cred on registry host.
+func (f *Fetcher) authCache(host string, cred auth.Credential) auth.Cache {
+	h := sha256.Sum256([]byte(strings.Join([]string{host, cred.Username, cred.Password, cred.RefreshToken, cred.AccessToken}, "\x00")))
+	key := hex.EncodeToString(h[:])
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.auths[key]
+	if !ok {
+		if len(f.auths) >= maxAuthCaches {
+			clear(f.auths)
+		}
+		c = auth.NewCache()
+		f.auths[key] = c
+	}
+	return c
+}
+
+type folderLock struct {
+	token chan struct{}
+	refs  int
+}
+
+// NewFetcher returns a Fetcher that keeps extracted artifacts under cacheDir.
+func NewFetcher(cacheDir string) *Fetcher {
+	return &Fetcher{cache: cache{dir: cacheDir}, locks: map[string]*folderLock{}, auths: map[string]auth.Cache{}}
+}
+
+// Stats returns how many references the Fetcher resolved and layers it downloaded.
+func (f *Fetcher) Stats() Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stats
+}
+
+// CacheBytes returns the bytes of the extracted artifacts the cache holds.
+func (f *Fetcher) CacheBytes() int64 { return f.cache.total() }
+
+// Fetch resolves a's reference on the registry with a's credentials and returns the
+// extracted artifact. When its manifest digest and layer selection were extracted before,
+// the resolution is the only request (one HEAD of the manifest for a tag or a digest).
+//
+// The folder stays on disk at least until ctx's deadline, so a caller that reads it under
+// the same ctx never sees it removed half-way.
+func (f *Fetcher) Fetch(ctx context.Context, a Artifact, opts FetchOptions) (*Result, error) {
+	readUntil, _ := ctx.Deadline()
+	if opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+	}
+	res, err := f.fetch(ctx, a, opts, readUntil)
+	if err != nil && opts.Timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) && !IsTerminal(err) {
+		return nil, fmt.Errorf("%s: not finished within %v (--fetch-timeout): check that the registry is reachable and answers: %w", a, opts.Timeout, err)
+	}
+	return res, err
+}
+
+func (f *Fetcher) fetch(ctx context.Context, a Artifact, opts FetchOptions, readUntil time.Time) (*Result, error) {
+	ref, err := parse(a)
+	if err != nil {
+		return nil, err
+	}
+	b := &budget{url: a.String(), limit: opts.MaxFetchSize}
+	t, rt, err := newTransport(opts, a, b)
+	if err != nil {
+		return nil, err
+	}
+	defer t.CloseIdleConnections()
+	cred, err := credential(a.URL, ref.Registry, a.Auth.DockerConfigJSON)
+	if err != nil {
+		return nil, err
+	}
+	repo := &remote.Repository{Reference: ref, PlainHTTP: a.Insecure, MaxMetadataBytes: MaxManifestSize, TagListMaxPages: 64,
+		Client: &auth.Client{Client: &http.Client{Transport: rt}, Credential: auth.StaticCredential(ref.Registry, cred), Cache: f.authCache(ref.Registry, cred)}}
+	tag, desc, err := f.resolve(ctx, repo, a)
+	if err != nil {
+		return nil, err
+	}
+	revision := desc.Digest.String()
+	if tag != "" {
+		revision = tag + "@" + revision
+	}
+	if opts.Verify != nil {
+		if err := opts.Verify(ctx, Subject{Artifact: a, Manifest: desc, Repository: repo}); err != nil {
+			return nil, fmt.Errorf("%s: %s: verify: %w", a, revision, err)
+		}
+	}
+	key := cacheKey(desc.Digest, a.Layer)
+	unlock, err := f.lock(ctx, a, key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	res := &Result{Dir: filepath.Join(f.cache.dir, key), Revision: revision, Digest: desc.Digest.String()}
+	if f.cache.lookup(key, readUntil) {
+		return res, nil
+	}
+	if err := f.download(ctx, repo, a, desc, key, opts, readUntil); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// cacheKey names the folder of a manifest digest read with a layer selection.
+func cacheKey(d digest.Digest, l LayerSelector) string {
+	h := sha256.Sum256([]byte(d.String() + "\x00" + l.MediaType + "\x00" + l.Operation))
+	return hex.EncodeToString(h[:16])
+}
+
+// lock takes the lock of folder key and returns its release, or gives up when ctx ends:
+// a fetch never waits for another one past its own deadline.
+func (f *Fetcher) lock(ctx context.Context, a Artifact, key string) (func(), error) {
+	f.mu.Lock()
+	l, ok := f.locks[key]
+	if !ok {
+		l = &folderLock{token: make(chan struct{}, 1)}
+		f.locks[key] = l
+	}
+	l.refs++
+	f.mu.Unlock()
+	done := func() {
+		f.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(f.locks, key)
+		}
+		f.mu.Unlock()
+	}
+	select {
+	case l.token <- struct{}{}:
+		return func() { <-l.token; done() }, nil
+	case <-ctx.Done():
+		done()
+		return nil, fmt.Errorf("%s: waiting for another fetch of the cache folder: %w", a, ctx.Err())
+	}
+}
+
+func (f *Fetcher) count(resolves, downloads int) {
+	f.mu.Lock()
+	f.stats.Resolves += resolves
+	f.stats.Downloads += downloads
+	f.mu.Unlock()
+}
+
+// download reads the manifest, downloads and checks the selected layer, and extracts it
+// into the cache folder key.
+func (f *Fetcher) download(ctx context.Context, repo *remote.Repository, a Artifact, desc ocispec.Descriptor, key string, opts FetchOptions, readUntil time.Time) error {
+	m, err := fetchManifest(ctx, repo, a, desc)
+	if err != nil {
+		return err
+	}
+	layer, err := selectLayer(a, m)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(f.cache.dir, 0o700); err != nil {
+		return err
+	}
+	blob, err := f.downloadLayer(ctx, repo, a, layer, opts)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(blob.Name())
+	defer blob.Close()
+	f.count(0, 1)
+	tmp, err := os.MkdirTemp(f.cache.dir, tmpPrefix)
+	if err != nil {
+		return err
+	}
+	size, err := unpack(a, layer, blob, tmp, opts)
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(f.cache.dir, key))
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
+	}
+	if !f.cache.add(key, size, readUntil, opts.CacheQuota) {
+		return fmt.Errorf("%s: %w: %d bytes extracted, over the OCI cache quota of %d bytes (--oci-cache-quota)", a, ErrTooLarge, size, opts.CacheQuota)
+	}
+	return nil
+}
+
+// fetchManifest reads an image manifest by digest, at most MaxManifestSize, checked against
+// its digest.
+func fetchManifest(ctx context.Context, repo *remote.Repository, a Artifact, desc ocispec.Descriptor) (*ocispec.Manifest, error) {
+	switch desc.MediaType {
+	case ocispec.MediaTypeImageManifest, "application/vnd.docker.distribution.manifest.v2+json":
+	default:
+		return nil, fmt.Errorf("%s: %w: manifest of media type %q, want an image manifest (push the artifact with flux push artifact or oras push)", a, ErrInvalid, desc.MediaType)
+	}
+	if desc.Size > MaxManifestSize {
+		return nil, fmt.Errorf("%s: manifest: %w: %d bytes, over %d", a, ErrTooLarge, desc.Size, MaxManifestSize)
+	}
+	rc, err := repo.Fetch(ctx, desc)
+	if err != nil {
+		return nil, classify(a, "manifest", err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, desc.Size+1))
+	if err != nil {
+		return nil, classify(a, "manifest", err)
+	}
+	if int64(len(data)) != desc.Size || digest.FromBytes(data) != desc.Digest {
+		return nil, fmt.Errorf("%s: manifest: %w: its bytes do not match %s", a, ErrDigest, desc.Digest)
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%s: manifest: %w: %v", a, ErrInvalid, err)
+	}
+	return &m, nil
+}
+
+// selectLayer returns the layer a's selector picks: the first of its media type, or the
+// first layer.
+func selectLayer(a Artifact, m *ocispec.Manifest) (ocispec.Descriptor, error) {
+	for _, l := range m.Layers {
+		if a.Layer.MediaType == "" || l.MediaType == a.Layer.MediaType {
+			if l.Digest.Validate() != nil || l.Digest.Algorithm() != digest.SHA256 || l.Size < 0 {
+				return ocispec.Descriptor{}, fmt.Errorf("%s: layer %q: %w: want a sha256 digest and a size", a, l.Digest, ErrInvalid)
+			}
+			return l, nil
+		}
+	}
+	if a.Layer.MediaType == "" {
+		return ocispec.Descriptor{}, fmt.Errorf("%s: %w: the manifest has no layer", a, ErrInvalid)
+	}
+	return ocispec.Descriptor{}, fmt.Errorf("%s: %w: no layer of media type %q (fix layerSelector.mediaType)", a, ErrInvalid, a.Layer.MediaType)
+}
+
+// downloadLayer writes the layer into a temporary file (removed by the caller), within the
+// fetch budget, and checks its size and digest against the manifest.
+func (f *Fetcher) downloadLayer(ctx context.Context, repo *remote.Repository, a Artifact, layer ocispec.Descriptor, opts FetchOptions) (*os.File, error) {
+	if opts.MaxFetchSize > 0 && layer.Size > opts.MaxFetchSize {
+		return nil, fmt.Errorf("%s: layer %s: %w: %d bytes, over --max-fetch-size (%d)", a, layer.Digest, ErrTooLarge, layer.Size, opts.MaxFetchSize)
+	}
+	if opts.CacheQuota > 0 && layer.Size > opts.CacheQuota {
+		return nil, fmt.Errorf("%s: layer %s: %w: %d bytes, over the OCI cache quota of %d bytes (--oci-cache-quota)", a, layer.Digest, ErrTooLarge, layer.Size, opts.CacheQuota)
+	}
+	rc, err := repo.Blobs().Fetch(ctx, layer)
+	if err != nil {
+		return nil, classify(a, "layer "+layer.Digest.String(), err)
+	}
+	defer rc.Close()
+	tmp, err := os.CreateTemp(f.cache.dir, tmpPrefix+"layer-")
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(rc, layer.Size+1))
+	if err == nil && (n != layer.Size || digest.NewDigest(digest.SHA256, h) != layer.Digest) {
+		err = fmt.Errorf("%s: layer: %w: %d bytes of digest %s, the manifest says %d bytes of %s (the registry's copy is damaged or was replaced; push the artifact again)",
+			a, ErrDigest, n, digest.NewDigest(digest.SHA256, h), layer.Size, layer.Digest)
+	} else if err != nil && !errors.Is(err, ErrTooLarge) {
+		err = classify(a, "layer "+layer.Digest.String(), err)
+	}
+	if err == nil {
+		_, err = tmp.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return nil, err
+	}
+	return tmp, nil
+}
+
+// unpack extracts (or copies) the layer read from blob into dir, and returns the bytes
+// written.
+func unpack(a Artifact, layer ocispec.Descriptor, blob io.Reader, dir string, opts FetchOptions) (int64, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	lim := limits{files: opts.MaxFiles, fileSize: opts.MaxFileSize, totalSize: opts.MaxTotalSize}
+	if a.Layer.Operation != OperationCopy {
+		return extract(a.String(), blob, root, lim)
+	}
+	name := layer.Annotations[ocispec.AnnotationTitle]
+	if name == "" || filepath.Base(name) != name || name == "." || name == ".." {
+		name = "layer"
+	}
+	if lim.fileSize > 0 && layer.Size > lim.fileSize {
+		return 0, fmt.Errorf("%s: layer %s: %w: %d bytes, over %d (--max-file-size)", a, layer.Digest, ErrTooLarge, layer.Size, lim.fileSize)
+	}
+	out, err := root.Create(name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(out, blob)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return n, err
+}
