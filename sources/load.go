@@ -84,12 +84,13 @@ func NewLoaderSized(cacheDir string, cacheBytes int64) *Loader {
 func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundle, error) {
 	root, revision, digest := src.Dir, "", ""
 	var commitTime time.Time
+	var sigs []git.Signature
 	if src.Git.URL != "" {
 		co, err := l.fetcher.Fetch(ctx, src.Git, exportLimits(opts))
 		if err != nil {
 			return nil, err
 		}
-		root, revision, digest, commitTime = co.Dir, co.Revision, "sha1:"+co.Commit, co.CommitTime
+		root, revision, digest, commitTime, sigs = co.Dir, co.Revision, "sha1:"+co.Commit, co.CommitTime, co.Signatures
 	} else {
 		abs, err := filepath.Abs(src.Dir)
 		if err != nil {
@@ -117,7 +118,7 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 			l.cache.put(key, e)
 		}
 	}
-	return &Bundle{Revision: revision, Objects: e.objs, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime}, e.err
+	return &Bundle{Revision: revision, Objects: e.objs, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime, Signatures: sigs}, e.err
 }
 
 // exportLimits returns opts.Fetch with its export limits raised to the render's where
