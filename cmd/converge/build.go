@@ -34,6 +34,7 @@ type sourceFlags struct {
 	limits         sources.Limits
 	decryption     decryptionFlags
 	subst          substituteFlags
+	verify         verifyFlags
 }
 
 func newBuildCommand() *cobra.Command {
@@ -107,6 +108,7 @@ func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 	addLimitFlags(fl, &f.limits)
 	f.decryption.addFlags(cmd)
 	f.subst.addFlags(cmd)
+	f.verify.addFlags(cmd)
 }
 
 // load fetches and renders what the flags and argument name, then decrypts and substitutes it.
@@ -147,6 +149,10 @@ func (f *sourceFlags) redactor() *varsubst.Redactor {
 
 // source turns the flags and argument into what to load.
 func (f *sourceFlags) source(args []string) (sources.Source, error) {
+	verify, err := f.verify.verification(f.gitURL)
+	if err != nil {
+		return sources.Source{}, err
+	}
 	if f.gitURL == "" {
 		if len(args) != 1 {
 			return sources.Source{}, errors.New("give a PATH to render, or --git-url")
@@ -173,7 +179,7 @@ func (f *sourceFlags) source(args []string) (sources.Source, error) {
 			return sources.Source{}, fmt.Errorf("known hosts: %w", err)
 		}
 	}
-	return sources.Source{Git: git.Repository{URL: f.gitURL, Ref: ref, Auth: auth}, Path: f.path}, nil
+	return sources.Source{Git: git.Repository{URL: f.gitURL, Ref: ref, Auth: auth, Verify: verify}, Path: f.path}, nil
 }
 
 // localSource finds the source root of a local path: the given root, else the enclosing git
