@@ -124,3 +124,47 @@ func TestDaemonVerifyNoOpReadsOnlyTheKeys(t *testing.T) {
 		t.Errorf("3 no-op reconciles sent %d reads of the keys Secret (want 3) and %v", reads, others)
 	}
 }
+
+// TestDaemonVerifyKeysSecret: keys that cannot be used stop the Sync before the fetch is
+// trusted, each with its own message and reason SourceVerificationFailed, and nothing is
+// applied: a missing keys Secret (retried), then a Secret whose value is no public key (named),
+// then the right key applies the commit.
+func TestDaemonVerifyKeysSecret(t *testing.T) {
+	f := newFixture(t)
+	key, pub := sshSigningKey(t)
+	f.git.SigningKey = key
+	rev := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	f.startDaemon(env.Config)
+	f.createSync(2*time.Second, func(s *v1alpha1.Sync) {
+		s.Spec.Source.Git.Verify = &v1alpha1.GitVerification{Mode: "TagAndHEAD", SecretRef: v1alpha1.LocalObjectReference{Name: "signers"}}
+	})
+	failing := func(what, msg string) {
+		t.Helper()
+		s := f.waitSync(what, func(s *v1alpha1.Sync) bool {
+			c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+			return c != nil && c.Reason == reasonSourceVerificationFailed && strings.Contains(c.Message, msg)
+		})
+		if s.Status.LastAppliedRevision != "" {
+			t.Errorf("%s: lastAppliedRevision %q, want none", what, s.Status.LastAppliedRevision)
+		}
+		if _, err := f.configMap("a"); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: configmap a was applied: %v", what, err)
+		}
+	}
+	failing("failing on the missing keys Secret", "spec.source.git.verify.secretRef: Secret "+f.ns+"/signers read as")
+
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "signers"},
+		Data: map[string][]byte{"ci.pub": pub, "notes": []byte("rotate yearly\n")}}
+	if err := f.c.Create(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	failing("failing on a value that is no key", `key "notes": line 1 is not an SSH public key`)
+
+	sec.Data = map[string][]byte{"ci.pub": pub}
+	if err := f.c.Update(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	failing("failing on mode TagAndHEAD for a branch", "branch main: no annotated tag to verify: mode TagAndHEAD needs a tag or semver ref")
+	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.Source.Git.Verify.Mode = "HEAD" })
+	f.waitSync("Ready with the right key and mode", readyAt(rev))
+}
