@@ -175,12 +175,9 @@ func (tk trustedKeys) checkSSH(s signed) (Signature, error) {
 		s.object, ErrUnknownKey, fp, len(tk.ssh), s.sign)
 }
 
-// verifySSH checks an sshsig signature over s's payload in git's namespace.
+// verifySSH checks an sshsig signature over s's payload in git's namespace. An RSA signature
+// over SHA-1 (ssh-rsa) never gets here: sshsig.Unarmor refuses it, as ssh-keygen -Y verify does.
 func verifySSH(s signed, sig *sshsig.Signature, key ssh.PublicKey) error {
-	if sig.Signature.Format == ssh.KeyAlgoRSA {
-		// ssh-keygen -Y verify refuses RSA signatures over SHA-1 too.
-		return errors.New("RSA signature with SHA-1 (ssh-rsa) refused")
-	}
 	o := &plumbing.MemoryObject{}
 	if err := s.payload(o); err != nil {
 		return err
