@@ -25,7 +25,7 @@ func sshKeyFile(t *testing.T) (private, public string) {
 // TestBuildVerifyKey: `converge build --git-url … --verify-key FILE` renders a commit
 // signed with the key (SSH, gpg.format=ssh) and refuses, exit 2 and nothing printed, one
 // signed by another key, as the daemon's spec.source.git.verify does; --verify-key without
-// --git-url is refused.
+// --git-url, and --verify-mode without --verify-key, are refused.
 func TestBuildVerifyKey(t *testing.T) {
 	srv, err := gitserver.Start(t.TempDir(), "")
 	if err != nil {
@@ -54,5 +54,9 @@ func TestBuildVerifyKey(t *testing.T) {
 	_, errOut, code = runOffline("build", dir, "--verify-key", signerPub)
 	if code != 2 || !strings.Contains(errOut, "--verify-key verifies a fetched commit: give --git-url") {
 		t.Errorf("local folder: exit %d, stderr %q", code, errOut)
+	}
+	_, errOut, code = runOffline(append(args, "--verify-mode", "Tag")...)
+	if code != 2 || !strings.Contains(errOut, "--verify-mode needs --verify-key") {
+		t.Errorf("--verify-mode alone: exit %d, stderr %q", code, errOut)
 	}
 }
