@@ -81,6 +81,9 @@ and still printed masked unless --show-secrets.`,
 			if err != nil {
 				return f.redactor().Error(err)
 			}
+			for _, sig := range b.Signatures {
+				fmt.Fprintln(cmd.ErrOrStderr(), "verified:", sig)
+			}
 			out, err := marshalStream(f.decryption.mask(b))
 			if err != nil {
 				return err

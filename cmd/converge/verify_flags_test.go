@@ -23,7 +23,7 @@ func sshKeyFile(t *testing.T) (private, public string) {
 }
 
 // TestBuildVerifyKey: `converge build --git-url … --verify-key FILE` renders a commit
-// signed with the key (SSH, gpg.format=ssh) and refuses, exit 2 and nothing printed, one
+// signed with the key (SSH, gpg.format=ssh), saying on stderr which key signed it, and refuses, exit 2 and nothing printed, one
 // signed by another key, as the daemon's spec.source.git.verify does; --verify-key without
 // --git-url, and --verify-mode without --verify-key, are refused.
 func TestBuildVerifyKey(t *testing.T) {
@@ -42,6 +42,9 @@ func TestBuildVerifyKey(t *testing.T) {
 	out, errOut, code := runOffline(append(args, "--verify-key", otherPub, "--verify-key", signerPub)...)
 	if code != 0 || !strings.Contains(out, "name: b") {
 		t.Fatalf("signed by a given key: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if want := "verified: commit " + sha + " signed by SSH key SHA256:"; !strings.HasPrefix(errOut, want) || !strings.Contains(errOut, "("+signerPub+")") {
+		t.Errorf("stderr %q, want %q… naming the key file", errOut, want)
 	}
 	out, errOut, code = runOffline(append(args, "--verify-key", otherPub)...)
 	if want := "commit " + sha + " is signed by a key that is not trusted"; code != 2 || out != "" || !strings.Contains(errOut, want) {
