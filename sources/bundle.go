@@ -31,6 +31,9 @@ type Bundle struct {
 	Ordered [][]byte
 	// CommitTime is the committer time of a git revision; zero for a local folder.
 	CommitTime time.Time
+	// Signatures are the verified signatures of a git revision fetched with
+	// git.Repository.Verify; nil otherwise.
+	Signatures []git.Signature
 }
 
 var (

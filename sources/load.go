@@ -110,6 +110,7 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 	ctx = withTenant(ctx, opts.Tenant)
 	root, revision, digest := src.Dir, "", ""
 	var commitTime time.Time
+	var sigs []git.Signature
 	switch {
 	case src.Git.URL != "":
 		co, err := l.fetcher.Fetch(ctx, src.Git, exportLimits(opts))
@@ -117,7 +118,7 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 			return nil, err
 		}
 		defer co.Release() // read by the render below, not after
-		root, revision, digest, commitTime = co.Dir, co.Revision, "sha1:"+co.Commit, co.CommitTime
+		root, revision, digest, commitTime, sigs = co.Dir, co.Revision, "sha1:"+co.Commit, co.CommitTime, co.Signatures
 	case src.OCI.URL != "":
 		a, err := l.oci.Fetch(ctx, src.OCI, ociLimits(opts))
 		if err != nil {
@@ -155,7 +156,7 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 			l.cache.put(key, e)
 		}
 	}
-	return &Bundle{Revision: revision, Objects: e.objs, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime}, e.err
+	return &Bundle{Revision: revision, Objects: e.objs, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime, Signatures: sigs}, e.err
 }
 
 // exportLimits returns opts.Fetch with its export limits raised to the render's where

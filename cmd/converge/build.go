@@ -36,6 +36,7 @@ type sourceFlags struct {
 	decryption     decryptionFlags
 	subst          substituteFlags
 	helm           helmFlags
+	verify         verifyFlags
 }
 
 func newBuildCommand() *cobra.Command {
@@ -96,6 +97,9 @@ and still printed masked unless --show-secrets.`,
 			if err != nil {
 				return f.redactor().Error(err)
 			}
+			for _, sig := range b.Signatures {
+				fmt.Fprintln(cmd.ErrOrStderr(), "verified:", sig)
+			}
 			out, err := marshalStream(f.decryption.mask(b))
 			if err != nil {
 				return err
@@ -126,6 +130,7 @@ func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 	f.decryption.addFlags(cmd)
 	f.subst.addFlags(cmd)
 	f.helm.addFlags(cmd)
+	f.verify.addFlags(cmd)
 }
 
 // load fetches and renders what the flags and argument name, then decrypts and substitutes it.
@@ -170,6 +175,10 @@ func (f *sourceFlags) redactor() *varsubst.Redactor {
 
 // source turns the flags and argument into what to load.
 func (f *sourceFlags) source(args []string) (sources.Source, error) {
+	verify, err := f.verify.verification(f.gitURL)
+	if err != nil {
+		return sources.Source{}, err
+	}
 	if len(args) == 1 && isOCI(args[0]) {
 		return f.ociSource(args[0])
 	}
@@ -199,7 +208,7 @@ func (f *sourceFlags) source(args []string) (sources.Source, error) {
 			return sources.Source{}, fmt.Errorf("known hosts: %w", err)
 		}
 	}
-	return sources.Source{Git: git.Repository{URL: f.gitURL, Ref: ref, Auth: auth}, Path: f.path}, nil
+	return sources.Source{Git: git.Repository{URL: f.gitURL, Ref: ref, Auth: auth, Verify: verify}, Path: f.path}, nil
 }
 
 // localSource finds the source root of a local path: the given root, else the enclosing git

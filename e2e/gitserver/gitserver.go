@@ -24,6 +24,9 @@ type Server struct {
 	Root string
 	// URL is the base URL, e.g. http://127.0.0.1:41234.
 	URL string
+	// SigningKey, when set, is the path of an SSH private key Publish signs its commits
+	// with (git's gpg.format=ssh), as a developer with commit signing on does.
+	SigningKey string
 
 	srv *http.Server
 }
@@ -87,9 +90,13 @@ func (s *Server) Publish(name, branch, dir, message string) (string, error) {
 			return "", err
 		}
 	}
+	commit := []string{"commit", "-q", "--allow-empty", "-m", message}
+	if s.SigningKey != "" {
+		commit = append([]string{"-c", "gpg.format=ssh", "-c", "user.signingkey=" + s.SigningKey}, append(commit, "-S")...)
+	}
 	steps := [][]string{
 		{"add", "-A"},
-		{"commit", "-q", "--allow-empty", "-m", message},
+		commit,
 		{"push", "-q", bare, "HEAD:refs/heads/" + branch},
 	}
 	for _, args := range steps {

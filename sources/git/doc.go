@@ -13,7 +13,10 @@
 // of the same commit, and within the file count and size limits of FetchOptions. Every
 // connection is checked where it is dialed, on the resolved address: loopback, link-local,
 // unspecified and multicast addresses are refused unless FetchOptions.AllowLocal (see
-// dial.go for how the guard reaches go-git's process-wide transports).
+// dial.go for how the guard reaches go-git's process-wide transports). With
+// Repository.Verify, the PGP or SSH (sshsig, namespace "git") signature of the commit, of its
+// annotated tag, or of both is checked against trusted public keys on every fetch, cached
+// commit or not, before the commit is exported: a commit that fails is never written out.
 //
 // It must not import kube clients, kustomize or the rest of Converge: it only knows git.
 package git

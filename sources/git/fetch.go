@@ -117,8 +117,14 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
+	// Before the export: a commit that fails verification is never written out.
+	sigs, err := c.verify(t, repo.Ref, repo.Verify)
+	if err != nil {
+		return nil, fmt.Errorf("verify %s %s: %w", redact(repo.URL), repo.Ref, err)
+	}
 	co, err := c.checkout(ctx, t, readUntil, opts)
 	if err == nil {
+		co.Signatures = sigs
 		f.own(opts.Owner, key)
 		accounted = true
 		if err = f.account(key, c.wrote, opts.CacheQuota); err != nil {
@@ -253,7 +259,7 @@ func (c *cache) ref(ctx context.Context, ref Ref) (target, error) {
 		return target{}, err
 	}
 	t, err := index(refs).pick(ref)
-	if err != nil || have(r, t.hash) {
+	if err != nil || (have(r, t.hash) && haveTag(r, t)) {
 		return t, err
 	}
 	// Force: a force-pushed branch replaces the old head. Depth 1: only the tip is needed.
@@ -270,7 +276,7 @@ func (c *cache) ref(ctx context.Context, ref Ref) (target, error) {
 	if err != nil {
 		return target{}, fmt.Errorf("read fetched %s: %w", t.refName, err)
 	}
-	t.hash = h
+	t.hash, t.tag = h, tagOf(r, t.refName)
 	return t, nil
 }
 

@@ -61,6 +61,8 @@ type Repository struct {
 	URL  string
 	Ref  Ref
 	Auth Auth
+	// Verify, when set, has Fetch check signatures before the commit is exported.
+	Verify *Verification
 }
 
 // Checkout is one fetched commit, exported as plain files.
@@ -75,6 +77,8 @@ type Checkout struct {
 	Commit string
 	// CommitTime is the committer time of the commit.
 	CommitTime time.Time
+	// Signatures are the signatures Repository.Verify checked; nil without it.
+	Signatures []Signature
 
 	release func()
 }
@@ -192,8 +196,10 @@ var (
 )
 
 // IsTerminal reports whether a Fetch error stays until the Sync's spec or the repository
-// changes (a refused URL, a commit over a limit or with unsafe entries), as opposed to a
-// network or server failure worth retrying.
+// changes (a refused URL, a commit over a limit or with unsafe entries, a failed signature
+// verification), as opposed to a network or server failure worth retrying.
 func IsTerminal(err error) bool {
-	return errors.Is(err, ErrLocalURL) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrUnsafeTree)
+	var ve *VerificationError
+	return errors.Is(err, ErrLocalURL) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrUnsafeTree) ||
+		errors.As(err, &ve)
 }

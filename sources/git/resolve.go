@@ -16,6 +16,9 @@ type target struct {
 	refName plumbing.ReferenceName
 	// hash is the commit (tags are peeled).
 	hash plumbing.Hash
+	// tag is the annotated tag object refName points to; zero for a branch, a lightweight
+	// tag or a bare commit.
+	tag plumbing.Hash
 }
 
 // revision formats the revision string of a checkout of t.
@@ -70,7 +73,7 @@ func (a advertised) pick(ref Ref) (target, error) {
 		if !ok {
 			return target{}, fmt.Errorf("tag %q: %w", ref.Tag, ErrRefNotFound)
 		}
-		return target{name: ref.Tag, refName: name, hash: h}, nil
+		return target{name: ref.Tag, refName: name, hash: h, tag: a.tagObject(name)}, nil
 	case ref.Branch != "":
 		return a.branch(ref.Branch)
 	}
@@ -79,6 +82,16 @@ func (a advertised) pick(ref Ref) (target, error) {
 		return target{}, fmt.Errorf("default branch: remote HEAD is not advertised as a branch, set a branch: %w", ErrRefNotFound)
 	}
 	return a.branch(head.Target().Short())
+}
+
+// tagObject returns the annotated tag object a tag ref points to (one the remote peels), or
+// the zero hash for a lightweight tag.
+func (a advertised) tagObject(name plumbing.ReferenceName) plumbing.Hash {
+	r, ok := a.refs[name]
+	if _, peeled := a.peeled[name]; !ok || !peeled {
+		return plumbing.ZeroHash
+	}
+	return r.Hash()
 }
 
 func (a advertised) branch(branch string) (target, error) {
@@ -116,5 +129,5 @@ func (a advertised) pickSemVer(constraint string) (target, error) {
 		return target{}, fmt.Errorf("semver %q: no matching tag: %w", constraint, ErrRefNotFound)
 	}
 	h, _ := a.commitOf(bestName)
-	return target{name: bestName.Short(), refName: bestName, hash: h}, nil
+	return target{name: bestName.Short(), refName: bestName, hash: h, tag: a.tagObject(bestName)}, nil
 }

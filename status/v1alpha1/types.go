@@ -434,6 +434,25 @@ type GitSource struct {
 	// or identity (SSH private key) and known_hosts.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+	// Verify checks the signature of the commit, of its annotated tag, or of both against
+	// trusted public keys before anything is rendered, as Flux's GitRepository spec.verify.
+	// +optional
+	Verify *GitVerification `json:"verify,omitempty"`
+}
+
+// GitVerification names the trusted keys and what must be signed by one of them.
+type GitVerification struct {
+	// Mode: HEAD verifies the commit; Tag the annotated tag that ref.tag or ref.semver
+	// resolved to; TagAndHEAD both.
+	// +kubebuilder:validation:Enum=HEAD;Tag;TagAndHEAD
+	// +kubebuilder:default=HEAD
+	// +optional
+	Mode string `json:"mode,omitempty"`
+	// SecretRef names a Secret in the Sync's namespace whose every value is a public key:
+	// an ASCII-armored PGP public key block, or SSH public keys in authorized_keys format
+	// (for commits signed with gpg.format=ssh).
+	// +required
+	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
 // GitRef selects a commit: at most one of Branch, Tag, SemVer or Commit; none means branch

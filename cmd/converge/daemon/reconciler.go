@@ -43,6 +43,9 @@ const (
 	// reasonInventoryPartMissing: the Sync's inventory lists a part ConfigMap that is gone
 	// (inventory.MissingPartError); Stalled until a person restores it or accepts the loss.
 	reasonInventoryPartMissing = "InventoryPartMissing"
+	// reasonSourceVerificationFailed: spec.source.git.verify refused the fetched revision,
+	// or its keys could not be read; nothing is rendered, applied or pruned (I8).
+	reasonSourceVerificationFailed = "SourceVerificationFailed"
 )
 
 // reconciler runs fetch → render → apply → prune → readiness → status for one Sync.
@@ -300,7 +303,7 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	o = status.Outcome{UID: s.UID, Generation: s.Generation, HandledRequest: s.Annotations[v1alpha1.RequestedAtAnnotation]}
 	src, err := r.source(ctx, s)
 	if err != nil {
-		return r.fail(s, o, reasonFetchFailed, err, false), retryLater, nil
+		return r.fail(s, o, fetchFailReason(err), err, false), retryLater, nil
 	}
 	if src.Helm, err = helmOptions(ctx, s, r.kubeVersion); err != nil {
 		return r.fail(s, o, reasonBuildFailed, err, true), retryLater, nil
@@ -312,8 +315,8 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	bundle, err := r.render.load(ctx, r.loader, src, client.ObjectKeyFromObject(s))
 	if bundle == nil {
 		r.metrics.sourceLoaded(s, time.Since(loadStart), "", time.Time{})
-		// A refused URL or an oversized commit is terminal: nothing is applied or pruned.
-		return r.fail(s, o, reasonFetchFailed, err, sources.IsTerminal(err)), retryLater, nil
+		// A refused URL, an oversized or unverified commit is terminal: nothing is applied or pruned.
+		return r.fail(s, o, fetchFailReason(err), err, sources.IsTerminal(err)), retryLater, nil
 	}
 	r.metrics.sourceLoaded(s, time.Since(loadStart), bundle.Revision, bundle.CommitTime)
 	o.AttemptedRevision = bundle.Revision
@@ -374,7 +377,7 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 		return r.waiting(s, o, bundle.Revision, waitState{pending: names, details: details, timeout: opts.Timeout})
 	}
 	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
-	o.Message = "Applied revision " + bundle.Revision
+	o.Message = "Applied revision " + bundle.Revision + verified(bundle.Signatures)
 	if res.MigrationPending != "" {
 		// Ready stays True (the revision is applied); a person must lift a refusal or settle
 		// an object two legacy inventories list. The message is stable across runs: no churn.
@@ -426,6 +429,10 @@ func (r *reconciler) source(ctx context.Context, s *v1alpha1.Sync) (sources.Sour
 			BearerToken: string(sec.Data["bearerToken"]), SSHPrivateKey: sec.Data["identity"],
 			SSHKnownHosts: sec.Data["known_hosts"],
 		}
+	}
+	var err error
+	if repo.Verify, err = r.verification(ctx, s); err != nil {
+		return sources.Source{}, err
 	}
 	return sources.Source{Git: repo, Path: s.Spec.Path}, nil
 }
