@@ -29,7 +29,7 @@ func (v *verifyFlags) addFlags(cmd *cobra.Command) {
 // verify a fetched commit, never a local folder.
 func (v *verifyFlags) verification(gitURL string) (*git.Verification, error) {
 	if len(v.keyFiles) == 0 {
-		if v.mode != string(git.VerifyHEAD) {
+		if v.mode != "" && v.mode != string(git.VerifyHEAD) {
 			return nil, errors.New("--verify-mode needs --verify-key")
 		}
 		return nil, nil
