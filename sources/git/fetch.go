@@ -14,6 +14,8 @@ import (
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+
+	"github.com/converge-dev/converge/sources/cachekey"
 )
 
 // Fetcher fetches repositories into a cache directory, one cache per URL and credentials
@@ -26,8 +28,7 @@ type Fetcher struct {
 	locks map[string]chan struct{}
 	stats Stats
 
-	keyMu sync.Mutex
-	key   []byte // names cache directories; read from cacheDir on first use
+	keyer *cachekey.Keyer // names cache directories
 
 	quota   quota   // the entries' sizes, uses and owners (see CacheQuota)
 	readers readers // the checkouts' readers (see Checkout.Release)
@@ -36,7 +37,7 @@ type Fetcher struct {
 // NewFetcher returns a Fetcher that keeps its repositories and checkouts under cacheDir.
 func NewFetcher(cacheDir string) *Fetcher {
 	installTransports()
-	return &Fetcher{cacheDir: cacheDir, locks: map[string]chan struct{}{}}
+	return &Fetcher{cacheDir: cacheDir, locks: map[string]chan struct{}{}, keyer: cachekey.New(cacheDir)}
 }
 
 // Stats returns how many ref lookups and pack transfers the Fetcher performed.

@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// The cache directory holds one folder per manifest digest and layer selection (cacheKey),
+// The cache directory holds one folder per registry, repository, credentials, manifest
+// digest and layer selection (named by Fetcher.keyer),
 // the extracted artifact. Its disk is bounded by FetchOptions.CacheQuota, counted as the
 // bytes of the extracted files: after a fetch extracts a new artifact, the least recently
 // used folders no fetch holds are removed until the total fits. A fetch holds its folder

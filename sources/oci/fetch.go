@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,13 +20,20 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/registry/remote"
 	"oras.land/oras-go/v2/registry/remote/auth"
+
+	"github.com/converge-dev/converge/sources/cachekey"
 )
 
-// Fetcher fetches artifacts into a cache directory, one folder per manifest digest and
-// layer selection. It is safe for concurrent use; fetches of the same folder are
+// Fetcher fetches artifacts into a cache directory, one folder per registry, repository,
+// credentials, manifest digest and layer selection. It is safe for concurrent use; fetches of the same folder are
 // serialized, others run in parallel.
 type Fetcher struct {
 	cache cache
+	// keyer names a folder by the registry, repository, credentials and CA it was read
+	// with, besides the manifest digest and layer selection: a folder is never served to a
+	// fetch that did not download it from the same place with the same credentials (a
+	// registry that answers with another tenant's digest gets nothing from the cache).
+	keyer *cachekey.Keyer
 
 	mu sync.Mutex
 	// locks serialize the fetches of one folder (a channel of one token, so a wait ends
@@ -67,7 +75,7 @@ type folderLock struct {
 
 // NewFetcher returns a Fetcher that keeps extracted artifacts under cacheDir.
 func NewFetcher(cacheDir string) *Fetcher {
-	return &Fetcher{cache: cache{dir: cacheDir}, locks: map[string]*folderLock{}, auths: map[string]auth.Cache{}}
+	return &Fetcher{cache: cache{dir: cacheDir}, keyer: cachekey.New(cacheDir), locks: map[string]*folderLock{}, auths: map[string]auth.Cache{}}
 }
 
 // Stats returns how many references the Fetcher resolved and layers it downloaded.
@@ -130,7 +138,12 @@ func (f *Fetcher) fetch(ctx context.Context, a Artifact, opts FetchOptions, read
 			return nil, fmt.Errorf("%s: %s: verify: %w", a, revision, err)
 		}
 	}
-	key := cacheKey(desc.Digest, a.Layer)
+	key, err := f.keyer.Name([]byte(ref.Registry+"/"+ref.Repository), []byte(strconv.FormatBool(a.Insecure)), a.Auth.CA,
+		[]byte(cred.Username), []byte(cred.Password), []byte(cred.RefreshToken), []byte(cred.AccessToken),
+		[]byte(desc.Digest), []byte(a.Layer.MediaType), []byte(a.Layer.Operation))
+	if err != nil {
+		return nil, err
+	}
 	unlock, err := f.lock(ctx, a, key)
 	if err != nil {
 		return nil, err
@@ -144,12 +157,6 @@ func (f *Fetcher) fetch(ctx context.Context, a Artifact, opts FetchOptions, read
 		return nil, err
 	}
 	return res, nil
-}
-
-// cacheKey names the folder of a manifest digest read with a layer selection.
-func cacheKey(d digest.Digest, l LayerSelector) string {
-	h := sha256.Sum256([]byte(d.String() + "\x00" + l.MediaType + "\x00" + l.Operation))
-	return hex.EncodeToString(h[:16])
 }
 
 // lock takes the lock of folder key and returns its release, or gives up when ctx ends:
