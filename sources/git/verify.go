@@ -168,6 +168,12 @@ func (c *cache) verifyTag(t target, ref Ref, mode VerifyMode, trusted trustedKey
 		return Signature{}, fmt.Errorf("tag %s names %s %s, not the fetched commit %s (moved during the fetch?)",
 			t.name, tag.TargetType, tag.Target, t.hash)
 	}
+	if short := t.refName.Short(); tag.Name != short {
+		// A signed tag object of another release placed under this name (a rollback): its
+		// signature covers the name it was signed as.
+		return Signature{}, fmt.Errorf("tag %s: %w: the tag object under this name was signed as tag %q: tag the release anew (git tag -s %s)",
+			short, ErrBadSignature, tag.Name, short)
+	}
 	return trusted.check(signed{
 		object: "tag " + t.name, signature: tag.PGPSignature,
 		payload: tag.EncodeWithoutSignature, pgp: tag.Verify,
