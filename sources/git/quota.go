@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/converge-dev/converge/sources/diskuse"
 )
 
 // The cache directory holds one entry per URL and credentials (a folder named by
@@ -384,26 +386,11 @@ func removeUnreserved(dir string) {
 	_, _ = prune(filepath.Join(dir, "checkouts"), 0)
 }
 
-// dirSize returns the disk a folder takes: the blocks of its files, folders and symlinks
-// (a file of one byte takes a block), or their sizes where the system does not say.
-func dirSize(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if info, err := d.Info(); err == nil {
-			n += diskUsage(info)
-		}
-		return nil
-	})
-	return n
-}
+// dirSize returns the disk a folder takes (disk blocks, see sources/diskuse).
+func dirSize(dir string) int64 { return diskuse.Of(dir) }
 
 // blockSize is what a claim rounds a file up to, and claims per folder it creates.
-const blockSize = 4096
+const blockSize = diskuse.BlockSize
 
 // onDisk rounds n bytes up to whole blocks.
-func onDisk(n int64) int64 {
-	return (n + blockSize - 1) / blockSize * blockSize
-}
+func onDisk(n int64) int64 { return diskuse.Round(n) }

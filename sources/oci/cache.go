@@ -1,19 +1,19 @@
 package oci
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/converge-dev/converge/sources/diskuse"
 )
 
 // The cache directory holds one folder per registry, repository, credentials, manifest
-// digest and layer selection (named by Fetcher.keyer),
-// the extracted artifact. Its disk is bounded by FetchOptions.CacheQuota, counted as the
-// bytes of the extracted files: after a fetch extracts a new artifact, the least recently
+// digest and layer selection (named by Fetcher.keyer): the extracted artifact. Its disk is bounded by FetchOptions.CacheQuota, counted as the
+// disk blocks the extracted folder takes (files, folders and links, sources/diskuse): after a fetch extracts a new artifact, the least recently
 // used folders no fetch holds are removed until the total fits. A fetch holds its folder
 // until the deadline of its ctx (the caller renders it under that ctx). An artifact over
 // the quota alone fails its fetch (ErrTooLarge). Folders left by an earlier process are
@@ -132,15 +132,4 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-func dirSize(dir string) int64 {
-	n := int64(0)
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				n += info.Size()
-			}
-		}
-		return nil
-	})
-	return n
-}
+func dirSize(dir string) int64 { return diskuse.Of(dir) }

@@ -22,7 +22,7 @@ func TestFetchCacheQuota(t *testing.T) {
 	}
 	f := NewFetcher(t.TempDir())
 	opts := localOptions()
-	opts.CacheQuota = 2500
+	opts.CacheQuota = 20_000 // two artifacts of 8 KiB on disk (a folder and a file), not three
 	fetch := func(ctx context.Context, tag string) (*Result, error) {
 		return f.Fetch(ctx, Artifact{URL: reg.URL("app"), Ref: Ref{Tag: tag}, Insecure: true}, opts)
 	}
@@ -48,7 +48,7 @@ func TestFetchCacheQuota(t *testing.T) {
 	if got := f.CacheBytes(); got > opts.CacheQuota {
 		t.Errorf("cache holds %d bytes, over the quota of %d", got, opts.CacheQuota)
 	}
-	opts.CacheQuota = 500
+	opts.CacheQuota = 5_000
 	if _, err := fetch(t.Context(), "b"); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "--oci-cache-quota") {
 		t.Errorf("an artifact over the quota alone: %v, want ErrTooLarge naming --oci-cache-quota", err)
 	}

@@ -32,6 +32,9 @@ type extractor struct {
 	files int
 	total int64
 	seen  map[string]bool
+	// links holds the symlinks written so far: no later entry is written under one, and
+	// none is hard-linked, so a link's target is only ever judged from where it was written.
+	links map[string]bool
 }
 
 // extract unpacks the tar (gzip-compressed or not) read from r into root, and returns the
@@ -51,7 +54,7 @@ func extract(what string, r io.Reader, root *os.Root, lim limits) (int64, error)
 		bound := lim.totalSize + tarOverhead*int64(max(lim.files, 1)) + 1<<20
 		src = &inflateBound{r: src, left: bound, what: what, limit: lim.totalSize}
 	}
-	x := &extractor{what: what, root: root, lim: lim, seen: map[string]bool{}}
+	x := &extractor{what: what, root: root, lim: lim, seen: map[string]bool{}, links: map[string]bool{}}
 	tr := tar.NewReader(src)
 	for {
 		h, err := tr.Next()
@@ -129,6 +132,11 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 		}
 		x.seen[name] = true
 	}
+	for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+		if x.links[dir] {
+			return fmt.Errorf("%s: %q: %w: its folder %q is a symlink of the same layer", x.what, h.Name, ErrUnsafeEntry, dir)
+		}
+	}
 	if dir := path.Dir(name); dir != "." {
 		if err := x.root.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("%s: %q: %w: %v", x.what, h.Name, ErrUnsafeEntry, err)
@@ -146,8 +154,8 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 		return x.symlink(name, h)
 	case tar.TypeLink:
 		target, err := x.cleanName(h.Linkname)
-		if err != nil || target == "" || !x.seen[target] {
-			return fmt.Errorf("%s: %q: %w: hard link to %q, not an earlier file of the layer", x.what, h.Name, ErrUnsafeEntry, h.Linkname)
+		if err != nil || target == "" || !x.seen[target] || x.links[target] {
+			return fmt.Errorf("%s: %q: %w: hard link to %q, not an earlier regular file of the layer", x.what, h.Name, ErrUnsafeEntry, h.Linkname)
 		}
 		if err := x.root.Link(target, name); err != nil {
 			return fmt.Errorf("%s: %q: %w: %v", x.what, h.Name, ErrUnsafeEntry, err)
@@ -193,5 +201,6 @@ func (x *extractor) symlink(name string, h *tar.Header) error {
 	if err := x.root.Symlink(t, name); err != nil {
 		return fmt.Errorf("%s: %q: %w: %v", x.what, h.Name, ErrUnsafeEntry, err)
 	}
+	x.links[name] = true
 	return nil
 }

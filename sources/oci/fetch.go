@@ -218,7 +218,7 @@ func (f *Fetcher) download(ctx context.Context, repo *remote.Repository, a Artif
 	if err != nil {
 		return err
 	}
-	size, err := unpack(a, layer, blob, tmp, opts)
+	_, err = unpack(a, layer, blob, tmp, opts)
 	if err == nil {
 		err = os.Rename(tmp, filepath.Join(f.cache.dir, key))
 	}
@@ -226,6 +226,7 @@ func (f *Fetcher) download(ctx context.Context, repo *remote.Repository, a Artif
 		_ = os.RemoveAll(tmp)
 		return err
 	}
+	size := dirSize(filepath.Join(f.cache.dir, key)) // disk blocks, folders and links included
 	if !f.cache.add(key, size, readUntil, opts.CacheQuota) {
 		return fmt.Errorf("%s: %w: %d bytes extracted, over the OCI cache quota of %d bytes (--oci-cache-quota)", a, ErrTooLarge, size, opts.CacheQuota)
 	}

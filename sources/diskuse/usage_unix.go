@@ -1,14 +1,14 @@
 //go:build unix
 
-package git
+package diskuse
 
 import (
 	"io/fs"
 	"syscall"
 )
 
-// diskUsage is the disk a file takes: its allocated blocks.
-func diskUsage(info fs.FileInfo) int64 {
+// usage is the disk a file takes: its allocated blocks.
+func usage(info fs.FileInfo) int64 {
 	if st, ok := info.Sys().(*syscall.Stat_t); ok {
 		return st.Blocks * 512
 	}
