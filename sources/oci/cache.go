@@ -12,12 +12,14 @@ import (
 )
 
 // The cache directory holds one folder per registry, repository, credentials, manifest
-// digest and layer selection (named by Fetcher.keyer): the extracted artifact. Its disk is bounded by FetchOptions.CacheQuota, counted as the
-// disk blocks the extracted folder takes (files, folders and links, sources/diskuse): after a fetch extracts a new artifact, the least recently
-// used folders no fetch holds are removed until the total fits. A fetch holds its folder
-// until the deadline of its ctx (the caller renders it under that ctx). An artifact over
-// the quota alone fails its fetch (ErrTooLarge). Folders left by an earlier process are
-// counted from the first fetch on, at their modification time.
+// digest and layer selection (named by Fetcher.keyer): the extracted artifact. Its disk is
+// bounded by FetchOptions.CacheQuota, counted as the disk blocks the extracted folder
+// takes (files, folders and links, sources/diskuse): after a fetch extracts a new
+// artifact, the least recently used folders no fetch holds are removed until the total
+// fits. A fetch holds its folder until the deadline of its ctx (the caller renders it
+// under that ctx). An artifact over the quota alone fails its fetch (ErrTooLarge). Folders
+// left by an earlier process are counted from the first fetch on, at their modification
+// time.
 
 // tmpPrefix names extractions in progress; they become an entry by a rename.
 const tmpPrefix = "tmp-"
