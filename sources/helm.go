@@ -2,6 +2,8 @@ package sources
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -57,7 +59,10 @@ func helmKey(h *HelmOptions) string {
 	if err != nil {
 		return fmt.Sprintf("unkeyable:%p", h) // never equal to another render's key
 	}
-	return string(js)
+	// A digest, not the values themselves: the render cache's keys are not counted in
+	// --render-cache-size, and a Sync's values may be large.
+	sum := sha256.Sum256(js)
+	return hex.EncodeToString(sum[:])
 }
 
 // buildChart renders the chart folder u.rel in a render child, always: a template can
