@@ -133,3 +133,41 @@ func TestCosignKeyTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestCosignVerifyCachedCost: with verification, a fetch of a cached artifact costs the
+// manifest's HEAD plus the signature's lookup, manifest and payload, and no layer; a
+// refused one stops before the artifact's manifest is read.
+func TestCosignVerifyCachedCost(t *testing.T) {
+	reg := registry.Start(t, registry.Options{})
+	key := ecKey(t)
+	d := reg.PushFiles(t, "team/app", "v1", map[string]string{"a.yaml": "a: 1\n"})
+	reg.CosignSign(t, "team/app", d, key)
+	c := countRequests(t, reg)
+	a := Artifact{URL: "oci://" + strings.TrimPrefix(c.srv.URL, "http://") + "/team/app", Ref: Ref{Tag: "v1"}, Insecure: true,
+		Verify: &Verification{Keys: map[string][]byte{"cosign.pub": registry.CosignPublicKey(t, key)}}}
+	f := NewFetcher(t.TempDir())
+	if _, err := f.Fetch(context.Background(), a, localOptions()); err != nil {
+		t.Fatal(err)
+	}
+	c.take()
+	if _, err := f.Fetch(context.Background(), a, localOptions()); err != nil {
+		t.Fatal(err)
+	}
+	sig := registry.CosignSignatureTag(d)
+	want := []string{"HEAD /v2/team/app/manifests/v1", "HEAD /v2/team/app/manifests/" + sig}
+	got := c.take()
+	if len(got) != 4 || got[0] != want[0] || got[1] != want[1] || !strings.HasPrefix(got[2], "GET /v2/team/app/manifests/sha256:") ||
+		!strings.HasPrefix(got[3], "GET /v2/team/app/blobs/sha256:") {
+		t.Errorf("cached verified fetch sent %q, want %q, the signature manifest and its payload", got, want)
+	}
+	reg.PushFiles(t, "team/app", "v2", map[string]string{"a.yaml": "a: 2\n"})
+	a.Ref.Tag = "v2"
+	if _, err := f.Fetch(context.Background(), a, localOptions()); !errors.Is(err, ErrUnsigned) {
+		t.Fatalf("err = %v, want ErrUnsigned", err)
+	}
+	for _, r := range c.take() {
+		if strings.HasPrefix(r, "GET ") {
+			t.Errorf("an unsigned artifact was read: %s", r)
+		}
+	}
+}
