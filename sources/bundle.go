@@ -32,7 +32,8 @@ type Bundle struct {
 	// CommitTime is the committer time of a git revision; zero for a local folder.
 	CommitTime time.Time
 	// Signatures are the verified signatures of a git revision fetched with
-	// git.Repository.Verify; nil otherwise.
+	// git.Repository.Verify, or of an OCI artifact fetched with oci.Artifact.Verify (its
+	// Object "artifact sha256:<hex>"); nil otherwise.
 	Signatures []git.Signature
 }
 

@@ -126,6 +126,9 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 		}
 		// The folder names the manifest digest and the layer selection: the content.
 		root, revision, digest = a.Dir, a.Revision, "oci:"+filepath.Base(a.Dir)
+		if a.Signature != nil {
+			sigs = []git.Signature{{Object: "artifact " + a.Signature.Digest, Key: a.Signature.Key, Source: a.Signature.Source}}
+		}
 	default:
 		abs, err := filepath.Abs(src.Dir)
 		if err != nil {

@@ -175,12 +175,16 @@ func (f *sourceFlags) redactor() *varsubst.Redactor {
 
 // source turns the flags and argument into what to load.
 func (f *sourceFlags) source(args []string) (sources.Source, error) {
+	if len(args) == 1 && isOCI(args[0]) {
+		src, err := f.ociSource(args[0])
+		if err == nil {
+			src.OCI.Verify, err = f.verify.ociVerification()
+		}
+		return src, err
+	}
 	verify, err := f.verify.verification(f.gitURL)
 	if err != nil {
 		return sources.Source{}, err
-	}
-	if len(args) == 1 && isOCI(args[0]) {
-		return f.ociSource(args[0])
 	}
 	if f.gitURL == "" {
 		if len(args) != 1 {

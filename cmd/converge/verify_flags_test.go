@@ -55,7 +55,7 @@ func TestBuildVerifyKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, errOut, code = runOffline("build", dir, "--verify-key", signerPub)
-	if code != 2 || !strings.Contains(errOut, "--verify-key verifies a fetched commit: give --git-url") {
+	if code != 2 || !strings.Contains(errOut, "--verify-key verifies a fetched commit or OCI artifact: give --git-url or an oci:// reference") {
 		t.Errorf("local folder: exit %d, stderr %q", code, errOut)
 	}
 	_, errOut, code = runOffline(append(args, "--verify-mode", "Tag")...)

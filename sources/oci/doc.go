@@ -14,6 +14,12 @@
 // out, devices and names written twice, and counts files and inflated bytes against the
 // limits as they are inflated (a gzip bomb stops at the limit, not after).
 //
+// With Artifact.Verify, the resolved manifest must carry a cosign signature (classic
+// format, public key: the tag "sha256-<hex>.sig" of the same repository) by a trusted key
+// before anything else is read, on every fetch, cached or not: one more resolve and, for a
+// signed artifact, one manifest and one payload read per fetch. Keyless signatures (Fulcio,
+// Rekor) and the sigstore bundle format are not supported.
+//
 // Every connection goes through the sources/netguard dial guard (redirects and token
 // endpoints included); the whole fetch is bounded by FetchOptions.Timeout. The cache on
 // disk holds one directory per manifest digest and layer selection, least recently used

@@ -133,6 +133,12 @@ func (f *Fetcher) fetch(ctx context.Context, a Artifact, opts FetchOptions, read
 	if tag != "" {
 		revision = tag + "@" + revision
 	}
+	var sig *Signature
+	if a.Verify != nil {
+		if sig, err = verifyCosign(ctx, Subject{Artifact: a, Manifest: desc, Repository: repo}, a.Verify); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", a, revision, err)
+		}
+	}
 	if opts.Verify != nil {
 		if err := opts.Verify(ctx, Subject{Artifact: a, Manifest: desc, Repository: repo}); err != nil {
 			return nil, fmt.Errorf("%s: %s: verify: %w", a, revision, err)
@@ -149,7 +155,7 @@ func (f *Fetcher) fetch(ctx context.Context, a Artifact, opts FetchOptions, read
 		return nil, err
 	}
 	defer unlock()
-	res := &Result{Dir: filepath.Join(f.cache.dir, key), Revision: revision, Digest: desc.Digest.String()}
+	res := &Result{Dir: filepath.Join(f.cache.dir, key), Revision: revision, Digest: desc.Digest.String(), Signature: sig}
 	if f.cache.lookup(key, readUntil) {
 		return res, nil
 	}

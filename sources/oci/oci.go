@@ -73,6 +73,10 @@ type Artifact struct {
 	Auth  Auth
 	// Insecure speaks plain HTTP to the registry.
 	Insecure bool
+	// Verify, if set, requires a cosign signature of the resolved manifest by one of its
+	// keys before anything of the artifact is read or a cached extraction returned, on
+	// every fetch.
+	Verify *Verification
 }
 
 // String describes the artifact for messages, without credentials: "oci://host/repo:tag",
@@ -144,6 +148,8 @@ type Result struct {
 	Revision string
 	// Digest is the manifest digest, "sha256:<hex>".
 	Digest string
+	// Signature is the verified signature (Artifact.Verify); nil without verification.
+	Signature *Signature
 }
 
 // Stats counts what a Fetcher did.
@@ -181,5 +187,6 @@ func IsTerminal(err error) bool {
 			return true
 		}
 	}
-	return false
+	var ve *VerificationError
+	return errors.As(err, &ve)
 }

@@ -389,6 +389,25 @@ type OCISource struct {
 	// Insecure speaks plain HTTP to the registry.
 	// +optional
 	Insecure bool `json:"insecure,omitempty"`
+	// Verify checks the artifact's cosign signature against trusted public keys before
+	// anything of it is extracted or rendered, as Flux's OCIRepository spec.verify.
+	// +optional
+	Verify *OCIVerification `json:"verify,omitempty"`
+}
+
+// OCIVerification names the signature provider and the trusted keys.
+type OCIVerification struct {
+	// Provider of the signatures: cosign (classic format, tag sha256-<hex>.sig, signed
+	// with a key pair). Keyless signatures are not supported.
+	// +kubebuilder:validation:Enum=cosign
+	// +kubebuilder:default=cosign
+	// +optional
+	Provider string `json:"provider,omitempty"`
+	// SecretRef names a Secret in the Sync's namespace whose every value is a cosign
+	// public key (PEM, as cosign generate-key-pair writes cosign.pub), read as the Sync's
+	// identity.
+	// +required
+	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
 // OCIRef selects an artifact: at most one of Tag, SemVer or Digest; none means tag latest.

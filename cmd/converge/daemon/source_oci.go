@@ -34,6 +34,17 @@ func (r *reconciler) ociSource(ctx context.Context, s *v1alpha1.Sync) (sources.S
 		}
 		a.Auth.CA = ca
 	}
+	if o.Verify != nil {
+		// Read on every reconcile as the Sync's identity, as spec.source.git.verify's keys:
+		// a rotated or revoked key counts from the next reconcile, and the artifact (cached
+		// or not) is verified against these keys on every fetch.
+		sec, err := r.engines.secret(ctx, s, o.Verify.SecretRef.Name)
+		if err != nil {
+			return sources.Source{}, &keysError{fmt.Errorf("spec.source.oci.verify.secretRef: Secret %s/%s read as %s: %w",
+				s.Namespace, o.Verify.SecretRef.Name, r.engines.identity(s), err)}
+		}
+		a.Verify = &oci.Verification{Provider: o.Verify.Provider, Keys: sec.Data}
+	}
 	return sources.Source{OCI: a, Path: s.Spec.Path}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/converge-dev/converge/sources/git"
+	"github.com/converge-dev/converge/sources/oci"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -35,12 +36,13 @@ func (r *reconciler) verification(ctx context.Context, s *v1alpha1.Sync) (*git.V
 }
 
 // fetchFailReason is the Ready reason of a source that could not be read, fetched or
-// verified: SourceVerificationFailed for a signature that does not verify or keys that
-// cannot be read, FetchFailed otherwise.
+// verified: SourceVerificationFailed for a signature (git or cosign) that does not verify
+// or keys that cannot be read, FetchFailed otherwise.
 func fetchFailReason(err error) string {
 	var ve *git.VerificationError
+	var oe *oci.VerificationError
 	var ke *keysError
-	if errors.As(err, &ve) || errors.As(err, &ke) {
+	if errors.As(err, &ve) || errors.As(err, &oe) || errors.As(err, &ke) {
 		return reasonSourceVerificationFailed
 	}
 	return reasonFetchFailed
