@@ -8,71 +8,25 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/converge-dev/converge/e2e/gotool"
 )
 
 // helmBinary returns the helm program of the Helm module version this module builds with,
-// built from the Go module proxy once into $CONVERGE_CACHE (default ~/.cache/converge)
-// /helm/<version>/helm, as e2e/tools/build.sh caches the control plane. Without it the test
-// is skipped, but under CI it fails: the comparison is required there.
+// built from the module proxy once (e2e/gotool).
 func helmBinary(t *testing.T) string {
 	t.Helper()
-	unavailable := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") != "" {
-			t.Fatalf(format, args...)
-		}
-		t.Skipf(format+" (required when CI is set)", args...)
-	}
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "helm.sh/helm/v3").Output()
 	version := strings.TrimSpace(string(out))
 	if err != nil || version == "" {
-		unavailable("the Helm module version: go list: %v", err)
+		gotool.Unavailable(t, "the Helm module version: go list: %v", err)
 	}
-	cache := os.Getenv("CONVERGE_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			unavailable("no cache folder: %v", err)
-		}
-		cache = filepath.Join(home, ".cache", "converge")
-	}
-	dir := filepath.Join(cache, "helm", version)
-	bin := filepath.Join(dir, "helm")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		unavailable("helm cache: %v", err)
-	}
-	// One build at a time: test binaries of several packages may ask at once.
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		unavailable("helm cache lock: %v", err)
-	}
-	defer func() { _ = lock.Close() }()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		unavailable("helm cache lock: %v", err)
-	}
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	t.Logf("building helm %s from the module proxy into %s", version, dir)
-	tmp := filepath.Join(dir, "tmp")
-	cmd := exec.Command("go", "install", "-trimpath", "helm.sh/helm/v3/cmd/helm@"+version)
-	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=", "CGO_ENABLED=0", "GOTOOLCHAIN=local")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		unavailable("build helm %s: %v\n%s", version, err, out)
-	}
-	if err := os.Rename(filepath.Join(tmp, "helm"), bin); err != nil {
-		unavailable("helm cache: %v", err)
-	}
-	return bin
+	return gotool.Binary(t, "helm", "helm.sh/helm/v3/cmd/helm", version)
 }
 
 // helmObjects decodes `helm template` output into canonical JSON objects, leaving out the

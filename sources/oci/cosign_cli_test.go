@@ -9,23 +9,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/converge-dev/converge/e2e/gotool"
 	"github.com/converge-dev/converge/e2e/registry"
 )
 
-// cosignBinary returns the real cosign binary: $CONVERGE_COSIGN_BIN, else the one
-// `go install github.com/sigstore/cosign/v2/cmd/cosign` left in ~/.cache/converge/cosign.
-// Without it the test is skipped.
+// cosignVersion is the cosign release the differential test signs with.
+const cosignVersion = "v2.4.1"
+
+// cosignBinary returns the real cosign binary: $CONVERGE_COSIGN_BIN, else the one built
+// from the module proxy once (e2e/gotool: about 6 minutes cold, cached after).
 func cosignBinary(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("CONVERGE_COSIGN_BIN"); p != "" {
 		return p
 	}
-	home, _ := os.UserHomeDir()
-	p := filepath.Join(home, ".cache", "converge", "cosign", "cosign")
-	if _, err := os.Stat(p); err != nil {
-		t.Skip("needs the cosign binary: GOBIN=~/.cache/converge/cosign go install github.com/sigstore/cosign/v2/cmd/cosign@v2.4.1, or CONVERGE_COSIGN_BIN")
-	}
-	return p
+	return gotool.Binary(t, "cosign", "github.com/sigstore/cosign/v2/cmd/cosign", cosignVersion)
 }
 
 // TestCosignCLIDifferential: an artifact signed by the real `cosign sign --key` (key pair
