@@ -134,6 +134,7 @@ func flagSet(name string) bool {
 
 // main runs the parent (the benchmark), with -child one engine, or with -daemon the daemon mode.
 func main() {
+	sources.ServeChild() // a chart renders in a render child: this binary
 	log.SetFlags(log.Ltime)
 	f := parseFlags()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
