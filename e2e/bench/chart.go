@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/converge-dev/converge/sources"
@@ -223,4 +225,11 @@ func writeChart(folder string, w daemonWorkload, parity bool) error {
 // syncNamespace named chartSyncName without spec.source.helm fields set.
 func chartRenderOptions() *sources.HelmOptions {
 	return &sources.HelmOptions{ReleaseName: chartSyncName, Namespace: syncNamespace, IncludeCRDs: true}
+}
+
+// renderChart renders the chart folder of dir as a Sync of the daemon mode would.
+func renderChart(ctx context.Context, dir string) ([]*unstructured.Unstructured, error) {
+	opts := sources.DefaultRenderOptions()
+	opts.Helm = chartRenderOptions()
+	return sources.Render(ctx, dir, chartFolder, opts)
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
-	"github.com/converge-dev/converge/sources"
 )
 
 // TestChartRendersTheWorkload: the generated chart, rendered as the daemon renders a
@@ -71,11 +69,4 @@ func canonical(t *testing.T, u *unstructured.Unstructured) string {
 		t.Fatal(err)
 	}
 	return string(js)
-}
-
-// renderChart renders the chart folder of dir as a Sync of the daemon mode would.
-func renderChart(ctx context.Context, dir string) ([]*unstructured.Unstructured, error) {
-	opts := sources.DefaultRenderOptions()
-	opts.Helm = chartRenderOptions()
-	return sources.Render(ctx, dir, chartFolder, opts)
 }

@@ -74,7 +74,10 @@ type flags struct {
 	renewDeadline time.Duration
 	retryPeriod   time.Duration
 	// render mode (render.go): kustomize builds, krusty whole vs Converge's path.
-	render bool
+	render  bool
+	renders string
+	// chart render (chart_render.go): one render of the chart under -workload, by this path.
+	chartRender string
 }
 
 // parseFlags reads the command line.
@@ -96,6 +99,8 @@ func parseFlags() flags {
 	flag.DurationVar(&f.settle, "settle", 31*time.Second, "with -daemon: wait this long after deleting the Namespaces before a cold start (the API server's 30 s live-lookup window)")
 	flag.DurationVar(&f.steady, "steady", 35*time.Second, "wait this long after the last cold apply before the other operations (a watch cache's relist back-off after the CRD was recreated)")
 	flag.BoolVar(&f.render, "render", false, "time kustomize builds of 1,000 and -objects resources, krusty whole vs Converge's path (no cluster)")
+	flag.StringVar(&f.renders, "renders", "kustomize,chart", "with -render: the renders to time, comma-separated: kustomize (krusty whole vs Converge's path), chart (Helm's engine vs Converge's chart render)")
+	flag.StringVar(&f.chartRender, "chart-render", "", "internal: render the chart under -workload once by this path (converge or helm) and print what it measured")
 	flag.BoolVar(&f.daemon, "daemon", false, "measure the daemon instead of the engines: one Sync of the workload, then -syncs Syncs sharing it (docs/benchmarks.md)")
 	flag.IntVar(&f.tenants, "syncs", 100, "with -daemon: the number of Syncs the workload is split into")
 	flag.BoolVar(&f.parity, "parity", false, "with -daemon: every measured Sync depends on the base Sync and substitutes two variables (spec.postBuild: substitute and a ConfigMap) found in every object")
@@ -141,6 +146,8 @@ func main() {
 	defer stop()
 	var err error
 	switch {
+	case f.chartRender != "":
+		err = runChartRender(ctx, f)
 	case f.child != "":
 		err = runChild(ctx, f)
 	case f.daemon && f.scale:
