@@ -135,7 +135,7 @@ bench-quick: controlplane ## the same benchmark at 1,000 objects, for CI (prints
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -objects 1000 -runs $(BENCH_RUNS) $(BENCH_FLAGS)
 
 .PHONY: bench-daemon
-bench-daemon: controlplane ## one converge daemon: 1 Sync of 10,000 objects vs 100 Syncs of 100 (BENCH_FLAGS=-objects=1000 for a quick run)
+bench-daemon: controlplane ## one converge daemon: 1 Sync of 10,000 objects vs 100 Syncs of 100 vs 1 Sync from a Helm chart of the same objects (BENCH_FLAGS=-objects=1000 for a quick run)
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -daemon -objects 10000 -runs $(BENCH_RUNS) $(BENCH_FLAGS)
 
 .PHONY: bench-daemon-scale

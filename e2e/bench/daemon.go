@@ -10,7 +10,9 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -39,6 +41,9 @@ type daemonBench struct {
 	// full is false after a -prune step committed the pruned workload: the next scenario
 	// commits the whole workload again first.
 	full bool
+	// chart: the repository also holds the chart of the tenant objects (chart.go), for
+	// the chart scenario.
+	chart bool
 }
 
 // daemonScenario is one way of splitting the workload into Syncs.
@@ -57,8 +62,9 @@ func runDaemonBench(ctx context.Context, f flags) error {
 	if f.runs < 1 || f.tenants < 1 || f.concurrent < 1 || f.interval <= 0 {
 		return fmt.Errorf("need -runs ≥ 1, -syncs ≥ 1, -concurrent ≥ 1 and -interval > 0")
 	}
-	if f.scenarios != "one" && f.scenarios != "many" && f.scenarios != "both" {
-		return fmt.Errorf("-scenarios %q: want one, many or both", f.scenarios)
+	wanted, err := parseScenarios(f.scenarios)
+	if err != nil {
+		return err
 	}
 	if f.prune < 0 || f.prune >= 1 {
 		return fmt.Errorf("-prune %g: want a fraction from 0 (no prune step) to below 1", f.prune)
@@ -80,6 +86,7 @@ func runDaemonBench(ctx context.Context, f flags) error {
 	}
 	defer done()
 	tmp := b.tmp
+	b.chart = slices.Contains(wanted, scenarioChart)
 	if err := os.MkdirAll(b.logDir, 0o755); err != nil {
 		return err
 	}
@@ -88,7 +95,7 @@ func runDaemonBench(ctx context.Context, f flags) error {
 	}
 	defer b.srv.Close()
 
-	scenarios := b.scenarios()
+	scenarios := b.scenarios(wanted)
 	samples := make([][]DaemonSample, len(scenarios))
 	for run := range f.runs {
 		for i, sc := range scenarios {
@@ -103,9 +110,7 @@ func runDaemonBench(ctx context.Context, f flags) error {
 	for i, sc := range scenarios {
 		rep.Rows = append(rep.Rows, medianDaemonRow(sc.name, work.tenantObjects(), len(sc.specs), samples[i]))
 	}
-	if len(rep.Rows) == 2 && rep.Rows[0].WallSeconds > 0 && rep.Rows[0].Syncs == 1 {
-		rep.Ratio = rep.Rows[1].WallSeconds / rep.Rows[0].WallSeconds
-	}
+	rep.Ratio = manyOverOne(rep.Rows)
 	rep.Date = time.Now().UTC().Format(time.RFC3339)
 	rep.Machine.LoadAvgEnd = loadAvg()
 	return rep.emit(os.Stdout, f.output, f.jsonFile)
@@ -115,7 +120,7 @@ func runDaemonBench(ctx context.Context, f flags) error {
 // repository URL and the revision the daemon will report.
 func (b *daemonBench) publish(root string) (*gitserver.Server, error) {
 	src := filepath.Join(b.tmp, "workload")
-	if err := b.work.write(src); err != nil {
+	if err := b.writeSource(src, b.work); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
@@ -135,22 +140,86 @@ func (b *daemonBench) publish(root string) (*gitserver.Server, error) {
 	return srv, nil
 }
 
-// scenarios are one Sync of every tenant object (the parent folder), then one Sync per
-// tenant folder; -scenarios may keep one of them only.
-func (b *daemonBench) scenarios() []daemonScenario {
+// The scenarios of -scenarios: one Sync of every tenant object (the parent folder), one
+// Sync per tenant folder, and one Sync rendering the chart of every tenant object.
+const (
+	scenarioOne   = "one"
+	scenarioMany  = "many"
+	scenarioChart = "chart"
+)
+
+// parseScenarios reads -scenarios: a comma-separated list of one, many and chart, in
+// that order whatever the order given; both is one,many.
+func parseScenarios(s string) ([]string, error) {
+	want := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		switch part = strings.TrimSpace(part); part {
+		case scenarioOne, scenarioMany, scenarioChart:
+			want[part] = true
+		case "both":
+			want[scenarioOne], want[scenarioMany] = true, true
+		default:
+			return nil, fmt.Errorf("-scenarios %q: %q is not one of one, many, chart, both", s, part)
+		}
+	}
+	var out []string
+	for _, sc := range []string{scenarioOne, scenarioMany, scenarioChart} {
+		if want[sc] {
+			out = append(out, sc)
+		}
+	}
+	return out, nil
+}
+
+// scenarios returns the wanted scenarios (parseScenarios), in that order.
+func (b *daemonBench) scenarios(wanted []string) []daemonScenario {
 	tenants := make([]syncSpec, len(b.work.Tenants))
 	for t := range b.work.Tenants {
 		tenants[t] = syncSpec{name: "bench-" + tenantName(t, len(b.work.Tenants)), path: b.work.tenantPath(t)}
 	}
-	one := daemonScenario{name: "one Sync", specs: []syncSpec{{name: "bench-all", path: syncsFolder}}}
-	many := daemonScenario{name: strconv.Itoa(len(tenants)) + " Syncs", specs: tenants}
-	switch b.f.scenarios {
-	case "one":
-		return []daemonScenario{one}
-	case "many":
-		return []daemonScenario{many}
+	all := map[string]daemonScenario{
+		scenarioOne:   {name: oneSyncScenario, specs: []syncSpec{{name: "bench-all", path: syncsFolder}}},
+		scenarioMany:  {name: strconv.Itoa(len(tenants)) + " Syncs", specs: tenants},
+		scenarioChart: {name: "one Sync, chart", specs: []syncSpec{{name: chartSyncName, path: chartFolder, chart: true}}},
 	}
-	return []daemonScenario{one, many}
+	out := make([]daemonScenario, len(wanted))
+	for i, w := range wanted {
+		out[i] = all[w]
+	}
+	return out
+}
+
+// oneSyncScenario names the single Sync of every tenant object from plain YAML.
+const oneSyncScenario = "one Sync"
+
+// manyOverOne is the many-Syncs scenario's median wall time over the single Sync's, or 0
+// without both.
+func manyOverOne(rows []DaemonRow) float64 {
+	var one, many float64
+	for _, r := range rows {
+		switch {
+		case r.Scenario == oneSyncScenario:
+			one = r.WallSeconds
+		case r.Syncs > 1:
+			many = r.WallSeconds
+		}
+	}
+	if one <= 0 || many <= 0 {
+		return 0
+	}
+	return many / one
+}
+
+// writeSource writes the repository's files for w under dir: the workload, and the chart
+// of its tenant objects when the chart scenario runs.
+func (b *daemonBench) writeSource(dir string, w daemonWorkload) error {
+	if err := w.write(dir); err != nil {
+		return err
+	}
+	if !b.chart {
+		return nil
+	}
+	return writeChart(filepath.Join(dir, chartFolder), w, b.f.parity)
 }
 
 // template is what the run's Syncs share.

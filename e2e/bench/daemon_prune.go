@@ -105,7 +105,7 @@ func (b *daemonBench) pruneStep(ctx context.Context, d *daemon, sc daemonScenari
 // the daemon reports it.
 func (b *daemonBench) commit(w daemonWorkload, message string) (string, error) {
 	src := filepath.Join(b.tmp, fmt.Sprintf("workload-%d", time.Now().UnixNano()))
-	if err := w.write(src); err != nil {
+	if err := b.writeSource(src, w); err != nil {
 		return "", err
 	}
 	sha, err := b.srv.Publish("bench", "main", src, message)

@@ -105,7 +105,7 @@ func parseFlags() flags {
 	flag.IntVar(&f.tenants, "syncs", 100, "with -daemon: the number of Syncs the workload is split into")
 	flag.BoolVar(&f.parity, "parity", false, "with -daemon: every measured Sync depends on the base Sync and substitutes two variables (spec.postBuild: substitute and a ConfigMap) found in every object")
 	flag.StringVar(&f.mix, "mix", defaultMix, "with -daemon: the kinds of the leaves, comma-separated Kind=weight (kinds: "+strings.Join(leafKinds, ", ")+"), e.g. Service=1,Deployment=1")
-	flag.StringVar(&f.scenarios, "scenarios", "both", "with -daemon: which scenarios to run: one (one Sync of the workload), many (-syncs Syncs) or both")
+	flag.StringVar(&f.scenarios, "scenarios", "one,many,chart", "with -daemon: which scenarios to run, comma-separated: one (one Sync of the workload), many (-syncs Syncs), chart (one Sync rendering a Helm chart of the same objects); both is one,many")
 	flag.Float64Var(&f.prune, "prune", 0, "with -daemon: after the quiet intervals, commit the workload without this fraction of its leaves (e.g. 0.1), wait until the Syncs are Ready at it and read the daemon's memory again (0: no prune step)")
 	flag.StringVar(&f.memLimit, "gomemlimit", "", "with -daemon: the daemon's GOMEMLIMIT (e.g. 200MiB; empty: none)")
 	flag.IntVar(&f.concurrent, "concurrent", 4, "with -daemon: the daemon's --concurrent (Syncs reconciled in parallel)")

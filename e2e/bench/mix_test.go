@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -64,6 +65,25 @@ func TestPrunedWorkload(t *testing.T) {
 	for i, objs := range p.Tenants {
 		if objs[0].GetKind() != "Namespace" {
 			t.Errorf("tenant %d lost its Namespace", i)
+		}
+	}
+}
+
+func TestParseScenarios(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+		err  bool
+	}{
+		{in: "one,many,chart", want: []string{"one", "many", "chart"}},
+		{in: "chart, one", want: []string{"one", "chart"}},
+		{in: "both", want: []string{"one", "many"}},
+		{in: "both,chart", want: []string{"one", "many", "chart"}},
+		{in: "helm", err: true},
+	} {
+		got, err := parseScenarios(tc.in)
+		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
+			t.Errorf("parseScenarios(%q) = %v, %v; want %v (error %v)", tc.in, got, err, tc.want, tc.err)
 		}
 	}
 }
