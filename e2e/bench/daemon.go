@@ -50,6 +50,18 @@ type daemonBench struct {
 type daemonScenario struct {
 	name  string
 	specs []syncSpec
+	// file names the scenario in the names of its daemons' logs, heap profiles and git
+	// caches: "<S>-syncs", or "chart".
+	file string
+}
+
+// fileName is the scenario's file name for run (from 0) with suffix: each daemon its own.
+func (sc daemonScenario) fileName(prefix string, run int, suffix string) string {
+	file := sc.file
+	if file == "" {
+		file = fmt.Sprintf("%d-syncs", len(sc.specs))
+	}
+	return fmt.Sprintf("%s-%d-%s%s", prefix, run+1, file, suffix)
 }
 
 // runDaemonBench starts the control plane and a git server holding the generated workload,
@@ -180,7 +192,7 @@ func (b *daemonBench) scenarios(wanted []string) []daemonScenario {
 	all := map[string]daemonScenario{
 		scenarioOne:   {name: oneSyncScenario, specs: []syncSpec{{name: "bench-all", path: syncsFolder}}},
 		scenarioMany:  {name: strconv.Itoa(len(tenants)) + " Syncs", specs: tenants},
-		scenarioChart: {name: "one Sync, chart", specs: []syncSpec{{name: chartSyncName, path: chartFolder, chart: true}}},
+		scenarioChart: {name: "one Sync, chart", specs: []syncSpec{{name: chartSyncName, path: chartFolder, chart: true}}, file: "chart"},
 	}
 	out := make([]daemonScenario, len(wanted))
 	for i, w := range wanted {
@@ -245,9 +257,9 @@ func (b *daemonBench) measure(ctx context.Context, sc daemonScenario, run int, s
 		}
 		b.revision, b.full = revision, true
 	}
-	s.Log = filepath.Join(b.logDir, fmt.Sprintf("daemon-%d-%d-syncs.log", run+1, len(sc.specs)))
+	s.Log = filepath.Join(b.logDir, sc.fileName("daemon", run, ".log"))
 	d, err := startDaemon(ctx, daemonOptions{bin: b.bin, kubeconfig: b.kubeconfig, concurrent: b.f.concurrent,
-		logFile: s.Log, memLimit: b.f.memLimit, cacheDir: filepath.Join(b.tmp, fmt.Sprintf("git-cache-%d-%d", run, len(sc.specs)))})
+		logFile: s.Log, memLimit: b.f.memLimit, cacheDir: filepath.Join(b.tmp, sc.fileName("git-cache", run, ""))})
 	if err != nil {
 		return s, err
 	}
@@ -271,7 +283,7 @@ func (b *daemonBench) measure(ctx context.Context, sc daemonScenario, run int, s
 	if err := b.quiet(ctx, d, sc, ready, readyAt, &s); err != nil {
 		return s, err
 	}
-	if err := d.saveHeapProfile(ctx, fmt.Sprintf("daemon-%d-%d-syncs.heap.pprof", run+1, len(sc.specs))); err != nil {
+	if err := d.saveHeapProfile(ctx, sc.fileName("daemon", run, ".heap.pprof")); err != nil {
 		return s, err
 	}
 	log.Printf("%-10s run %d: intervals after Ready: %d reconciles, %d requests (%s); then %d reconciles, %d requests (%s); %s; %s",

@@ -87,3 +87,24 @@ func TestParseScenarios(t *testing.T) {
 		}
 	}
 }
+
+// TestScenarioFilesDistinct: each scenario's daemon has its own log, heap profile and git
+// cache, though two scenarios have one Sync each.
+func TestScenarioFilesDistinct(t *testing.T) {
+	w, err := generateDaemon(100, 10, daemonWorkloadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &daemonBench{work: w}
+	seen := map[string]string{}
+	for _, sc := range b.scenarios([]string{scenarioOne, scenarioMany, scenarioChart}) {
+		name := sc.fileName("daemon", 0, ".log")
+		if other, ok := seen[name]; ok {
+			t.Errorf("scenarios %q and %q both write %s", other, sc.name, name)
+		}
+		seen[name] = sc.name
+	}
+	if _, ok := seen["daemon-1-1-syncs.log"]; !ok {
+		t.Errorf("the single Sync's log is no longer daemon-1-1-syncs.log: %v", seen)
+	}
+}
