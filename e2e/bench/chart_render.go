@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -219,8 +218,8 @@ func chartRenderTable(w io.Writer, rows []ChartRenderRow) error {
 	if len(rows) == 0 {
 		return errors.New("no chart rows")
 	}
-	fmt.Fprintf(w, "\nHelm chart render: %s values list over %d tenants and a subchart, each render in its own process, same objects checked; load average %s\n\n",
-		strconv.Quote("global.tenants"), numNamespaces, loadAvg())
+	fmt.Fprintf(w, "\nHelm chart render: templates ranging over the values list global.tenants (%d tenants) and a subchart; each render in a process of its own, same objects checked; load average %s\n\n",
+		numNamespaces, loadAvg())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "objects\tHelm engine s\tpeak RSS MB (before)\tConverge s\tpeak RSS MB (before)\trender child peak RSS MB")
 	for _, r := range rows {
