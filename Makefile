@@ -128,14 +128,14 @@ bench-50k: controlplane ## one set of 50,000 objects (its inventory in parts): t
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -objects 50000 -engines $(BENCH_50K_ENGINES) -runs $(BENCH_RUNS) -json .run/bench/results-50000.json $(BENCH_FLAGS)
 
 .PHONY: bench-render
-bench-render: ## kustomize render of 1,000 and 10,000 resources: krusty whole vs Converge's chunked path (minutes: krusty is quadratic)
+bench-render: ## kustomize render of 1,000 and 10,000 resources: krusty whole vs Converge's chunked path (minutes: krusty is quadratic); then a Helm chart of as many: Helm's engine vs Converge's render child (seconds)
 	go run ./e2e/bench -render -objects 10000
 
 bench-quick: controlplane ## the same benchmark at 1,000 objects, for CI (prints figures, asserts no timings)
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -objects 1000 -runs $(BENCH_RUNS) $(BENCH_FLAGS)
 
 .PHONY: bench-daemon
-bench-daemon: controlplane ## one converge daemon: 1 Sync of 10,000 objects vs 100 Syncs of 100 (BENCH_FLAGS=-objects=1000 for a quick run)
+bench-daemon: controlplane ## one converge daemon: 1 Sync of 10,000 objects vs 100 Syncs of 100 vs 1 Sync from a Helm chart of the same objects (BENCH_FLAGS=-objects=1000 for a quick run)
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -daemon -objects 10000 -runs $(BENCH_RUNS) $(BENCH_FLAGS)
 
 .PHONY: bench-daemon-scale

@@ -10,7 +10,9 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -39,12 +41,27 @@ type daemonBench struct {
 	// full is false after a -prune step committed the pruned workload: the next scenario
 	// commits the whole workload again first.
 	full bool
+	// chart: the repository also holds the chart of the tenant objects (chart.go), for
+	// the chart scenario.
+	chart bool
 }
 
 // daemonScenario is one way of splitting the workload into Syncs.
 type daemonScenario struct {
 	name  string
 	specs []syncSpec
+	// file names the scenario in the names of its daemons' logs, heap profiles and git
+	// caches: "<S>-syncs", or "chart".
+	file string
+}
+
+// fileName is the scenario's file name for run (from 0) with suffix: each daemon its own.
+func (sc daemonScenario) fileName(prefix string, run int, suffix string) string {
+	file := sc.file
+	if file == "" {
+		file = fmt.Sprintf("%d-syncs", len(sc.specs))
+	}
+	return fmt.Sprintf("%s-%d-%s%s", prefix, run+1, file, suffix)
 }
 
 // runDaemonBench starts the control plane and a git server holding the generated workload,
@@ -57,8 +74,9 @@ func runDaemonBench(ctx context.Context, f flags) error {
 	if f.runs < 1 || f.tenants < 1 || f.concurrent < 1 || f.interval <= 0 {
 		return fmt.Errorf("need -runs ≥ 1, -syncs ≥ 1, -concurrent ≥ 1 and -interval > 0")
 	}
-	if f.scenarios != "one" && f.scenarios != "many" && f.scenarios != "both" {
-		return fmt.Errorf("-scenarios %q: want one, many or both", f.scenarios)
+	wanted, err := parseScenarios(f.scenarios)
+	if err != nil {
+		return err
 	}
 	if f.prune < 0 || f.prune >= 1 {
 		return fmt.Errorf("-prune %g: want a fraction from 0 (no prune step) to below 1", f.prune)
@@ -80,6 +98,7 @@ func runDaemonBench(ctx context.Context, f flags) error {
 	}
 	defer done()
 	tmp := b.tmp
+	b.chart = slices.Contains(wanted, scenarioChart)
 	if err := os.MkdirAll(b.logDir, 0o755); err != nil {
 		return err
 	}
@@ -88,7 +107,7 @@ func runDaemonBench(ctx context.Context, f flags) error {
 	}
 	defer b.srv.Close()
 
-	scenarios := b.scenarios()
+	scenarios := b.scenarios(wanted)
 	samples := make([][]DaemonSample, len(scenarios))
 	for run := range f.runs {
 		for i, sc := range scenarios {
@@ -103,9 +122,7 @@ func runDaemonBench(ctx context.Context, f flags) error {
 	for i, sc := range scenarios {
 		rep.Rows = append(rep.Rows, medianDaemonRow(sc.name, work.tenantObjects(), len(sc.specs), samples[i]))
 	}
-	if len(rep.Rows) == 2 && rep.Rows[0].WallSeconds > 0 && rep.Rows[0].Syncs == 1 {
-		rep.Ratio = rep.Rows[1].WallSeconds / rep.Rows[0].WallSeconds
-	}
+	rep.Ratio = manyOverOne(rep.Rows)
 	rep.Date = time.Now().UTC().Format(time.RFC3339)
 	rep.Machine.LoadAvgEnd = loadAvg()
 	return rep.emit(os.Stdout, f.output, f.jsonFile)
@@ -115,7 +132,7 @@ func runDaemonBench(ctx context.Context, f flags) error {
 // repository URL and the revision the daemon will report.
 func (b *daemonBench) publish(root string) (*gitserver.Server, error) {
 	src := filepath.Join(b.tmp, "workload")
-	if err := b.work.write(src); err != nil {
+	if err := b.writeSource(src, b.work); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
@@ -135,22 +152,86 @@ func (b *daemonBench) publish(root string) (*gitserver.Server, error) {
 	return srv, nil
 }
 
-// scenarios are one Sync of every tenant object (the parent folder), then one Sync per
-// tenant folder; -scenarios may keep one of them only.
-func (b *daemonBench) scenarios() []daemonScenario {
+// The scenarios of -scenarios: one Sync of every tenant object (the parent folder), one
+// Sync per tenant folder, and one Sync rendering the chart of every tenant object.
+const (
+	scenarioOne   = "one"
+	scenarioMany  = "many"
+	scenarioChart = "chart"
+)
+
+// parseScenarios reads -scenarios: a comma-separated list of one, many and chart, in
+// that order whatever the order given; both is one,many.
+func parseScenarios(s string) ([]string, error) {
+	want := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		switch part = strings.TrimSpace(part); part {
+		case scenarioOne, scenarioMany, scenarioChart:
+			want[part] = true
+		case "both":
+			want[scenarioOne], want[scenarioMany] = true, true
+		default:
+			return nil, fmt.Errorf("-scenarios %q: %q is not one of one, many, chart, both", s, part)
+		}
+	}
+	var out []string
+	for _, sc := range []string{scenarioOne, scenarioMany, scenarioChart} {
+		if want[sc] {
+			out = append(out, sc)
+		}
+	}
+	return out, nil
+}
+
+// scenarios returns the wanted scenarios (parseScenarios), in that order.
+func (b *daemonBench) scenarios(wanted []string) []daemonScenario {
 	tenants := make([]syncSpec, len(b.work.Tenants))
 	for t := range b.work.Tenants {
 		tenants[t] = syncSpec{name: "bench-" + tenantName(t, len(b.work.Tenants)), path: b.work.tenantPath(t)}
 	}
-	one := daemonScenario{name: "one Sync", specs: []syncSpec{{name: "bench-all", path: syncsFolder}}}
-	many := daemonScenario{name: strconv.Itoa(len(tenants)) + " Syncs", specs: tenants}
-	switch b.f.scenarios {
-	case "one":
-		return []daemonScenario{one}
-	case "many":
-		return []daemonScenario{many}
+	all := map[string]daemonScenario{
+		scenarioOne:   {name: oneSyncScenario, specs: []syncSpec{{name: "bench-all", path: syncsFolder}}},
+		scenarioMany:  {name: strconv.Itoa(len(tenants)) + " Syncs", specs: tenants},
+		scenarioChart: {name: "one Sync, chart", specs: []syncSpec{{name: chartSyncName, path: chartFolder, chart: true}}, file: "chart"},
 	}
-	return []daemonScenario{one, many}
+	out := make([]daemonScenario, len(wanted))
+	for i, w := range wanted {
+		out[i] = all[w]
+	}
+	return out
+}
+
+// oneSyncScenario names the single Sync of every tenant object from plain YAML.
+const oneSyncScenario = "one Sync"
+
+// manyOverOne is the many-Syncs scenario's median wall time over the single Sync's, or 0
+// without both.
+func manyOverOne(rows []DaemonRow) float64 {
+	var one, many float64
+	for _, r := range rows {
+		switch {
+		case r.Scenario == oneSyncScenario:
+			one = r.WallSeconds
+		case r.Syncs > 1:
+			many = r.WallSeconds
+		}
+	}
+	if one <= 0 || many <= 0 {
+		return 0
+	}
+	return many / one
+}
+
+// writeSource writes the repository's files for w under dir: the workload, and the chart
+// of its tenant objects when the chart scenario runs.
+func (b *daemonBench) writeSource(dir string, w daemonWorkload) error {
+	if err := w.write(dir); err != nil {
+		return err
+	}
+	if !b.chart {
+		return nil
+	}
+	return writeChart(filepath.Join(dir, chartFolder), w, b.f.parity)
 }
 
 // template is what the run's Syncs share.
@@ -176,9 +257,9 @@ func (b *daemonBench) measure(ctx context.Context, sc daemonScenario, run int, s
 		}
 		b.revision, b.full = revision, true
 	}
-	s.Log = filepath.Join(b.logDir, fmt.Sprintf("daemon-%d-%d-syncs.log", run+1, len(sc.specs)))
+	s.Log = filepath.Join(b.logDir, sc.fileName("daemon", run, ".log"))
 	d, err := startDaemon(ctx, daemonOptions{bin: b.bin, kubeconfig: b.kubeconfig, concurrent: b.f.concurrent,
-		logFile: s.Log, memLimit: b.f.memLimit, cacheDir: filepath.Join(b.tmp, fmt.Sprintf("git-cache-%d-%d", run, len(sc.specs)))})
+		logFile: s.Log, memLimit: b.f.memLimit, cacheDir: filepath.Join(b.tmp, sc.fileName("git-cache", run, ""))})
 	if err != nil {
 		return s, err
 	}
@@ -202,7 +283,7 @@ func (b *daemonBench) measure(ctx context.Context, sc daemonScenario, run int, s
 	if err := b.quiet(ctx, d, sc, ready, readyAt, &s); err != nil {
 		return s, err
 	}
-	if err := d.saveHeapProfile(ctx, fmt.Sprintf("daemon-%d-%d-syncs.heap.pprof", run+1, len(sc.specs))); err != nil {
+	if err := d.saveHeapProfile(ctx, sc.fileName("daemon", run, ".heap.pprof")); err != nil {
 		return s, err
 	}
 	log.Printf("%-10s run %d: intervals after Ready: %d reconciles, %d requests (%s); then %d reconciles, %d requests (%s); %s; %s",

@@ -123,8 +123,9 @@ func startDaemon(ctx context.Context, o daemonOptions) (*daemon, error) {
 }
 
 // heapProfileEnv names a folder; when set, the daemon's heap profile is saved there after
-// every scenario's quiet intervals, as daemon-<run>-<syncs>-syncs.heap.pprof (the scale
-// scenario: scale-<replicas>-r<i>.heap.pprof, one per replica).
+// every scenario's quiet intervals, as daemon-<run>-<syncs>-syncs.heap.pprof (the chart
+// scenario: daemon-<run>-chart.heap.pprof; the scale scenario: scale-<replicas>-r<i>.heap.pprof,
+// one per replica).
 const heapProfileEnv = "CONVERGE_BENCH_HEAPPROFILE"
 
 // saveHeapProfile saves the daemon's heap profile (GET /debug/pprof/heap) as name in the

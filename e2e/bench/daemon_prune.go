@@ -93,7 +93,7 @@ func (b *daemonBench) pruneStep(ctx context.Context, d *daemon, sc daemonScenari
 	if p.Memory, err = readProcMemory(d.pid()); err != nil {
 		return nil, err
 	}
-	if err := d.saveHeapProfile(ctx, fmt.Sprintf("daemon-%d-%d-syncs-pruned.heap.pprof", run+1, len(sc.specs))); err != nil {
+	if err := d.saveHeapProfile(ctx, sc.fileName("daemon", run, "-pruned.heap.pprof")); err != nil {
 		return nil, err
 	}
 	log.Printf("%-10s run %d: %d leaves pruned, all Ready in %.2fs, %d requests (%s); %s; %s",
@@ -105,7 +105,7 @@ func (b *daemonBench) pruneStep(ctx context.Context, d *daemon, sc daemonScenari
 // the daemon reports it.
 func (b *daemonBench) commit(w daemonWorkload, message string) (string, error) {
 	src := filepath.Join(b.tmp, fmt.Sprintf("workload-%d", time.Now().UnixNano()))
-	if err := w.write(src); err != nil {
+	if err := b.writeSource(src, w); err != nil {
 		return "", err
 	}
 	sha, err := b.srv.Publish("bench", "main", src, message)

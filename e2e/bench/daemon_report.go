@@ -193,8 +193,8 @@ func (r *DaemonReport) table(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(r.Rows) == 2 {
-		fmt.Fprintf(w, "\n%s / %s, all Ready: %.2f× (target ≤ 2×)\n", r.Rows[1].Scenario, r.Rows[0].Scenario, r.Ratio)
+	if r.Ratio > 0 {
+		fmt.Fprintf(w, "\n%d Syncs / %s, all Ready: %.2f× (target ≤ 2×)\n", r.Tenants, oneSyncScenario, r.Ratio)
 	}
 	for _, row := range r.Rows {
 		notes := []string{fmt.Sprintf("memory after the quiet intervals: %s; %s", row.Memory, row.Go)}

@@ -31,8 +31,12 @@ import (
 // of the workload, so deleting the workload never deletes a Sync's home.
 const syncNamespace = "bench-daemon"
 
-// syncSpec is one Sync to create: its name and git path.
-type syncSpec struct{ name, path string }
+// syncSpec is one Sync to create: its name and git path, and whether that path is a Helm
+// chart (rendered with spec.source.helm, no field set).
+type syncSpec struct {
+	name, path string
+	chart      bool
+}
 
 // newSyncClient returns a client that knows Syncs (and core objects) and can watch them.
 func newSyncClient(cfg *rest.Config) (client.WithWatch, error) {
@@ -76,6 +80,9 @@ func newSync(s syncSpec, t syncTemplate) *v1alpha1.Sync {
 			Wait:           false,
 			DeletionPolicy: v1alpha1.DeletionPolicyDelete,
 		},
+	}
+	if s.chart {
+		sync.Spec.Source.Helm = &v1alpha1.HelmSource{}
 	}
 	if t.parity && s.name != baseSyncName {
 		sync.Spec.DependsOn = []v1alpha1.DependencyReference{{Name: baseSyncName}}

@@ -74,7 +74,10 @@ type flags struct {
 	renewDeadline time.Duration
 	retryPeriod   time.Duration
 	// render mode (render.go): kustomize builds, krusty whole vs Converge's path.
-	render bool
+	render  bool
+	renders string
+	// chart render (chart_render.go): one render of the chart under -workload, by this path.
+	chartRender string
 }
 
 // parseFlags reads the command line.
@@ -96,11 +99,13 @@ func parseFlags() flags {
 	flag.DurationVar(&f.settle, "settle", 31*time.Second, "with -daemon: wait this long after deleting the Namespaces before a cold start (the API server's 30 s live-lookup window)")
 	flag.DurationVar(&f.steady, "steady", 35*time.Second, "wait this long after the last cold apply before the other operations (a watch cache's relist back-off after the CRD was recreated)")
 	flag.BoolVar(&f.render, "render", false, "time kustomize builds of 1,000 and -objects resources, krusty whole vs Converge's path (no cluster)")
+	flag.StringVar(&f.renders, "renders", "kustomize,chart", "with -render: the renders to time, comma-separated: kustomize (krusty whole vs Converge's path), chart (Helm's engine vs Converge's chart render)")
+	flag.StringVar(&f.chartRender, "chart-render", "", "internal: render the chart under -workload once by this path (converge or helm) and print what it measured")
 	flag.BoolVar(&f.daemon, "daemon", false, "measure the daemon instead of the engines: one Sync of the workload, then -syncs Syncs sharing it (docs/benchmarks.md)")
 	flag.IntVar(&f.tenants, "syncs", 100, "with -daemon: the number of Syncs the workload is split into")
 	flag.BoolVar(&f.parity, "parity", false, "with -daemon: every measured Sync depends on the base Sync and substitutes two variables (spec.postBuild: substitute and a ConfigMap) found in every object")
 	flag.StringVar(&f.mix, "mix", defaultMix, "with -daemon: the kinds of the leaves, comma-separated Kind=weight (kinds: "+strings.Join(leafKinds, ", ")+"), e.g. Service=1,Deployment=1")
-	flag.StringVar(&f.scenarios, "scenarios", "both", "with -daemon: which scenarios to run: one (one Sync of the workload), many (-syncs Syncs) or both")
+	flag.StringVar(&f.scenarios, "scenarios", "one,many,chart", "with -daemon: which scenarios to run, comma-separated: one (one Sync of the workload), many (-syncs Syncs), chart (one Sync rendering a Helm chart of the same objects); both is one,many")
 	flag.Float64Var(&f.prune, "prune", 0, "with -daemon: after the quiet intervals, commit the workload without this fraction of its leaves (e.g. 0.1), wait until the Syncs are Ready at it and read the daemon's memory again (0: no prune step)")
 	flag.StringVar(&f.memLimit, "gomemlimit", "", "with -daemon: the daemon's GOMEMLIMIT (e.g. 200MiB; empty: none)")
 	flag.IntVar(&f.concurrent, "concurrent", 4, "with -daemon: the daemon's --concurrent (Syncs reconciled in parallel)")
@@ -134,12 +139,15 @@ func flagSet(name string) bool {
 
 // main runs the parent (the benchmark), with -child one engine, or with -daemon the daemon mode.
 func main() {
+	sources.ServeChild() // a chart renders in a render child: this binary
 	log.SetFlags(log.Ltime)
 	f := parseFlags()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
 	switch {
+	case f.chartRender != "":
+		err = runChartRender(ctx, f)
 	case f.child != "":
 		err = runChild(ctx, f)
 	case f.daemon && f.scale:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -65,5 +66,45 @@ func TestPrunedWorkload(t *testing.T) {
 		if objs[0].GetKind() != "Namespace" {
 			t.Errorf("tenant %d lost its Namespace", i)
 		}
+	}
+}
+
+func TestParseScenarios(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+		err  bool
+	}{
+		{in: "one,many,chart", want: []string{"one", "many", "chart"}},
+		{in: "chart, one", want: []string{"one", "chart"}},
+		{in: "both", want: []string{"one", "many"}},
+		{in: "both,chart", want: []string{"one", "many", "chart"}},
+		{in: "helm", err: true},
+	} {
+		got, err := parseScenarios(tc.in)
+		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
+			t.Errorf("parseScenarios(%q) = %v, %v; want %v (error %v)", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// TestScenarioFilesDistinct: each scenario's daemon has its own log, heap profile and git
+// cache, though two scenarios have one Sync each.
+func TestScenarioFilesDistinct(t *testing.T) {
+	w, err := generateDaemon(100, 10, daemonWorkloadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &daemonBench{work: w}
+	seen := map[string]string{}
+	for _, sc := range b.scenarios([]string{scenarioOne, scenarioMany, scenarioChart}) {
+		name := sc.fileName("daemon", 0, ".log")
+		if other, ok := seen[name]; ok {
+			t.Errorf("scenarios %q and %q both write %s", other, sc.name, name)
+		}
+		seen[name] = sc.name
+	}
+	if _, ok := seen["daemon-1-1-syncs.log"]; !ok {
+		t.Errorf("the single Sync's log is no longer daemon-1-1-syncs.log: %v", seen)
 	}
 }

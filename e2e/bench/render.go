@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,6 +18,7 @@ import (
 // The render mode (-render) times a kustomization of the generated workload's files plus one
 // labels entry, built whole by krusty and by Converge's path (sources.Render, chunked when
 // the kustomization allows), in the same run, and checks that both give the same objects.
+// With chart in -renders it also times the generated Helm chart (chart_render.go).
 
 // renderSizes are the kustomization sizes measured: 1,000 and -objects.
 func renderSizes(objects int) []int {
@@ -35,15 +37,33 @@ type RenderRow struct {
 }
 
 func runRenderBench(ctx context.Context, f flags) error {
-	var rows []RenderRow
-	for _, n := range renderSizes(f.objects) {
-		row, err := renderOnce(ctx, n)
-		if err != nil {
+	renders := strings.Split(f.renders, ",")
+	for _, r := range renders {
+		if r != "kustomize" && r != "chart" {
+			return fmt.Errorf("-renders %q: %q is neither kustomize nor chart", f.renders, r)
+		}
+	}
+	if slices.Contains(renders, "kustomize") {
+		var rows []RenderRow
+		for _, n := range renderSizes(f.objects) {
+			row, err := renderOnce(ctx, n)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, row)
+		}
+		if err := renderTable(os.Stdout, rows); err != nil {
 			return err
 		}
-		rows = append(rows, row)
 	}
-	return renderTable(os.Stdout, rows)
+	if !slices.Contains(renders, "chart") {
+		return nil
+	}
+	rows, err := chartRenderRows(ctx, renderSizes(f.objects))
+	if err != nil {
+		return err
+	}
+	return chartRenderTable(os.Stdout, rows)
 }
 
 // renderOnce writes a kustomization of n objects and builds it both ways.
