@@ -26,8 +26,9 @@ func newReconcileCommand(kube *kubeFlags) *cobra.Command {
 		Long: `Reconcile sets the converge.dev/requestedAt annotation of the Sync to the current time
 and waits until the daemon reports it handled that request (status.lastHandledRequest), then
 prints the Sync. It exits non-zero when the Sync is not Ready afterwards.`,
-		Example: `  converge reconcile -n apps web`,
-		Args:    cobra.ExactArgs(1),
+		Example:           `  converge reconcile -n apps web`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeSyncNames(kube, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := kube.syncClient()
 			if err != nil {
