@@ -31,13 +31,15 @@ type syncAPI struct {
 var syncsResource = v1alpha1.GroupVersion.WithResource("syncs")
 
 // newSyncAPI returns a syncAPI for the kubeconfig of kube; a timeout above zero bounds each
-// request (completions, which must never hang a shell).
+// request below --request-timeout (completions, which must never hang a shell).
 func newSyncAPI(kube *kubeFlags, timeout time.Duration) (*syncAPI, error) {
 	cfg, err := kube.restConfig()
 	if err != nil {
 		return nil, err
 	}
-	cfg.Timeout = timeout
+	if timeout > 0 && (cfg.Timeout == 0 || cfg.Timeout > timeout) {
+		cfg.Timeout = timeout // otherwise --request-timeout's, as kubectl
+	}
 	dc, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -224,4 +228,53 @@ func unreachableKubeconfig(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestKubectlGetSyncsColumns checks `kubectl get syncs` (the server-side table the CRD's
+// printer columns make) shows the columns of `converge status` in the same order, OWNER only
+// with -o wide (priority 1), and that kubectl knows the short name sy as `converge get` does.
+// Before, kubectl's STATUS column was the message and came before REVISION, there was no
+// reason, and `kubectl get sy` was unknown.
+func TestKubectlGetSyncsColumns(t *testing.T) {
+	ns, _ := statusFixture(t)
+	hc, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodGet, env.Config.Host+"/apis/converge.dev/v1alpha1/namespaces/"+ns+"/syncs", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var table metav1.Table
+	if err := json.NewDecoder(resp.Body).Decode(&table); err != nil {
+		t.Fatal(err)
+	}
+	var got, wide []string
+	for _, c := range table.ColumnDefinitions {
+		if c.Priority == 0 {
+			got = append(got, strings.ToUpper(c.Name))
+		} else {
+			wide = append(wide, strings.ToUpper(c.Name))
+		}
+	}
+	// converge status's columns, less SUSPENDED (a boolean kubectl shows as <none> when unset).
+	want := []string{"NAME", "READY", "REASON", "REVISION", "AGE", "MESSAGE"}
+	if !slices.Equal(got, want) || !slices.Equal(wide, []string{"OWNER"}) {
+		t.Errorf("kubectl get syncs columns %v, -o wide adds %v; want %v and [OWNER]", got, wide, want)
+	}
+	resources, err := discovery.NewDiscoveryClientForConfigOrDie(env.Config).ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resources.APIResources {
+		if r.Name == "syncs" && !slices.Contains(r.ShortNames, "sy") {
+			t.Errorf("syncs short names %v; want sy, as converge get sy", r.ShortNames)
+		}
+	}
 }
