@@ -194,6 +194,8 @@ func TestStatusErrors(t *testing.T) {
 			[]string{"cannot reach the cluster (Get", "/v1alpha1/syncs", "check --kubeconfig"}},
 		{"missing", []string{"status", "-n", ns, "missing"},
 			[]string{"sync " + ns + "/missing not found; converge status -n " + ns + " lists"}},
+		{"missing, json", []string{"get", "syncs", "-n", ns, "missing", "-o", "json"},
+			[]string{"sync " + ns + "/missing not found"}},
 		{"no type", []string{"get"}, []string{"converge get needs a resource type; converge get lists Syncs"}},
 		{"other type", []string{"get", "pods"}, []string{`unknown resource type "pods"`, "use kubectl"}},
 		{"bad format", []string{"status", "-n", ns, "-o", "table"}, []string{`--output "table"`, "allowed formats are"}},

@@ -50,6 +50,8 @@ func (o *getOptions) addFlags(cmd *cobra.Command) {
 	fl.BoolVar(&o.noHeaders, "no-headers", false, "print the table without its header line")
 	fl.BoolVarP(&o.watch, "watch", "w", false, "after the list, print a Sync again each time it changes, until interrupted")
 	fl.BoolVar(&o.watchOnly, "watch-only", false, "print only the changes, not the list first (implies --watch)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
+		[]cobra.Completion{"wide", "json", "yaml", "name", "jsonpath=", "go-template="}, cobra.ShellCompDirectiveNoFileComp|cobra.ShellCompDirectiveNoSpace))
 }
 
 const statusLong = `List Syncs as kubectl get does: NAME, READY, REASON (the Ready condition's reason),
@@ -175,8 +177,8 @@ func (o *getOptions) run(ctx context.Context, out, errOut io.Writer, names []str
 	rv := ""
 	if !o.watchOnly {
 		items, listRV, getErr := api.get(ctx, ns, names, sel)
-		if getErr != nil && items == nil {
-			return getErr
+		if getErr != nil && len(items) == 0 {
+			return getErr // nothing to print: not even an empty List
 		}
 		if err := p.printList(items); err != nil {
 			return err
@@ -263,8 +265,8 @@ func kubectlList(items []unstructured.Unstructured) *unstructured.UnstructuredLi
 // explainSyncs turns an error of the Sync API into the one line the CLI exits with: what
 // failed and what to do, as `converge apply` says it (explain).
 func explainSyncs(err error, what string) error {
-	if apierrors.IsNotFound(err) && !strings.Contains(what, "/") {
-		// The list itself is not found: the API server does not serve Syncs.
+	if apierrors.IsNotFound(err) {
+		// A list or watch is not found only when the API server does not serve Syncs.
 		return fmt.Errorf("%s: the cluster has no Sync API (the converge.dev CRD is not installed); "+
 			"install it with converge install, or converge run installs it: %w", what, err)
 	}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -104,5 +106,24 @@ func TestStatusJSONIsKubectlList(t *testing.T) {
 			t.Fatalf("%s: %v", tc.golden, err)
 		}
 		golden(t, tc.golden, "NS-unused", out.String())
+	}
+}
+
+// TestExplainSyncs checks the one-line errors of a Sync list: a cluster that does not serve
+// Syncs (the API server's 404 for the list) says to install the CRD; a refused permission
+// says what to do, as `converge apply` does.
+func TestExplainSyncs(t *testing.T) {
+	gr := v1alpha1.GroupVersion.WithResource("syncs").GroupResource()
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{apierrors.NewNotFound(gr, ""), "list syncs in namespace apps: the cluster has no Sync API (the converge.dev CRD is not installed); install it with converge install"},
+		{apierrors.NewForbidden(gr, "", errors.New("no")), "ask for an RBAC grant"},
+	} {
+		got := explainSyncs(tc.err, "list syncs "+where("apps")).Error()
+		if !strings.Contains(got, tc.want) || strings.Contains(got, "\n") {
+			t.Errorf("explainSyncs(%v) = %q; want one line with %q", tc.err, got, tc.want)
+		}
 	}
 }
