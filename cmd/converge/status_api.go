@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/klog/v2"
 
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
@@ -109,7 +111,10 @@ func (a *syncAPI) watch(ctx context.Context, ns string, names []string, sel labe
 		o.LabelSelector, o.FieldSelector = opts.LabelSelector, opts.FieldSelector
 		return a.syncs.Namespace(ns).Watch(ctx, o)
 	}}
-	rw, err := watchtools.NewRetryWatcherWithContext(ctx, rv, lw)
+	// The retry watcher logs each failed attempt to reopen the watch (every second while the
+	// cluster is unreachable) and then retries anyway; the watch resumes when the cluster is
+	// back. What it cannot retry (a refused permission, a version too old) comes as an event.
+	rw, err := watchtools.NewRetryWatcherWithContext(klog.NewContext(ctx, logr.Discard()), rv, lw)
 	if err != nil {
 		return fmt.Errorf("watch syncs %s: %w", where(ns), err)
 	}
@@ -124,7 +129,11 @@ func (a *syncAPI) watch(ctx context.Context, ns string, names []string, sel labe
 			}
 			switch ev.Type {
 			case watch.Error:
-				return explainSyncs(apierrors.FromObject(ev.Object), "watch syncs "+where(ns))
+				err := apierrors.FromObject(ev.Object)
+				if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+					return fmt.Errorf("watch syncs %s: %w; the watch fell behind the API server's history: run the command again", where(ns), err)
+				}
+				return explainSyncs(err, "watch syncs "+where(ns))
 			case watch.Bookmark:
 				continue
 			}
