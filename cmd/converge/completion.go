@@ -36,8 +36,11 @@ func completeSyncNames(kube *kubeFlags, maxArgs int) cobra.CompletionFunc {
 func completeGetArgs(kube *kubeFlags) cobra.CompletionFunc {
 	names := completeSyncNames(kube, 0)
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if len(args) == 0 {
+		switch {
+		case len(args) == 0:
 			return matching([]string{"syncs"}, toComplete, nil), cobra.ShellCompDirectiveNoFileComp
+		case !slices.Contains(syncTypes, strings.ToLower(args[0])):
+			return nil, cobra.ShellCompDirectiveNoFileComp // a type converge get does not list
 		}
 		return names(cmd, args[1:], toComplete)
 	}

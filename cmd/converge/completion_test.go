@@ -22,6 +22,7 @@ func TestCompletion(t *testing.T) {
 		{[]string{"status", "--kubeconfig", kc, "-n", ns, "web", ""}, "api\n:4\n"},
 		{[]string{"get", "--kubeconfig", kc, "-n", ns, "s"}, "syncs\n:4\n"},
 		{[]string{"get", "syncs", "--kubeconfig", kc, "-n", ns, "w"}, "web\n:4\n"},
+		{[]string{"get", "pods", "--kubeconfig", kc, "-n", ns, ""}, ":4\n"},
 		{[]string{"reconcile", "--kubeconfig", kc, "-n", ns, "a"}, "api\n:4\n"},
 		{[]string{"reconcile", "--kubeconfig", kc, "-n", ns, "api", ""}, ":4\n"},
 		{[]string{"status", "--kubeconfig", kc, "-n", ns}, ns + "\n:4\n"},
