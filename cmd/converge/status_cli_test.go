@@ -198,7 +198,8 @@ func TestStatusErrors(t *testing.T) {
 			[]string{"sync " + ns + "/missing not found"}},
 		{"no type", []string{"get"}, []string{"converge get needs a resource type; converge get lists Syncs"}},
 		{"other type", []string{"get", "pods"}, []string{`unknown resource type "pods"`, "use kubectl"}},
-		{"bad format", []string{"status", "-n", ns, "-o", "table"}, []string{`--output "table"`, "allowed formats are"}},
+		{"bad format", []string{"status", "-n", ns, "-o", "table"}, []string{`--output "table": allowed formats are wide, json, yaml`, "(default: the table)"}},
+		{"bad jsonpath", []string{"status", "-n", ns, "-o", "jsonpath={.items["}, []string{`--output "jsonpath={.items["`}},
 		{"bad selector", []string{"status", "-n", ns, "-l", "a=(b"}, []string{`--selector "a=(b"`}},
 	} {
 		out, errOut, code := run(tc.args...)

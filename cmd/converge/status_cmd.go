@@ -149,6 +149,10 @@ func (o *getOptions) run(ctx context.Context, out, errOut io.Writer, names []str
 	var printer printers.ResourcePrinter
 	if f := *o.print.OutputFormat; f != "" && !wide {
 		p, err := o.print.ToPrinter()
+		if genericclioptions.IsNoCompatiblePrinterError(err) {
+			return fmt.Errorf("--output %q: allowed formats are %s (default: the table)", f,
+				strings.Join(append([]string{"wide"}, o.print.AllowedFormats()...), ", "))
+		}
 		if err != nil {
 			return fmt.Errorf("--output %q: %w", f, err)
 		}
