@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -50,7 +51,10 @@ prints the Sync. It exits non-zero when the Sync is not Ready afterwards.`,
 func requestReconcile(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration) (*v1alpha1.Sync, error) {
 	s := &v1alpha1.Sync{}
 	if err := c.Get(ctx, key, s); err != nil {
-		return nil, fmt.Errorf("sync %s: %w", key, err)
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("sync %s not found; converge status -n %s lists the Syncs of %[2]s (-A of every namespace)", key, key.Namespace)
+		}
+		return nil, explain(fmt.Errorf("sync %s: %w", key, err), nil)
 	}
 	if s.Spec.Suspend {
 		return s, fmt.Errorf("sync %s is suspended: set spec.suspend=false first", key)

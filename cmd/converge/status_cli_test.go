@@ -176,10 +176,11 @@ func TestStatusKubectlOutputs(t *testing.T) {
 	}
 }
 
-// TestStatusErrors checks the errors of `converge status` and `get` are one line that names
-// what failed and says what to do, stdout empty, exit 2; an empty list is no error (kubectl's
-// "No resources found" on stderr). Before, an unreachable cluster printed the raw discovery
-// error ("list syncs: failed to get server groups: …") and `get syncs` was a missing Sync.
+// TestStatusErrors checks the errors of `converge status`, `get` and `reconcile` are one line
+// that names what failed and says what to do, stdout empty, exit 2; an empty list is no error
+// (kubectl's "No resources found" on stderr). Before, an unreachable cluster printed the raw
+// discovery error ("list syncs: failed to get server groups: …") and `get syncs` was a
+// missing Sync.
 func TestStatusErrors(t *testing.T) {
 	ns, _ := statusFixture(t)
 	unreachable := unreachableKubeconfig(t)
@@ -192,6 +193,10 @@ func TestStatusErrors(t *testing.T) {
 			[]string{"cannot reach the cluster (Get", "/namespaces/default/syncs", "check --kubeconfig, --context or KUBECONFIG"}},
 		{"unreachable -A", []string{"get", "syncs", "-A", "--kubeconfig", unreachable},
 			[]string{"cannot reach the cluster (Get", "/v1alpha1/syncs", "check --kubeconfig"}},
+		{"reconcile, unreachable", []string{"reconcile", "app", "--kubeconfig", unreachable},
+			[]string{"cannot reach the cluster (Get", "check --kubeconfig, --context or KUBECONFIG"}},
+		{"reconcile, missing", []string{"reconcile", "-n", ns, "missing"},
+			[]string{"sync " + ns + "/missing not found; converge status -n " + ns + " lists"}},
 		{"missing", []string{"status", "-n", ns, "missing"},
 			[]string{"sync " + ns + "/missing not found; converge status -n " + ns + " lists"}},
 		{"missing, json", []string{"get", "syncs", "-n", ns, "missing", "-o", "json"},
