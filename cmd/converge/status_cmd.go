@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/liggitt/tabwriter"
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -220,7 +219,7 @@ type syncPrinter struct {
 	// printed says the header was printed (a watch prints it once).
 	printed bool
 	// tw is the table writer of the whole run: a watch's rows line up with the list's.
-	tw *tabwriter.Writer
+	tw tableWriter
 }
 
 func (p *syncPrinter) printList(items []unstructured.Unstructured) error {

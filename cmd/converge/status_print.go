@@ -8,7 +8,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/liggitt/tabwriter"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -30,6 +29,12 @@ type statusView struct {
 	Now time.Time
 }
 
+// tableWriter is the writer printers.GetNewTabWriter returns.
+type tableWriter interface {
+	io.Writer
+	Flush() error
+}
+
 // column is one column of a table of R: its header, whether it shows, and its cell.
 type column[R any] struct {
 	header string
@@ -40,7 +45,7 @@ type column[R any] struct {
 // writeTable writes rows under the columns that show to tw, kubectl's table writer
 // (printers.GetNewTabWriter: left-aligned, three spaces apart, widths remembered across
 // flushes, so the rows a watch adds line up), "<none>" for an empty cell.
-func writeTable[R any](tw *tabwriter.Writer, cols []column[R], rows []R, noHeaders bool) error {
+func writeTable[R any](tw tableWriter, cols []column[R], rows []R, noHeaders bool) error {
 	line := func(cell func(column[R]) string) {
 		var cells []string
 		for _, c := range cols {
