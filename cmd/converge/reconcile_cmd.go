@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -26,8 +27,9 @@ func newReconcileCommand(kube *kubeFlags) *cobra.Command {
 		Long: `Reconcile sets the converge.dev/requestedAt annotation of the Sync to the current time
 and waits until the daemon reports it handled that request (status.lastHandledRequest), then
 prints the Sync. It exits non-zero when the Sync is not Ready afterwards.`,
-		Example: `  converge reconcile -n apps web`,
-		Args:    cobra.ExactArgs(1),
+		Example:           `  converge reconcile -n apps web`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeSyncNames(kube, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := kube.syncClient()
 			if err != nil {
@@ -49,7 +51,10 @@ prints the Sync. It exits non-zero when the Sync is not Ready afterwards.`,
 func requestReconcile(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration) (*v1alpha1.Sync, error) {
 	s := &v1alpha1.Sync{}
 	if err := c.Get(ctx, key, s); err != nil {
-		return nil, fmt.Errorf("sync %s: %w", key, err)
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("sync %s not found; converge status -n %s lists the Syncs of %[2]s (-A of every namespace)", key, key.Namespace)
+		}
+		return nil, explain(fmt.Errorf("sync %s: %w", key, err), nil)
 	}
 	if s.Spec.Suspend {
 		return s, fmt.Errorf("sync %s is suspended: set spec.suspend=false first", key)

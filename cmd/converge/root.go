@@ -47,7 +47,9 @@ inventory, prunes what left the source, and reports readiness.`,
 	root.AddCommand(newInstallCommand(kube))
 	root.AddCommand(newUninstallCommand(kube))
 	root.AddCommand(newStatusCommand(kube))
+	root.AddCommand(newGetCommand(kube))
 	root.AddCommand(newReconcileCommand(kube))
+	registerFlagCompletions(root, kube)
 	return root
 }
 

@@ -1,188 +1,285 @@
 package main
 
 import (
-	"cmp"
-	"encoding/json"
+	"context"
+	"errors"
 	"fmt"
 	"io"
-	"sort"
-	"text/tabwriter"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/util/duration"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
-
-	"github.com/converge-dev/converge/status/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/printers"
 )
 
-func newStatusCommand(kube *kubeFlags) *cobra.Command {
-	var all bool
-	var output string
-	cmd := &cobra.Command{
-		Use:     "status [NAME]",
-		Aliases: []string{"get"},
-		Short:   "List Syncs with their readiness, revision, age and message",
-		Long: `List Syncs with their readiness, revision, age and message.
+// The `status` and `get` verbs list Syncs as `kubectl get` and `flux get kustomizations` do.
+// `get` is kubectl's verb and takes a resource type first (`converge get syncs -A`), so a
+// kubectl user's command line works unchanged and further types can join it; `status` is its
+// short form for Syncs (`converge status -A`). Both run getOptions.run.
 
-The OWNER column names the daemon replica (its --replica-name, by default the pod name) that
-wrote the Sync's status: it shows with -A, the view of every Sync, and with -o wide, as kubectl
-shows a pod's NODE. -o json and -o yaml print the same rows, owner included, for scripts.`,
+// syncTypes are the names `converge get` accepts for Syncs: kubectl's plural, singular,
+// short and fully qualified forms.
+var syncTypes = []string{"syncs", "sync", "sy", "syncs.converge.dev", "sync.converge.dev"}
+
+// getOptions are the flags of `converge status` and `converge get`, kubectl get's.
+type getOptions struct {
+	kube          *kubeFlags
+	print         *genericclioptions.PrintFlags
+	allNamespaces bool
+	selector      string
+	noHeaders     bool
+	watch         bool
+	watchOnly     bool
+}
+
+func (o *getOptions) addFlags(cmd *cobra.Command) {
+	o.print = genericclioptions.NewPrintFlags("")
+	o.print.AddFlags(cmd)
+	fl := cmd.Flags()
+	fl.Lookup("output").Usage = "output format: wide (adds OWNER, messages in full), json, yaml, name, jsonpath=TEMPLATE, " +
+		"jsonpath-file=FILE, go-template=TEMPLATE (default: a table)"
+	fl.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list Syncs of every namespace (adds the NAMESPACE and OWNER columns)")
+	fl.StringVarP(&o.selector, "selector", "l", "", "label selector (=, ==, !=, in, notin, exists), as kubectl's: -l team=web,tier!=db")
+	fl.BoolVar(&o.noHeaders, "no-headers", false, "print the table without its header line")
+	fl.BoolVarP(&o.watch, "watch", "w", false, "after the list, print a Sync again each time it changes, until interrupted")
+	fl.BoolVar(&o.watchOnly, "watch-only", false, "print only the changes, not the list first (implies --watch)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
+		[]cobra.Completion{"wide", "json", "yaml", "name", "jsonpath=", "go-template="}, cobra.ShellCompDirectiveNoFileComp|cobra.ShellCompDirectiveNoSpace))
+}
+
+const statusLong = `List Syncs as kubectl get does: NAME, READY, REASON (the Ready condition's reason),
+REVISION (the last revision applied), SUSPENDED, AGE and MESSAGE.
+
+When a newer revision than REVISION failed, MESSAGE starts with "revision <rev> failed:"
+followed by why; while it is still applied, "revision <rev> in progress:". The table cuts a
+message after its first line and 120 characters; -o wide never cuts and adds OWNER, the daemon
+replica (its --replica-name, by default the pod name) that wrote the status, as kubectl shows
+a pod's NODE. -A adds NAMESPACE and OWNER: the view of every Sync.
+
+-o json and -o yaml print the Sync objects, a List of them without a NAME (as kubectl get);
+-o name, jsonpath and go-template work as kubectl's. -w prints a Sync again each time it
+changes, until interrupted.`
+
+func newStatusCommand(kube *kubeFlags) *cobra.Command {
+	o := &getOptions{kube: kube}
+	cmd := &cobra.Command{
+		Use:   "status [NAME...]",
+		Short: "List Syncs with their readiness, reason, revision, age and message",
+		Long:  statusLong + "\n\n`converge get syncs` is the same list under kubectl's verb.",
 		Example: `  converge status -A
   converge status -n apps -o wide
-  converge status -n apps web -o json`,
-		Args: cobra.MaximumNArgs(1),
+  converge status -n apps web -o jsonpath='{.status.lastAttemptedRevision}'
+  converge status -A -l team=web -w`,
+		ValidArgsFunction: completeSyncNames(kube, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch output {
-			case "", "wide", "json", "yaml":
-			default:
-				return fmt.Errorf("--output %q: want wide, json or yaml", output)
-			}
-			c, err := kube.syncClient()
-			if err != nil {
-				return err
-			}
-			list := &v1alpha1.SyncList{}
-			opts := []client.ListOption{}
-			if !all {
-				opts = append(opts, client.InNamespace(kube.namespace()))
-			}
-			if err := c.List(cmd.Context(), list, opts...); err != nil {
-				return fmt.Errorf("list syncs: %w", err)
-			}
-			items := list.Items
-			if len(args) == 1 {
-				items = nil
-				for _, s := range list.Items {
-					if s.Name == args[0] {
-						items = append(items, s)
-					}
-				}
-				if len(items) == 0 {
-					return fmt.Errorf("sync %s/%s not found", kube.namespace(), args[0])
-				}
-			}
-			view := statusView{Output: output, AllNamespaces: all, Now: time.Now()}
-			return printSyncs(cmd.OutOrStdout(), items, view)
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args)
 		},
 	}
-	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list Syncs of every namespace (adds the NAMESPACE and OWNER columns)")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: wide (adds OWNER), json or yaml (default: a table)")
+	o.addFlags(cmd)
 	return cmd
 }
 
-// statusView says how printSyncs lays the Syncs out.
-type statusView struct {
-	// Output is "" (a table), "wide" (the table with OWNER), "json" or "yaml".
-	Output string
-	// AllNamespaces adds the NAMESPACE column, and OWNER: across namespaces the table is the
-	// view of the whole fleet, where which replica holds a Sync matters.
-	AllNamespaces bool
-	// Now is the clock AGE is measured against.
-	Now time.Time
-}
+func newGetCommand(kube *kubeFlags) *cobra.Command {
+	o := &getOptions{kube: kube}
+	cmd := &cobra.Command{
+		Use:   "get TYPE [NAME...] | TYPE/NAME...",
+		Short: "List Syncs as kubectl get does (TYPE is syncs, sync or sy)",
+		Long: statusLong + `
 
-// syncRow is one Sync as `converge status` shows it; -o json and yaml print these.
-type syncRow struct {
-	Namespace          string    `json:"namespace"`
-	Name               string    `json:"name"`
-	Ready              string    `json:"ready"`
-	Reason             string    `json:"reason,omitempty"`
-	Revision           string    `json:"revision"`
-	Suspended          bool      `json:"suspended"`
-	Owner              string    `json:"owner"`
-	Generation         int64     `json:"generation"`
-	ObservedGeneration int64     `json:"observedGeneration"`
-	Created            time.Time `json:"created"`
-	Message            string    `json:"message"`
-}
-
-func rowOf(s v1alpha1.Sync) syncRow {
-	r := syncRow{Namespace: s.Namespace, Name: s.Name, Ready: "Unknown", Message: "not reconciled yet",
-		Revision: s.Status.LastAppliedRevision, Suspended: s.Spec.Suspend, Owner: s.Status.Owner,
-		Generation: s.Generation, ObservedGeneration: s.Status.ObservedGeneration, Created: s.CreationTimestamp.UTC()}
-	if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); c != nil {
-		r.Ready, r.Reason, r.Message = string(c.Status), c.Reason, c.Message
+TYPE is syncs (or sync, sy, syncs.converge.dev); TYPE/NAME names one Sync, as kubectl's.
+converge status is the same list without TYPE.`,
+		Example: `  converge get syncs -A
+  converge get sy -n apps web -o yaml
+  converge get sync/web -n apps -w`,
+		ValidArgsFunction: completeGetArgs(kube),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			names, err := syncNamesOf(args)
+			if err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), names)
+		},
 	}
-	return r
+	o.addFlags(cmd)
+	return cmd
 }
 
-// printSyncs writes a table like `flux get kustomizations`, or the rows as JSON or YAML.
-func printSyncs(w io.Writer, items []v1alpha1.Sync, view statusView) error {
-	sort.Slice(items, func(i, j int) bool {
-		if items[i].Namespace != items[j].Namespace {
-			return items[i].Namespace < items[j].Namespace
+// syncNamesOf reads `converge get`'s arguments: TYPE [NAME...] or TYPE/NAME..., TYPE one of
+// syncTypes. It returns the names.
+func syncNamesOf(args []string) ([]string, error) {
+	const what = "converge get lists Syncs: converge get syncs [NAME...] or converge get sync/NAME"
+	if len(args) == 0 {
+		return nil, errors.New("converge get needs a resource type; " + what)
+	}
+	if !strings.Contains(args[0], "/") {
+		if !slices.Contains(syncTypes, strings.ToLower(args[0])) {
+			return nil, fmt.Errorf("unknown resource type %q; %s (use kubectl for other kinds)", args[0], what)
 		}
-		return items[i].Name < items[j].Name
-	})
-	rows := make([]syncRow, 0, len(items))
-	for _, s := range items {
-		rows = append(rows, rowOf(s))
+		return args[1:], nil
 	}
-	switch view.Output {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
-			Syncs []syncRow `json:"syncs"`
-		}{rows})
-	case "yaml":
-		b, err := yaml.Marshal(struct {
-			Syncs []syncRow `json:"syncs"`
-		}{rows})
+	names := make([]string, 0, len(args))
+	for _, a := range args {
+		typ, name, ok := strings.Cut(a, "/")
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("%q: there is no need to give a resource type as a separate argument when TYPE/NAME is given; %s", a, what)
+		case !slices.Contains(syncTypes, strings.ToLower(typ)):
+			return nil, fmt.Errorf("unknown resource type %q in %q; %s (use kubectl for other kinds)", typ, a, what)
+		case name == "":
+			return nil, fmt.Errorf("%q names no Sync; %s", a, what)
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+// clock is what AGE is measured against.
+var clock = time.Now
+
+// run lists (or gets) the Syncs, prints them, and with -w prints each change until ctx ends.
+func (o *getOptions) run(ctx context.Context, out, errOut io.Writer, names []string) error {
+	wide := *o.print.OutputFormat == "wide"
+	var printer printers.ResourcePrinter
+	if f := *o.print.OutputFormat; f != "" && !wide {
+		p, err := o.print.ToPrinter()
+		if genericclioptions.IsNoCompatiblePrinterError(err) {
+			return fmt.Errorf("--output %q: allowed formats are %s (default: the table)", f,
+				strings.Join(append([]string{"wide"}, o.print.AllowedFormats()...), ", "))
+		}
 		if err != nil {
-			return err
+			return fmt.Errorf("--output %q: %w", f, err)
 		}
-		_, err = w.Write(b)
+		printer = p
+	}
+	sel, err := labels.Parse(o.selector)
+	if err != nil {
+		return fmt.Errorf("--selector %q: %w", o.selector, err)
+	}
+	if len(names) > 0 && !sel.Empty() {
+		return errors.New("give Sync names or --selector, not both (as kubectl get)")
+	}
+	if len(names) > 0 && o.allNamespaces {
+		return errors.New("a Sync name needs its namespace: give -n NAMESPACE rather than -A")
+	}
+	ns := ""
+	if !o.allNamespaces {
+		ns = o.kube.namespace()
+	}
+	api, err := newSyncAPI(o.kube, 0)
+	if err != nil {
 		return err
 	}
-	return printTable(w, rows, view)
+	view := statusView{Wide: wide, AllNamespaces: o.allNamespaces, NoHeaders: o.noHeaders}
+	p := &syncPrinter{out: out, printer: printer, view: view, single: len(names) == 1}
+	rv := ""
+	if !o.watchOnly {
+		items, listRV, getErr := api.get(ctx, ns, names, sel)
+		if getErr != nil && len(items) == 0 {
+			return getErr // nothing to print: not even an empty List
+		}
+		if err := p.printList(items); err != nil {
+			return err
+		}
+		if len(items) == 0 && printer == nil && getErr == nil {
+			fmt.Fprintln(errOut, noneFound(ns))
+		}
+		if getErr != nil {
+			return getErr
+		}
+		rv = listRV
+	}
+	if !o.watch && !o.watchOnly {
+		return nil
+	}
+	return api.watch(ctx, ns, names, sel, rv, p.printEvent)
 }
 
-// printTable writes the rows as a table; OWNER shows with -o wide and with -A.
-func printTable(w io.Writer, rows []syncRow, view statusView) error {
-	owner := view.Output == "wide" || view.AllNamespaces
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if view.AllNamespaces {
-		fmt.Fprint(tw, "NAMESPACE\t")
+// noneFound is kubectl get's line for an empty list (on stderr).
+func noneFound(ns string) string {
+	if ns == "" {
+		return "No Syncs found."
 	}
-	fmt.Fprint(tw, "NAME\tREADY\tREVISION\tSUSPENDED\tAGE\t")
-	if owner {
-		fmt.Fprint(tw, "OWNER\t")
-	}
-	fmt.Fprintln(tw, "MESSAGE")
-	for _, r := range rows {
-		msg := r.Message
-		if r.ObservedGeneration != r.Generation && r.Ready != "Unknown" {
-			msg = fmt.Sprintf("generation %d not observed yet (status describes %d): %s", r.Generation, r.ObservedGeneration, msg)
-		}
-		if view.AllNamespaces {
-			fmt.Fprintf(tw, "%s\t", r.Namespace)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%s\t", r.Name, r.Ready, r.Revision, r.Suspended, duration.HumanDuration(view.Now.Sub(r.Created)))
-		if owner {
-			fmt.Fprintf(tw, "%s\t", cmp.Or(r.Owner, "<none>"))
-		}
-		fmt.Fprintln(tw, truncate(firstLine(msg), 120))
-	}
-	return tw.Flush()
+	return fmt.Sprintf("No Syncs found in namespace %s.", ns)
 }
 
-func firstLine(s string) string {
-	for i, r := range s {
-		if r == '\n' {
-			return s[:i]
-		}
-	}
-	return s
+// syncPrinter prints Syncs in the layout the flags chose: the table (printer nil) or one of
+// kubectl's printers.
+type syncPrinter struct {
+	out     io.Writer
+	printer printers.ResourcePrinter
+	view    statusView
+	// single prints the one named Sync as an object rather than a List, as kubectl get NAME.
+	single bool
+	// printed says the header was printed (a watch prints it once).
+	printed bool
+	// tw is the table writer of the whole run: a watch's rows line up with the list's.
+	tw tableWriter
 }
 
-// truncate cuts s to n bytes and marks the cut with "…" (for display only).
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+func (p *syncPrinter) printList(items []unstructured.Unstructured) error {
+	if p.printer != nil {
+		if p.single && len(items) == 1 {
+			return p.printer.PrintObj(&items[0], p.out)
+		}
+		return p.printer.PrintObj(kubectlList(items), p.out)
 	}
-	return s[:n] + "…"
+	syncs, err := typedSyncs(items)
+	if err != nil {
+		return err
+	}
+	if len(syncs) == 0 {
+		return nil
+	}
+	view := p.view
+	view.NoHeaders = view.NoHeaders || p.printed
+	p.printed = true
+	if p.tw == nil {
+		p.tw = printers.GetNewTabWriter(p.out)
+	}
+	return writeTable(p.tw, syncColumns(view), syncs, view.NoHeaders)
+}
+
+// printEvent prints the Sync of one watch event (a deleted one too, in its last state).
+func (p *syncPrinter) printEvent(obj *unstructured.Unstructured) error {
+	if p.printer != nil {
+		return p.printer.PrintObj(obj, p.out)
+	}
+	return p.printList([]unstructured.Unstructured{*obj})
+}
+
+// kubectlList is the List `kubectl get -o json|yaml` prints for several objects.
+func kubectlList(items []unstructured.Unstructured) *unstructured.UnstructuredList {
+	list := &unstructured.UnstructuredList{Object: map[string]any{
+		"kind": "List", "apiVersion": "v1", "metadata": map[string]any{"resourceVersion": ""},
+	}}
+	list.Items = append(list.Items, items...)
+	if list.Items == nil {
+		list.Items = []unstructured.Unstructured{}
+	}
+	return list
+}
+
+// explainSyncs turns an error of the Sync API into the one line the CLI exits with: what
+// failed and what to do, as `converge apply` says it (explain).
+func explainSyncs(err error, what string) error {
+	if apierrors.IsNotFound(err) {
+		// A list or watch is not found only when the API server does not serve Syncs.
+		return fmt.Errorf("%s: the cluster has no Sync API (the converge.dev CRD is not installed); "+
+			"install it with converge install, or converge run installs it: %w", what, err)
+	}
+	return explain(fmt.Errorf("%s: %w", what, err), nil)
+}
+
+// fieldsForNames selects one Sync by name on the server; several names are filtered here.
+func fieldsForNames(names []string) string {
+	if len(names) != 1 {
+		return ""
+	}
+	return fields.OneTermEqualSelector("metadata.name", names[0]).String()
 }

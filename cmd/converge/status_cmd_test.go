@@ -45,10 +45,10 @@ func TestStatusAndReconcileCommands(t *testing.T) {
 		t.Errorf("status -A: exit %d, want the OWNER column with %q on the line of %s:\n%s", code, owner, f.ns, out)
 	}
 	out, code = cli(t, "status", "-n", f.ns, "app", "-o", "json")
-	if code != 0 || !strings.Contains(out, `"owner": "`+owner+`"`) {
+	if code != 0 || !strings.Contains(out, `"kind": "Sync"`) || !strings.Contains(out, `"owner": "`+owner+`"`) {
 		t.Errorf("status -o json: exit %d, want owner %q:\n%s", code, owner, out)
 	}
-	if _, code := cli(t, "status", "-n", f.ns, "-o", "name"); code == 0 {
-		t.Errorf("status -o name (no such format) exited 0")
+	if out, code := cli(t, "status", "-n", f.ns, "-o", "name"); code != 0 || out != "sync.converge.dev/app\n" {
+		t.Errorf("status -o name: exit %d, output %q; want sync.converge.dev/app", code, out)
 	}
 }

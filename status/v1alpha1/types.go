@@ -40,12 +40,13 @@ const (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:categories=converge
+// +kubebuilder:resource:categories=converge,shortName=sy
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status",description="Whether the last reconcile applied the source"
-// +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].message",description="The Ready condition's message"
+// +kubebuilder:printcolumn:name="Reason",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].reason",description="The Ready condition's reason"
 // +kubebuilder:printcolumn:name="Revision",type="string",JSONPath=".status.lastAppliedRevision",description="The last revision applied successfully"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:printcolumn:name="Owner",type="string",JSONPath=".status.owner",priority=1,description="The replica that wrote the status (kubectl get -o wide)"
+// +kubebuilder:printcolumn:name="Message",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].message",description="The Ready condition's message"
 type Sync struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
