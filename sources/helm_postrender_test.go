@@ -1,0 +1,120 @@
+package sources
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// TestHelmPostRenderers: the kustomize post-renderers of a chart run on its rendered
+// objects, in order: a strategic merge patch and a JSON6902 patch selected by kind and
+// name, a strategic merge patch deleting an object, an image override; a second
+// post-renderer sees the first one's output. Every object still names the chart file it
+// came from, and carries no mark of the post-render.
+func TestHelmPostRenderers(t *testing.T) {
+	src, err := filepath.Abs("testdata/charts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := chartOptions(nil, "v1.31.0")
+	opts.Helm.PostRenderers = []PostRenderer{{Kustomize: &KustomizePostRenderer{
+		Patches: []Patch{
+			{Patch: "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: any\n  labels:\n    patched: strategic\nspec:\n  replicas: 5\n",
+				Target: &PatchTarget{Kind: "Deployment", Name: "demo-web"}},
+			{Patch: "- op: add\n  path: /data/patched\n  value: json6902\n", Target: &PatchTarget{Kind: "ConfigMap", Name: "demo-sub"}},
+			{Patch: "$patch: delete\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo-pre-install\n  namespace: apps\n"},
+		},
+		Images: []Image{{Name: "nginx", NewName: "registry.example.com/nginx", NewTag: "1.28"}},
+	}}, {Kustomize: &KustomizePostRenderer{
+		Patches: []Patch{{Patch: "- op: replace\n  path: /spec/replicas\n  value: 7\n", Target: &PatchTarget{Kind: "Deployment", LabelSelector: "patched=strategic"}}},
+	}}}
+	objs, origins, _, err := render(t.Context(), src, "app", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"CustomResourceDefinition /widgets.example.com",
+		"ConfigMap apps/demo-sub",
+		"Deployment apps/demo-web",
+		"Widget apps/demo-widget",
+		"ConfigMap apps/demo-post-upgrade",
+	}
+	if diff := cmp.Diff(want, kindNames(objs)); diff != "" {
+		t.Errorf("objects (-want +got):\n%s", diff)
+	}
+	wantOrigins := []string{"app/crds/widgets.yaml", "app/charts/sub/templates/configmap.yaml",
+		"app/templates/deployment.yaml", "app/templates/widget.yaml", "app/templates/hooks.yaml"}
+	if diff := cmp.Diff(wantOrigins, origins); diff != "" {
+		t.Errorf("origins (-want +got):\n%s", diff)
+	}
+	dep := find(objs, "Deployment", "demo-web")
+	if dep == nil {
+		t.Fatal("no Deployment")
+	}
+	if n, _, _ := unstructured.NestedInt64(dep.Object, "spec", "replicas"); n != 7 {
+		t.Errorf("replicas %d, want 7 (5 by the first post-renderer, 7 by the second)", n)
+	}
+	if dep.GetLabels()["patched"] != "strategic" || dep.GetLabels()["app.kubernetes.io/name"] != "app" {
+		t.Errorf("labels %v: want the chart's and patched=strategic", dep.GetLabels())
+	}
+	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	if len(containers) != 1 || containers[0].(map[string]any)["image"] != "registry.example.com/nginx:1.28" {
+		t.Errorf("containers %v: want the image overridden", containers)
+	}
+	if cm := find(objs, "ConfigMap", "demo-sub"); cm == nil || cm.Object["data"].(map[string]any)["patched"] != "json6902" {
+		t.Errorf("demo-sub: %v, want data.patched from the JSON6902 patch", cm)
+	}
+	for _, o := range objs {
+		if _, marked := o.GetAnnotations()[renderIndex]; marked {
+			t.Errorf("%s %s keeps %s", o.GetKind(), o.GetName(), renderIndex)
+		}
+		if _, ok := o.Object["metadata"].(map[string]any)["annotations"]; ok && len(o.GetAnnotations()) == 0 {
+			t.Errorf("%s %s: empty annotations added", o.GetKind(), o.GetName())
+		}
+	}
+	if a := find(objs, "ConfigMap", "demo-post-upgrade").GetAnnotations(); a[ForceAnnotation] != ForceEnabled {
+		t.Errorf("hook annotations %v: want %s kept", a, ForceAnnotation)
+	}
+}
+
+// TestHelmPostRendererErrors: a post-renderer that fails is a terminal error naming the
+// Sync field at fault (the patch, by its index), not the chart.
+func TestHelmPostRendererErrors(t *testing.T) {
+	src, err := filepath.Abs("testdata/charts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := Patch{Patch: "- op: add\n  path: /data/ok\n  value: x\n", Target: &PatchTarget{Kind: "ConfigMap", Name: "demo-sub"}}
+	for _, tc := range []struct {
+		name string
+		prs  []PostRenderer
+		want string // a prefix of the error
+	}{
+		{name: "not YAML", prs: []PostRenderer{{Kustomize: &KustomizePostRenderer{Patches: []Patch{good, {Patch: "a: [\n"}}}}},
+			want: "spec.source.helm.postRenderers[0].kustomize.patches[1]: "},
+		{name: "JSON6902 on a missing path", prs: []PostRenderer{{Kustomize: &KustomizePostRenderer{}}, {Kustomize: &KustomizePostRenderer{Patches: []Patch{
+			{Patch: "- op: replace\n  path: /spec/nothing/here\n  value: 1\n", Target: &PatchTarget{Kind: "ConfigMap", Name: "demo-sub"}}}}}},
+			want: "spec.source.helm.postRenderers[1].kustomize.patches[0]: "},
+		{name: "JSON6902 without a target", prs: []PostRenderer{{Kustomize: &KustomizePostRenderer{Patches: []Patch{
+			good, good, {Patch: "- op: add\n  path: /data/x\n  value: y\n"}}}}},
+			want: "spec.source.helm.postRenderers[0].kustomize.patches[2]: "},
+		{name: "strategic merge patch naming no object", prs: []PostRenderer{{Kustomize: &KustomizePostRenderer{Patches: []Patch{
+			{Patch: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: nobody\ndata:\n  a: b\n"}}}}},
+			want: "spec.source.helm.postRenderers[0].kustomize.patches[0]: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := chartOptions(nil, "v1.31.0")
+			opts.Helm.PostRenderers = tc.prs
+			objs, err := Render(t.Context(), src, "app", opts)
+			if err == nil {
+				t.Fatalf("rendered %v", kindNames(objs))
+			}
+			if !strings.HasPrefix(err.Error(), tc.want) || !IsTerminal(err) {
+				t.Errorf("error:\n%v\nwant a terminal error starting:\n%s", err, tc.want)
+			}
+		})
+	}
+}
