@@ -205,3 +205,53 @@ func TestDaemonHelmValuesFromAsTheServiceAccount(t *testing.T) {
 		t.Error("the chart was applied with values from a Secret the service account may not read")
 	}
 }
+
+// TestDaemonHelmValuesFromNoOp is I7 with valuesFrom: once converged, each reconcile
+// costs one GET per valuesFrom entry (as the Sync's identity, uncached) and nothing else:
+// no write, and no new render (the values are the same, so is the render cache's key).
+func TestDaemonHelmValuesFromNoOp(t *testing.T) {
+	f := newFixture(t)
+	f.createObject(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "base"}, Data: map[string]string{"values.yaml": "a: cm\n"}})
+	f.createObject(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"}, StringData: map[string]string{"values.yaml": "b: secret\n"}})
+	rev := f.publish(valuesChart)
+	n := &noOpCounter{}
+	f.startDaemon(n.config(), n.options)
+	f.createSync(2*time.Second, withValues("", v1alpha1.ValuesReference{Kind: "ConfigMap", Name: "base"}, v1alpha1.ValuesReference{Kind: "Secret", Name: "creds"}))
+	f.waitSync("Ready", readyAt(rev))
+	all, writes := n.requests(t, 3)
+	if len(writes) > 0 {
+		t.Errorf("I7: no-op reconciles with valuesFrom sent writes: %v", writes)
+	}
+	reads := 0
+	for _, r := range all {
+		if r == "GET /api/v1/namespaces/"+f.ns+"/configmaps/base" || r == "GET /api/v1/namespaces/"+f.ns+"/secrets/creds" {
+			reads++
+		}
+	}
+	if reads != 6 || len(all) != 6 {
+		t.Errorf("3 no-op reconciles with 2 valuesFrom entries sent %d requests, %d of them reads of the entries; want those 6 only: %v", len(all), reads, all)
+	}
+}
+
+// TestDaemonHelmValuesBounded: values read from ConfigMaps a tenant fills up are refused
+// once they pass 4 MiB together, naming the entry and the limit; nothing is applied.
+func TestDaemonHelmValuesBounded(t *testing.T) {
+	f := newFixture(t)
+	var refs []v1alpha1.ValuesReference
+	for _, name := range []string{"v1", "v2", "v3", "v4", "v5"} {
+		f.createObject(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Data: map[string]string{"values.yaml": name + ": " + strings.Repeat("x", 900<<10) + "\n"}})
+		refs = append(refs, v1alpha1.ValuesReference{Kind: "ConfigMap", Name: name})
+	}
+	f.publish(valuesChart)
+	f.startDaemon(env.Config)
+	f.createSync(time.Hour, withValues("", refs...))
+	c := f.failedWith(reasonBuildFailed)
+	want := "spec.source.helm.valuesFrom[4]: ConfigMap " + f.ns + `/v5 key "values.yaml": the Helm values pass 4 MiB`
+	if !strings.HasPrefix(c.Message, want) {
+		t.Errorf("message %q, want it to start %q", c.Message, want)
+	}
+	if _, err := f.configMap("app-values"); err == nil {
+		t.Error("the chart was applied")
+	}
+}
