@@ -118,3 +118,29 @@ func TestHelmPostRendererErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestHelmPostRendererChangesNothingElse: a post-renderer with nothing to do gives the
+// chart's objects exactly as rendered without it: kustomize adds, drops and retypes nothing
+// (no annotation of its own, no empty map, no number turned into a string).
+func TestHelmPostRendererChangesNothingElse(t *testing.T) {
+	src, err := filepath.Abs("testdata/charts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, plainOrigins, _, err := render(t.Context(), src, "app", chartOptions(map[string]any{"replicas": 2}, "v1.31.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := chartOptions(map[string]any{"replicas": 2}, "v1.31.0")
+	opts.Helm.PostRenderers = []PostRenderer{{Kustomize: &KustomizePostRenderer{}}}
+	post, postOrigins, _, err := render(t.Context(), src, "app", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(plain, post); diff != "" {
+		t.Errorf("objects (-without +with the post-renderer):\n%s", diff)
+	}
+	if diff := cmp.Diff(plainOrigins, postOrigins); diff != "" {
+		t.Errorf("origins (-without +with the post-renderer):\n%s", diff)
+	}
+}
