@@ -59,6 +59,10 @@ func (r *reconciler) valuesFrom(ctx context.Context, s *v1alpha1.Sync) (vals map
 			return nil, secretValues, read, fmt.Errorf("%s: %s key %q: the Helm values pass %d MiB, the most one Sync may have", field, obj, key, maxValuesBytes>>20)
 		}
 		if ref.TargetPath != "" {
+			if secret { // as set: without its quotes; as a template may print it: trimmed
+				secretValues = appendLeaves(secretValues, targetValue(string(data)))
+				secretValues = append(secretValues, strings.TrimSpace(string(data)))
+			}
 			if err := setTargetPath(vals, ref.TargetPath, string(data)); err != nil {
 				return nil, secretValues, read, fmt.Errorf("%s: targetPath %q: %w", field, ref.TargetPath, err)
 			}

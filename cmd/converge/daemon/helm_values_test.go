@@ -143,11 +143,30 @@ func TestDaemonHelmValuesFromSecretNeverShown(t *testing.T) {
 		t.Errorf("message %q: want the password redacted", c.Message)
 	}
 	texts["status (template error)"] = f.statusText()
+
+	// The same through a targetPath, quoted: the value set, and quoted in the error, is
+	// the text inside the quotes.
+	planted2 := plantedValue(t)
+	sec.Data["pw"] = []byte("'" + planted2 + "'")
+	if err := f.c.Update(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	f.updateSync("app", func(s *v1alpha1.Sync) {
+		s.Spec.Source.Helm.ValuesFrom = []v1alpha1.ValuesReference{{Kind: "Secret", Name: "db", ValuesKey: "pw", TargetPath: "password"}}
+	})
+	s = f.waitSync("the template's error with the targetPath value", func(s *v1alpha1.Sync) bool {
+		c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+		return s.Status.ObservedGeneration == s.Generation && c != nil && strings.Contains(c.Message, "refusing password")
+	})
+	if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "refusing password ***") {
+		t.Errorf("message %q: want the targetPath password redacted", c.Message)
+	}
+	texts["status (targetPath)"] = f.statusText()
 	texts["events"] = f.syncEvents()
 	klog.Flush()
 	texts["logs"] = logs.String()
 	for channel, text := range texts {
-		if strings.Contains(text, planted) || strings.Contains(text, strings.TrimSuffix(planted, "!")) {
+		if strings.Contains(text, strings.TrimSuffix(planted, "!")) || strings.Contains(text, strings.TrimSuffix(planted2, "!")) {
 			t.Errorf("the Secret value appears in the %s:\n%s", channel, text)
 		}
 	}
