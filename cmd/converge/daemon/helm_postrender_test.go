@@ -15,7 +15,7 @@ import (
 
 // webChart renders a ConfigMap and a Deployment of image nginx:1.27.
 var webChart = map[string]string{
-	"Chart.yaml": "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+	"Chart.yaml":        "apiVersion: v2\nname: web\nversion: 0.1.0\n",
 	"templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-settings\ndata:\n  mode: chart\n",
 	"templates/deploy.yaml": `apiVersion: apps/v1
 kind: Deployment
