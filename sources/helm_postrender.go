@@ -115,18 +115,28 @@ func kustomizeObjects(resources [][]byte, origins []string, i int, k KustomizePo
 
 // blamePostRender names the part of post-renderer k (field) that made its build fail
 // with err: the chart's objects themselves (kustomize refuses, say, two objects of the
-// same name), the first patch that fails when added in order, or else the images. Only a
-// failed post-render pays these builds.
+// same name), the first patch that fails when the patches are added in order (found by
+// bisection: patches apply in order, so once a prefix fails every longer one does), or
+// else the images. Only a failed post-render pays these builds: 2 + log2(patches).
 func blamePostRender(marked [][]byte, field string, k KustomizePostRenderer, err error) error {
 	if _, e := kustomizeResources(marked, nil, nil); e != nil {
 		return &InputError{File: field, Err: fmt.Errorf("the chart's objects: %w", e)}
 	}
-	for j := range k.Patches {
-		if _, e := kustomizeResources(marked, k.Patches[:j+1], nil); e != nil {
-			return &InputError{File: fmt.Sprintf("%s.patches[%d]", field, j), Err: e}
+	n := len(k.Patches)
+	_, failed := kustomizeResources(marked, k.Patches, nil)
+	if failed == nil {
+		return &InputError{File: field + ".images", Err: err}
+	}
+	good, bad := 0, n // patches[:good] build, patches[:bad] fail with failed
+	for bad-good > 1 {
+		mid := (good + bad) / 2
+		if _, e := kustomizeResources(marked, k.Patches[:mid], nil); e != nil {
+			bad, failed = mid, e
+		} else {
+			good = mid
 		}
 	}
-	return &InputError{File: field + ".images", Err: err}
+	return &InputError{File: fmt.Sprintf("%s.patches[%d]", field, bad-1), Err: failed}
 }
 
 // markIndexes returns each resource with its index in the renderIndex annotation.

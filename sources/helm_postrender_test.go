@@ -101,6 +101,9 @@ func TestHelmPostRendererErrors(t *testing.T) {
 		{name: "JSON6902 without a target", prs: []PostRenderer{{Kustomize: &KustomizePostRenderer{Patches: []Patch{
 			good, good, {Patch: "- op: add\n  path: /data/x\n  value: y\n"}}}}},
 			want: "spec.source.helm.postRenderers[0].kustomize.patches[2]: "},
+		{name: "the sixth of nine", prs: []PostRenderer{{Kustomize: &KustomizePostRenderer{Patches: []Patch{
+			good, good, good, good, good, {Patch: "- op: remove\n  path: /data/absent\n", Target: &PatchTarget{Kind: "ConfigMap"}}, good, good, good}}}},
+			want: "spec.source.helm.postRenderers[0].kustomize.patches[5]: "},
 		{name: "strategic merge patch naming no object", prs: []PostRenderer{{Kustomize: &KustomizePostRenderer{Patches: []Patch{
 			{Patch: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: nobody\ndata:\n  a: b\n"}}}}},
 			want: "spec.source.helm.postRenderers[0].kustomize.patches[0]: "},
