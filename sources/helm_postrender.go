@@ -9,6 +9,7 @@ import (
 
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/resmap"
+	"sigs.k8s.io/kustomize/api/resource"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/kustomize/kyaml/resid"
@@ -80,37 +81,64 @@ func postRender(resources [][]byte, origins []string, prs []PostRenderer, chartY
 	return resources, origins, nil
 }
 
-// kustomizeObjects runs the i-th post-renderer, k, on resources.
+// kustomizeObjects runs the i-th post-renderer, k, on resources (which it clears: a
+// chart of thousands of objects must fit the render child's memory limit).
 func kustomizeObjects(resources [][]byte, origins []string, i int, k KustomizePostRenderer, chartYAML string) ([][]byte, []string, error) {
 	field := fmt.Sprintf("spec.source.helm.postRenderers[%d].kustomize", i)
 	marked, err := markIndexes(resources)
 	if err != nil {
 		return nil, nil, &InputError{File: chartYAML, Err: fmt.Errorf("%s: %w", field, err)}
 	}
-	m, err := kustomizeResources(marked, k.Patches, k.Images)
+	clear(resources)
+	objs, err := kustomizeBuild(marked, k.Patches, k.Images, postRenderChunk)
 	if err != nil {
 		return nil, nil, blamePostRender(marked, field, k, err)
 	}
-	out, from := make([][]byte, 0, m.Size()), make([]string, 0, m.Size())
-	for _, r := range m.Resources() {
-		origin := chartYAML
-		ann := r.GetAnnotations()
-		if n, err := strconv.Atoi(ann[renderIndex]); err == nil && n >= 0 && n < len(origins) {
-			origin = origins[n]
+	out, from := make([][]byte, len(objs)), make([]string, len(objs))
+	for j, o := range objs {
+		out[j], from[j] = o.js, chartYAML
+		if o.index >= 0 && o.index < len(origins) {
+			from[j] = origins[o.index]
 		}
-		if _, ok := ann[renderIndex]; ok {
-			delete(ann, renderIndex)
-			if err := r.SetAnnotations(ann); err != nil {
-				return nil, nil, &InputError{File: origin, Err: fmt.Errorf("%s: %w", field, err)}
-			}
-		}
-		js, err := r.MarshalJSON()
-		if err != nil {
-			return nil, nil, &InputError{File: origin, Err: fmt.Errorf("%s: output: %w", field, err)}
-		}
-		out, from = append(out, js), append(from, origin)
 	}
 	return out, from, nil
+}
+
+// built is an object out of a post-render: its JSON without the mark, and the index the
+// mark gave (-1 when a patch removed it).
+type built struct {
+	js    []byte
+	index int
+}
+
+// finish turns a resource out of a post-render into a built object.
+func finish(r *resource.Resource) (built, error) {
+	b := built{index: -1}
+	ann := r.GetAnnotations()
+	if v, ok := ann[renderIndex]; ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			b.index = n
+		}
+		delete(ann, renderIndex)
+		if err := r.SetAnnotations(ann); err != nil {
+			return b, err
+		}
+	}
+	var err error
+	b.js, err = r.MarshalJSON()
+	return b, err
+}
+
+// finishAll is finish for each of rs.
+func finishAll(rs []*resource.Resource, out []built) ([]built, error) {
+	for _, r := range rs {
+		b, err := finish(r)
+		if err != nil {
+			return nil, fmt.Errorf("%s: output: %w", r.CurId(), err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 // blamePostRender names the part of post-renderer k (field) that made its build fail
@@ -119,18 +147,18 @@ func kustomizeObjects(resources [][]byte, origins []string, i int, k KustomizePo
 // bisection: patches apply in order, so once a prefix fails every longer one does), or
 // else the images. Only a failed post-render pays these builds: 2 + log2(patches).
 func blamePostRender(marked [][]byte, field string, k KustomizePostRenderer, err error) error {
-	if _, e := kustomizeResources(marked, nil, nil); e != nil {
+	if _, e := kustomizeBuild(marked, nil, nil, postRenderChunk); e != nil {
 		return &InputError{File: field, Err: fmt.Errorf("the chart's objects: %w", e)}
 	}
 	n := len(k.Patches)
-	_, failed := kustomizeResources(marked, k.Patches, nil)
+	_, failed := kustomizeBuild(marked, k.Patches, nil, postRenderChunk)
 	if failed == nil {
 		return &InputError{File: field + ".images", Err: err}
 	}
 	good, bad := 0, n // patches[:good] build, patches[:bad] fail with failed
 	for bad-good > 1 {
 		mid := (good + bad) / 2
-		if _, e := kustomizeResources(marked, k.Patches[:mid], nil); e != nil {
+		if _, e := kustomizeBuild(marked, k.Patches[:mid], nil, postRenderChunk); e != nil {
 			bad, failed = mid, e
 		} else {
 			good = mid

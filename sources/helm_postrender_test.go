@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -146,4 +147,71 @@ func TestHelmPostRendererChangesNothingElse(t *testing.T) {
 	if diff := cmp.Diff(plainOrigins, postOrigins); diff != "" {
 		t.Errorf("origins (-without +with the post-renderer):\n%s", diff)
 	}
+}
+
+// TestHelmPostRenderChunksMatchOneBuild: a post-render in chunks gives the objects one
+// kustomize build gives (or fails as it does), whatever the chunk size: patches with and
+// without targets, a deletion, images, a rename (which one build also applies to the
+// references of other objects: chunking gives way to it), two objects of one id, a patch
+// naming no object.
+func TestHelmPostRenderChunksMatchOneBuild(t *testing.T) {
+	var objs [][]byte
+	for i := range 6 {
+		objs = append(objs, []byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm-%d","labels":{"n":"%d"}},"data":{"a":"b"}}`, i, i)))
+	}
+	objs = append(objs, []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"},"spec":{"selector":{"matchLabels":{"app":"web"}},`+
+		`"template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"web","image":"nginx:1.27","envFrom":[{"configMapRef":{"name":"cm-0"}}]}]}}}}`))
+	smp := Patch{Patch: "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 4}\n"}
+	json6902 := Patch{Patch: "- {op: add, path: /data/c, value: d}", Target: &PatchTarget{Kind: "ConfigMap", LabelSelector: "n in (1,4,5)"}}
+	del := Patch{Patch: "$patch: delete\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm-3}\n"}
+	rename := Patch{Patch: "- {op: replace, path: /metadata/name, value: renamed}", Target: &PatchTarget{Kind: "ConfigMap", Name: "cm-0"}}
+	images := []Image{{Name: "nginx", NewName: "registry.example/nginx", NewTag: "1.28"}}
+	for _, tc := range []struct {
+		name    string
+		objs    [][]byte
+		patches []Patch
+		chunked bool // the plan chunks (else it gives way to one build at once)
+	}{
+		{name: "patches, a deletion, images", objs: objs, patches: []Patch{json6902, smp, del}, chunked: true},
+		{name: "a rename", objs: objs, patches: []Patch{rename, smp}, chunked: true},
+		{name: "two objects of one id", objs: append(objs[:len(objs):len(objs)], objs[2]), patches: []Patch{smp}},
+		{name: "a patch naming no object", objs: objs, patches: []Patch{{Patch: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: nobody}\n"}}},
+		{name: "a JSON6902 patch without a target", objs: objs, patches: []Patch{{Patch: "- {op: add, path: /data/x, value: y}"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			marked, err := markIndexes(tc.objs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole, wholeErr := kustomizeResources(marked, tc.patches, images)
+			var want []string
+			if wholeErr == nil {
+				objs, err := finishAll(whole.Resources(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = builtTexts(objs)
+			}
+			for _, chunk := range []int{1, 2, 3, 5} {
+				if got := planPostRender(marked, tc.patches, chunk) != nil; got != tc.chunked {
+					t.Errorf("chunk %d: planned %t, want %t", chunk, got, tc.chunked)
+				}
+				rs, err := kustomizeBuild(marked, tc.patches, images, chunk)
+				if (err == nil) != (wholeErr == nil) {
+					t.Fatalf("chunk %d: error %v, one build's %v", chunk, err, wholeErr)
+				}
+				if diff := cmp.Diff(want, builtTexts(rs)); err == nil && diff != "" {
+					t.Errorf("chunk %d (-one build +chunked):\n%s", chunk, diff)
+				}
+			}
+		})
+	}
+}
+
+func builtTexts(objs []built) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, fmt.Sprintf("%d %s", o.index, o.js))
+	}
+	return out
 }
