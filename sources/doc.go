@@ -21,7 +21,9 @@
 //     Capabilities given; no lookup, no DNS, no network; the chart folder only is read
 //     (subcharts vendored in charts/, as folders or .tgz), within the same limits. Install
 //     and upgrade hooks are objects, recreated when an immutable field changes
-//     (ForceAnnotation); test, delete and rollback hooks are dropped (keepHook).
+//     (ForceAnnotation); test, delete and rollback hooks are dropped (keepHook). The
+//     chart's objects then go through its post-renderers in the same child: kustomize
+//     patches and image overrides on an in-memory kustomization (helm_postrender.go).
 //   - Validation names the file, the line, the 1-based document ("document 2 of 3") and the
 //     object ("Kind namespace/name"): missing apiVersion, kind or metadata.name, duplicates
 //     (both places named), invalid YAML or JSON, broken kustomizations, paths that escape

@@ -28,6 +28,10 @@ type HelmOptions struct {
 	// APIVersions are added to .Capabilities.APIVersions ("group/version" or
 	// "group/version/Kind").
 	APIVersions []string `json:"apiVersions,omitempty"`
+	// PostRenderers change the chart's objects after the render, in order, in the render
+	// child (helm_postrender.go). Their errors name them as the Sync's fields
+	// (spec.source.helm.postRenderers[i]...).
+	PostRenderers []PostRenderer `json:"postRenderers,omitempty"`
 }
 
 // chartFile is the file that makes a folder a Helm chart.

@@ -89,7 +89,11 @@ func helmTemplate(root, rel string, h HelmOptions, ign ignoredSet, b *budget) ([
 	if n := len(out.resources); n > b.limits.MaxObjects {
 		return nil, nil, tooManyObjects(chartYAML, n, b.limits.MaxObjects)
 	}
-	return out.resources, out.origins, errors.Join(out.errs...)
+	if err := errors.Join(out.errs...); err != nil || len(h.PostRenderers) == 0 {
+		return out.resources, out.origins, err
+	}
+	// A patch can change or drop objects, never add one: MaxObjects still holds.
+	return postRender(out.resources, out.origins, h.PostRenderers, chartYAML)
 }
 
 // chartObjects orders a chart's render: its CRDs (when included), the kept pre- hooks,

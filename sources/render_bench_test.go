@@ -140,8 +140,8 @@ func BenchmarkRenderKustomize10000(b *testing.B) { benchmarkRender(b, 10000, tru
 
 // benchmarkRenderChart renders a Helm chart of n objects in its render child: 100
 // templates, each a range over values emitting n/100 objects of manifest's four kinds, with
-// a helper from _helpers.tpl and the release's name and namespace.
-func benchmarkRenderChart(b *testing.B, n int) {
+// a helper from _helpers.tpl and the release's name and namespace; then prs, if any.
+func benchmarkRenderChart(b *testing.B, n int, prs ...PostRenderer) {
 	dir := b.TempDir()
 	files := map[string]string{
 		"chart/Chart.yaml":             "apiVersion: v2\nname: bench\nversion: 1.0.0\n",
@@ -177,7 +177,7 @@ data:
 		}
 	}
 	opts := DefaultRenderOptions()
-	opts.Helm = &HelmOptions{ReleaseName: "bench", Namespace: "apps"}
+	opts.Helm = &HelmOptions{ReleaseName: "bench", Namespace: "apps", PostRenderers: prs}
 	b.ResetTimer()
 	for b.Loop() {
 		objs, err := Render(b.Context(), dir, "chart", opts)
@@ -193,3 +193,21 @@ data:
 
 func BenchmarkRenderHelmChart1000(b *testing.B)  { benchmarkRenderChart(b, 1000) }
 func BenchmarkRenderHelmChart10000(b *testing.B) { benchmarkRenderChart(b, 10000) }
+
+// benchPostRenderer patches every object (a JSON6902 patch selected by kind and label), one
+// by name (a strategic merge patch), and overrides an image no object uses.
+var benchPostRenderer = PostRenderer{Kustomize: &KustomizePostRenderer{
+	Patches: []Patch{
+		{Patch: "- {op: add, path: /metadata/labels/patched, value: \"yes\"}", Target: &PatchTarget{Kind: "ConfigMap", LabelSelector: "owner=bench"}},
+		{Patch: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bench-000-0, namespace: apps}\ndata: {extra: x}\n"},
+	},
+	Images: []Image{{Name: "nginx", NewTag: "1.27"}},
+}}
+
+func BenchmarkRenderHelmChartPostRender1000(b *testing.B) {
+	benchmarkRenderChart(b, 1000, benchPostRenderer)
+}
+
+func BenchmarkRenderHelmChartPostRender10000(b *testing.B) {
+	benchmarkRenderChart(b, 10000, benchPostRenderer)
+}

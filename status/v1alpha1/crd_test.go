@@ -174,6 +174,15 @@ func TestSchemaRejects(t *testing.T) {
 		{"decryption of another provider", func(u *unstructured.Unstructured) {
 			set(t, u, map[string]any{"provider": "vault"}, "spec", "decryption")
 		}, "spec.decryption.provider"},
+		{"helm valuesFrom of another kind", func(u *unstructured.Unstructured) {
+			set(t, u, []any{map[string]any{"kind": "Pod", "name": "vals"}}, "spec", "source", "helm", "valuesFrom")
+		}, "spec.source.helm.valuesFrom[0].kind"},
+		{"helm valuesFrom targetPath with a space", func(u *unstructured.Unstructured) {
+			set(t, u, []any{map[string]any{"kind": "ConfigMap", "name": "vals", "targetPath": "a b"}}, "spec", "source", "helm", "valuesFrom")
+		}, "spec.source.helm.valuesFrom[0].targetPath"},
+		{"helm postRenderers patch empty", func(u *unstructured.Unstructured) {
+			set(t, u, []any{map[string]any{"kustomize": map[string]any{"patches": []any{map[string]any{"patch": ""}}}}}, "spec", "source", "helm", "postRenderers")
+		}, "spec.source.helm.postRenderers[0].kustomize.patches[0].patch"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -251,7 +260,18 @@ func TestSchemaAccepts(t *testing.T) {
 		"layerSelector": map[string]any{"mediaType": "application/vnd.cncf.flux.content.v1.tar+gzip", "operation": "copy"},
 		"secretRef":     map[string]any{"name": "regcred"}, "certSecretRef": map[string]any{"name": "ca"}, "insecure": true,
 	})
-	for _, u := range []*unstructured.Unstructured{full, edge, oci} {
+	helm := minimal(ns, "helm")
+	set(t, helm, map[string]any{
+		"valuesFrom": []any{map[string]any{"kind": "ConfigMap", "name": "vals"},
+			map[string]any{"kind": "Secret", "name": "db", "valuesKey": "db.yaml", "targetPath": `ingress.annotations.example\.com/x[0]`, "optional": true}},
+		"postRenderers": []any{map[string]any{"kustomize": map[string]any{
+			"patches": []any{map[string]any{"patch": "- {op: remove, path: /spec/replicas}", "target": map[string]any{
+				"group": "apps", "version": "v1", "kind": "Deployment", "name": "web", "namespace": "apps",
+				"labelSelector": "app=web", "annotationSelector": "team=a"}}},
+			"images": []any{map[string]any{"name": "nginx", "newName": "registry.example/nginx", "newTag": "1.27", "digest": "sha256:" + strings.Repeat("0", 64)}},
+		}}},
+	}, "spec", "source", "helm")
+	for _, u := range []*unstructured.Unstructured{full, edge, oci, helm} {
 		if err := c.Create(t.Context(), u); err != nil {
 			t.Fatalf("create %s: %v", u.GetName(), err)
 		}
@@ -272,6 +292,14 @@ func TestSchemaAccepts(t *testing.T) {
 	if o := got.Spec.Source.OCI; o == nil || o.Ref.SemVer == "" || o.LayerSelector == nil || o.LayerSelector.Operation != "copy" ||
 		o.SecretRef == nil || o.CertSecretRef == nil || !o.Insecure || got.Spec.Source.Git != nil {
 		t.Fatalf("oci source did not round-trip: %+v", got.Spec.Source)
+	}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(helm), got); err != nil {
+		t.Fatal(err)
+	}
+	if h := got.Spec.Source.Helm; h == nil || len(h.ValuesFrom) != 2 || !h.ValuesFrom[1].Optional || h.ValuesFrom[1].TargetPath == "" ||
+		len(h.PostRenderers) != 1 || h.PostRenderers[0].Kustomize == nil || h.PostRenderers[0].Kustomize.Patches[0].Target.AnnotationSelector == "" ||
+		h.PostRenderers[0].Kustomize.Images[0].Digest == "" {
+		t.Fatalf("helm source did not round-trip: %+v", got.Spec.Source.Helm)
 	}
 	if err := c.Get(t.Context(), client.ObjectKeyFromObject(edge), got); err != nil {
 		t.Fatal(err)

@@ -365,6 +365,17 @@ type HelmSource struct {
 	// +kubebuilder:validation:items:MaxLength=256
 	// +optional
 	APIVersions []string `json:"apiVersions,omitempty"`
+	// ValuesFrom reads values from ConfigMaps and Secrets of the Sync's namespace, as the
+	// Sync's identity, merged in order (a later one wins) and under Values, as Flux's
+	// HelmRelease valuesFrom. Values from Secrets are never shown in status or events.
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	ValuesFrom []ValuesReference `json:"valuesFrom,omitempty"`
+	// PostRenderers change the chart's rendered objects, in order, before they are
+	// decrypted and substituted, as Flux's HelmRelease postRenderers.
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	PostRenderers []PostRenderer `json:"postRenderers,omitempty"`
 }
 
 // OCISource is an artifact in an OCI registry, as Flux's OCIRepository names one.

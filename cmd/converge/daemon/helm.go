@@ -11,8 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/sources"
+	varsubst "github.com/converge-dev/converge/sources/substitute"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -41,7 +43,65 @@ func helmOptions(ctx context.Context, s *v1alpha1.Sync, kube *clusterVersion) (*
 			return nil, fmt.Errorf("spec.source.helm.values: %w", err)
 		}
 	}
+	opts.PostRenderers = postRenderers(h.PostRenderers)
 	return opts, nil
+}
+
+// helm readies src to render spec.source.helm, if s names one: its options
+// (helmOptions), its values read from valuesFrom and merged under its own (as the Sync's
+// identity: one GET per entry, none without valuesFrom), its chart folder. Values read from
+// Secrets are redacted from what is written about s from now on, and returned to be
+// redacted after the substitution too. A failure is terminal when the Sync's own spec is
+// at fault; reading valuesFrom is not: fixing a ConfigMap makes no new revision.
+func (r *reconciler) helm(ctx context.Context, s *v1alpha1.Sync, src *sources.Source) (secretValues []string, terminal bool, err error) {
+	if src.Helm, err = helmOptions(ctx, s, r.kubeVersion); err != nil || src.Helm == nil {
+		return nil, true, err
+	}
+	h := s.Spec.Source.Helm
+	if h.Chart != "" {
+		src.Path = h.Chart
+	}
+	if len(h.ValuesFrom) == 0 {
+		return nil, false, nil
+	}
+	base, secretValues, read, err := r.valuesFrom(ctx, s)
+	if len(secretValues) > 0 {
+		r.substitutions.setRedactor(client.ObjectKeyFromObject(s), varsubst.NewRedactor(secretValues))
+	}
+	if err != nil {
+		return secretValues, false, err
+	}
+	if h.Values != nil && read+len(h.Values.Raw) > maxValuesBytes {
+		return secretValues, false, fmt.Errorf("spec.source.helm: the Helm values (valuesFrom and values) pass %d MiB, the most one Sync may have", maxValuesBytes>>20)
+	}
+	src.Helm.Values = mergeValues(base, src.Helm.Values)
+	return secretValues, false, nil
+}
+
+// postRenderers are spec.source.helm.postRenderers as the render child runs them.
+func postRenderers(in []v1alpha1.PostRenderer) []sources.PostRenderer {
+	var out []sources.PostRenderer
+	for _, pr := range in {
+		k := pr.Kustomize
+		if k == nil {
+			out = append(out, sources.PostRenderer{}) // kept: errors name the others by index
+			continue
+		}
+		sk := &sources.KustomizePostRenderer{}
+		for _, p := range k.Patches {
+			sp := sources.Patch{Patch: p.Patch}
+			if t := p.Target; t != nil {
+				sp.Target = &sources.PatchTarget{Group: t.Group, Version: t.Version, Kind: t.Kind, Name: t.Name,
+					Namespace: t.Namespace, LabelSelector: t.LabelSelector, AnnotationSelector: t.AnnotationSelector}
+			}
+			sk.Patches = append(sk.Patches, sp)
+		}
+		for _, im := range k.Images {
+			sk.Images = append(sk.Images, sources.Image{Name: im.Name, NewName: im.NewName, NewTag: im.NewTag, Digest: im.Digest})
+		}
+		out = append(out, sources.PostRenderer{Kustomize: sk})
+	}
+	return out
 }
 
 // releaseNamespace is .Release.Namespace of the Sync's chart: spec.source.helm's

@@ -305,11 +305,9 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	if err != nil {
 		return r.fail(s, o, fetchFailReason(err), err, false), retryLater, nil
 	}
-	if src.Helm, err = helmOptions(ctx, s, r.kubeVersion); err != nil {
-		return r.fail(s, o, reasonBuildFailed, err, true), retryLater, nil
-	}
-	if h := s.Spec.Source.Helm; h != nil && h.Chart != "" {
-		src.Path = h.Chart
+	helmSecrets, terminal, err := r.helm(ctx, s, &src)
+	if err != nil {
+		return r.fail(s, o, reasonBuildFailed, err, terminal), retryLater, nil
 	}
 	loadStart := time.Now()
 	bundle, err := r.render.load(ctx, r.loader, src, client.ObjectKeyFromObject(s))
@@ -329,7 +327,7 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	if err != nil {
 		return r.decryptFailed(s, o, err), retryLater, nil
 	}
-	if bundle, err = r.substitute(ctx, s, decrypted, sops.Plaintexts(decrypted, bundle)); err != nil {
+	if bundle, err = r.substitute(ctx, s, decrypted, append(sops.Plaintexts(decrypted, bundle), helmSecrets...)); err != nil {
 		return r.fail(s, o, reasonBuildFailed, err, false), retryLater, nil
 	}
 	if err := r.crash.call(r.crash.AfterRender, s); err != nil {

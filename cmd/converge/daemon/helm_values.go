@@ -1,0 +1,196 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/yaml"
+
+	"helm.sh/helm/v3/pkg/strvals"
+
+	"github.com/converge-dev/converge/status/v1alpha1"
+)
+
+// maxValuesBytes bounds the Helm values of one Sync: the keys its valuesFrom reads and its
+// inline values together. A chart's values are kilobytes; a ConfigMap a tenant fills up
+// must not make the daemon parse and hold (and send to a render child) tens of MiB.
+const maxValuesBytes = 4 << 20
+
+// defaultValuesKey is the key valuesFrom reads when it names none, as Flux's.
+const defaultValuesKey = "values.yaml"
+
+// valuesFrom reads the ConfigMaps and Secrets of spec.source.helm.valuesFrom as the user s
+// acts as (I13: naming a Secret in a Sync must not let a tenant read what it could not
+// read itself), one GET each, and merges them in order into one values map (a later
+// entry wins, map by map, as Flux merges them). A missing object or key is skipped when
+// the entry is optional; any other failure is an error naming the entry and the object.
+// secretValues are the values read from Secrets, for redaction, also when err is not nil:
+// no message quotes a Secret's content, and a YAML error about a Secret's key gives the
+// line only, never the parser's text (it may quote the value). read counts the bytes of
+// the keys read, which maxValuesBytes bounds.
+func (r *reconciler) valuesFrom(ctx context.Context, s *v1alpha1.Sync) (vals map[string]any, secretValues []string, read int, err error) {
+	vals = map[string]any{}
+	for i, ref := range s.Spec.Source.Helm.ValuesFrom {
+		field := fmt.Sprintf("spec.source.helm.valuesFrom[%d]", i)
+		obj := fmt.Sprintf("%s %s/%s", ref.Kind, s.Namespace, ref.Name)
+		key := ref.ValuesKey
+		if key == "" {
+			key = defaultValuesKey
+		}
+		data, found, readErr := r.valuesKey(ctx, s, ref.Kind, ref.Name, key)
+		switch {
+		case ref.Optional && (apierrors.IsNotFound(readErr) || readErr == nil && !found):
+			continue
+		case readErr != nil:
+			return nil, secretValues, read, fmt.Errorf("%s: %s read as %s: %w", field, obj, r.engines.identity(s), readErr)
+		case !found:
+			return nil, secretValues, read, fmt.Errorf("%s: %s has no key %q (set optional to render without it)", field, obj, key)
+		}
+		secret := ref.Kind == "Secret"
+		if secret {
+			secretValues = append(secretValues, string(data))
+		}
+		if read += len(data); read > maxValuesBytes {
+			return nil, secretValues, read, fmt.Errorf("%s: %s key %q: the Helm values pass %d MiB, the most one Sync may have", field, obj, key, maxValuesBytes>>20)
+		}
+		if ref.TargetPath != "" {
+			if secret { // as set: without its quotes; as a template may print it: trimmed
+				secretValues = appendLeaves(secretValues, targetValue(string(data)))
+				secretValues = append(secretValues, strings.TrimSpace(string(data)))
+			}
+			if err := setTargetPath(vals, ref.TargetPath, string(data)); err != nil {
+				return nil, secretValues, read, fmt.Errorf("%s: targetPath %q: %w", field, ref.TargetPath, err)
+			}
+			continue
+		}
+		doc := map[string]any{}
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			return nil, secretValues, read, fmt.Errorf("%s: %s key %q: %w", field, obj, key, valuesYAMLError(err, secret))
+		}
+		if secret {
+			secretValues = appendLeaves(secretValues, doc)
+		}
+		vals = mergeValues(vals, doc)
+	}
+	return vals, secretValues, read, nil
+}
+
+// valuesKey reads key of the ConfigMap (data, then binaryData) or Secret name of s's
+// namespace, as s's user.
+func (r *reconciler) valuesKey(ctx context.Context, s *v1alpha1.Sync, kind, name, key string) (data []byte, found bool, err error) {
+	switch kind {
+	case "ConfigMap":
+		var cm *corev1.ConfigMap
+		if cm, err = r.engines.configMap(ctx, s, name); err != nil {
+			return nil, false, err
+		}
+		if v, ok := cm.Data[key]; ok {
+			return []byte(v), true, nil
+		}
+		data, found = cm.BinaryData[key]
+		return data, found, nil
+	case "Secret":
+		var sec *corev1.Secret
+		if sec, err = r.engines.secret(ctx, s, name); err != nil {
+			return nil, false, err
+		}
+		data, found = sec.Data[key]
+		return data, found, nil
+	}
+	// The schema refuses other kinds; an older schema may have let one in.
+	return nil, false, fmt.Errorf("kind %q: want ConfigMap or Secret", kind)
+}
+
+// yamlLine finds the line a YAML parser's message names.
+var yamlLine = regexp.MustCompile(`\bline (\d+)\b`)
+
+// valuesYAMLError is the error for a key whose content is not a YAML mapping. For a
+// Secret's key, the parser's message is withheld (its "cannot unmarshal !!str `…`" quotes
+// the content); the line it names is kept.
+func valuesYAMLError(err error, secret bool) error {
+	if !secret {
+		return fmt.Errorf("not a YAML mapping of values: %w", err)
+	}
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Errorf("not a YAML mapping of values (line %s; the parser's message is withheld: it would quote the Secret)", m[1])
+	}
+	return fmt.Errorf("not a YAML mapping of values (the parser's message is withheld: it would quote the Secret)")
+}
+
+// mergeValues merges src over dst, map by map (any other value of src replaces dst's), as
+// Flux merges valuesFrom and values; it returns dst.
+func mergeValues(dst, src map[string]any) map[string]any {
+	if dst == nil {
+		dst = map[string]any{}
+	}
+	for k, v := range src {
+		if sm, ok := v.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				dst[k] = mergeValues(dm, sm)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+	return dst
+}
+
+// setTargetPath sets value at path (Helm's --set syntax: a.b[0].c, \. for a dot in a key)
+// in vals, typed as Flux's targetPath types it: a value in single or double quotes is the
+// string inside them; else true, false, null and integers are typed as --set types them,
+// and anything else is a string. Unlike --set, a comma or a brace in the value is not
+// syntax: the whole value is set.
+func setTargetPath(vals map[string]any, path, value string) error {
+	typed := targetValue(value)
+	// strvals parses the path; the reader hands it the value as is ("v" is never read).
+	return strvals.ParseIntoFile(path+"=v", vals, func([]rune) (any, error) { return typed, nil })
+}
+
+// targetValue types a targetPath value (setTargetPath).
+func targetValue(v string) any {
+	if n := len(v); n >= 2 && (v[0] == '"' && v[n-1] == '"' || v[0] == '\'' && v[n-1] == '\'') {
+		return v[1 : n-1]
+	}
+	switch {
+	case strings.EqualFold(v, "true"):
+		return true
+	case strings.EqualFold(v, "false"):
+		return false
+	case strings.EqualFold(v, "null"):
+		return nil
+	case v == "0":
+		return int64(0)
+	}
+	if v != "" && v[0] != '0' {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+	}
+	return v
+}
+
+// appendLeaves appends the scalar values of a values tree, as text, to out: a template
+// that fails may quote one of them alone.
+func appendLeaves(out []string, v any) []string {
+	switch v := v.(type) {
+	case map[string]any:
+		for _, x := range v {
+			out = appendLeaves(out, x)
+		}
+	case []any:
+		for _, x := range v {
+			out = appendLeaves(out, x)
+		}
+	case nil:
+	case string:
+		out = append(out, v)
+	default:
+		out = append(out, fmt.Sprint(v))
+	}
+	return out
+}
