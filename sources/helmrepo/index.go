@@ -11,7 +11,7 @@ import (
 
 // index is what Converge reads of an index.yaml: the versions of each chart.
 type index struct {
-	APIVersion string                     `json:"apiVersion"`
+	APIVersion string                    `json:"apiVersion"`
 	Entries    map[string][]chartVersion `json:"entries"`
 }
 
