@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/converge-dev/converge/sources/git"
+	"github.com/converge-dev/converge/sources/helmrepo"
 	"github.com/converge-dev/converge/sources/oci"
 )
 
@@ -101,7 +102,7 @@ func IsTerminal(err error) bool {
 	if _, ok := err.(*InputError); ok {
 		return true
 	}
-	if errors.Is(err, ErrEmptyRender) || git.IsTerminal(err) || oci.IsTerminal(err) {
+	if errors.Is(err, ErrEmptyRender) || git.IsTerminal(err) || oci.IsTerminal(err) || helmrepo.IsTerminal(err) {
 		return true
 	}
 	switch x := err.(type) {

@@ -61,7 +61,7 @@ func (f *Fetcher) resolveIndex(ctx context.Context, hc client, c Chart, base *ur
 		}
 		defer release()
 	}
-	idx, err := parseIndex(c.Repository, buf.Bytes())
+	idx, err := parseIndex(c.Repository, c.Name, buf.Bytes())
 	if err != nil {
 		return resolved{}, err
 	}

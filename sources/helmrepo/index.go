@@ -1,6 +1,7 @@
 package helmrepo
 
 import (
+	"bytes"
 	"fmt"
 	"net/url"
 	"strings"
@@ -23,8 +24,22 @@ type chartVersion struct {
 	Digest string `json:"digest"`
 }
 
-// parseIndex reads an index.yaml.
-func parseIndex(repo string, data []byte) (*index, error) {
+// maxFullParse bounds an index parsed whole: decoding YAML takes about twenty times its
+// size in memory (measured: 386 MB allocated for a 16 MiB index), so a larger index is
+// read only in the layout `helm repo index` writes, where one chart's versions are cut out
+// before they are parsed.
+const maxFullParse = 8 << 20
+
+// parseIndex reads the versions of chart name in an index.yaml: of the chart's part only
+// when the index has the layout helm writes (chartEntries), else of the whole index up to
+// maxFullParse.
+func parseIndex(repo, name string, data []byte) (*index, error) {
+	if part, ok := chartEntries(data, name); ok {
+		data = part
+	} else if len(data) > maxFullParse {
+		return nil, fmt.Errorf("%s: index.yaml: %w: %d bytes not in the layout helm repo index writes; such an index is read up to %d bytes",
+			redact(repo), ErrTooLarge, len(data), maxFullParse)
+	}
 	var idx index
 	if err := yaml.Unmarshal(data, &idx); err != nil {
 		return nil, fmt.Errorf("%s: index.yaml: %w: %v", redact(repo), ErrInvalid, err)
@@ -33,6 +48,53 @@ func parseIndex(repo string, data []byte) (*index, error) {
 		return nil, fmt.Errorf("%s: index.yaml: %w: no apiVersion (is this a Helm repository?)", redact(repo), ErrInvalid)
 	}
 	return &idx, nil
+}
+
+// chartEntries returns an index holding only the apiVersion line and the versions of chart
+// name, cut from data in the layout `helm repo index` writes (top-level keys at column 0,
+// each chart's name at column 2 under "entries:", its versions a list below it), and false
+// when data does not have that layout. A chart the index does not list gives an index
+// without it.
+func chartEntries(data []byte, name string) ([]byte, bool) {
+	var out, apiVersion []byte
+	inEntries, inChart, sawEntries := false, false, false
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i+1], data[i+1:]
+		} else {
+			data = nil
+		}
+		text := strings.TrimRight(string(line), "\r\n")
+		switch {
+		case strings.TrimSpace(text) == "" || strings.HasPrefix(strings.TrimSpace(text), "#"):
+			if inChart {
+				out = append(out, line...)
+			}
+		case text[0] != ' ':
+			inEntries, inChart = text == "entries:", false
+			sawEntries = sawEntries || inEntries
+			if strings.HasPrefix(text, "apiVersion:") {
+				apiVersion = append([]byte(nil), line...)
+			}
+		case !inEntries:
+		case strings.HasPrefix(text, "  ") && len(text) > 2 && text[2] != ' ' && text[2] != '-':
+			key := strings.TrimSuffix(strings.TrimSpace(text), ":")
+			inChart = strings.HasSuffix(text, ":") && strings.Trim(key, `"'`) == name
+			if inChart {
+				out = append(out, line...)
+			}
+		case inChart:
+			out = append(out, line...)
+		}
+	}
+	if !sawEntries || apiVersion == nil {
+		return nil, false
+	}
+	if len(out) == 0 {
+		return append(apiVersion, "entries: {}\n"...), true
+	}
+	return append(append(apiVersion, "entries:\n"...), out...), true
 }
 
 // resolved is a chart version chosen from the index and the absolute URL of its archive.

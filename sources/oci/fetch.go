@@ -112,6 +112,9 @@ func (f *Fetcher) fetch(ctx context.Context, a Artifact, opts FetchOptions, read
 	}
 	defer t.CloseIdleConnections()
 	cred, err := credential(a.URL, ref.Registry, a.Auth.DockerConfigJSON)
+	if len(a.Auth.DockerConfigJSON) == 0 && (a.Auth.Username != "" || a.Auth.Password != "") {
+		cred = auth.Credential{Username: a.Auth.Username, Password: a.Auth.Password}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +141,7 @@ func (f *Fetcher) fetch(ctx context.Context, a Artifact, opts FetchOptions, read
 	}
 	key, err := f.keyer.Name([]byte(ref.Registry+"/"+ref.Repository), []byte(strconv.FormatBool(a.Insecure)), a.Auth.CA,
 		[]byte(cred.Username), []byte(cred.Password), []byte(cred.RefreshToken), []byte(cred.AccessToken),
-		[]byte(desc.Digest), []byte(a.Layer.MediaType), []byte(a.Layer.Operation))
+		[]byte(desc.Digest), []byte(a.Layer.MediaType), []byte(a.Layer.Operation), []byte(a.Layer.File))
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +302,10 @@ func unpack(a Artifact, layer ocispec.Descriptor, blob io.Reader, dir string, op
 	if a.Layer.Operation != OperationCopy {
 		return extract(a.String(), blob, root, lim)
 	}
-	name := layer.Annotations[ocispec.AnnotationTitle]
+	name := a.Layer.File
+	if name == "" {
+		name = layer.Annotations[ocispec.AnnotationTitle]
+	}
 	if name == "" || filepath.Base(name) != name || name == "." || name == ".." {
 		name = "layer"
 	}
