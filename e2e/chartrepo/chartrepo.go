@@ -14,8 +14,6 @@ import (
 	"sync"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/repo"
 )
 
@@ -117,17 +115,7 @@ func (r *Repo) Authorizations() []string {
 // repository, indexes it again, and returns the archive's file name.
 func (r *Repo) Add(t testing.TB, dir, version string) string {
 	t.Helper()
-	c, err := loader.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if version != "" {
-		c.Metadata.Version = version
-	}
-	file, err := chartutil.Save(c, r.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	file := pack(t, dir, version, r.Dir)
 	r.Index(t)
 	return filepath.Base(file)
 }
