@@ -36,6 +36,7 @@ type sourceFlags struct {
 	decryption     decryptionFlags
 	subst          substituteFlags
 	helm           helmFlags
+	chart          chartFlags
 	verify         verifyFlags
 }
 
@@ -57,6 +58,11 @@ A local PATH is read inside --root, which defaults to the enclosing git work tre
 kustomization may use bases elsewhere in the repository) or else PATH itself. Inside a git
 work tree, what git ignores (build outputs, local files) is never read: a plain folder skips
 it, and a kustomization that references it fails.
+
+A chart of a Helm repository is named as helm template names it: CHART --repo URL (an HTTP
+repository's index.yaml, or oci://host/path), or oci://host/path/CHART with --version; the
+version is exact or a semver constraint, the highest match wins. Credentials come from
+CONVERGE_HELM_USERNAME and CONVERGE_HELM_PASSWORD (or --docker-config), a CA from --ca-file.
 
 A PATH of the form oci://host[:port]/repository[:tag|@sha256:digest] is an OCI artifact
 in Flux's format ("flux push artifact"), fetched and extracted, and --path is rendered
@@ -87,6 +93,10 @@ and still printed masked unless --show-secrets.`,
 
   # Render the deploy folder of an OCI artifact (flux push artifact)
   converge build oci://ghcr.io/org/apps:v1.2.3 --path deploy
+
+  # Render a chart of a Helm repository, or of an OCI registry (helm push)
+  converge build podinfo --repo https://stefanprodan.github.io/podinfo --version '6.x' -f prod.yaml
+  converge build oci://ghcr.io/stefanprodan/charts/podinfo --version 6.5.4
 
   # One --ref: a branch name, a 40-hex commit, or "branch:", "tag:", "semver:", "commit:"
   converge build --git-url https://github.com/org/apps.git --ref tag:v1.2.3 --path deploy`,
@@ -130,6 +140,7 @@ func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 	f.decryption.addFlags(cmd)
 	f.subst.addFlags(cmd)
 	f.helm.addFlags(cmd)
+	f.chart.addFlags(cmd)
 	f.verify.addFlags(cmd)
 }
 
@@ -146,12 +157,13 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 	opts.Fetch.Timeout = f.timeout
 	opts.Fetch.AllowLocal = true // the CLI's user owns the disk it reads
 	opts.OCI.Timeout, opts.OCI.AllowLocal = f.timeout, true
+	opts.Charts.Timeout, opts.Charts.AllowLocal = f.timeout, true
 	opts.Render.AllowRemoteBases = f.allowRemote
 	// A checkout in CI may be a pull request from anyone: build it as the daemon does,
 	// with no network and no program.
 	opts.Render.Isolate = true
 	opts.Render.Limits = f.limits
-	if src.Git.URL == "" && src.OCI.URL == "" {
+	if src.Git.URL == "" && src.OCI.URL == "" && src.Chart.Repository == "" {
 		// What git ignores (build outputs, local files) is no part of what a commit would
 		// deploy: not read, not in the revision.
 		opts.Render.Ignored = gitIgnored(ctx, src.Dir, src.Path)
@@ -175,6 +187,9 @@ func (f *sourceFlags) redactor() *varsubst.Redactor {
 
 // source turns the flags and argument into what to load.
 func (f *sourceFlags) source(args []string) (sources.Source, error) {
+	if f.chart.asked(args) {
+		return f.chartSource(args)
+	}
 	if len(args) == 1 && isOCI(args[0]) {
 		src, err := f.ociSource(args[0])
 		if err == nil {
