@@ -44,6 +44,7 @@ inventory, prunes what left the source, and reports readiness.`,
 	root.SetVersionTemplate("converge: {{.Version}}\n")
 	root.AddCommand(newVersionCommand(kube))
 	root.AddCommand(newBuildCommand())
+	root.AddCommand(newCheckCommand())
 	root.AddCommand(newRunCommand(kube))
 	root.AddCommand(newApplyCommand(kube))
 	root.AddCommand(newInstallCommand(kube))
