@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -38,6 +39,8 @@ type sourceFlags struct {
 	helm           helmFlags
 	chart          chartFlags
 	verify         verifyFlags
+	// stdin is read for the PATH "-" (the command's input; os.Stdin when nil).
+	stdin io.Reader
 }
 
 func newBuildCommand() *cobra.Command {
@@ -45,7 +48,7 @@ func newBuildCommand() *cobra.Command {
 	f.decryption.build = true
 	var validate bool
 	cmd := &cobra.Command{
-		Use:   "build [PATH]",
+		Use:   "build [PATH|-]",
 		Short: "Render a kustomization, Helm chart or YAML folder, offline, and print it",
 		Long: `Build renders what converge would apply, without a cluster: a folder with a
 kustomization is built with kustomize (remote bases refused unless --allow-remote-bases), a
@@ -103,7 +106,7 @@ and still printed masked unless --show-secrets.`,
   converge build --git-url https://github.com/org/apps.git --ref tag:v1.2.3 --path deploy`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f.decryption.stderr = cmd.ErrOrStderr()
+			f.decryption.stderr, f.stdin = cmd.ErrOrStderr(), cmd.InOrStdin()
 			b, err := f.load(cmd.Context(), args)
 			if err != nil {
 				return f.redactor().Error(err)
@@ -152,7 +155,7 @@ Exit code 0 when every object passes, 2 otherwise.`,
   converge check ./charts/web -f prod.yaml`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f.decryption.stderr = cmd.ErrOrStderr()
+			f.decryption.stderr, f.stdin = cmd.ErrOrStderr(), cmd.InOrStdin()
 			b, err := f.load(cmd.Context(), args)
 			if err == nil {
 				err = checkOffline(b)
@@ -192,6 +195,15 @@ func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 
 // load fetches and renders what the flags and argument name, then decrypts and substitutes it.
 func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle, error) {
+	if len(args) == 1 && args[0] == "-" {
+		dir, err := f.readStdin()
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		args = []string{filepath.Join(dir, stdinFile)}
+		f.root = dir
+	}
 	src, err := f.source(args)
 	if err != nil {
 		return nil, err
@@ -223,6 +235,38 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 		return b, err
 	}
 	return f.subst.expand(b, f.limits)
+}
+
+// stdinFile names the YAML read from stdin (PATH "-") in messages and origins.
+const stdinFile = "stdin.yaml"
+
+// readStdin writes the YAML stream of the command's input into a new temporary folder,
+// within --max-total-size, as kubectl apply -f - reads it; the caller removes the folder.
+func (f *sourceFlags) readStdin() (string, error) {
+	in := f.stdin
+	if in == nil {
+		in = os.Stdin
+	}
+	limit := f.limits.MaxTotalSize
+	if limit <= 0 {
+		limit = sources.DefaultMaxTotalSize
+	}
+	data, err := io.ReadAll(io.LimitReader(in, limit+1))
+	if err != nil {
+		return "", fmt.Errorf("read stdin: %w", err)
+	}
+	if int64(len(data)) > limit {
+		return "", fmt.Errorf("stdin: more than %d bytes (raise the limit with --max-total-size)", limit)
+	}
+	dir, err := os.MkdirTemp("", "converge-stdin-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, stdinFile), data, 0o600); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }
 
 // redactor hides, in what a command prints, the values of Secret manifests given with
