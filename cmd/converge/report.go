@@ -112,22 +112,28 @@ func (r *report) redact(hide func(string) string) {
 
 func (r *report) write(w io.Writer, format string) error {
 	switch format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	case "yaml":
-		b, err := yaml.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
+	case "json", "yaml":
+		return writeStructured(w, r, format)
 	case "markdown":
 		_, err := io.WriteString(w, r.markdown())
 		return err
 	}
 	_, err := io.WriteString(w, r.text())
+	return err
+}
+
+// writeStructured writes v as indented JSON or as YAML (format "json" or "yaml").
+func writeStructured(w io.Writer, v any, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
 	return err
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"runtime"
@@ -13,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/converge-dev/converge/cmd/converge/internal/installer"
 )
@@ -84,21 +82,8 @@ line and exits 2 with what to do; --client never asks the cluster.`,
 }
 
 func printVersion(w io.Writer, info versionInfo, output string, client bool) error {
-	switch output {
-	case "json":
-		b, err := json.MarshalIndent(info, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
-	case "yaml":
-		b, err := yaml.Marshal(info)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
+	if output != "" {
+		return writeStructured(w, info, output)
 	}
 	if _, err := fmt.Fprintln(w, versionLine()); err != nil || client {
 		return err

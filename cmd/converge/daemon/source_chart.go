@@ -53,13 +53,9 @@ func (r *reconciler) chartSource(ctx context.Context, s *v1alpha1.Sync) (sources
 	a := sources.OCIChart(hr.URL, h.Chart, h.Version)
 	a.Insecure = hr.Insecure
 	a.Auth = oci.Auth{DockerConfigJSON: dockerConfig, Username: user, Password: pass, CA: ca}
-	if hr.Verify != nil {
-		sec, err := r.engines.secret(ctx, s, hr.Verify.SecretRef.Name)
-		if err != nil {
-			return sources.Source{}, &keysError{fmt.Errorf("spec.source.helmRepository.verify.secretRef: Secret %s/%s read as %s: %w",
-				s.Namespace, hr.Verify.SecretRef.Name, r.engines.identity(s), err)}
-		}
-		a.Verify = &oci.Verification{Provider: hr.Verify.Provider, Keys: sec.Data}
+	var err error
+	if a.Verify, err = r.cosignVerification(ctx, s, "spec.source.helmRepository.verify", hr.Verify); err != nil {
+		return sources.Source{}, err
 	}
 	return sources.Source{OCI: a, Path: sources.ChartPath}, nil
 }
