@@ -11,6 +11,7 @@ import (
 	"github.com/converge-dev/converge/sources/git"
 	"github.com/converge-dev/converge/sources/helmrepo"
 	"github.com/converge-dev/converge/sources/oci"
+	"github.com/converge-dev/converge/sources/signature"
 )
 
 // Bundle is what a source renders to at one revision.
@@ -35,7 +36,7 @@ type Bundle struct {
 	// Signatures are the verified signatures of a git revision fetched with
 	// git.Repository.Verify, or of an OCI artifact fetched with oci.Artifact.Verify (its
 	// Object "artifact sha256:<hex>"); nil otherwise.
-	Signatures []git.Signature
+	Signatures []signature.Signature
 }
 
 var (

@@ -12,6 +12,7 @@ import (
 	"github.com/converge-dev/converge/sources/git"
 	"github.com/converge-dev/converge/sources/helmrepo"
 	"github.com/converge-dev/converge/sources/oci"
+	"github.com/converge-dev/converge/sources/signature"
 )
 
 // Source names what Load renders: a git repository, an OCI artifact or a local folder, and
@@ -128,7 +129,7 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 	ctx = withTenant(ctx, opts.Tenant)
 	root, revision, digest := src.Dir, "", ""
 	var commitTime time.Time
-	var sigs []git.Signature
+	var sigs []signature.Signature
 	switch {
 	case src.Git.URL != "":
 		co, err := l.fetcher.Fetch(ctx, src.Git, exportLimits(opts))
@@ -145,7 +146,7 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 		// The folder names the manifest digest and the layer selection: the content.
 		root, revision, digest = a.Dir, a.Revision, "oci:"+filepath.Base(a.Dir)
 		if a.Signature != nil {
-			sigs = []git.Signature{{Object: "artifact " + a.Signature.Digest, Key: a.Signature.Key, Source: a.Signature.Source}}
+			sigs = []signature.Signature{*a.Signature}
 		}
 	case src.Chart.Repository != "":
 		var err error
