@@ -119,6 +119,10 @@ and still printed masked unless --show-secrets.`,
 			for _, sig := range b.Signatures {
 				fmt.Fprintln(cmd.ErrOrStderr(), "verified:", sig)
 			}
+			if cmd.Flags().Changed("namespace") {
+				// As converge apply -n: objects without a namespace get it, where they have one.
+				b = withNamespace(b, f.helm.namespace, cmd.ErrOrStderr())
+			}
 			out, err := marshalStream(f.decryption.mask(b))
 			if err != nil {
 				return err
@@ -128,7 +132,7 @@ and still printed masked unless --show-secrets.`,
 		},
 	}
 	f.addFlags(cmd)
-	cmd.Flags().StringVarP(&f.helm.namespace, "namespace", "n", "default", "Helm .Release.Namespace of a chart")
+	cmd.Flags().StringVarP(&f.helm.namespace, "namespace", "n", "default", "namespace of the objects that have none, as apply -n sets it (printed only when given), and Helm's .Release.Namespace")
 	cmd.Flags().BoolVar(&validate, "validate", false, "also run the checks of converge check: built-in kinds decoded strictly, unknown kinds and fields refused")
 	return cmd
 }
