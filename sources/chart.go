@@ -44,14 +44,16 @@ const ChartPath = helmrepo.ChartFile
 // fetchChart fetches src.Chart and returns its folder, revision and content digest.
 func (l *Loader) fetchChart(ctx context.Context, src Source, opts LoadOptions) (root, revision, digest string, err error) {
 	f := opts.Charts
-	if f.ParseSlot == nil {
-		// Parsing a large index may take as much memory as a render child: it takes a slot.
-		slots, tenant := renderSlots(opts.Render.Limits.withDefaults().RenderSlots), opts.Tenant
-		f.ParseSlot = func(ctx context.Context) (func(), error) { return slots.acquire(ctx, tenant) }
+	// The render child reads the packaged chart as one file: a larger one is never rendered,
+	// so it is not downloaded either.
+	if lim := opts.Render.Limits.withDefaults().MaxFileSize; lim > 0 && (f.MaxChartSize == 0 || lim < f.MaxChartSize) {
+		f.MaxChartSize = lim
 	}
 	res, err := l.charts.Fetch(ctx, src.Chart, f)
 	if err != nil {
 		return "", "", "", err
 	}
-	return res.Dir, res.Revision, "chart:" + filepath.Base(res.Dir), nil
+	// The archive's digest, not only the folder: a folder named by a version whose index
+	// gives no digest may hold another archive after an eviction.
+	return res.Dir, res.Revision, "chart:" + filepath.Base(res.Dir) + ":" + res.Digest, nil
 }

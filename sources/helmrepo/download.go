@@ -1,7 +1,6 @@
 package helmrepo
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,18 +16,22 @@ import (
 )
 
 // resolveIndex returns c's version in the repository's index: the remembered resolution
-// when the index is unchanged (a 304 answer), else from the index downloaded now.
+// when the index is unchanged (a 304 answer to the validators it was made with), else from
+// the index read now.
 func (f *Fetcher) resolveIndex(ctx context.Context, hc client, c Chart, base *url.URL, idxKey string, opts FetchOptions) (resolved, error) {
 	memo := c.Name + "\x00" + c.Version
-	f.mu.Lock()
-	st := f.indexes[idxKey]
 	header := http.Header{}
-	if st != nil {
-		if _, ok := st.resolved[memo]; ok {
+	// The resolution and the validators it goes with are copied under the lock: a 304 is
+	// about exactly those, whatever the map holds by the time it arrives.
+	f.mu.Lock()
+	var known resolved
+	conditional := false
+	if st := f.indexes[idxKey]; st != nil {
+		if r, ok := st.resolved[memo]; ok {
+			known, conditional = r, true
 			if st.etag != "" {
 				header.Set("If-None-Match", st.etag)
-			}
-			if st.lastModified != "" {
+			} else {
 				header.Set("If-Modified-Since", st.lastModified)
 			}
 		}
@@ -41,36 +44,29 @@ func (f *Fetcher) resolveIndex(ctx context.Context, hc client, c Chart, base *ur
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotModified {
-		f.mu.Lock()
-		r, ok := f.indexes[idxKey].resolved[memo]
-		f.mu.Unlock()
-		if ok {
-			return r, nil
+		if conditional {
+			return known, nil
 		}
 		return resolved{}, fmt.Errorf("%s: index.yaml: HTTP 304 to an unconditional request", c)
 	}
-	var buf bytes.Buffer
-	if _, err := readBounded(c, "index.yaml", resp.Body, &buf, opts.MaxIndexSize, "--max-index-size"); err != nil {
-		return resolved{}, err
-	}
-	f.count(1, 0)
-	if opts.ParseSlot != nil {
-		release, err := opts.ParseSlot(ctx)
-		if err != nil {
-			return resolved{}, fmt.Errorf("%s: index.yaml: waiting for a render slot to parse it: %w", c, err)
-		}
-		defer release()
-	}
-	idx, err := parseIndex(c.Repository, c.Name, buf.Bytes())
+	versions, err := readIndex(c, resp.Body, opts.MaxIndexSize)
 	if err != nil {
 		return resolved{}, err
 	}
-	r, err := resolve(idx, c, base)
+	f.count(1, 0)
+	r, err := resolve(versions, c, base)
 	if err != nil {
 		return resolved{}, err
 	}
 	f.remember(idxKey, memo, resp.Header, r)
 	return r, nil
+}
+
+// forget drops what is remembered of index idxKey: the next fetch reads it whole.
+func (f *Fetcher) forget(idxKey string) {
+	f.mu.Lock()
+	delete(f.indexes, idxKey)
+	f.mu.Unlock()
 }
 
 // remember keeps the index's validators and the resolution made in it; a new index (other

@@ -118,6 +118,10 @@ func (f *Fetcher) fetch(ctx context.Context, c Chart, opts FetchOptions, readUnt
 		}
 	}
 	sum, err := f.download(ctx, client, c, r, sendAuth, key, opts, readUntil)
+	if errors.Is(err, ErrDigest) {
+		// The remembered resolution may be older than the archive: read the index again.
+		f.forget(idxKey)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +174,15 @@ func newClient(c Chart, opts FetchOptions) (client, error) {
 	hc := &http.Client{Transport: t, CheckRedirect: func(req *http.Request, via []*http.Request) error {
 		if len(via) >= 5 {
 			return errors.New("more than 5 redirects")
+		}
+		if via[0].URL.Scheme == "https" && req.URL.Scheme != "https" {
+			return fmt.Errorf("redirect from https to %s refused", redact(req.URL.String()))
+		}
+		// Go keeps the Authorization header on a redirect to the same host name on another
+		// port or scheme, and to a subdomain: the credentials stay with the origin they were
+		// sent to unless PassCredentials.
+		if !c.Auth.PassCredentials && !sameOrigin(via[0].URL, req.URL) {
+			req.Header.Del("Authorization")
 		}
 		return nil
 	}}

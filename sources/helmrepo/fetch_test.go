@@ -1,10 +1,15 @@
 package helmrepo
 
 import (
+	"encoding/pem"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/converge-dev/converge/e2e/chartrepo"
@@ -153,5 +158,84 @@ func TestFetchCredentialsStayWithTheRepository(t *testing.T) {
 	}
 	if _, err := NewFetcher(t.TempDir()).Fetch(t.Context(), Chart{Repository: index.URL, Name: "app"}, localOptions()); err == nil {
 		t.Error("an HTTPS repository with an unknown CA was trusted")
+	}
+}
+
+// TestFetch304AfterTheMemoIsDropped: a conditional index request is in flight while the
+// Fetcher drops what it remembers (maxIndexes other repositories remembered since); its 304
+// still answers with the resolution it was asked about, and other fetches go on (failed
+// before: a nil dereference with the Fetcher's lock held stopped every later fetch).
+func TestFetch304AfterTheMemoIsDropped(t *testing.T) {
+	release, asked := make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/index.yaml") {
+			fmt.Fprint(w, "archive")
+			return
+		}
+		if r.Header.Get("If-None-Match") == `"e"` && strings.HasPrefix(r.URL.Path, "/r0/") {
+			if once.CompareAndSwap(false, true) {
+				close(asked)
+			}
+			<-release
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("ETag", `"e"`)
+		fmt.Fprint(w, "apiVersion: v1\nentries:\n  app:\n  - version: 1.0.0\n    urls:\n    - app-1.0.0.tgz\n")
+	}))
+	t.Cleanup(srv.Close)
+	f := NewFetcher(t.TempDir())
+	c := Chart{Repository: srv.URL + "/r0", Name: "app"}
+	if _, err := f.Fetch(t.Context(), c, localOptions()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Fetch(t.Context(), c, localOptions())
+		done <- err
+	}()
+	<-asked
+	for i := 1; i <= maxIndexes; i++ {
+		if _, err := f.Fetch(t.Context(), Chart{Repository: fmt.Sprintf("%s/r%d", srv.URL, i), Name: "app"}, localOptions()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Errorf("the fetch answered 304: %v", err)
+	}
+	if _, err := f.Fetch(t.Context(), Chart{Repository: srv.URL + "/r5000", Name: "app"}, localOptions()); err != nil {
+		t.Errorf("a later fetch: %v", err)
+	}
+}
+
+// TestFetchRedirectKeepsCredentialsAtTheOrigin: an index.yaml redirected to another port of
+// the same host gets no credentials there, and a redirect from https to http is refused
+// (failed before: Go's client sent the Authorization header to the other port).
+func TestFetchRedirectKeepsCredentialsAtTheOrigin(t *testing.T) {
+	var leaked atomic.Value
+	leaked.Store("")
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked.Store(r.Header.Get("Authorization"))
+		fmt.Fprint(w, "apiVersion: v1\nentries: {}\n")
+	}))
+	t.Cleanup(other.Close)
+	redirect := func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/index.yaml", http.StatusFound)
+	}
+	repo := httptest.NewServer(http.HandlerFunc(redirect))
+	t.Cleanup(repo.Close)
+	auth := Auth{Username: "tenant", Password: "s3cret"}
+	_, _ = NewFetcher(t.TempDir()).Fetch(t.Context(), Chart{Repository: repo.URL, Name: "app", Auth: auth}, localOptions())
+	if a := leaked.Load().(string); a != "" {
+		t.Errorf("the other port received Authorization %q", a)
+	}
+	secure := httptest.NewTLSServer(http.HandlerFunc(redirect))
+	t.Cleanup(secure.Close)
+	auth.CA = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: secure.Certificate().Raw})
+	_, err := NewFetcher(t.TempDir()).Fetch(t.Context(), Chart{Repository: secure.URL, Name: "app", Auth: auth}, localOptions())
+	if err == nil || !strings.Contains(err.Error(), "redirect from https to http") {
+		t.Errorf("https to http redirect: %v", err)
 	}
 }

@@ -12,7 +12,6 @@
 package helmrepo
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -79,9 +78,6 @@ type FetchOptions struct {
 	MaxChartSize int64
 	// CacheQuota bounds the disk the cache's indexes and charts take. Zero: no limit.
 	CacheQuota int64
-	// ParseSlot, if set, is taken while an index is parsed (it may take several times its
-	// size in memory) and released after.
-	ParseSlot func(ctx context.Context) (release func(), err error)
 }
 
 // DefaultFetchOptions returns a two-minute timeout, an index of at most 50 MiB (Flux's

@@ -1,13 +1,11 @@
 package helmrepo
 
 import (
-	"bytes"
 	"fmt"
 	"net/url"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
-	"sigs.k8s.io/yaml"
 )
 
 // index is what Converge reads of an index.yaml: the versions of each chart.
@@ -24,79 +22,6 @@ type chartVersion struct {
 	Digest string `json:"digest"`
 }
 
-// maxFullParse bounds an index parsed whole: decoding YAML takes about twenty times its
-// size in memory (measured: 386 MB allocated for a 16 MiB index), so a larger index is
-// read only in the layout `helm repo index` writes, where one chart's versions are cut out
-// before they are parsed.
-const maxFullParse = 8 << 20
-
-// parseIndex reads the versions of chart name in an index.yaml: of the chart's part only
-// when the index has the layout helm writes (chartEntries), else of the whole index up to
-// maxFullParse.
-func parseIndex(repo, name string, data []byte) (*index, error) {
-	if part, ok := chartEntries(data, name); ok {
-		data = part
-	} else if len(data) > maxFullParse {
-		return nil, fmt.Errorf("%s: index.yaml: %w: %d bytes not in the layout helm repo index writes; such an index is read up to %d bytes",
-			redact(repo), ErrTooLarge, len(data), maxFullParse)
-	}
-	var idx index
-	if err := yaml.Unmarshal(data, &idx); err != nil {
-		return nil, fmt.Errorf("%s: index.yaml: %w: %v", redact(repo), ErrInvalid, err)
-	}
-	if idx.APIVersion == "" {
-		return nil, fmt.Errorf("%s: index.yaml: %w: no apiVersion (is this a Helm repository?)", redact(repo), ErrInvalid)
-	}
-	return &idx, nil
-}
-
-// chartEntries returns an index holding only the apiVersion line and the versions of chart
-// name, cut from data in the layout `helm repo index` writes (top-level keys at column 0,
-// each chart's name at column 2 under "entries:", its versions a list below it), and false
-// when data does not have that layout. A chart the index does not list gives an index
-// without it.
-func chartEntries(data []byte, name string) ([]byte, bool) {
-	var out, apiVersion []byte
-	inEntries, inChart, sawEntries := false, false, false
-	for len(data) > 0 {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i+1], data[i+1:]
-		} else {
-			data = nil
-		}
-		text := strings.TrimRight(string(line), "\r\n")
-		switch {
-		case strings.TrimSpace(text) == "" || strings.HasPrefix(strings.TrimSpace(text), "#"):
-			if inChart {
-				out = append(out, line...)
-			}
-		case text[0] != ' ':
-			inEntries, inChart = text == "entries:", false
-			sawEntries = sawEntries || inEntries
-			if strings.HasPrefix(text, "apiVersion:") {
-				apiVersion = append([]byte(nil), line...)
-			}
-		case !inEntries:
-		case strings.HasPrefix(text, "  ") && len(text) > 2 && text[2] != ' ' && text[2] != '-':
-			key := strings.TrimSuffix(strings.TrimSpace(text), ":")
-			inChart = strings.HasSuffix(text, ":") && strings.Trim(key, `"'`) == name
-			if inChart {
-				out = append(out, line...)
-			}
-		case inChart:
-			out = append(out, line...)
-		}
-	}
-	if !sawEntries || apiVersion == nil {
-		return nil, false
-	}
-	if len(out) == 0 {
-		return append(apiVersion, "entries: {}\n"...), true
-	}
-	return append(append(apiVersion, "entries:\n"...), out...), true
-}
-
 // resolved is a chart version chosen from the index and the absolute URL of its archive.
 type resolved struct {
 	version string
@@ -104,9 +29,9 @@ type resolved struct {
 	digest  string // hex, lower case; "" when the index gives none
 }
 
-// resolve picks the highest version of c.Name matching c.Version (empty: the highest
-// without a prerelease) and resolves its first URL against the repository's.
-func resolve(idx *index, c Chart, base *url.URL) (resolved, error) {
+// resolve picks the highest of the versions of c.Name matching c.Version (empty: the
+// highest without a prerelease) and resolves its first URL against the repository's.
+func resolve(versions []chartVersion, c Chart, base *url.URL) (resolved, error) {
 	constraint := c.Version
 	if constraint == "" {
 		constraint = "*" // no prerelease, as helm's default
@@ -115,8 +40,7 @@ func resolve(idx *index, c Chart, base *url.URL) (resolved, error) {
 	if err != nil {
 		return resolved{}, fmt.Errorf("%s: %w: version constraint %q: %v", c, ErrInvalid, c.Version, err)
 	}
-	versions, ok := idx.Entries[c.Name]
-	if !ok {
+	if len(versions) == 0 {
 		return resolved{}, fmt.Errorf("%s: %w: the index lists no chart %q", c, ErrNotFound, c.Name)
 	}
 	var best *semver.Version
