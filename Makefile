@@ -92,6 +92,7 @@ run: controlplane build ## the demo: control plane, local git server seeded from
 	@echo "  export KUBECONFIG=$(RUN_DIR)/cluster/kubeconfig"
 	@echo "  kubectl get syncs -A; kubectl -n demo get deploy,svc,cm"
 	@echo "  edit examples/demo and run 'make run-publish' to commit it to the local git server"
+	@echo "  daemon log: $(RUN_DIR)/cluster/converge.log"
 	@echo "  make cluster-down   # stop everything"
 
 run-publish: build ## commit examples/ to the demo git server started by `make run`

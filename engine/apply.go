@@ -199,6 +199,10 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 		if abort := r.prune(ctx, res, rec, candidates); abort != nil {
 			return res, errors.Join(append(rec.errs, abort)...)
 		}
+	} else if candidates.Len() > 0 {
+		for _, e := range candidates.Entries() {
+			res.Left = append(res.Left, e.Object)
+		}
 	}
 	if opts.DryRun {
 		return res, errors.Join(rec.errs...)

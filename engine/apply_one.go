@@ -447,6 +447,7 @@ func resourceVersion(u *unstructured.Unstructured) string {
 
 // failed marks out failed with err, prefixed with the object ID.
 func failed(out outcome, err error) outcome {
+	err = readable(err)
 	out.change.Action = ActionFailed
 	out.change.Message = err.Error()
 	out.change.Err = fmt.Errorf("%s: apply: %w", out.change.describe(), err)

@@ -144,3 +144,34 @@ func isImmutable(err error) bool {
 	return (apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err)) &&
 		immutableRE.MatchString(err.Error())
 }
+
+// scalarRE matches how the API server's schema check names a scalar of the wrong type
+// (structured-merge-diff prints the Go value: "expected string, got
+// &value.valueUnstructured{Value:2}").
+var scalarRE = regexp.MustCompile(`expected (string|boolean), got &value\.value\w+\{Value:(-?[0-9][0-9.eE+-]*|true|false)\}`)
+
+// readable returns err with the API server's Go-syntax value in a schema error replaced by
+// the value as the source wrote it and what to do, or err itself when there is none. The
+// error still unwraps to err (IsTerminal and apierrors see the API status).
+func readable(err error) error {
+	msg := err.Error()
+	m := scalarRE.FindStringSubmatch(msg)
+	if m == nil {
+		return err
+	}
+	kind := "a number"
+	if m[2] == "true" || m[2] == "false" {
+		kind = "a boolean"
+	}
+	msg = scalarRE.ReplaceAllString(msg, "expected a $1, got $2") +
+		fmt.Sprintf(" (YAML reads an unquoted %s as %s: quote it in the source, \"%s\"; a postBuild variable's value is read as YAML too, so give it quoted: '\"%s\"')", m[2], kind, m[2], m[2])
+	return &readableError{msg: msg, err: err}
+}
+
+type readableError struct {
+	msg string
+	err error
+}
+
+func (e *readableError) Error() string { return e.msg }
+func (e *readableError) Unwrap() error { return e.err }

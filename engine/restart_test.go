@@ -219,6 +219,9 @@ func TestRestartDryRunAsksTheServer(t *testing.T) {
 	opts := testOpts()
 	objs := restartSet(h.ns, 3)
 	h.apply(opts, objs...)
+	// The deployment controller's status writes after the creates move the Deployments past
+	// what the dry-run's LIST shows: the engine then reads and asks again, as it must.
+	h.deploymentsSettled()
 	h.restart(false)
 	dry := opts
 	dry.DryRun = true
@@ -229,7 +232,7 @@ func TestRestartDryRunAsksTheServer(t *testing.T) {
 		}
 	}
 	if p := h.rt.Count("patch"); p != len(objs) {
-		t.Errorf("dry-run: %d PATCH, want %d (one server-side dry-run per object)", p, len(objs))
+		t.Errorf("dry-run: %d PATCH, want %d (one server-side dry-run per object): %v", p, len(objs), h.rt.Counts())
 	}
 	if w := h.rt.Writes(); len(w) != 0 {
 		t.Errorf("dry-run wrote: %v", w)

@@ -77,6 +77,10 @@ type Result struct {
 	// which still treats the recorded ones as its own; the owner shows it (the Sync's Ready
 	// message) so that a person can lift the refusal or settle the contested objects.
 	MigrationPending string
+	// Left lists the objects of the inventory that left the set and stay because
+	// ApplyOptions.Prune is off (they stay in the inventory too, so a later run with Prune
+	// deletes them).
+	Left []object.ObjMetadata
 }
 
 // Summary counts the actions of a Result.

@@ -9,7 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/converge-dev/converge/sources/git"
+	"github.com/converge-dev/converge/sources/helmrepo"
 	"github.com/converge-dev/converge/sources/oci"
+	"github.com/converge-dev/converge/sources/signature"
 )
 
 // Bundle is what a source renders to at one revision.
@@ -34,7 +36,7 @@ type Bundle struct {
 	// Signatures are the verified signatures of a git revision fetched with
 	// git.Repository.Verify, or of an OCI artifact fetched with oci.Artifact.Verify (its
 	// Object "artifact sha256:<hex>"); nil otherwise.
-	Signatures []git.Signature
+	Signatures []signature.Signature
 }
 
 var (
@@ -101,7 +103,7 @@ func IsTerminal(err error) bool {
 	if _, ok := err.(*InputError); ok {
 		return true
 	}
-	if errors.Is(err, ErrEmptyRender) || git.IsTerminal(err) || oci.IsTerminal(err) {
+	if errors.Is(err, ErrEmptyRender) || git.IsTerminal(err) || oci.IsTerminal(err) || helmrepo.IsTerminal(err) {
 		return true
 	}
 	switch x := err.(type) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"strings"
 )
 
 // HelmOptions render the chart folder at the rendered path template-only, as `helm
@@ -37,12 +38,20 @@ type HelmOptions struct {
 // chartFile is the file that makes a folder a Helm chart.
 const chartFile = "Chart.yaml"
 
-// chartUnit returns the one unit rendering the chart folder rel (a slash path in r), or an
-// error naming what is missing.
+// chartUnit returns the one unit rendering the chart folder rel (a slash path in r), or
+// the packaged chart rel (a .tgz file, as `helm package` writes it), or an error naming
+// what is missing.
 func chartUnit(r *os.Root, rel string, h *HelmOptions) ([]unit, error) {
 	p := path.Join(rel, chartFile)
+	if isArchive(rel) {
+		p = rel
+	}
 	info, err := r.Stat(p)
 	switch {
+	case err == nil && p == rel && info.Mode().IsRegular() && (h.ReleaseName == "" || h.Namespace == ""):
+		return nil, &InputError{File: p, Err: fmt.Errorf("a Helm render needs a release name and namespace")}
+	case err == nil && p == rel && info.Mode().IsRegular():
+		return []unit{{rel: rel, chart: h}}, nil
 	case escapes(err):
 		return nil, symlinkEscape(p)
 	case err != nil || !info.Mode().IsRegular():
@@ -51,6 +60,11 @@ func chartUnit(r *os.Root, rel string, h *HelmOptions) ([]unit, error) {
 		return nil, &InputError{File: p, Err: fmt.Errorf("a Helm render needs a release name and namespace")}
 	}
 	return []unit{{rel: rel, chart: h}}, nil
+}
+
+// isArchive reports whether the slash path rel names a packaged chart.
+func isArchive(rel string) bool {
+	return strings.HasSuffix(rel, ".tgz") || strings.HasSuffix(rel, ".tar.gz")
 }
 
 // helmKey is the part of the render cache key a chart render adds: its options as JSON
@@ -69,11 +83,14 @@ func helmKey(h *HelmOptions) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// buildChart renders the chart folder u.rel in a render child, always: a template can
-// loop or allocate without bound, and only a child can be stopped and held to a memory
-// limit. The child reads the chart folder only (nothing else of the source).
+// buildChart renders the chart folder (or packaged chart) u.rel in a render child, always:
+// a template can loop or allocate without bound, and only a child can be stopped and held
+// to a memory limit. The child reads the chart only (nothing else of the source).
 func buildChart(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) ([]decoded, error) {
 	file := path.Join(u.rel, chartFile)
+	if isArchive(u.rel) {
+		file = u.rel
+	}
 	req := childRequest{Root: root, Unit: u.rel, Helm: u.chart, Limits: b.limits, Ignored: opts.Ignored, Rendered: b.rel, Read: b.bytes.Load()}
 	return runChild(ctx, file, "helm template", req, opts, b)
 }

@@ -29,21 +29,17 @@ import (
 // refuses every request. The chart is read from its own folder only, through os.Root:
 // no symlink leads out of it.
 
-// helmTemplate renders the chart folder rel (a slash path under root) with h, and returns
-// each object as JSON with the file it came from (a slash path under root). Files read
-// are counted in b.
+// helmTemplate renders the chart folder (or packaged chart) rel, a slash path under root,
+// with h, and returns each object as JSON with the file it came from (a slash path under
+// root, "x.tgz/templates/y.yaml" for a packaged chart's). Files read are counted in b.
 func helmTemplate(root, rel string, h HelmOptions, ign ignoredSet, b *budget) ([][]byte, []string, error) {
 	chartYAML := path.Join(rel, chartFile)
-	// A vendored .tgz subchart is inflated in memory: bounded as any file of the chart.
+	// A packaged chart, or a vendored .tgz subchart, is inflated in memory: bounded as any
+	// file of the chart.
 	loader.MaxDecompressedFileSize = b.limits.MaxFileSize
-	loader.MaxDecompressedChartSize = b.remaining()
-	files, err := readChart(root, rel, ign, b)
+	chrt, err := loadChart(root, rel, ign, b)
 	if err != nil {
 		return nil, nil, err
-	}
-	chrt, err := loader.LoadFiles(files)
-	if err != nil {
-		return nil, nil, &InputError{File: chartYAML, Err: loadError(err)}
 	}
 	name := chrt.Name()
 	fail := func(what string, err error) error {
@@ -94,6 +90,37 @@ func helmTemplate(root, rel string, h HelmOptions, ign ignoredSet, b *budget) ([
 	}
 	// A patch can change or drop objects, never add one: MaxObjects still holds.
 	return postRender(out.resources, out.origins, h.PostRenderers, chartYAML)
+}
+
+// loadChart loads the chart folder or packaged chart rel.
+func loadChart(root, rel string, ign ignoredSet, b *budget) (*chart.Chart, error) {
+	if isArchive(rel) {
+		r, err := os.OpenRoot(root)
+		if err != nil {
+			return nil, fmt.Errorf("%s: open source: %w", rel, err)
+		}
+		defer func() { _ = r.Close() }()
+		data, err := readFile(r, rel, b)
+		if err != nil {
+			return nil, err
+		}
+		loader.MaxDecompressedChartSize = b.remaining()
+		chrt, err := loader.LoadArchive(bytes.NewReader(data))
+		if err != nil {
+			return nil, &InputError{File: rel, Err: loadError(err)}
+		}
+		return chrt, nil
+	}
+	loader.MaxDecompressedChartSize = b.remaining()
+	files, err := readChart(root, rel, ign, b)
+	if err != nil {
+		return nil, err
+	}
+	chrt, err := loader.LoadFiles(files)
+	if err != nil {
+		return nil, &InputError{File: path.Join(rel, chartFile), Err: loadError(err)}
+	}
+	return chrt, nil
 }
 
 // chartObjects orders a chart's render: its CRDs (when included), the kept pre- hooks,

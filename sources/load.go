@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/converge-dev/converge/sources/git"
+	"github.com/converge-dev/converge/sources/helmrepo"
 	"github.com/converge-dev/converge/sources/oci"
+	"github.com/converge-dev/converge/sources/signature"
 )
 
 // Source names what Load renders: a git repository, an OCI artifact or a local folder, and
@@ -18,8 +20,11 @@ import (
 type Source struct {
 	// Git is fetched when its URL is set; then OCI when its URL is set; Dir is used otherwise.
 	Git git.Repository
-	// OCI is an artifact in an OCI registry.
+	// OCI is an artifact in an OCI registry (a chart in one: OCIChart).
 	OCI oci.Artifact
+	// Chart is a chart of an HTTP Helm repository, fetched when its Repository is set; Path
+	// is then ChartPath.
+	Chart helmrepo.Chart
 	// Dir is the root of a local source. Nothing outside it is read.
 	Dir string
 	// Path is the folder (or file) to render, relative to the source root.
@@ -36,6 +41,9 @@ func (s Source) String() string {
 	if s.OCI.URL != "" {
 		return fmt.Sprintf("%s path %q", s.OCI, s.Path)
 	}
+	if s.Chart.Repository != "" {
+		return s.Chart.String()
+	}
 	return fmt.Sprintf("%s path %q", s.Dir, s.Path)
 }
 
@@ -44,7 +52,9 @@ type LoadOptions struct {
 	Fetch git.FetchOptions
 	// OCI are the settings of an OCI fetch; its extraction limits are raised to the render's
 	// as the git export's are (exportLimits).
-	OCI    oci.FetchOptions
+	OCI oci.FetchOptions
+	// Charts are the settings of a fetch from an HTTP Helm repository.
+	Charts helmrepo.FetchOptions
 	Render RenderOptions
 	// Owner names the caller's use of the render (a daemon's Sync), so that the render cache
 	// keeps one render per owner: the render an owner loaded before is dropped when it loads
@@ -58,7 +68,8 @@ type LoadOptions struct {
 
 // DefaultLoadOptions returns the default fetch and render options.
 func DefaultLoadOptions() LoadOptions {
-	return LoadOptions{Fetch: git.DefaultFetchOptions(), OCI: oci.DefaultFetchOptions(), Render: DefaultRenderOptions()}
+	return LoadOptions{Fetch: git.DefaultFetchOptions(), OCI: oci.DefaultFetchOptions(), Charts: helmrepo.DefaultFetchOptions(),
+		Render: DefaultRenderOptions()}
 }
 
 // Loader fetches and renders sources, rendering each (content, path, options) once. It is
@@ -66,6 +77,7 @@ func DefaultLoadOptions() LoadOptions {
 type Loader struct {
 	fetcher *git.Fetcher
 	oci     *oci.Fetcher
+	charts  *helmrepo.Fetcher
 	cache   *renderCache
 }
 
@@ -74,8 +86,8 @@ type Loader struct {
 const renderCacheSize = 256
 
 // NewLoader returns a Loader that keeps git repositories and checkouts under cacheDir,
-// extracted OCI artifacts beside it (cacheDir + "-oci", see OCICacheDir), and at most
-// DefaultRenderCacheBytes of renders.
+// extracted OCI artifacts and fetched charts beside it (OCICacheDir, ChartCacheDir), and
+// at most DefaultRenderCacheBytes of renders.
 func NewLoader(cacheDir string) *Loader {
 	return NewLoaderSized(cacheDir, DefaultRenderCacheBytes)
 }
@@ -87,7 +99,7 @@ func NewLoaderSized(cacheDir string, cacheBytes int64) *Loader {
 		cacheBytes = DefaultRenderCacheBytes
 	}
 	return &Loader{fetcher: git.NewFetcher(cacheDir), oci: oci.NewFetcher(OCICacheDir(cacheDir)),
-		cache: newRenderCache(renderCacheSize, cacheBytes)}
+		charts: helmrepo.NewFetcher(ChartCacheDir(cacheDir)), cache: newRenderCache(renderCacheSize, cacheBytes)}
 }
 
 // OCICacheDir is where a Loader made with the git cache cacheDir keeps OCI artifacts: beside
@@ -96,10 +108,17 @@ func OCICacheDir(cacheDir string) string {
 	return filepath.Clean(cacheDir) + "-oci"
 }
 
+// ChartCacheDir is where a Loader made with the git cache cacheDir keeps charts fetched
+// from HTTP Helm repositories: beside it, as OCICacheDir.
+func ChartCacheDir(cacheDir string) string {
+	return filepath.Clean(cacheDir) + "-charts"
+}
+
 // Load fetches the source (git or OCI) and renders its path.
 //
 // The revision is the git revision ("main@sha1:<hex>"), the OCI one ("v1.2.3@sha256:<hex>"
-// of the manifest, "sha256:<hex>" for a digest reference) or, for a local folder,
+// of the manifest, "sha256:<hex>" for a digest reference), a chart's ("6.5.4@sha256:<hex>"
+// of the packaged chart) or, for a local folder,
 // "sha256:<hex>" over the names and contents of the files under Dir (hidden folders such
 // as .git and opts.Render.Ignored left out), so uncommitted edits change it.
 //
@@ -110,7 +129,7 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 	ctx = withTenant(ctx, opts.Tenant)
 	root, revision, digest := src.Dir, "", ""
 	var commitTime time.Time
-	var sigs []git.Signature
+	var sigs []signature.Signature
 	switch {
 	case src.Git.URL != "":
 		co, err := l.fetcher.Fetch(ctx, src.Git, exportLimits(opts))
@@ -127,8 +146,14 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 		// The folder names the manifest digest and the layer selection: the content.
 		root, revision, digest = a.Dir, a.Revision, "oci:"+filepath.Base(a.Dir)
 		if a.Signature != nil {
-			sigs = []git.Signature{{Object: "artifact " + a.Signature.Digest, Key: a.Signature.Key, Source: a.Signature.Source}}
+			sigs = []signature.Signature{*a.Signature}
 		}
+	case src.Chart.Repository != "":
+		var err error
+		if root, revision, digest, err = l.fetchChart(ctx, src, opts); err != nil {
+			return nil, err
+		}
+		src.Path = ChartPath
 	default:
 		abs, err := filepath.Abs(src.Dir)
 		if err != nil {

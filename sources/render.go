@@ -83,8 +83,6 @@ func render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstr
 	opts.Limits = opts.Limits.withDefaults()
 	var units []unit
 	switch {
-	case opts.Helm != nil && !info.IsDir():
-		err = &InputError{File: rel, Err: fmt.Errorf("not a Helm chart: a file, not a folder")}
 	case opts.Helm != nil:
 		units, err = chartUnit(r, rel, opts.Helm)
 	case info.IsDir():

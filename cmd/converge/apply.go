@@ -138,6 +138,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	}
 	f.src.helm.namespace = ns // a chart's release namespace is -n's
 	f.src.helm.clusterVersion = kube.serverVersion
+	f.src.stdin = cmd.InOrStdin()
 	bundle, err := f.src.load(cmd.Context(), args)
 	if err != nil {
 		return fail(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -36,14 +37,18 @@ type sourceFlags struct {
 	decryption     decryptionFlags
 	subst          substituteFlags
 	helm           helmFlags
+	chart          chartFlags
 	verify         verifyFlags
+	// stdin is read for the PATH "-" (the command's input; os.Stdin when nil).
+	stdin io.Reader
 }
 
 func newBuildCommand() *cobra.Command {
 	var f sourceFlags
 	f.decryption.build = true
+	var validate bool
 	cmd := &cobra.Command{
-		Use:   "build [PATH]",
+		Use:   "build [PATH|-]",
 		Short: "Render a kustomization, Helm chart or YAML folder, offline, and print it",
 		Long: `Build renders what converge would apply, without a cluster: a folder with a
 kustomization is built with kustomize (remote bases refused unless --allow-remote-bases), a
@@ -57,6 +62,11 @@ A local PATH is read inside --root, which defaults to the enclosing git work tre
 kustomization may use bases elsewhere in the repository) or else PATH itself. Inside a git
 work tree, what git ignores (build outputs, local files) is never read: a plain folder skips
 it, and a kustomization that references it fails.
+
+A chart of a Helm repository is named as helm template names it: CHART --repo URL (an HTTP
+repository's index.yaml, or oci://host/path), or oci://host/path/CHART with --version; the
+version is exact or a semver constraint, the highest match wins. Credentials come from
+CONVERGE_HELM_USERNAME and CONVERGE_HELM_PASSWORD (or --docker-config), a CA from --ca-file.
 
 A PATH of the form oci://host[:port]/repository[:tag|@sha256:digest] is an OCI artifact
 in Flux's format ("flux push artifact"), fetched and extracted, and --path is rendered
@@ -88,23 +98,76 @@ and still printed masked unless --show-secrets.`,
   # Render the deploy folder of an OCI artifact (flux push artifact)
   converge build oci://ghcr.io/org/apps:v1.2.3 --path deploy
 
+  # Render a chart of a Helm repository, or of an OCI registry (helm push)
+  converge build podinfo --repo https://stefanprodan.github.io/podinfo --version '6.x' -f prod.yaml
+  converge build oci://ghcr.io/stefanprodan/charts/podinfo --version 6.5.4
+
   # One --ref: a branch name, a 40-hex commit, or "branch:", "tag:", "semver:", "commit:"
   converge build --git-url https://github.com/org/apps.git --ref tag:v1.2.3 --path deploy`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f.decryption.stderr = cmd.ErrOrStderr()
+			f.decryption.stderr, f.stdin = cmd.ErrOrStderr(), cmd.InOrStdin()
 			b, err := f.load(cmd.Context(), args)
 			if err != nil {
 				return f.redactor().Error(err)
 			}
+			if validate {
+				if err := checkOffline(b); err != nil {
+					return f.redactor().Error(err)
+				}
+			}
 			for _, sig := range b.Signatures {
 				fmt.Fprintln(cmd.ErrOrStderr(), "verified:", sig)
+			}
+			if cmd.Flags().Changed("namespace") {
+				// As converge apply -n: objects without a namespace get it, where they have one.
+				b = withNamespace(b, f.helm.namespace, cmd.ErrOrStderr())
 			}
 			out, err := marshalStream(f.decryption.mask(b))
 			if err != nil {
 				return err
 			}
 			_, err = cmd.OutOrStdout().Write(out)
+			return err
+		},
+	}
+	f.addFlags(cmd)
+	cmd.Flags().StringVarP(&f.helm.namespace, "namespace", "n", "default", "namespace of the objects that have none, as apply -n sets it (printed only when given), and Helm's .Release.Namespace")
+	cmd.Flags().BoolVar(&validate, "validate", false, "also run the checks of converge check: built-in kinds decoded strictly, unknown kinds and fields refused")
+	return cmd
+}
+
+func newCheckCommand() *cobra.Command {
+	var f sourceFlags
+	f.decryption.build = true
+	cmd := &cobra.Command{
+		Use:   "check [PATH]",
+		Short: "Render and validate what converge would apply, offline, as a CI lint step",
+		Long: `Check renders a source as "converge build" does (the same arguments and flags) and runs,
+without a cluster, every check "converge apply" would fail on before the API server judges
+the objects further: apiVersion, kind and metadata.name present, no duplicates, and each
+object of a built-in group and version decoded strictly into its type — an unknown kind
+("ConfigMpa": did you mean ConfigMap?), an unknown field, or a value of the wrong type (a
+label "version: 1.5" is a number, not a string) is an error naming the file and the object.
+Custom resources are checked by the API server only (converge apply --dry-run).
+
+Exit code 0 when every object passes, 2 otherwise.`,
+		Example: `  # Lint an overlay in CI
+  converge check ./overlays/prod
+
+  # A chart with its values
+  converge check ./charts/web -f prod.yaml`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f.decryption.stderr, f.stdin = cmd.ErrOrStderr(), cmd.InOrStdin()
+			b, err := f.load(cmd.Context(), args)
+			if err == nil {
+				err = checkOffline(b)
+			}
+			if err != nil {
+				return f.redactor().Error(err)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%d objects checked at %s: no error\n", len(b.Objects), b.Revision)
 			return err
 		},
 	}
@@ -130,11 +193,21 @@ func (f *sourceFlags) addFlags(cmd *cobra.Command) {
 	f.decryption.addFlags(cmd)
 	f.subst.addFlags(cmd)
 	f.helm.addFlags(cmd)
+	f.chart.addFlags(cmd)
 	f.verify.addFlags(cmd)
 }
 
 // load fetches and renders what the flags and argument name, then decrypts and substitutes it.
 func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle, error) {
+	if len(args) == 1 && args[0] == "-" {
+		dir, err := f.readStdin()
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		args = []string{filepath.Join(dir, stdinFile)}
+		f.root = dir
+	}
 	src, err := f.source(args)
 	if err != nil {
 		return nil, err
@@ -146,12 +219,13 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 	opts.Fetch.Timeout = f.timeout
 	opts.Fetch.AllowLocal = true // the CLI's user owns the disk it reads
 	opts.OCI.Timeout, opts.OCI.AllowLocal = f.timeout, true
+	opts.Charts.Timeout, opts.Charts.AllowLocal = f.timeout, true
 	opts.Render.AllowRemoteBases = f.allowRemote
 	// A checkout in CI may be a pull request from anyone: build it as the daemon does,
 	// with no network and no program.
 	opts.Render.Isolate = true
 	opts.Render.Limits = f.limits
-	if src.Git.URL == "" && src.OCI.URL == "" {
+	if src.Git.URL == "" && src.OCI.URL == "" && src.Chart.Repository == "" {
 		// What git ignores (build outputs, local files) is no part of what a commit would
 		// deploy: not read, not in the revision.
 		opts.Render.Ignored = gitIgnored(ctx, src.Dir, src.Path)
@@ -167,6 +241,38 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 	return f.subst.expand(b, f.limits)
 }
 
+// stdinFile names the YAML read from stdin (PATH "-") in messages and origins.
+const stdinFile = "stdin.yaml"
+
+// readStdin writes the YAML stream of the command's input into a new temporary folder,
+// within --max-total-size, as kubectl apply -f - reads it; the caller removes the folder.
+func (f *sourceFlags) readStdin() (string, error) {
+	in := f.stdin
+	if in == nil {
+		in = os.Stdin
+	}
+	limit := f.limits.MaxTotalSize
+	if limit <= 0 {
+		limit = sources.DefaultMaxTotalSize
+	}
+	data, err := io.ReadAll(io.LimitReader(in, limit+1))
+	if err != nil {
+		return "", fmt.Errorf("read stdin: %w", err)
+	}
+	if int64(len(data)) > limit {
+		return "", fmt.Errorf("stdin: more than %d bytes (raise the limit with --max-total-size)", limit)
+	}
+	dir, err := os.MkdirTemp("", "converge-stdin-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, stdinFile), data, 0o600); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
 // redactor hides, in what a command prints, the values of Secret manifests given with
 // --substitute-from-file and the values load decrypted; nil (hiding nothing) without them.
 func (f *sourceFlags) redactor() *varsubst.Redactor {
@@ -175,6 +281,9 @@ func (f *sourceFlags) redactor() *varsubst.Redactor {
 
 // source turns the flags and argument into what to load.
 func (f *sourceFlags) source(args []string) (sources.Source, error) {
+	if f.chart.asked(args) {
+		return f.chartSource(args)
+	}
 	if len(args) == 1 && isOCI(args[0]) {
 		src, err := f.ociSource(args[0])
 		if err == nil {

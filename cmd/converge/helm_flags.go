@@ -36,7 +36,7 @@ func (h *helmFlags) addFlags(cmd *cobra.Command) {
 	fl.BoolVar(&h.helm, "helm", false, "render PATH (or --path) as a Helm chart folder (the default for a local folder with Chart.yaml and no kustomization)")
 	fl.StringArrayVarP(&h.values, "values", "f", nil, "Helm values file merged over the chart's values.yaml (repeatable, later wins)")
 	fl.StringArrayVar(&h.set, "set", nil, "Helm value key=value over the values files, as helm --set (repeatable)")
-	fl.StringVar(&h.releaseName, "release-name", "", "Helm .Release.Name (default: the chart folder's name)")
+	fl.StringVar(&h.releaseName, "release-name", "", "Helm .Release.Name (default: the chart's name in its repository, else the chart folder's name)")
 	fl.BoolVar(&h.includeCRDs, "include-crds", true, "render the CRDs of a chart's crds/ folders")
 	fl.StringVar(&h.kubeVersion, "kube-version", "", "Helm .Capabilities.KubeVersion (default: apply: the cluster's; build: Helm's, v1.20.0)")
 	fl.StringArrayVar(&h.apiVersions, "api-versions", nil, "Helm .Capabilities.APIVersions entry, group/version or group/version/Kind (repeatable)")
@@ -49,11 +49,15 @@ func (h *helmFlags) asked() bool {
 
 // options returns how to render src as a chart, or nil when src is not one.
 func (h *helmFlags) options(src sources.Source) (*sources.HelmOptions, error) {
-	if !h.asked() && (src.Git.URL != "" || !isChartFolder(filepath.Join(src.Dir, filepath.FromSlash(src.Path)))) {
+	chart := chartName(src)
+	if chart == "" && !h.asked() && (src.Git.URL != "" || !isChartFolder(filepath.Join(src.Dir, filepath.FromSlash(src.Path)))) {
 		return nil, nil
 	}
 	opts := &sources.HelmOptions{ReleaseName: h.releaseName, Namespace: h.namespace, IncludeCRDs: h.includeCRDs,
 		KubeVersion: h.kubeVersion, APIVersions: h.apiVersions, Values: map[string]any{}}
+	if opts.ReleaseName == "" {
+		opts.ReleaseName = chart
+	}
 	if opts.ReleaseName == "" {
 		opts.ReleaseName = filepath.Base(filepath.Clean(filepath.Join(src.Dir, filepath.FromSlash(src.Path))))
 	}

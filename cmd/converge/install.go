@@ -34,7 +34,7 @@ readiness wait. Running it again with a newer binary is the upgrade.
 
 The daemon may apply no kind until you grant it: see deploy/examples/apply-rbac and
 docs/deploy.md. "kubectl apply -k deploy/" installs the same objects without an inventory.`,
-		Example: `  # What would be installed or changed? Nothing is written.
+		Example: `  # What would be installed or changed? Nothing is written; exit code 1 when something would change.
   converge install --dry-run --diff
 
   # Install (or upgrade) with a released image
@@ -45,7 +45,7 @@ docs/deploy.md. "kubectl apply -k deploy/" installs the same objects without an 
 	fl := cmd.Flags()
 	fl.BoolVar(&f.dryRun, "dry-run", false, "server-side dry-run: show what would change, write nothing")
 	fl.BoolVar(&f.diff, "diff", false, "print a unified diff of every changed object")
-	fl.StringVar(&f.image, "image", "", "daemon image (default: the base's "+installer.BaseImage+":latest)")
+	fl.StringVar(&f.image, "image", "", "daemon image (default: "+installer.BaseImage+" at this binary's release version, :latest for a development build)")
 	fl.BoolVar(&f.wait, "wait", true, "wait until every object is ready (the Deployment Available)")
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Minute, "readiness wait timeout")
 	fl.StringVarP(&f.output, "output", "o", "", "output format: json, yaml or markdown (default: lines for people)")
@@ -59,7 +59,11 @@ func (f *installFlags) run(cmd *cobra.Command, kube *kubeFlags) error {
 		return &exitError{code: exitCodeError, err: fmt.Errorf("--output %q: want json, yaml or markdown", f.output)}
 	}
 	ctx := cmd.Context()
-	objs, err := installer.RenderBase(ctx, f.image)
+	image := f.image
+	if image == "" {
+		image = installer.DefaultImage(version)
+	}
+	objs, err := installer.RenderBase(ctx, image)
 	if err != nil {
 		return &exitError{code: exitCodeError, err: err}
 	}
@@ -95,8 +99,12 @@ func (f *installFlags) run(cmd *cobra.Command, kube *kubeFlags) error {
 	if err := rep.write(cmd.OutOrStdout(), f.output); err != nil {
 		return &exitError{code: exitCodeError, err: err}
 	}
-	if applyErr != nil {
-		return &exitError{code: exitCodeError, err: applyErr}
+	switch {
+	case applyErr != nil:
+		return &exitError{code: exitCodeError, err: explain(applyErr, res)}
+	case f.dryRun && rep.Summary.changes() > 0:
+		// As "converge apply --dry-run" and "kubectl diff": 1 when something would change.
+		return &exitError{code: exitCodeChanges, err: errChangesFound}
 	}
 	return nil
 }

@@ -315,3 +315,20 @@ func TestConfirm(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallDefaultImageIsTheCLIsRelease: a released CLI installs the daemon image of its
+// own version; a development build the base's :latest (failed before: every CLI installed
+// :latest).
+func TestInstallDefaultImageIsTheCLIsRelease(t *testing.T) {
+	for v, want := range map[string]string{"v1.2.3": installer.BaseImage + ":v1.2.3", "v0.4.0-rc.1": installer.BaseImage + ":v0.4.0-rc.1",
+		"dev": installer.BaseImage + ":latest", "bcf56f2-dirty": installer.BaseImage + ":latest"} {
+		objs, err := installer.RenderBase(context.Background(), installer.DefaultImage(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := find[appsv1.Deployment](t, objs, "Deployment", installer.DaemonName)
+		if got := d.Spec.Template.Spec.Containers[0].Image; got != want {
+			t.Errorf("version %s: image %s, want %s", v, got, want)
+		}
+	}
+}

@@ -18,8 +18,10 @@ type report struct {
 	DryRun   bool           `json:"dryRun"`
 	Objects  []objectReport `json:"objects"`
 	Pruned   []objectReport `json:"pruned"`
-	Summary  summary        `json:"summary"`
-	Error    string         `json:"error,omitempty"`
+	// Left are the objects that left the source and stay, pruning being off.
+	Left    []objectReport `json:"left,omitempty"`
+	Summary summary        `json:"summary"`
+	Error   string         `json:"error,omitempty"`
 
 	color bool // colour diffs (a terminal)
 }
@@ -42,10 +44,16 @@ type summary struct {
 	Skipped    int `json:"skipped"`
 	Failed     int `json:"failed"`
 	NotReady   int `json:"notReady"`
+	// Kept counts the objects that left the source and stay (no --prune).
+	Kept int `json:"kept"`
 }
 
-// changes counts what a dry-run would change.
-func (s summary) changes() int { return s.Created + s.Configured + s.Pruned }
+// changes counts where the cluster differs from the source: what a dry-run would change,
+// and the objects that left the source but stay without --prune.
+func (s summary) changes() int { return s.Created + s.Configured + s.Pruned + s.Kept }
+
+// keptMessage says why an object that left the source stays.
+const keptMessage = "left the source; kept: pass --prune to delete it"
 
 func newReport(revision string, dryRun bool, res *engine.Result, err error) *report {
 	r := &report{Revision: revision, DryRun: dryRun, Objects: []objectReport{}, Pruned: []objectReport{}}
@@ -67,8 +75,11 @@ func newReport(revision string, dryRun bool, res *engine.Result, err error) *rep
 	for _, c := range res.Pruned {
 		r.Pruned = append(r.Pruned, objectOf(c))
 	}
+	for _, id := range res.Left {
+		r.Left = append(r.Left, objectReport{Kind: id.GroupKind.Kind, Namespace: id.Namespace, Name: id.Name, Action: "kept", Message: keptMessage})
+	}
 	s := res.Summary()
-	r.Summary = summary{s.Created, s.Configured, s.Unchanged, s.Pruned, s.Skipped, s.Failed, s.NotReady}
+	r.Summary = summary{s.Created, s.Configured, s.Unchanged, s.Pruned, s.Skipped, s.Failed, s.NotReady, len(res.Left)}
 	return r
 }
 
@@ -92,7 +103,7 @@ func objectOf(c engine.Change) objectReport {
 // which a filter of the written text would miss.
 func (r *report) redact(hide func(string) string) {
 	r.Error = hide(r.Error)
-	for _, objs := range [][]objectReport{r.Objects, r.Pruned} {
+	for _, objs := range [][]objectReport{r.Objects, r.Pruned, r.Left} {
 		for i := range objs {
 			objs[i].Message, objs[i].Diff = hide(objs[i].Message), hide(objs[i].Diff)
 		}
@@ -101,22 +112,28 @@ func (r *report) redact(hide func(string) string) {
 
 func (r *report) write(w io.Writer, format string) error {
 	switch format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	case "yaml":
-		b, err := yaml.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
+	case "json", "yaml":
+		return writeStructured(w, r, format)
 	case "markdown":
 		_, err := io.WriteString(w, r.markdown())
 		return err
 	}
 	_, err := io.WriteString(w, r.text())
+	return err
+}
+
+// writeStructured writes v as indented JSON or as YAML (format "json" or "yaml").
+func writeStructured(w io.Writer, v any, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
 	return err
 }
 
@@ -146,6 +163,9 @@ func (r *report) text() string {
 	for _, o := range r.Pruned {
 		fmt.Fprintf(&b, "%s %s\n", o.ref(), verb(o.Action))
 	}
+	for _, o := range r.Left {
+		fmt.Fprintf(&b, "%s %s\n", o.ref(), o.Message)
+	}
 	for _, o := range r.Objects {
 		if o.Diff != "" {
 			b.WriteString(colorDiff(o.Diff, r.color))
@@ -159,6 +179,9 @@ func (r *report) text() string {
 		s.Created, s.Configured, s.Unchanged, s.Pruned, s.Skipped, s.Failed)
 	if s.NotReady > 0 {
 		fmt.Fprintf(&b, ", %d not ready", s.NotReady)
+	}
+	if s.Kept > 0 {
+		fmt.Fprintf(&b, ", %d left the source and kept (no --prune)", s.Kept)
 	}
 	if r.DryRun {
 		b.WriteString(" (dry run)")
@@ -226,6 +249,12 @@ func (r *report) markdown() string {
 	if len(r.Pruned) > 0 {
 		b.WriteString("\n**Pruned:**\n\n")
 		for _, o := range r.Pruned {
+			fmt.Fprintf(&b, "- `%s`\n", o.ref())
+		}
+	}
+	if len(r.Left) > 0 {
+		b.WriteString("\n**Left the source, kept without `--prune`:**\n\n")
+		for _, o := range r.Left {
 			fmt.Fprintf(&b, "- `%s`\n", o.ref())
 		}
 	}

@@ -40,8 +40,11 @@ inventory, prunes what left the source, and reports readiness.`,
 		Version:       version,
 	}
 	kube := addKubeFlags(root)
-	root.AddCommand(newVersionCommand())
+	// "converge --version" prints what "converge version --client" prints.
+	root.SetVersionTemplate("converge: {{.Version}}\n")
+	root.AddCommand(newVersionCommand(kube))
 	root.AddCommand(newBuildCommand())
+	root.AddCommand(newCheckCommand())
 	root.AddCommand(newRunCommand(kube))
 	root.AddCommand(newApplyCommand(kube))
 	root.AddCommand(newInstallCommand(kube))
@@ -51,15 +54,4 @@ inventory, prunes what left the source, and reports readiness.`,
 	root.AddCommand(newReconcileCommand(kube))
 	registerFlagCompletions(root, kube)
 	return root
-}
-
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the converge version",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			cmd.Println(version)
-		},
-	}
 }

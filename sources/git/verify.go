@@ -8,6 +8,8 @@ import (
 
 	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/converge-dev/converge/sources/signature"
 )
 
 // VerifyMode says which signatures Fetch checks (Verification.Mode), as the modes of
@@ -34,25 +36,13 @@ type Verification struct {
 	Keys map[string][]byte
 }
 
-// Signature is a verified signature: what was signed and by which trusted key.
-type Signature struct {
-	// Object is what was signed: "commit <sha>" or "tag <name>".
-	Object string
-	// Key is the signing key: "PGP key <fingerprint>" or "SSH key SHA256:<base64>".
-	Key string
-	// Source is the name of the trusted key entry (Verification.Keys) holding the key.
-	Source string
-}
-
-// String describes the signature for messages, e.g. "commit 1a2b… signed by PGP key
-// 0F3C… (alice.asc)".
-func (s Signature) String() string {
-	return fmt.Sprintf("%s signed by %s (%s)", s.Object, s.Key, s.Source)
-}
+// Signature is a verified signature (signature.Signature): Object is "commit <sha>" or
+// "tag <name>", Key "PGP key <fingerprint>" or "SSH key SHA256:<base64>".
+type Signature = signature.Signature
 
 var (
 	// ErrUnsigned reports a commit or tag that carries no signature.
-	ErrUnsigned = errors.New("not signed")
+	ErrUnsigned = signature.ErrUnsigned
 	// ErrUnknownKey reports a signature made by a key that is not trusted.
 	ErrUnknownKey = errors.New("signed by a key that is not trusted")
 	// ErrBadSignature reports a signature that does not verify against the key it names:
@@ -62,24 +52,13 @@ var (
 	// commit, or a lightweight tag.
 	ErrNoTag = errors.New("no annotated tag to verify")
 	// ErrNoKeys reports trusted keys that are missing or cannot be read.
-	ErrNoKeys = errors.New("no usable public key")
+	ErrNoKeys = signature.ErrNoKeys
 )
 
-// VerificationError reports a fetched revision whose signatures could not be verified. It
-// is terminal (IsTerminal): the same commit and keys always fail the same way.
-type VerificationError struct {
-	// Mode is the verification mode that failed.
-	Mode VerifyMode
-	// Err says what failed; it wraps one of ErrUnsigned, ErrUnknownKey, ErrBadSignature,
-	// ErrNoTag or ErrNoKeys.
-	Err error
-}
-
-func (e *VerificationError) Error() string {
-	return fmt.Sprintf("signature verification (mode %s) failed: %v", e.Mode, e.Err)
-}
-
-func (e *VerificationError) Unwrap() error { return e.Err }
+// VerificationError reports a fetched revision whose signatures could not be verified
+// (signature.Error); it wraps one of ErrUnsigned, ErrUnknownKey, ErrBadSignature, ErrNoTag
+// or ErrNoKeys. It is terminal (IsTerminal).
+type VerificationError = signature.Error
 
 // verify checks the signatures v asks for on target t, which transfer left in the cache,
 // and returns them. It reads the objects only: nothing is exported before it succeeds.
@@ -93,7 +72,7 @@ func (c *cache) verify(t target, ref Ref, v *Verification) ([]Signature, error) 
 	}
 	sigs, err := c.verifyMode(t, ref, mode, v.Keys)
 	if err != nil && verdict(err) {
-		return nil, &VerificationError{Mode: mode, Err: err}
+		return nil, &VerificationError{Check: fmt.Sprintf("signature verification (mode %s)", mode), Err: err}
 	}
 	return sigs, err
 }

@@ -78,27 +78,3 @@ func TestFetchLayerSelector(t *testing.T) {
 		t.Errorf("default layer: first.yaml = %q", got)
 	}
 }
-
-// TestFetchLockWaitEndsWithContext: a fetch waiting for another fetch of the same folder
-// gives up when its own context ends.
-func TestFetchLockWaitEndsWithContext(t *testing.T) {
-	f := NewFetcher(t.TempDir())
-	unlock, err := f.lock(t.Context(), Artifact{URL: "oci://r/a"}, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
-	defer cancel()
-	if _, err := f.lock(ctx, Artifact{URL: "oci://r/a"}, "k"); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "oci://r/a") {
-		t.Fatalf("second lock: %v, want the context's deadline naming the artifact", err)
-	}
-	other, err := f.lock(t.Context(), Artifact{URL: "oci://r/b"}, "k2")
-	if err != nil {
-		t.Fatalf("another folder waited for k: %v", err)
-	}
-	other()
-	unlock()
-	if n := len(f.locks); n != 0 {
-		t.Errorf("%d locks left after every fetch released, want 0", n)
-	}
-}

@@ -24,6 +24,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/errdef"
 	"oras.land/oras-go/v2/registry/remote"
+
+	"github.com/converge-dev/converge/sources/signature"
 )
 
 // Cosign's classic signature format (cosign sign --key): an image manifest tagged
@@ -55,20 +57,14 @@ type Verification struct {
 	Keys map[string][]byte
 }
 
-// Signature is a verified signature: the manifest digest signed and by which trusted key.
-type Signature struct {
-	// Digest is the signed manifest digest.
-	Digest string
-	// Key is the signing key: "ECDSA P-256 key SHA256:<hex>" (the hash of its DER form).
-	Key string
-	// Source is the name of the trusted key entry (Verification.Keys) holding the key.
-	Source string
-}
+// Signature is a verified signature (signature.Signature): Object is "artifact
+// sha256:<hex>", the signed manifest digest.
+type Signature = signature.Signature
 
 var (
 	// ErrUnsigned reports an artifact with no cosign signature (no sha256-<hex>.sig tag, or
 	// no signature layer in it).
-	ErrUnsigned = errors.New("not signed")
+	ErrUnsigned = signature.ErrUnsigned
 	// ErrUnknownKey reports signatures none of which verifies with a trusted key: made by
 	// another key, or over a payload altered after signing (the format names no key).
 	ErrUnknownKey = errors.New("no signature verifies with a trusted key")
@@ -79,22 +75,16 @@ var (
 	// does not parse, or whose signature is not base64: altered in the registry.
 	ErrBadSignature = errors.New("malformed or altered signature")
 	// ErrNoKeys reports trusted keys that are missing or cannot be read.
-	ErrNoKeys = errors.New("no usable public key")
+	ErrNoKeys = signature.ErrNoKeys
 )
 
-// VerificationError reports an artifact whose signature could not be verified. It is
-// terminal (IsTerminal): the same artifact and keys always fail the same way.
-type VerificationError struct {
-	// Err wraps one of ErrUnsigned, ErrUnknownKey, ErrWrongSubject, ErrBadSignature or
-	// ErrNoKeys.
-	Err error
-}
+// VerificationError reports an artifact whose signature could not be verified
+// (signature.Error); it wraps one of ErrUnsigned, ErrUnknownKey, ErrWrongSubject,
+// ErrBadSignature or ErrNoKeys. It is terminal (IsTerminal).
+type VerificationError = signature.Error
 
-func (e *VerificationError) Error() string {
-	return fmt.Sprintf("cosign signature verification failed: %v", e.Err)
-}
-
-func (e *VerificationError) Unwrap() error { return e.Err }
+// cosignCheck names the check in a VerificationError.
+const cosignCheck = "cosign signature verification"
 
 // trustedKey is one parsed public key.
 type trustedKey struct {
@@ -201,11 +191,11 @@ type simpleSigning struct {
 // against the keys of that fetch.
 func verifyCosign(ctx context.Context, s Subject, v *Verification) (*Signature, error) {
 	if v.Provider != "" && v.Provider != CosignProvider {
-		return nil, &VerificationError{fmt.Errorf("%w: provider %q, want %q", ErrNoKeys, v.Provider, CosignProvider)}
+		return nil, &VerificationError{Check: cosignCheck, Err: fmt.Errorf("%w: provider %q, want %q", ErrNoKeys, v.Provider, CosignProvider)}
 	}
 	keys, err := parseCosignKeys(v.Keys)
 	if err != nil {
-		return nil, &VerificationError{err}
+		return nil, &VerificationError{Check: cosignCheck, Err: err}
 	}
 	layers, err := signatureLayers(ctx, s)
 	if err != nil {
@@ -227,7 +217,7 @@ func verifyCosign(ctx context.Context, s Subject, v *Verification) (*Signature, 
 	if best == nil {
 		best = fmt.Errorf("%w: tag %s holds no %s layer; sign it with cosign sign --key", ErrUnsigned, CosignSignatureTag(s.Manifest.Digest), CosignPayloadMediaType)
 	}
-	return nil, &VerificationError{best}
+	return nil, &VerificationError{Check: cosignCheck, Err: best}
 }
 
 // rank orders the failures of signature layers: the most telling one is reported.
@@ -255,7 +245,7 @@ func signatureLayers(ctx context.Context, s Subject) ([]ocispec.Descriptor, erro
 	tag := CosignSignatureTag(s.Manifest.Digest)
 	desc, err := s.Repository.Resolve(ctx, tag)
 	if errors.Is(err, errdef.ErrNotFound) {
-		return nil, &VerificationError{fmt.Errorf("%w: no cosign signature (tag %s) in the repository; sign the artifact with cosign sign --key "+
+		return nil, &VerificationError{Check: cosignCheck, Err: fmt.Errorf("%w: no cosign signature (tag %s) in the repository; sign the artifact with cosign sign --key "+
 			"(keyless signatures and the sigstore bundle format are not supported)", ErrUnsigned, tag)}
 	}
 	if err != nil {
@@ -264,7 +254,7 @@ func signatureLayers(ctx context.Context, s Subject) ([]ocispec.Descriptor, erro
 	m, err := fetchManifest(ctx, s.Repository, s.Artifact, desc)
 	if err != nil {
 		if errors.Is(err, ErrDigest) || errors.Is(err, ErrInvalid) {
-			return nil, &VerificationError{fmt.Errorf("%w: signature manifest %s: %v", ErrBadSignature, tag, err)}
+			return nil, &VerificationError{Check: cosignCheck, Err: fmt.Errorf("%w: signature manifest %s: %v", ErrBadSignature, tag, err)}
 		}
 		return nil, fmt.Errorf("signature manifest %s: %w", tag, err)
 	}
@@ -324,7 +314,7 @@ func checkLayer(ctx context.Context, repo *remote.Repository, d digest.Digest, l
 		return nil, fmt.Errorf("%w: signature by %s (%s) is for %s, not %s (copied from another artifact: sign this one)",
 			ErrWrongSubject, by.id, by.name, p.Critical.Image.DockerManifestDigest, d)
 	}
-	return &Signature{Digest: d.String(), Key: by.id, Source: by.name}, nil
+	return &Signature{Object: "artifact " + d.String(), Key: by.id, Source: by.name}, nil
 }
 
 func keyNames(keys []trustedKey) []string {

@@ -67,7 +67,7 @@ func TestCosignVerify(t *testing.T) {
 	if got := readFile(t, res.Dir, "deploy.yaml"); got != files["deploy.yaml"] {
 		t.Fatalf("deploy.yaml = %q", got)
 	}
-	if res.Signature == nil || !strings.HasPrefix(res.Signature.Key, "ECDSA P-256 key SHA256:") || res.Signature.Source != "cosign.pub" || res.Signature.Digest != signed.String() {
+	if res.Signature == nil || !strings.HasPrefix(res.Signature.Key, "ECDSA P-256 key SHA256:") || res.Signature.Source != "cosign.pub" || res.Signature.Object != "artifact "+signed.String() {
 		t.Fatalf("signature = %+v", res.Signature)
 	}
 

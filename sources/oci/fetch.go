@@ -22,24 +22,21 @@ import (
 	"oras.land/oras-go/v2/registry/remote/auth"
 
 	"github.com/converge-dev/converge/sources/cachekey"
+	"github.com/converge-dev/converge/sources/diskcache"
 )
 
 // Fetcher fetches artifacts into a cache directory, one folder per registry, repository,
 // credentials, manifest digest and layer selection. It is safe for concurrent use; fetches of the same folder are
 // serialized, others run in parallel.
 type Fetcher struct {
-	cache cache
+	cache *diskcache.Cache
 	// keyer names a folder by the registry, repository, credentials and CA it was read
 	// with, besides the manifest digest and layer selection: a folder is never served to a
 	// fetch that did not download it from the same place with the same credentials (a
 	// registry that answers with another tenant's digest gets nothing from the cache).
 	keyer *cachekey.Keyer
 
-	mu sync.Mutex
-	// locks serialize the fetches of one folder (a channel of one token, so a wait ends
-	// with its ctx); an entry lives while a fetch holds or waits for it, so the map stays
-	// as small as the fetches in flight and unrelated artifacts never wait for each other.
-	locks map[string]*folderLock
+	mu    sync.Mutex
 	stats Stats
 	// auths keep each registry's auth scheme and tokens between fetches, one cache per
 	// registry and credential (never shared between credentials), so that a poll of a
@@ -68,14 +65,9 @@ func (f *Fetcher) authCache(host string, cred auth.Credential) auth.Cache {
 	return c
 }
 
-type folderLock struct {
-	token chan struct{}
-	refs  int
-}
-
 // NewFetcher returns a Fetcher that keeps extracted artifacts under cacheDir.
 func NewFetcher(cacheDir string) *Fetcher {
-	return &Fetcher{cache: cache{dir: cacheDir}, keyer: cachekey.New(cacheDir), locks: map[string]*folderLock{}, auths: map[string]auth.Cache{}}
+	return &Fetcher{cache: diskcache.New(cacheDir), keyer: cachekey.New(cacheDir), auths: map[string]auth.Cache{}}
 }
 
 // Stats returns how many references the Fetcher resolved and layers it downloaded.
@@ -86,7 +78,7 @@ func (f *Fetcher) Stats() Stats {
 }
 
 // CacheBytes returns the bytes of the extracted artifacts the cache holds.
-func (f *Fetcher) CacheBytes() int64 { return f.cache.total() }
+func (f *Fetcher) CacheBytes() int64 { return f.cache.Total() }
 
 // Fetch resolves a's reference on the registry with a's credentials and returns the
 // extracted artifact. When its manifest digest and layer selection were extracted before,
@@ -120,6 +112,9 @@ func (f *Fetcher) fetch(ctx context.Context, a Artifact, opts FetchOptions, read
 	}
 	defer t.CloseIdleConnections()
 	cred, err := credential(a.URL, ref.Registry, a.Auth.DockerConfigJSON)
+	if len(a.Auth.DockerConfigJSON) == 0 && (a.Auth.Username != "" || a.Auth.Password != "") {
+		cred = auth.Credential{Username: a.Auth.Username, Password: a.Auth.Password}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -146,50 +141,23 @@ func (f *Fetcher) fetch(ctx context.Context, a Artifact, opts FetchOptions, read
 	}
 	key, err := f.keyer.Name([]byte(ref.Registry+"/"+ref.Repository), []byte(strconv.FormatBool(a.Insecure)), a.Auth.CA,
 		[]byte(cred.Username), []byte(cred.Password), []byte(cred.RefreshToken), []byte(cred.AccessToken),
-		[]byte(desc.Digest), []byte(a.Layer.MediaType), []byte(a.Layer.Operation))
+		[]byte(desc.Digest), []byte(a.Layer.MediaType), []byte(a.Layer.Operation), []byte(a.Layer.File))
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := f.lock(ctx, a, key)
+	unlock, err := f.cache.Lock(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: waiting for another fetch of the cache folder: %w", a, err)
 	}
 	defer unlock()
-	res := &Result{Dir: filepath.Join(f.cache.dir, key), Revision: revision, Digest: desc.Digest.String(), Signature: sig}
-	if f.cache.lookup(key, readUntil) {
+	res := &Result{Dir: f.cache.Path(key), Revision: revision, Digest: desc.Digest.String(), Signature: sig}
+	if f.cache.Lookup(key, readUntil) {
 		return res, nil
 	}
 	if err := f.download(ctx, repo, a, desc, key, opts, readUntil); err != nil {
 		return nil, err
 	}
 	return res, nil
-}
-
-// lock takes the lock of folder key and returns its release, or gives up when ctx ends:
-// a fetch never waits for another one past its own deadline.
-func (f *Fetcher) lock(ctx context.Context, a Artifact, key string) (func(), error) {
-	f.mu.Lock()
-	l, ok := f.locks[key]
-	if !ok {
-		l = &folderLock{token: make(chan struct{}, 1)}
-		f.locks[key] = l
-	}
-	l.refs++
-	f.mu.Unlock()
-	done := func() {
-		f.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(f.locks, key)
-		}
-		f.mu.Unlock()
-	}
-	select {
-	case l.token <- struct{}{}:
-		return func() { <-l.token; done() }, nil
-	case <-ctx.Done():
-		done()
-		return nil, fmt.Errorf("%s: waiting for another fetch of the cache folder: %w", a, ctx.Err())
-	}
 }
 
 func (f *Fetcher) count(resolves, downloads int) {
@@ -210,7 +178,7 @@ func (f *Fetcher) download(ctx context.Context, repo *remote.Repository, a Artif
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(f.cache.dir, 0o700); err != nil {
+	if err := os.MkdirAll(f.cache.Dir(), 0o700); err != nil {
 		return err
 	}
 	blob, err := f.downloadLayer(ctx, repo, a, layer, opts)
@@ -220,20 +188,19 @@ func (f *Fetcher) download(ctx context.Context, repo *remote.Repository, a Artif
 	defer os.Remove(blob.Name())
 	defer blob.Close()
 	f.count(0, 1)
-	tmp, err := os.MkdirTemp(f.cache.dir, tmpPrefix)
+	tmp, err := os.MkdirTemp(f.cache.Dir(), diskcache.TmpPrefix)
 	if err != nil {
 		return err
 	}
 	_, err = unpack(a, layer, blob, tmp, opts)
 	if err == nil {
-		err = os.Rename(tmp, filepath.Join(f.cache.dir, key))
+		err = os.Rename(tmp, f.cache.Path(key))
 	}
 	if err != nil {
 		_ = os.RemoveAll(tmp)
 		return err
 	}
-	size := dirSize(filepath.Join(f.cache.dir, key)) // disk blocks, folders and links included
-	if !f.cache.add(key, size, readUntil, opts.CacheQuota) {
+	if size, ok := f.cache.Add(key, readUntil, opts.CacheQuota); !ok { // disk blocks, folders and links included
 		return fmt.Errorf("%s: %w: %d bytes extracted, over the OCI cache quota of %d bytes (--oci-cache-quota)", a, ErrTooLarge, size, opts.CacheQuota)
 	}
 	return nil
@@ -300,7 +267,7 @@ func (f *Fetcher) downloadLayer(ctx context.Context, repo *remote.Repository, a 
 		return nil, classify(a, "layer "+layer.Digest.String(), err)
 	}
 	defer rc.Close()
-	tmp, err := os.CreateTemp(f.cache.dir, tmpPrefix+"layer-")
+	tmp, err := os.CreateTemp(f.cache.Dir(), diskcache.TmpPrefix+"layer-")
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +302,10 @@ func unpack(a Artifact, layer ocispec.Descriptor, blob io.Reader, dir string, op
 	if a.Layer.Operation != OperationCopy {
 		return extract(a.String(), blob, root, lim)
 	}
-	name := layer.Annotations[ocispec.AnnotationTitle]
+	name := a.Layer.File
+	if name == "" {
+		name = layer.Annotations[ocispec.AnnotationTitle]
+	}
 	if name == "" || filepath.Base(name) != name || name == "." || name == ".." {
 		name = "layer"
 	}

@@ -53,13 +53,22 @@ type LayerSelector struct {
 	MediaType string
 	// Operation is OperationExtract (default) or OperationCopy.
 	Operation string
+	// File names the file OperationCopy writes; empty: the layer's
+	// org.opencontainers.image.title annotation, else "layer".
+	File string
 }
+
+// HelmChartMediaType is the media type of the layer `helm push` writes: the packaged chart.
+const HelmChartMediaType = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 
 // Auth holds registry credentials, as a kubernetes.io/dockerconfigjson Secret and a CA.
 type Auth struct {
 	// DockerConfigJSON is the content of a .dockerconfigjson: the entry of the artifact's
 	// registry host is used. Empty: anonymous.
 	DockerConfigJSON []byte
+	// Username and Password are used when DockerConfigJSON is empty (a Secret with
+	// username and password, as Flux's HelmRepository of type oci takes).
+	Username, Password string
 	// CA is a PEM bundle trusted besides the system roots for HTTPS.
 	CA []byte
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/Masterminds/semver/v3"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -53,7 +54,8 @@ func highestTag(ctx context.Context, repo *remote.Repository, a Artifact) (strin
 	var bestTag string
 	err = repo.Tags(ctx, "", func(tags []string) error {
 		for _, t := range tags {
-			v, err := semver.NewVersion(t)
+			// helm push tags version 1.2.3+build as 1.2.3_build ("+" is not allowed in a tag).
+			v, err := semver.NewVersion(strings.ReplaceAll(t, "_", "+"))
 			if err != nil || !c.Check(v) {
 				continue
 			}

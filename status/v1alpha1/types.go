@@ -309,10 +309,11 @@ type Webhook struct {
 	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
-// Source says where the manifests come from: exactly one of Git and OCI, rendered as a
-// Helm chart when Helm is set.
+// Source says where the manifests come from: exactly one of Git, OCI and HelmRepository,
+// rendered as a Helm chart when Helm is set (always for HelmRepository).
 //
-// +kubebuilder:validation:XValidation:rule="has(self.git) != has(self.oci)",message="set exactly one of git and oci"
+// +kubebuilder:validation:XValidation:rule="[has(self.git), has(self.oci), has(self.helmRepository)].filter(x, x).size() == 1",message="set exactly one of git, oci and helmRepository"
+// +kubebuilder:validation:XValidation:rule="!has(self.helmRepository) || (has(self.helm) && has(self.helm.chart) && size(self.helm.chart) > 0)",message="helmRepository needs helm.chart, the chart's name in the repository"
 type Source struct {
 	// Git is a git repository and the ref to follow.
 	// +optional
@@ -323,6 +324,43 @@ type Source struct {
 	// OCI is an artifact in an OCI registry, in Flux's format (`flux push artifact`).
 	// +optional
 	OCI *OCISource `json:"oci,omitempty"`
+	// HelmRepository is a Helm chart repository, an HTTP one (index.yaml) or an OCI
+	// registry (oci://): Helm.Chart names the chart in it, Helm.Version its version.
+	// +optional
+	HelmRepository *HelmRepositorySource `json:"helmRepository,omitempty"`
+}
+
+// HelmRepositorySource is a Helm chart repository, as Flux's HelmRepository or Argo CD's
+// Helm repoURL names one.
+type HelmRepositorySource struct {
+	// URL of the repository: https://host/path (an HTTP repository serving index.yaml;
+	// http:// too) or oci://host[:port]/path (charts pushed with helm push, each at
+	// oci://host/path/<chart>).
+	// +kubebuilder:validation:Pattern=`^(https?|oci)://[^@?#]+$`
+	// +kubebuilder:validation:MaxLength=2048
+	// +required
+	URL string `json:"url"`
+	// SecretRef names a Secret in the Sync's namespace, read as the Sync's identity: with
+	// username and password (HTTP basic auth; for an OCI registry too), or of type
+	// kubernetes.io/dockerconfigjson for an OCI registry.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+	// CertSecretRef names a Secret in the Sync's namespace whose ca.crt is a PEM bundle
+	// trusted for the repository's certificate, besides the system roots.
+	// +optional
+	CertSecretRef *LocalObjectReference `json:"certSecretRef,omitempty"`
+	// PassCredentials sends the credentials to a chart URL of the index on another host
+	// than the repository's too (helm --pass-credentials); without it they go to the
+	// repository's scheme, host and port only.
+	// +optional
+	PassCredentials bool `json:"passCredentials,omitempty"`
+	// Insecure speaks plain HTTP to an OCI registry.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+	// Verify checks the cosign signature of a chart in an OCI registry before it is
+	// rendered, as spec.source.oci.verify.
+	// +optional
+	Verify *OCIVerification `json:"verify,omitempty"`
 }
 
 // HelmSource renders a chart folder of the source the way `helm template` does, in the
@@ -330,11 +368,18 @@ type Source struct {
 // no network and `lookup` returns nothing. Install and upgrade hooks are applied as the
 // chart's other objects; test, delete and rollback hooks are dropped.
 type HelmSource struct {
-	// Chart is the chart folder (holding Chart.yaml) relative to the source root; empty
-	// means spec.path. Its subcharts are vendored in its charts/ folder.
+	// Chart is the chart folder (holding Chart.yaml), or a packaged chart (.tgz), relative
+	// to the source root; empty means spec.path. Its subcharts are vendored in its charts/
+	// folder. With spec.source.helmRepository, the chart's name in that repository.
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Chart string `json:"chart,omitempty"`
+	// Version of the chart in spec.source.helmRepository: an exact version or a semver
+	// constraint (">=6.0.0 <7", "6.x"); the highest matching version wins. Empty: the
+	// highest version without a prerelease, as helm's default.
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Version string `json:"version,omitempty"`
 	// Values are merged over the chart's values.yaml, as `helm template -f`.
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Type=object

@@ -58,8 +58,8 @@ func (r *reconciler) helm(ctx context.Context, s *v1alpha1.Sync, src *sources.So
 		return nil, true, err
 	}
 	h := s.Spec.Source.Helm
-	if h.Chart != "" {
-		src.Path = h.Chart
+	if h.Chart != "" && s.Spec.Source.HelmRepository == nil {
+		src.Path = h.Chart // a chart of a repository is its name there, not a path
 	}
 	if len(h.ValuesFrom) == 0 {
 		return nil, false, nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
+	"github.com/converge-dev/converge/sources/helmrepo"
 )
 
 // Options configure the daemon. `converge run` binds its flags onto DefaultOptions(); a
@@ -110,6 +111,11 @@ type Options struct {
 	// OCICacheQuota bounds the bytes of the extracted OCI artifacts kept beside CacheDir
 	// (sources.OCICacheDir; oci.FetchOptions.CacheQuota); 0: no limit.
 	OCICacheQuota int64
+	// ChartCacheQuota bounds the bytes of the charts fetched from HTTP Helm repositories
+	// kept beside CacheDir (sources.ChartCacheDir); 0: no limit.
+	ChartCacheQuota int64
+	// MaxIndexSize bounds a Helm repository's index.yaml (helmrepo.FetchOptions.MaxIndexSize).
+	MaxIndexSize int64
 	// AllowLocalGit lets Syncs name file:// URLs, local paths and git servers or OCI
 	// registries on this machine or its link (see git.FetchOptions.AllowLocal).
 	AllowLocalGit bool
@@ -162,6 +168,8 @@ func DefaultOptions() Options {
 		FetchTimeout:    defaultFetchTimeout,
 		GitCacheQuota:   defaultGitCacheQuota,
 		OCICacheQuota:   defaultOCICacheQuota,
+		ChartCacheQuota: defaultChartCacheQuota,
+		MaxIndexSize:    helmrepo.DefaultFetchOptions().MaxIndexSize,
 		MaxFetchSize:    git.DefaultMaxFetchSize,
 		Limits: sources.Limits{MaxFiles: sources.DefaultMaxFiles, MaxFileSize: sources.DefaultMaxFileSize,
 			MaxObjects: sources.DefaultMaxObjects, MaxTotalSize: sources.DefaultMaxTotalSize,

@@ -103,7 +103,8 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		loader:      sources.NewLoaderSized(o.CacheDir, o.RenderCacheSize),
 		kubeVersion: &clusterVersion{cfg: cfg},
 		render: renderSettings{timeout: o.BuildTimeout, limits: o.Limits, allowLocalGit: o.AllowLocalGit, maxFetchSize: o.MaxFetchSize, fetchTimeout: o.FetchTimeout,
-			cacheQuota: o.GitCacheQuota, ociCacheQuota: o.OCICacheQuota},
+			cacheQuota: o.GitCacheQuota, ociCacheQuota: o.OCICacheQuota,
+			chartCacheQuota: o.ChartCacheQuota, maxIndexSize: o.MaxIndexSize},
 		engines:     engines,
 		drift:       drift,
 		deps:        dependencies{cache: mgr.GetCache(), noCrossNamespace: o.crossNamespaceRefused(), sharded: o.WatchLabelSelector != ""},
@@ -406,9 +407,12 @@ func (r *reconciler) source(ctx context.Context, s *v1alpha1.Sync) (sources.Sour
 	if s.Spec.Source.OCI != nil {
 		return r.ociSource(ctx, s)
 	}
+	if s.Spec.Source.HelmRepository != nil {
+		return r.chartSource(ctx, s)
+	}
 	g := s.Spec.Source.Git
 	if g == nil {
-		return sources.Source{}, errors.New("spec.source: set one of git and oci")
+		return sources.Source{}, errors.New("spec.source: set one of git, oci and helmRepository")
 	}
 	repo := git.Repository{URL: g.URL, Ref: git.Ref{Branch: g.Ref.Branch, Tag: g.Ref.Tag, SemVer: g.Ref.SemVer, Commit: g.Ref.Commit}}
 	if repo.Ref == (git.Ref{}) {

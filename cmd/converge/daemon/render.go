@@ -28,6 +28,11 @@ const defaultGitCacheQuota = 768 << 20
 // 768 MiB, 7/8 of the shipped 1 GiB cache volume, the rest for downloads in flight.
 const defaultOCICacheQuota = 128 << 20
 
+// defaultChartCacheQuota bounds the charts fetched from HTTP Helm repositories on disk
+// (packaged, a few hundred KiB each): with the git and OCI caches, 15/16 of the shipped
+// 1 GiB cache volume.
+const defaultChartCacheQuota = 64 << 20
+
 // renderSettings are the daemon's render options (flags of `converge run`).
 type renderSettings struct {
 	timeout time.Duration  // 0: defaultBuildTimeout
@@ -44,6 +49,10 @@ type renderSettings struct {
 	cacheQuota int64
 	// ociCacheQuota bounds the OCI cache's disk (--oci-cache-quota); 0: no limit.
 	ociCacheQuota int64
+	// chartCacheQuota bounds the chart cache's disk (--chart-cache-quota); 0: no limit.
+	chartCacheQuota int64
+	// maxIndexSize bounds a Helm repository's index.yaml (--max-index-size); 0: the default.
+	maxIndexSize int64
 }
 
 // buildTimeout bounds a fetch and render, and separately the decryption that follows it.
@@ -76,6 +85,13 @@ func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src source
 	}
 	opts.OCI.AllowLocal, opts.OCI.MaxFetchSize = opts.Fetch.AllowLocal, opts.Fetch.MaxFetchSize
 	opts.OCI.Timeout, opts.OCI.CacheQuota = opts.Fetch.Timeout, rs.ociCacheQuota
+	opts.Charts.AllowLocal, opts.Charts.Timeout, opts.Charts.CacheQuota = opts.Fetch.AllowLocal, opts.Fetch.Timeout, rs.chartCacheQuota
+	if opts.Fetch.MaxFetchSize > 0 {
+		opts.Charts.MaxChartSize = min(opts.Charts.MaxChartSize, opts.Fetch.MaxFetchSize)
+	}
+	if rs.maxIndexSize > 0 {
+		opts.Charts.MaxIndexSize = rs.maxIndexSize
+	}
 	lctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	b, err := l.Load(lctx, src, opts)

@@ -34,18 +34,27 @@ func (r *reconciler) ociSource(ctx context.Context, s *v1alpha1.Sync) (sources.S
 		}
 		a.Auth.CA = ca
 	}
-	if o.Verify != nil {
-		// Read on every reconcile as the Sync's identity, as spec.source.git.verify's keys:
-		// a rotated or revoked key counts from the next reconcile, and the artifact (cached
-		// or not) is verified against these keys on every fetch.
-		sec, err := r.engines.secret(ctx, s, o.Verify.SecretRef.Name)
-		if err != nil {
-			return sources.Source{}, &keysError{fmt.Errorf("spec.source.oci.verify.secretRef: Secret %s/%s read as %s: %w",
-				s.Namespace, o.Verify.SecretRef.Name, r.engines.identity(s), err)}
-		}
-		a.Verify = &oci.Verification{Provider: o.Verify.Provider, Keys: sec.Data}
+	var err error
+	if a.Verify, err = r.cosignVerification(ctx, s, "spec.source.oci.verify", o.Verify); err != nil {
+		return sources.Source{}, err
 	}
 	return sources.Source{OCI: a, Path: s.Spec.Path}, nil
+}
+
+// cosignVerification returns the trusted keys of v (the field named field), nil without v.
+// They are read on every reconcile as the Sync's identity, as spec.source.git.verify's
+// keys: a rotated or revoked key counts from the next reconcile, and the artifact (cached
+// or not) is verified against these keys on every fetch.
+func (r *reconciler) cosignVerification(ctx context.Context, s *v1alpha1.Sync, field string, v *v1alpha1.OCIVerification) (*oci.Verification, error) {
+	if v == nil {
+		return nil, nil
+	}
+	sec, err := r.engines.secret(ctx, s, v.SecretRef.Name)
+	if err != nil {
+		return nil, &keysError{fmt.Errorf("%s.secretRef: Secret %s/%s read as %s: %w",
+			field, s.Namespace, v.SecretRef.Name, r.engines.identity(s), err)}
+	}
+	return &oci.Verification{Provider: v.Provider, Keys: sec.Data}, nil
 }
 
 // ociSecret returns key of the Secret name, read as the Sync's identity.

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/converge-dev/converge/sources/git"
-	"github.com/converge-dev/converge/sources/oci"
+	"github.com/converge-dev/converge/sources/signature"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -39,10 +39,8 @@ func (r *reconciler) verification(ctx context.Context, s *v1alpha1.Sync) (*git.V
 // verified: SourceVerificationFailed for a signature (git or cosign) that does not verify
 // or keys that cannot be read, FetchFailed otherwise.
 func fetchFailReason(err error) string {
-	var ve *git.VerificationError
-	var oe *oci.VerificationError
 	var ke *keysError
-	if errors.As(err, &ve) || errors.As(err, &oe) || errors.As(err, &ke) {
+	if signature.IsVerification(err) || errors.As(err, &ke) {
 		return reasonSourceVerificationFailed
 	}
 	return reasonFetchFailed
@@ -50,7 +48,7 @@ func fetchFailReason(err error) string {
 
 // verified describes the signatures a revision was verified with, for the Ready message:
 // stable for a revision and key set, so a no-op reconcile writes no status.
-func verified(sigs []git.Signature) string {
+func verified(sigs []signature.Signature) string {
 	if len(sigs) == 0 {
 		return ""
 	}

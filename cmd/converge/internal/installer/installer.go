@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +38,18 @@ const (
 var Ref = inventory.Ref{Namespace: Namespace, Name: Name,
 	ID:     inventory.ID(inventory.OwnerInstall, Namespace, Name),
 	Legacy: inventory.LegacyID(Namespace, Name)}
+
+// DefaultImage is the daemon image of a CLI of version v: the release of the same version
+// (BaseImage:v1.2.3) when v is a release ("v" and a semver), else "" (the base's :latest,
+// for development builds, whose version names a commit no registry holds).
+func DefaultImage(v string) string {
+	if !releaseRE.MatchString(v) {
+		return ""
+	}
+	return BaseImage + ":" + v
+}
+
+var releaseRE = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
 
 // RenderBase builds the embedded deploy/ base with kustomize (through sources.Render, which
 // serializes kustomize builds) and sets the daemon image when image is not empty.

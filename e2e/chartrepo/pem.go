@@ -1,0 +1,7 @@
+package chartrepo
+
+import "encoding/pem"
+
+func pemCert(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}

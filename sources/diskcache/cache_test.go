@@ -1,0 +1,80 @@
+package diskcache
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLockWaitEndsWithContext: a writer waiting for another writer of the same entry gives
+// up when its own context ends; another entry never waits.
+func TestLockWaitEndsWithContext(t *testing.T) {
+	c := New(t.TempDir())
+	unlock, err := c.Lock(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second lock: %v, want the context's deadline", err)
+	}
+	other, err := c.Lock(t.Context(), "k2")
+	if err != nil {
+		t.Fatalf("another entry waited for k: %v", err)
+	}
+	other()
+	unlock()
+	if n := c.Locks(); n != 0 {
+		t.Errorf("%d locks left after every writer released, want 0", n)
+	}
+}
+
+// TestAddEvictsLeastRecentlyUsedFreeEntry: past the quota the least recently used entry
+// no reader holds goes, a held one stays, and an entry over the quota alone is refused and
+// removed; a temporary folder an earlier process left is removed on first use.
+func TestAddEvictsLeastRecentlyUsedFreeEntry(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, TmpPrefix+"half"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := New(dir)
+	put := func(key string, bytes int) {
+		t.Helper()
+		if err := os.MkdirAll(c.Path(key), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(c.Path(key), "f"), []byte(strings.Repeat("x", bytes)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hour := time.Now().Add(time.Hour)
+	put("held", 100)
+	if _, ok := c.Add("held", hour, 20_000); !ok {
+		t.Fatal("held refused")
+	}
+	put("free", 100)
+	c.Add("free", time.Time{}, 20_000)
+	put("new", 100)
+	c.Add("new", time.Time{}, 20_000)
+	if _, err := os.Stat(c.Path("held")); err != nil {
+		t.Errorf("the held entry was removed: %v", err)
+	}
+	if c.Lookup("free", time.Time{}) {
+		t.Error("the least recently used free entry is still cached")
+	}
+	if _, err := os.Stat(filepath.Join(dir, TmpPrefix+"half")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a temporary folder left by an earlier process is still there (%v)", err)
+	}
+	put("huge", 30_000)
+	if _, ok := c.Add("huge", time.Time{}, 20_000); ok {
+		t.Error("an entry over the quota alone was accepted")
+	}
+	if _, err := os.Stat(c.Path("huge")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused entry is still on disk (%v)", err)
+	}
+}
