@@ -12,6 +12,10 @@ import (
 // few levels, expand to gigabytes in the decoder, before any object is counted. The
 // expanded size is computed on the parsed node tree, each node once, so the check costs one
 // parse, and only for a document that has both an anchor and an alias.
+// CheckAliases refuses YAML whose aliases expand it past max bytes (ErrFileTooLarge), before
+// a decoder expands them: a few KiB of anchors can stand for gigabytes.
+func CheckAliases(data []byte, max int64) error { return checkAliases(data, max) }
+
 func checkAliases(data []byte, max int64) error {
 	if bytes.IndexByte(data, '&') < 0 || bytes.IndexByte(data, '*') < 0 {
 		return nil

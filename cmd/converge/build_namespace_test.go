@@ -32,7 +32,7 @@ func TestBuildNamespaceAsApply(t *testing.T) {
 		got := map[string]string{}
 		for _, doc := range strings.Split(out, "\n---\n") {
 			var o struct {
-				Kind     string `json:"kind"`
+				Kind     string                     `json:"kind"`
 				Metadata struct{ Namespace string } `json:"metadata"`
 			}
 			if err := yaml.Unmarshal([]byte(doc), &o); err != nil {

@@ -24,7 +24,7 @@ var clusterScoped = map[string][]string{
 	"networking.k8s.io":            {"IngressClass", "IPAddress", "ServiceCIDR"},
 	"storage.k8s.io":               {"StorageClass", "CSIDriver", "CSINode", "VolumeAttachment", "VolumeAttributesClass"},
 	"certificates.k8s.io":          {"CertificateSigningRequest", "ClusterTrustBundle"},
-	"resource.k8s.io":              {"DeviceClass"},
+	"resource.k8s.io":              {"DeviceClass", "ResourceSlice", "DeviceTaintRule"},
 	"storagemigration.k8s.io":      {"StorageVersionMigration"},
 }
 

@@ -20,8 +20,9 @@ type ValuesReference struct {
 	// TargetPath sets the key's content as one value at this path (Helm --set syntax,
 	// such as a.b[0].c), instead of merging it as a YAML document: true, false, null and
 	// integers are typed as --set types them, a quoted value is the string inside the quotes.
+	// A list index is at most 999.
 	// +kubebuilder:validation:MaxLength=250
-	// +kubebuilder:validation:Pattern=`^([a-zA-Z0-9_\-.\\\/]|\[[0-9]{1,5}\])*$`
+	// +kubebuilder:validation:Pattern=`^([a-zA-Z0-9_\-.\\\/]|\[[0-9]{1,3}\])*$`
 	// +optional
 	TargetPath string `json:"targetPath,omitempty"`
 	// Optional lets the render go on without the values when the object or the key does

@@ -13,6 +13,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/strvals"
 
+	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -66,19 +67,65 @@ func (r *reconciler) valuesFrom(ctx context.Context, s *v1alpha1.Sync) (vals map
 			if err := setTargetPath(vals, ref.TargetPath, string(data)); err != nil {
 				return nil, secretValues, read, fmt.Errorf("%s: targetPath %q: %w", field, ref.TargetPath, err)
 			}
-			continue
+		} else {
+			// Aliases are refused past the bound before the decoder expands them: a few KiB of
+			// anchors can stand for gigabytes of values.
+			if err := sources.CheckAliases(data, maxValuesBytes); err != nil {
+				return nil, secretValues, read, fmt.Errorf("%s: %s key %q: its YAML aliases expand the values past %d MiB, the most one Sync may have",
+					field, obj, key, maxValuesBytes>>20)
+			}
+			doc := map[string]any{}
+			if err := yaml.Unmarshal(data, &doc); err != nil {
+				return nil, secretValues, read, fmt.Errorf("%s: %s key %q: %w", field, obj, key, valuesYAMLError(err, secret))
+			}
+			if secret {
+				secretValues = appendLeaves(secretValues, doc)
+			}
+			vals = mergeValues(vals, doc)
 		}
-		doc := map[string]any{}
-		if err := yaml.Unmarshal(data, &doc); err != nil {
-			return nil, secretValues, read, fmt.Errorf("%s: %s key %q: %w", field, obj, key, valuesYAMLError(err, secret))
+		// What the values hold, not only what was read: a targetPath's list indexes make
+		// slots of their own.
+		if valuesSize(vals, maxValuesBytes) > maxValuesBytes {
+			return nil, secretValues, read, fmt.Errorf("%s: the Helm values pass %d MiB, the most one Sync may have", field, maxValuesBytes>>20)
 		}
-		if secret {
-			secretValues = appendLeaves(secretValues, doc)
-		}
-		vals = mergeValues(vals, doc)
 	}
 	return vals, secretValues, read, nil
 }
+
+// valuesSize estimates the bytes of v as JSON, stopping once past limit.
+func valuesSize(v any, limit int) int {
+	n := 0
+	var walk func(any)
+	walk = func(v any) {
+		if n > limit {
+			return
+		}
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				n += len(k) + 4
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				n++
+				walk(x)
+			}
+		case string:
+			n += len(v) + 2
+		default:
+			n += 5
+		}
+	}
+	walk(v)
+	return n
+}
+
+// maxTargetIndex bounds a list index of a targetPath: strvals allocates every slot up to it.
+const maxTargetIndex = 999
+
+// targetIndex finds the list indexes of a targetPath.
+var targetIndex = regexp.MustCompile(`\[(\d+)\]`)
 
 // valuesKey reads key of the ConfigMap (data, then binaryData) or Secret name of s's
 // namespace, as s's user.
@@ -146,6 +193,11 @@ func mergeValues(dst, src map[string]any) map[string]any {
 // and anything else is a string. Unlike --set, a comma or a brace in the value is not
 // syntax: the whole value is set.
 func setTargetPath(vals map[string]any, path, value string) error {
+	for _, m := range targetIndex.FindAllStringSubmatch(path, -1) {
+		if i, err := strconv.Atoi(m[1]); err != nil || i > maxTargetIndex {
+			return fmt.Errorf("list index %s: at most %d", m[1], maxTargetIndex)
+		}
+	}
 	typed := targetValue(value)
 	// strvals parses the path; the reader hands it the value as is ("v" is never read).
 	return strvals.ParseIntoFile(path+"=v", vals, func([]rune) (any, error) { return typed, nil })
@@ -189,6 +241,18 @@ func appendLeaves(out []string, v any) []string {
 	case nil:
 	case string:
 		out = append(out, v)
+		if strings.Contains(v, "\n") {
+			// toYaml re-indents a multi-line value: each line may be printed alone.
+			for _, line := range strings.Split(v, "\n") {
+				if line = strings.TrimSpace(line); line != "" {
+					out = append(out, line)
+				}
+			}
+		}
+	case float64:
+		// YAML numbers decode as float64; a template prints them as JSON and toYaml do
+		// (12345678), or as int does, not as fmt does (1.2345678e+07).
+		out = append(out, fmt.Sprint(v), strconv.FormatFloat(v, 'f', -1, 64))
 	default:
 		out = append(out, fmt.Sprint(v))
 	}

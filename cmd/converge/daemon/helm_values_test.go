@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -272,5 +274,59 @@ func TestDaemonHelmValuesBounded(t *testing.T) {
 	}
 	if _, err := f.configMap("app-values"); err == nil {
 		t.Error("the chart was applied")
+	}
+}
+
+// TestDaemonHelmValuesAliasesBounded: a valuesFrom ConfigMap of 128 KiB whose YAML aliases
+// stand for hundreds of MiB is refused before it is decoded, naming it, and nothing is
+// applied (failed before: 2.4 GB was allocated decoding it in the daemon, past the shipped
+// 512 MiB limit).
+func TestDaemonHelmValuesAliasesBounded(t *testing.T) {
+	f := newFixture(t)
+	var b strings.Builder
+	b.WriteString("a: &a \"" + strings.Repeat("x", 100<<10) + "\"\n")
+	for i := range 3000 {
+		fmt.Fprintf(&b, "k%d: *a\n", i)
+	}
+	f.createObject(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bomb"}, Data: map[string]string{"values.yaml": b.String()}})
+	f.publish(valuesChart)
+	f.startDaemon(env.Config)
+	f.createSync(time.Hour, withValues("", v1alpha1.ValuesReference{Kind: "ConfigMap", Name: "bomb"}))
+	c := f.failedWith(reasonBuildFailed)
+	want := "spec.source.helm.valuesFrom[0]: ConfigMap " + f.ns + `/bomb key "values.yaml": its YAML aliases expand the values past 4 MiB`
+	if !strings.HasPrefix(c.Message, want) {
+		t.Errorf("message %q, want it to start %q", c.Message, want)
+	}
+	if _, err := f.configMap("app-values"); err == nil {
+		t.Error("the chart was applied")
+	}
+}
+
+// TestValuesFromBoundsWhatPathsAllocate: a targetPath list index past 999 is refused
+// before strvals allocates its slots (each [65536] allocated a 1 MiB list: 35 in a 247-
+// character path took 35 MiB from a 1-byte value), and the values' size counts the slots a
+// path makes.
+func TestValuesFromBoundsWhatPathsAllocate(t *testing.T) {
+	vals := map[string]any{}
+	if err := setTargetPath(vals, "a[1000]", "1"); err == nil || !strings.Contains(err.Error(), "at most 999") {
+		t.Errorf("index 1000: %v, want refused", err)
+	}
+	if err := setTargetPath(vals, "a[999][999][999]", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := valuesSize(vals, maxValuesBytes); n < 3*1000 {
+		t.Errorf("values of three lists of 1,000 slots estimated at %d bytes", n)
+	}
+}
+
+// TestSecretLeavesRedactedAsTemplatesPrint: a Secret's number is hidden as toYaml and int
+// print it (12345678), not only as fmt does (1.2345678e+07), and each line of a multi-line
+// value on its own (failed before: a chart's fail (toYaml .Values.db) showed the PIN).
+func TestSecretLeavesRedactedAsTemplatesPrint(t *testing.T) {
+	got := appendLeaves(nil, map[string]any{"pin": float64(12345678), "key": "-----BEGIN KEY-----\nAbCdEfGh\n-----END KEY-----\n"})
+	for _, want := range []string{"12345678", "AbCdEfGh", "-----BEGIN KEY-----"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("%q not among the redacted forms %q", want, got)
+		}
 	}
 }
