@@ -205,8 +205,8 @@ func TestChunkedBuildMatchesKrusty(t *testing.T) {
 		// Fall back: what the whole build refuses.
 		{"duplicate across chunks", "", duplicate, false},
 		{"broken file", "", broken, false},
-		// Fall back: a file that takes part in the build beyond its own object (found by a
-		// each of these gave another output, or none, when built in chunks).
+		// Fall back: a file that takes part in the build beyond its own object (each of these
+		// gave another output, or none, when built in chunks).
 		{"local-config object named as another", "", pair(
 			"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: dup, annotations: {config.kubernetes.io/local-config: \"true\"}}\n",
 			"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: dup}\ndata: {a: b}\n"), false},

@@ -129,7 +129,7 @@ func TestStaleCachePruneDeletesOnlyWhatIsOurs(t *testing.T) {
 // "not found": the object keeps its owner, this set reports the overlap and does not
 // inventory or prune it (I11, I1).
 //
-// Found by this harness: fromCache used to apply an object that the cache did not show and
+// Before, fromCache applied an object that the cache did not show and
 // the old inventory did not hold straight away, with the shared field manager "converge",
 // which already owns the other set's owner annotation, so the apply silently rewrote it; the
 // next run that dropped the object then deleted the other set's object. Absence is now
