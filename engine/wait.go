@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
@@ -61,6 +62,9 @@ func (e *Engine) wait(ctx context.Context, w waitSet, f waitFor, prog *progress)
 			pollErr = ev.Error
 			cancel()
 		case event.ResourceUpdateEvent:
+			if cutShort(ev.Resource) {
+				continue // says nothing of the object: its last status stands
+			}
 			id := fromFlux(ev.Resource.Identifier)
 			if prev := latest[id]; prev != nil && prev.Status == status.CurrentStatus {
 				current--
@@ -86,6 +90,8 @@ func (e *Engine) wait(ctx context.Context, w waitSet, f waitFor, prog *progress)
 			if rs.Error != nil {
 				h.Message = rs.Error.Error()
 			}
+		} else {
+			h.Message = "not read before the wait ended"
 		}
 		health = append(health, h)
 		if h.Status != status.CurrentStatus.String() && (!f.once || h.Status == status.FailedStatus.String()) {
@@ -103,6 +109,18 @@ func (e *Engine) wait(ctx context.Context, w waitSet, f waitFor, prog *progress)
 			timeout, len(errs), len(ids))}, errs...)
 	}
 	return health, errors.Join(errs...)
+}
+
+// cutShort reports whether rs is the error of a read the wait's own end cut short: its
+// context ended, or the client's rate limiter refused to wait past its deadline ("client
+// rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline").
+func cutShort(rs *event.ResourceStatus) bool {
+	if rs == nil || rs.Error == nil {
+		return false
+	}
+	err := rs.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		strings.Contains(err.Error(), "rate limiter Wait returned an error")
 }
 
 // waitSet is what wait waits for.
