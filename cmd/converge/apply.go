@@ -187,6 +187,8 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 		}
 	}
 	switch {
+	case errors.Is(applyErr, engine.ErrInventoryInSet):
+		return fail(fmt.Errorf("%w (for example --inventory %s/%s-set)", applyErr, ref.Namespace, ref.Name))
 	case applyErr != nil:
 		return fail(explain(applyErr, res))
 	case f.dryRun && rep.Summary.changes() > 0:

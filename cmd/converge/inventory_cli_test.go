@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
+	"github.com/converge-dev/converge/e2e/cluster"
+)
+
+// run is one command as a user types it: its stdout, its stderr (with the "Error: ..."
+// line main prints) and its exit code.
+type run struct {
+	stdout, stderr string
+	code           int
+}
+
+// cliRun runs converge with args in-process, as main does.
+func cliRun(t *testing.T, args ...string) run {
+	t.Helper()
+	cmd := newRootCommand()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetIn(strings.NewReader(""))
+	cmd.SetArgs(append([]string{"--kubeconfig", env.Kubeconfig}, args...))
+	r := run{}
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		if !errors.Is(err, errChangesFound) {
+			errOut.WriteString("Error: " + err.Error() + "\n")
+		}
+		r.code = exitCode(err)
+	}
+	r.stdout, r.stderr = out.String(), errOut.String()
+	return r
+}
+
+// expect fails t unless r exited with code and its stdout and stderr contain the strings.
+func (r run) expect(t *testing.T, what string, code int, stdout, stderr []string) {
+	t.Helper()
+	ok := r.code == code
+	for _, s := range stdout {
+		ok = ok && strings.Contains(r.stdout, s)
+	}
+	for _, s := range stderr {
+		ok = ok && strings.Contains(r.stderr, s)
+	}
+	if !ok {
+		t.Errorf("%s: exit code %d (want %d), want stdout containing %q and stderr containing %q; got\nstdout:\n%s\nstderr:\n%s",
+			what, r.code, code, stdout, stderr, r.stdout, r.stderr)
+	}
+}
+
+// setDir is a fresh folder holding files (content "NS" is the namespace).
+func setDir(t *testing.T, ns string, files map[string]string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "set")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeSet(t, dir, ns, files)
+	return dir
+}
+
+func testClient(t *testing.T) client.Client {
+	t.Helper()
+	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// cmNamed is a ConfigMap name in NS with data a: "1".
+func cmNamed(name string) string {
+	return "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: " + name + ", namespace: NS}\ndata: {a: \"1\"}\n"
+}
+
+// TestApplyCLIInventoryNamedAfterItsOwnObject: an inventory named after a ConfigMap of its
+// own set is refused before anything is written, naming the object and what to do; the
+// ConfigMap is not created and a later run with another name applies.
+func TestApplyCLIInventoryNamedAfterItsOwnObject(t *testing.T) {
+	cluster.Require(t, env)
+	ns := env.Namespace(t)
+	dir := setDir(t, ns, map[string]string{"one.yaml": cmNamed("one"), "two.yaml": cmNamed("two")})
+	r := cliRun(t, "apply", dir, "--inventory", ns+"/two")
+	r.expect(t, "apply --inventory NS/two", 2, nil, []string{
+		"ConfigMap " + ns + "/two of the set has the name of its own inventory " + ns + "/two",
+		"choose another inventory name",
+	})
+	if strings.Contains(r.stdout, "configured") || strings.Contains(r.stdout, "created") {
+		t.Errorf("refused run reported applied objects:\n%s", r.stdout)
+	}
+	c := testClient(t)
+	for _, name := range []string{"one", "two"} {
+		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &corev1.ConfigMap{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("ConfigMap %s after the refused run: %v, want not found (nothing written)", name, err)
+		}
+	}
+	cliRun(t, "apply", dir, "--inventory", ns+"/two-set").expect(t, "apply --inventory NS/two-set", 0, []string{"created"}, nil)
+}
