@@ -18,6 +18,7 @@ import (
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
+	"github.com/converge-dev/converge/sources"
 )
 
 // Exit codes of "converge apply", as kubectl diff and flux diff.
@@ -115,7 +116,7 @@ Exit codes: 0 nothing to change (dry-run) or applied cleanly; 1 changes found (d
 	fl.BoolVar(&f.force, "force", false, "recreate objects whose immutable fields changed")
 	fl.BoolVar(&f.forceConfl, "force-conflicts", false, "take fields owned by other server-side apply managers")
 	fl.BoolVar(&f.adopt, "adopt", false, "take over objects without an owner annotation that another tool (Helm, kubectl apply) manages")
-	fl.BoolVar(&f.allowEmpty, "allow-empty", false, "let an empty set prune everything in the inventory")
+	fl.BoolVar(&f.allowEmpty, "allow-empty", false, "with --prune, let a path that renders no objects prune everything in the inventory (as a Sync's spec.allowEmpty)")
 	fl.IntVar(&f.pruneBudget, "prune-budget", 0, "refuse to prune more than this many objects (0: no limit)")
 	fl.StringVar(&f.fieldMgr, "field-manager", engine.FieldManager, "server-side apply field manager that owns the applied fields")
 	fl.StringVarP(&f.output, "output", "o", "", "output format: json, yaml or markdown (default: lines for people)")
@@ -139,7 +140,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	f.src.helm.namespace = ns // a chart's release namespace is -n's
 	f.src.helm.clusterVersion = kube.serverVersion
 	bundle, err := f.src.load(cmd.Context(), args)
-	if err != nil {
+	if err = f.emptySet(bundle, err); err != nil {
 		return fail(err)
 	}
 	_, eng, err := kube.clientAndEngine()
@@ -195,6 +196,20 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 		return &exitError{code: exitCodeChanges, err: errChangesFound}
 	}
 	return nil
+}
+
+// emptySet lets a render of no objects through (the load error err, ErrEmptyRender, and its
+// bundle) when --prune --allow-empty ask to prune the whole set, as a Sync's spec.allowEmpty
+// does; otherwise it says which flags would. Other errors are returned as they are.
+func (f *applyFlags) emptySet(bundle *sources.Bundle, err error) error {
+	if !errors.Is(err, sources.ErrEmptyRender) || bundle == nil {
+		return err
+	}
+	if f.prune && f.allowEmpty {
+		return nil
+	}
+	return fmt.Errorf("%w: an empty set applies nothing; --prune --allow-empty deletes every object of the "+
+		"inventory (add --dry-run to see them first; converge delete --inventory also deletes the inventory)", err)
 }
 
 // errChangesFound is the "error" of a dry-run that found changes: exit code 1, no message.

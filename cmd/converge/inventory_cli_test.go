@@ -109,3 +109,29 @@ func TestApplyCLIInventoryNamedAfterItsOwnObject(t *testing.T) {
 	}
 	cliRun(t, "apply", dir, "--inventory", ns+"/two-set").expect(t, "apply --inventory NS/two-set", 0, []string{"created"}, nil)
 }
+
+// TestApplyCLIAllowEmpty: a folder emptied of its objects prunes the whole set with --prune
+// --allow-empty (as a Sync's spec.allowEmpty), within --prune-budget; without --allow-empty
+// it is refused, saying which flag allows it, and nothing is pruned.
+func TestApplyCLIAllowEmpty(t *testing.T) {
+	cluster.Require(t, env)
+	ns := env.Namespace(t)
+	dir := setDir(t, ns, map[string]string{"one.yaml": cmNamed("one"), "two.yaml": cmNamed("two")})
+	inv := []string{"--inventory", ns + "/app", "--prune"}
+	cliRun(t, append([]string{"apply", dir}, inv...)...).expect(t, "first apply", 0, []string{"2 created"}, nil)
+	writeSet(t, dir, ns, nil)
+	cliRun(t, append([]string{"apply", dir}, inv...)...).expect(t, "empty without --allow-empty", 2, nil,
+		[]string{"rendered no objects", "--allow-empty"})
+	cliRun(t, append([]string{"apply", dir, "--allow-empty", "--prune-budget", "1"}, inv...)...).expect(t,
+		"empty over the budget", 2, nil, []string{"2 objects to prune exceed the budget of 1"})
+	cliRun(t, append([]string{"apply", dir, "--allow-empty", "--dry-run"}, inv...)...).expect(t,
+		"empty dry-run", 1, []string{"2 pruned"}, nil)
+	cliRun(t, append([]string{"apply", dir, "--allow-empty"}, inv...)...).expect(t, "empty", 0, []string{"2 pruned"}, nil)
+	c := testClient(t)
+	for _, name := range []string{"one", "two"} {
+		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &corev1.ConfigMap{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("ConfigMap %s after the empty apply: %v, want not found (pruned)", name, err)
+		}
+	}
+}
