@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
@@ -40,6 +39,7 @@ type applyFlags struct {
 	force       bool
 	forceConfl  bool
 	adopt       bool
+	createNs    bool
 	allowEmpty  bool
 	pruneBudget int
 	fieldMgr    string
@@ -110,7 +110,8 @@ Exit codes: 0 nothing to change (dry-run) or applied cleanly; 1 changes found (d
 	fl.BoolVar(&f.dryRun, "dry-run", false, "server-side dry-run: show what would change, write nothing")
 	fl.BoolVar(&f.diff, "diff", false, "print a unified diff of every changed object")
 	fl.BoolVar(&f.prune, "prune", false, "delete objects of the inventory that left the set")
-	fl.StringVar(&f.inventory, "inventory", "", "NAMESPACE/NAME of the set's inventory ConfigMap (required unless --dry-run)")
+	fl.StringVar(&f.inventory, "inventory", "", "[NAMESPACE/]NAME of the set's inventory ConfigMap, in -n's namespace without NAMESPACE/ (required unless --dry-run)")
+	fl.BoolVar(&f.createNs, "create-namespace", false, "create the inventory's namespace when it does not exist (a namespace the set declares is created without it)")
 	fl.BoolVar(&f.wait, "wait", false, "wait until every applied object is Current (kstatus)")
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Minute, "readiness and CRD wait timeout")
 	fl.BoolVar(&f.force, "force", false, "recreate objects whose immutable fields changed")
@@ -129,7 +130,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 		return fail(err)
 	}
 	ns := kube.namespace()
-	ref, err := f.inventoryRef()
+	ref, err := f.inventoryRef(ns)
 	if err != nil {
 		return fail(err)
 	}
@@ -143,7 +144,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	if err = f.emptySet(bundle, err); err != nil {
 		return fail(err)
 	}
-	_, eng, err := kube.clientAndEngine()
+	c, eng, err := kube.clientAndEngine()
 	if err != nil {
 		return fail(err)
 	}
@@ -163,7 +164,17 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	if line != nil {
 		opts.Progress = line.update
 	}
-	res, applyErr := eng.Apply(cmd.Context(), engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}, opts)
+	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}
+	res, applyErr := eng.Apply(cmd.Context(), set, opts)
+	if !f.dryRun && missingNamespace(applyErr, ref.Namespace) {
+		// Refused before anything was written (the write-ahead inventory could not be
+		// created): create the namespace when the set declares it or --create-namespace
+		// asks, and apply again.
+		line.clear()
+		if applyErr = f.createNamespace(cmd.Context(), c, ref, bundle); applyErr == nil {
+			res, applyErr = eng.Apply(cmd.Context(), set, opts)
+		}
+	}
 	line.clear()
 	if res != nil && res.MigrationPending != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+res.MigrationPending)
@@ -227,27 +238,6 @@ func (f *applyFlags) validate() error {
 			"without it only --dry-run runs (a plain diff)")
 	}
 	return nil
-}
-
-// inventoryRef is the inventory --inventory names, in the CLI's own ID namespace
-// (cli_<ns>_<name>) so it never shares an ID with a Sync or "converge install"; the zero Ref
-// (no inventory: a plain dry-run diff) without the flag.
-func (f *applyFlags) inventoryRef() (inventory.Ref, error) {
-	if f.inventory == "" {
-		return inventory.Ref{}, nil
-	}
-	ns, name, ok := strings.Cut(f.inventory, "/")
-	if !ok || ns == "" || name == "" {
-		return inventory.Ref{}, fmt.Errorf("--inventory %q: want NAMESPACE/NAME", f.inventory)
-	}
-	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return inventory.Ref{}, fmt.Errorf("--inventory %q: namespace %q: %s", f.inventory, ns, strings.Join(errs, "; "))
-	}
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return inventory.Ref{}, fmt.Errorf("--inventory %q: ConfigMap name %q: %s", f.inventory, name, strings.Join(errs, "; "))
-	}
-	return inventory.Ref{Namespace: ns, Name: name, ID: inventory.ID(inventory.OwnerCLI, ns, name),
-		Legacy: inventory.LegacyID(ns, name)}, nil
 }
 
 // explained is an error with the one-line message "converge apply" exits with; it unwraps

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
@@ -134,4 +135,39 @@ func TestApplyCLIAllowEmpty(t *testing.T) {
 			t.Errorf("ConfigMap %s after the empty apply: %v, want not found (pruned)", name, err)
 		}
 	}
+}
+
+// freshNamespace is a namespace name that does not exist yet, deleted after t.
+func freshNamespace(t *testing.T, suffix string) string {
+	t.Helper()
+	ns := env.Namespace(t) + suffix
+	t.Cleanup(func() {
+		_ = testClient(t).Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
+	return ns
+}
+
+// TestApplyCLIInventoryNamespace: "--inventory NAME -n NS" keeps the inventory in NS; a set
+// that declares the namespace of its inventory applies into a cluster without it (no
+// --adopt, no kubectl create namespace first); an inventory namespace the set does not
+// declare is refused with what to do, and created with --create-namespace.
+func TestApplyCLIInventoryNamespace(t *testing.T) {
+	cluster.Require(t, env)
+	c := testClient(t)
+	ns := freshNamespace(t, "-a")
+	dir := setDir(t, ns, map[string]string{"ns.yaml": "apiVersion: v1\nkind: Namespace\nmetadata: {name: NS}\n", "cm.yaml": cmNamed("cm")})
+	cliRun(t, "apply", dir, "-n", ns, "--inventory", "app1").expect(t, "set with its namespace", 0,
+		[]string{"ConfigMap/" + ns + "/cm created", "Namespace/" + ns}, nil)
+	head := &corev1.ConfigMap{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "app1"}, head); err != nil {
+		t.Errorf("inventory %s/app1: %v", ns, err)
+	}
+	cliRun(t, "apply", dir, "-n", ns, "--inventory", "app1").expect(t, "second run", 0, []string{"0 created, 0 configured, 2 unchanged"}, nil)
+
+	other := freshNamespace(t, "-b")
+	dir = setDir(t, other, map[string]string{"cm.yaml": cmNamed("cm")})
+	cliRun(t, "apply", dir, "-n", other, "--inventory", "app1").expect(t, "missing namespace", 2, nil, []string{
+		"namespace " + other + " does not exist: create it (kubectl create namespace " + other + ") or pass --create-namespace"})
+	cliRun(t, "apply", dir, "-n", other, "--inventory", "app1", "--create-namespace").expect(t, "--create-namespace", 0,
+		[]string{"ConfigMap/" + other + "/cm created"}, nil)
 }
