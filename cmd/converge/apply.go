@@ -200,7 +200,13 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	}
 	switch {
 	case errors.Is(applyErr, engine.ErrInventoryInSet):
-		return fail(fmt.Errorf("%w (for example --inventory %s/%s-set)", applyErr, ref.Namespace, ref.Name))
+		msg := fmt.Sprintf("(for example --inventory %s/%s-set)", ref.Namespace, ref.Name)
+		if _, err := eng.Inventory(cmd.Context(), ref); inventory.IsOverwritten(err) {
+			msg += "; " + releaseHint(ref)
+		}
+		return fail(fmt.Errorf("%w %s", applyErr, msg))
+	case inventory.IsOverwritten(applyErr):
+		return fail(fmt.Errorf("%w; nothing was written: %s", applyErr, releaseHint(ref)))
 	case applyErr != nil:
 		return fail(explain(applyErr, res))
 	case f.dryRun && rep.Summary.changes() > 0:
@@ -221,6 +227,13 @@ func (f *applyFlags) emptySet(bundle *sources.Bundle, err error) error {
 	}
 	return fmt.Errorf("%w: an empty set applies nothing; --prune --allow-empty deletes every object of the "+
 		"inventory (add --dry-run to see them first; converge delete --inventory also deletes the inventory)", err)
+}
+
+// releaseHint says how to recover the objects of an inventory overwritten by its own set's
+// ConfigMap (inventory.OverwrittenError), which no apply under its name may read.
+func releaseHint(ref inventory.Ref) string {
+	return fmt.Sprintf("an earlier run wrote the set's ConfigMap %s over its inventory: release the objects it owns with "+
+		"converge delete --inventory %s --cascade=orphan (the ConfigMap goes with it), then apply under another inventory name", ref, ref)
 }
 
 // errChangesFound is the "error" of a dry-run that found changes: exit code 1, no message.
