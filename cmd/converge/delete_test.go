@@ -113,7 +113,7 @@ func overwrite(t *testing.T, ns string) {
 	one := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "one", Annotations: ann}, Data: map[string]string{"a": "1"}}
 	two := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "two", Annotations: ann,
 		Labels: map[string]string{inventory.IDLabel: id}}, Data: map[string]string{"a": "1"}}
-	one.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"} // applied by the engine, as the set's object
+	one.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}                             // applied by the engine, as the set's object
 	if err := c.Patch(ctx, one, client.Apply, client.FieldOwner(engine.FieldManager)); err != nil { //nolint:staticcheck // SSA as the engine
 		t.Fatal(err)
 	}
