@@ -152,3 +152,32 @@ func TestApplyCLIOverwrittenInventory(t *testing.T) {
 	writeSet(t, dir, ns, map[string]string{"one.yaml": cmNamed("one"), "two.yaml": cmNamed("two")})
 	cliRun(t, "apply", dir, "--inventory", ns+"/two-set").expect(t, "apply under another name", 0, []string{"1 created, 1 configured"}, nil)
 }
+
+// TestStatusListsCLIInventories: converge status lists the inventories of converge apply in
+// -n's namespace, or every namespace with -A, with the objects each owns; one overwritten by
+// its own set's ConfigMap shows what to do; a Sync's inventory is not listed among them.
+func TestStatusListsCLIInventories(t *testing.T) {
+	cluster.Require(t, env)
+	ns, broken := env.Namespace(t), env.Namespace(t)
+	dir := setDir(t, ns, map[string]string{"one.yaml": cmNamed("one"), "two.yaml": cmNamed("two")})
+	cliRun(t, "apply", dir, "--inventory", ns+"/app").expect(t, "apply", 0, []string{"2 created"}, nil)
+	overwrite(t, broken)
+	sync := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-inventory",
+		Labels: map[string]string{inventory.IDLabel: inventory.ID(inventory.OwnerSync, ns, "web")}}}
+	if err := testClient(t).Create(context.Background(), sync); err != nil {
+		t.Fatal(err)
+	}
+	r := cliRun(t, "status", "-n", ns)
+	r.expect(t, "status -n", 0, []string{"NAME", "OBJECTS", "inventory/app "}, nil)
+	if strings.Contains(r.stdout, "web-inventory") || strings.Contains(r.stdout, "inventory/two") {
+		t.Errorf("status -n %s lists a Sync's inventory or another namespace's:\n%s", ns, r.stdout)
+	}
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, "inventory/app ") && strings.Fields(l)[1] != "2" {
+			t.Errorf("OBJECTS of inventory/app: %q, want 2", l)
+		}
+	}
+	r = cliRun(t, "status", "-A", "-o", "wide")
+	r.expect(t, "status -A -o wide", 0, []string{ns + "  ", "inventory/app ", broken + "  ", "inventory/two ",
+		"converge delete --inventory " + broken + "/two --cascade=orphan"}, nil)
+}

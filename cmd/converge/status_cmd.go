@@ -24,8 +24,13 @@ func newStatusCommand(kube *kubeFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "status [NAME]",
 		Aliases: []string{"get"},
-		Short:   "List Syncs with their readiness, revision, age and message",
+		Short:   "List Syncs with their readiness, revision, age and message, and the inventories of converge apply",
 		Long: `List Syncs with their readiness, revision, age and message.
+
+A second table lists the inventories of "converge apply --inventory" (NAME inventory/<name>,
+as kubectl get names each kind when it lists several), with the number of objects each owns
+and, when one cannot be read, why and what to do; "converge delete --inventory" removes one.
+-n and -A choose the namespaces of both tables; a NAME, -o json and -o yaml show Syncs only.
 
 The OWNER column names the daemon replica (its --replica-name, by default the pod name) that
 wrote the Sync's status: it shows with -A, the view of every Sync, and with -o wide, as kubectl
@@ -49,7 +54,11 @@ shows a pod's NODE. -o json and -o yaml print the same rows, owner included, for
 			if !all {
 				opts = append(opts, client.InNamespace(kube.namespace()))
 			}
-			if err := c.List(cmd.Context(), list, opts...); err != nil {
+			// Without the Sync CRD (converge apply alone) there are only the CLI's inventories.
+			noSyncs := false
+			if err := c.List(cmd.Context(), list, opts...); meta.IsNoMatchError(err) && len(args) == 0 {
+				noSyncs = true
+			} else if err != nil {
 				return fmt.Errorf("list syncs: %w", err)
 			}
 			items := list.Items
@@ -65,7 +74,23 @@ shows a pod's NODE. -o json and -o yaml print the same rows, owner included, for
 				}
 			}
 			view := statusView{Output: output, AllNamespaces: all, Now: time.Now()}
-			return printSyncs(cmd.OutOrStdout(), items, view)
+			if !noSyncs {
+				if err := printSyncs(cmd.OutOrStdout(), items, view); err != nil {
+					return err
+				}
+			}
+			if len(args) == 1 || (output != "" && output != "wide") {
+				return nil
+			}
+			ns := kube.namespace()
+			if all {
+				ns = ""
+			}
+			rows, err := listCLIInventories(cmd.Context(), c, ns)
+			if err != nil {
+				return err
+			}
+			return printCLIInventories(cmd.OutOrStdout(), rows, view, !noSyncs)
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list Syncs of every namespace (adds the NAMESPACE and OWNER columns)")
