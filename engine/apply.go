@@ -419,9 +419,18 @@ func checkOwnInventory(ref inventory.Ref, desired *inventory.Inventory) error {
 	if !desired.Has(id) {
 		return nil
 	}
-	return terminal(fmt.Errorf("%w: ConfigMap %s of the set has the name of its own inventory %s, and applying it would overwrite "+
-		"the inventory; nothing was written: choose another inventory name", ErrInventoryInSet, ref, ref))
+	return terminal(inventoryInSetError{ref: ref})
 }
+
+// inventoryInSetError is ErrInventoryInSet about the inventory ref.
+type inventoryInSetError struct{ ref inventory.Ref }
+
+func (e inventoryInSetError) Error() string {
+	return fmt.Sprintf("ConfigMap %s of the set has the name of its own inventory %s: applying it would overwrite the inventory; "+
+		"nothing was written: choose another inventory name", e.ref, e.ref)
+}
+
+func (e inventoryInSetError) Is(target error) bool { return target == ErrInventoryInSet }
 
 // checkPrune refuses a prune of everything (the set is empty) unless AllowEmpty, and a prune
 // larger than PruneBudget. A refusal stops the run before anything is written.

@@ -48,6 +48,9 @@ func cliRun(t *testing.T, args ...string) run {
 // expect fails t unless r exited with code and its stdout and stderr contain the strings.
 func (r run) expect(t *testing.T, what string, code int, stdout, stderr []string) {
 	t.Helper()
+	if testing.Verbose() { // for reading the wording
+		t.Logf("%s: exit %d\nstdout:\n%s\nstderr:\n%s", what, r.code, r.stdout, r.stderr)
+	}
 	ok := r.code == code
 	for _, s := range stdout {
 		ok = ok && strings.Contains(r.stdout, s)

@@ -85,7 +85,7 @@ func (f *applyFlags) createNamespace(ctx context.Context, c client.Client, ref i
 		err = c.Create(ctx, nsObj, client.FieldOwner(f.fieldMgr))
 	default:
 		return fmt.Errorf("namespace %s does not exist: create it (kubectl create namespace %s) or pass --create-namespace; "+
-			"nothing was written (the inventory %s is kept in it)", ref.Namespace, ref.Namespace, ref)
+			"nothing was written (the inventory %s lives in it)", ref.Namespace, ref.Namespace, ref)
 	}
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s for the inventory %s: %w", ref.Namespace, ref, err)
