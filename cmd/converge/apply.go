@@ -62,14 +62,21 @@ unchanged and pruned.
 SOPS-encrypted objects are decrypted in memory with --decryption-key-file (an age identity
 file, repeatable); without it an encrypted object is refused, naming it and its file.
 
-The inventory (--inventory NAMESPACE/NAME, a ConfigMap) records which objects the set owns:
-an object another inventory owns (a Sync, another "converge apply --inventory", "converge
-install") is never taken over, and --prune deletes only what this inventory owns. A real apply
+The inventory (--inventory NAMESPACE/NAME, or NAME in -n's namespace; a ConfigMap) records
+which objects the set owns: an object another inventory owns (a Sync, another "converge apply
+--inventory", "converge install") is never taken over, and --prune deletes only what this inventory owns. A real apply
 needs --inventory: name it after the application and environment (apps/prod), not after a
 folder, and use the same name on every run. A --dry-run without --inventory is a plain diff
 against the live objects: nothing is owned or pruned, and each object's current owner is
 shown as information, never as an error. A --dry-run with --inventory also shows what would
-be pruned and fails objects another inventory owns, as the apply would.
+be pruned and fails objects another inventory owns, as the apply would. A set that holds a
+ConfigMap of the inventory's own name is refused before anything is written. When the
+inventory's namespace does not exist, a set that declares that Namespace creates it (owned by
+the set); otherwise --create-namespace creates it.
+
+A path that renders no objects is refused unless --prune --allow-empty: then every object of
+the inventory is pruned (--prune-budget and --dry-run apply). "converge delete --inventory"
+deletes a set and its inventory; "converge status" lists the inventories.
 
 Fields are applied as the server-side apply field manager --field-manager ("converge", as the
 daemon). Another name keeps a CI job's ownership apart from the daemon's; changing it between
