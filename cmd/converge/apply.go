@@ -354,6 +354,13 @@ func hintFor(err error) string {
 		dnsErr *net.DNSError
 		uerr   *url.Error
 	)
+	var st apierrors.APIStatus
+	if errors.As(err, &st) && apierrors.IsNotFound(err) {
+		if d := st.Status().Details; d != nil && d.Kind == "namespaces" && d.Name != "" {
+			return fmt.Sprintf("namespace %s does not exist: declare it in the set (a Namespace object), create it "+
+				"(kubectl create namespace %s) or, for the inventory's namespace, pass --create-namespace", d.Name, d.Name)
+		}
+	}
 	switch {
 	case apierrors.IsForbidden(err):
 		return hintForbidden

@@ -169,6 +169,8 @@ func TestApplyCLIInventoryNamespace(t *testing.T) {
 
 	other := freshNamespace(t, "-b")
 	dir = setDir(t, other, map[string]string{"cm.yaml": cmNamed("cm")})
+	cliRun(t, "apply", dir, "-n", other, "--inventory", "app1", "--dry-run").expect(t, "missing namespace, dry-run", 2, nil, []string{
+		"namespace " + other + " does not exist: declare it in the set (a Namespace object), create it (kubectl create namespace " + other + ")"})
 	cliRun(t, "apply", dir, "-n", other, "--inventory", "app1").expect(t, "missing namespace", 2, nil, []string{
 		"namespace " + other + " does not exist: create it (kubectl create namespace " + other + ") or pass --create-namespace"})
 	cliRun(t, "apply", dir, "-n", other, "--inventory", "app1", "--create-namespace").expect(t, "--create-namespace", 0,
