@@ -46,7 +46,7 @@ objects are released instead (their owner annotation removed, as cli-utils aband
 and only the inventory is deleted: another set, or "kubectl apply", may then take them.
 
 Only the inventories of "converge apply" are deleted here: the inventory of a Sync goes with
-the Sync (kubectl delete sync; its spec.deletionPolicy decides what happens to its objects),
+the Sync (kubectl delete syncs.converge.dev NAME; its spec.deletionPolicy decides what happens to its objects),
 the one of "converge install" with "converge uninstall".
 
 An inventory whose ConfigMap was overwritten by a ConfigMap of its own set (an earlier version
