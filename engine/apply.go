@@ -427,7 +427,7 @@ type inventoryInSetError struct{ ref inventory.Ref }
 
 func (e inventoryInSetError) Error() string {
 	return fmt.Sprintf("ConfigMap %s of the set has the name of its own inventory %s: applying it would overwrite the inventory; "+
-		"nothing was written: choose another inventory name", e.ref, e.ref)
+		"nothing was written: rename that ConfigMap or choose another inventory name (a Sync's is <name>-inventory)", e.ref, e.ref)
 }
 
 func (e inventoryInSetError) Is(target error) bool { return target == ErrInventoryInSet }

@@ -207,11 +207,11 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	}
 	switch {
 	case errors.Is(applyErr, engine.ErrInventoryInSet):
-		msg := fmt.Sprintf("(for example --inventory %s/%s-set)", ref.Namespace, ref.Name)
+		msg := fmt.Sprintf("; here, for example --inventory %s/%s-set", ref.Namespace, ref.Name)
 		if _, err := eng.Inventory(cmd.Context(), ref); inventory.IsOverwritten(err) {
 			msg += "; " + releaseHint(ref)
 		}
-		return fail(fmt.Errorf("%w %s", applyErr, msg))
+		return fail(fmt.Errorf("%w%s", applyErr, msg))
 	case inventory.IsOverwritten(applyErr):
 		return fail(fmt.Errorf("%w; nothing was written: %s", applyErr, releaseHint(ref)))
 	case applyErr != nil:
