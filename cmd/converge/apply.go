@@ -209,7 +209,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	case errors.Is(applyErr, engine.ErrInventoryInSet):
 		msg := fmt.Sprintf("; here, for example --inventory %s/%s-set", ref.Namespace, ref.Name)
 		if _, err := eng.Inventory(cmd.Context(), ref); inventory.IsOverwritten(err) {
-			msg += "; " + releaseHint(ref)
+			msg += fmt.Sprintf("; an earlier run already wrote the set's ConfigMap over the inventory %s: %s", ref, releaseHint(ref))
 		}
 		return fail(fmt.Errorf("%w%s", applyErr, msg))
 	case inventory.IsOverwritten(applyErr):
@@ -239,8 +239,8 @@ func (f *applyFlags) emptySet(bundle *sources.Bundle, err error) error {
 // releaseHint says how to recover the objects of an inventory overwritten by its own set's
 // ConfigMap (inventory.OverwrittenError), which no apply under its name may read.
 func releaseHint(ref inventory.Ref) string {
-	return fmt.Sprintf("an earlier run wrote the set's ConfigMap %s over its inventory: release the objects it owns with "+
-		"converge delete --inventory %s --cascade=orphan (the ConfigMap goes with it), then apply under another inventory name", ref, ref)
+	return fmt.Sprintf("release the objects it owns with converge delete --inventory %s --cascade=orphan "+
+		"(the ConfigMap goes with it), then apply under another inventory name", ref)
 }
 
 // errChangesFound is the "error" of a dry-run that found changes: exit code 1, no message.
