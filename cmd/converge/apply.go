@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
@@ -171,17 +173,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	if line != nil {
 		opts.Progress = line.update
 	}
-	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}
-	res, applyErr := eng.Apply(cmd.Context(), set, opts)
-	if !f.dryRun && missingNamespace(applyErr, ref.Namespace) {
-		// Refused before anything was written (the write-ahead inventory could not be
-		// created): create the namespace when the set declares it or --create-namespace
-		// asks, and apply again.
-		line.clear()
-		if applyErr = f.createNamespace(cmd.Context(), c, ref, bundle); applyErr == nil {
-			res, applyErr = eng.Apply(cmd.Context(), set, opts)
-		}
-	}
+	res, applyErr := f.apply(cmd.Context(), c, eng, engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}, bundle, opts)
 	line.clear()
 	if res != nil && res.MigrationPending != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+res.MigrationPending)
@@ -220,6 +212,21 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 		return &exitError{code: exitCodeChanges, err: errChangesFound}
 	}
 	return nil
+}
+
+// apply applies set. When the write-ahead inventory was refused because its namespace does
+// not exist (nothing was written yet), it creates the namespace if the set declares it or
+// --create-namespace asks, and applies again.
+func (f *applyFlags) apply(ctx context.Context, c client.Client, eng *engine.Engine, set engine.Set, bundle *sources.Bundle,
+	opts engine.ApplyOptions) (*engine.Result, error) {
+	res, err := eng.Apply(ctx, set, opts)
+	if f.dryRun || !missingNamespace(err, set.Inventory.Namespace) {
+		return res, err
+	}
+	if err := f.createNamespace(ctx, c, set.Inventory, bundle); err != nil {
+		return res, err
+	}
+	return eng.Apply(ctx, set, opts)
 }
 
 // emptySet lets a render of no objects through (the load error err, ErrEmptyRender, and its
