@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
 
@@ -149,6 +150,11 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 	items, desired, err := e.prepare(set, opts)
 	if err != nil {
 		return res, err
+	}
+	if !noInventory {
+		if err := checkOwnInventory(set.Inventory, desired); err != nil {
+			return res, err
+		}
 	}
 	st := start{old: &inventory.Inventory{}, claim: inventory.Claim{Found: true}}
 	if !noInventory {
@@ -405,6 +411,30 @@ func validateRef(ref inventory.Ref) error {
 	}
 	return nil
 }
+
+// ErrInventoryInSet is wrapped by the error of an Apply whose set holds the ConfigMap of its
+// own inventory: applying it would write the object's data into the inventory, which could
+// then not be read. It is terminal, and nothing is written.
+var ErrInventoryInSet = errors.New("the set holds its own inventory ConfigMap")
+
+// checkOwnInventory refuses a set that holds a ConfigMap named as its inventory.
+func checkOwnInventory(ref inventory.Ref, desired *inventory.Inventory) error {
+	id := object.ObjMetadata{Namespace: ref.Namespace, Name: ref.Name, GroupKind: schema.GroupKind{Kind: "ConfigMap"}}
+	if !desired.Has(id) {
+		return nil
+	}
+	return terminal(inventoryInSetError{ref: ref})
+}
+
+// inventoryInSetError is ErrInventoryInSet about the inventory ref.
+type inventoryInSetError struct{ ref inventory.Ref }
+
+func (e inventoryInSetError) Error() string {
+	return fmt.Sprintf("ConfigMap %s of the set has the name of its own inventory %s: applying it would overwrite the inventory; "+
+		"nothing was written: rename that ConfigMap or choose another inventory name (a Sync's is <name>-inventory)", e.ref, e.ref)
+}
+
+func (e inventoryInSetError) Is(target error) bool { return target == ErrInventoryInSet }
 
 // checkPrune refuses a prune of everything (the set is empty) unless AllowEmpty, and a prune
 // larger than PruneBudget. A refusal stops the run before anything is written.

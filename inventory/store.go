@@ -363,6 +363,9 @@ func decodeInto(ref Ref, inv *Inventory, cm *corev1.ConfigMap) error {
 	for key, uid := range cm.Data {
 		id, err := object.ParseObjMetadata(key)
 		if err != nil {
+			if overwritten(ref, cm) {
+				return &OverwrittenError{Ref: ref, Key: key}
+			}
 			return fmt.Errorf("inventory %s: ConfigMap %s: entry %q: %w", ref, cm.Name, key, err)
 		}
 		inv.Add(Entry{Object: id, UID: types.UID(uid)})

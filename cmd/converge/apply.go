@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,10 +15,11 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
+	"github.com/converge-dev/converge/sources"
 )
 
 // Exit codes of "converge apply", as kubectl diff and flux diff.
@@ -39,6 +41,7 @@ type applyFlags struct {
 	force       bool
 	forceConfl  bool
 	adopt       bool
+	createNs    bool
 	allowEmpty  bool
 	pruneBudget int
 	fieldMgr    string
@@ -61,14 +64,21 @@ unchanged and pruned.
 SOPS-encrypted objects are decrypted in memory with --decryption-key-file (an age identity
 file, repeatable); without it an encrypted object is refused, naming it and its file.
 
-The inventory (--inventory NAMESPACE/NAME, a ConfigMap) records which objects the set owns:
-an object another inventory owns (a Sync, another "converge apply --inventory", "converge
-install") is never taken over, and --prune deletes only what this inventory owns. A real apply
+The inventory (--inventory NAMESPACE/NAME, or NAME in -n's namespace; a ConfigMap) records
+which objects the set owns: an object another inventory owns (a Sync, another "converge apply
+--inventory", "converge install") is never taken over, and --prune deletes only what this inventory owns. A real apply
 needs --inventory: name it after the application and environment (apps/prod), not after a
 folder, and use the same name on every run. A --dry-run without --inventory is a plain diff
 against the live objects: nothing is owned or pruned, and each object's current owner is
 shown as information, never as an error. A --dry-run with --inventory also shows what would
-be pruned and fails objects another inventory owns, as the apply would.
+be pruned and fails objects another inventory owns, as the apply would. A set that holds a
+ConfigMap of the inventory's own name is refused before anything is written. When the
+inventory's namespace does not exist, a set that declares that Namespace creates it (owned by
+the set); otherwise --create-namespace creates it.
+
+A path that renders no objects is refused unless --prune --allow-empty: then every object of
+the inventory is pruned (--prune-budget and --dry-run apply). "converge delete --inventory"
+deletes a set and its inventory; "converge status" lists the inventories.
 
 Fields are applied as the server-side apply field manager --field-manager ("converge", as the
 daemon). Another name keeps a CI job's ownership apart from the daemon's; changing it between
@@ -109,13 +119,14 @@ Exit codes: 0 nothing to change (dry-run) or applied cleanly; 1 changes found (d
 	fl.BoolVar(&f.dryRun, "dry-run", false, "server-side dry-run: show what would change, write nothing")
 	fl.BoolVar(&f.diff, "diff", false, "print a unified diff of every changed object")
 	fl.BoolVar(&f.prune, "prune", false, "delete objects of the inventory that left the set")
-	fl.StringVar(&f.inventory, "inventory", "", "NAMESPACE/NAME of the set's inventory ConfigMap (required unless --dry-run)")
+	fl.StringVar(&f.inventory, "inventory", "", "[NAMESPACE/]NAME of the set's inventory ConfigMap, in -n's namespace without NAMESPACE/ (required unless --dry-run)")
+	fl.BoolVar(&f.createNs, "create-namespace", false, "create the inventory's namespace when it does not exist (a namespace the set declares is created without it)")
 	fl.BoolVar(&f.wait, "wait", false, "wait until every applied object is Current (kstatus)")
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Minute, "readiness and CRD wait timeout")
 	fl.BoolVar(&f.force, "force", false, "recreate objects whose immutable fields changed")
 	fl.BoolVar(&f.forceConfl, "force-conflicts", false, "take fields owned by other server-side apply managers")
 	fl.BoolVar(&f.adopt, "adopt", false, "take over objects without an owner annotation that another tool (Helm, kubectl apply) manages")
-	fl.BoolVar(&f.allowEmpty, "allow-empty", false, "let an empty set prune everything in the inventory")
+	fl.BoolVar(&f.allowEmpty, "allow-empty", false, "with --prune, let a path that renders no objects prune everything in the inventory (as a Sync's spec.allowEmpty)")
 	fl.IntVar(&f.pruneBudget, "prune-budget", 0, "refuse to prune more than this many objects (0: no limit)")
 	fl.StringVar(&f.fieldMgr, "field-manager", engine.FieldManager, "server-side apply field manager that owns the applied fields")
 	fl.StringVarP(&f.output, "output", "o", "", "output format: json, yaml or markdown (default: lines for people)")
@@ -128,7 +139,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 		return fail(err)
 	}
 	ns := kube.namespace()
-	ref, err := f.inventoryRef()
+	ref, err := f.inventoryRef(ns)
 	if err != nil {
 		return fail(err)
 	}
@@ -140,10 +151,10 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	f.src.helm.clusterVersion = kube.serverVersion
 	f.src.stdin = cmd.InOrStdin()
 	bundle, err := f.src.load(cmd.Context(), args)
-	if err != nil {
+	if err = f.emptySet(bundle, err); err != nil {
 		return fail(err)
 	}
-	_, eng, err := kube.clientAndEngine()
+	c, eng, err := kube.clientAndEngine()
 	if err != nil {
 		return fail(err)
 	}
@@ -163,7 +174,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	if line != nil {
 		opts.Progress = line.update
 	}
-	res, applyErr := eng.Apply(cmd.Context(), engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}, opts)
+	res, applyErr := f.apply(cmd.Context(), c, eng, engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}, bundle, opts)
 	line.clear()
 	if res != nil && res.MigrationPending != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+res.MigrationPending)
@@ -188,12 +199,56 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 		}
 	}
 	switch {
+	case errors.Is(applyErr, engine.ErrInventoryInSet):
+		msg := fmt.Sprintf("; here, for example --inventory %s/%s-set", ref.Namespace, ref.Name)
+		if _, err := eng.Inventory(cmd.Context(), ref); inventory.IsOverwritten(err) {
+			msg += fmt.Sprintf("; an earlier run already wrote the set's ConfigMap over the inventory %s: %s", ref, releaseHint(ref))
+		}
+		return fail(fmt.Errorf("%w%s", applyErr, msg))
+	case inventory.IsOverwritten(applyErr):
+		return fail(fmt.Errorf("%w; nothing was written: %s", applyErr, releaseHint(ref)))
 	case applyErr != nil:
 		return fail(explain(applyErr, res))
 	case f.dryRun && rep.Summary.changes() > 0:
 		return &exitError{code: exitCodeChanges, err: errChangesFound}
 	}
 	return nil
+}
+
+// apply applies set. When the write-ahead inventory was refused because its namespace does
+// not exist (nothing was written yet), it creates the namespace if the set declares it or
+// --create-namespace asks, and applies again.
+func (f *applyFlags) apply(ctx context.Context, c client.Client, eng *engine.Engine, set engine.Set, bundle *sources.Bundle,
+	opts engine.ApplyOptions) (*engine.Result, error) {
+	res, err := eng.Apply(ctx, set, opts)
+	if f.dryRun || !missingNamespace(err, set.Inventory.Namespace) {
+		return res, err
+	}
+	if err := f.createNamespace(ctx, c, set.Inventory, bundle); err != nil {
+		return res, err
+	}
+	return eng.Apply(ctx, set, opts)
+}
+
+// emptySet lets a render of no objects through (the load error err, ErrEmptyRender, and its
+// bundle) when --prune --allow-empty ask to prune the whole set, as a Sync's spec.allowEmpty
+// does; otherwise it says which flags would. Other errors are returned as they are.
+func (f *applyFlags) emptySet(bundle *sources.Bundle, err error) error {
+	if !errors.Is(err, sources.ErrEmptyRender) || bundle == nil {
+		return err
+	}
+	if f.prune && f.allowEmpty {
+		return nil
+	}
+	return fmt.Errorf("%w: an empty set applies nothing; --prune --allow-empty deletes every object of the "+
+		"inventory (add --dry-run to see them first; converge delete --inventory also deletes the inventory)", err)
+}
+
+// releaseHint says how to recover the objects of an inventory overwritten by its own set's
+// ConfigMap (inventory.OverwrittenError), which no apply under its name may read.
+func releaseHint(ref inventory.Ref) string {
+	return fmt.Sprintf("release the objects it owns with converge delete --inventory %s --cascade=orphan "+
+		"(the ConfigMap goes with it), then apply under another inventory name", ref)
 }
 
 // errChangesFound is the "error" of a dry-run that found changes: exit code 1, no message.
@@ -211,27 +266,6 @@ func (f *applyFlags) validate() error {
 			"without it only --dry-run runs (a plain diff)")
 	}
 	return nil
-}
-
-// inventoryRef is the inventory --inventory names, in the CLI's own ID namespace
-// (cli_<ns>_<name>) so it never shares an ID with a Sync or "converge install"; the zero Ref
-// (no inventory: a plain dry-run diff) without the flag.
-func (f *applyFlags) inventoryRef() (inventory.Ref, error) {
-	if f.inventory == "" {
-		return inventory.Ref{}, nil
-	}
-	ns, name, ok := strings.Cut(f.inventory, "/")
-	if !ok || ns == "" || name == "" {
-		return inventory.Ref{}, fmt.Errorf("--inventory %q: want NAMESPACE/NAME", f.inventory)
-	}
-	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return inventory.Ref{}, fmt.Errorf("--inventory %q: namespace %q: %s", f.inventory, ns, strings.Join(errs, "; "))
-	}
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return inventory.Ref{}, fmt.Errorf("--inventory %q: ConfigMap name %q: %s", f.inventory, name, strings.Join(errs, "; "))
-	}
-	return inventory.Ref{Namespace: ns, Name: name, ID: inventory.ID(inventory.OwnerCLI, ns, name),
-		Legacy: inventory.LegacyID(ns, name)}, nil
 }
 
 // explained is an error with the one-line message "converge apply" exits with; it unwraps
@@ -328,6 +362,13 @@ func hintFor(err error) string {
 		dnsErr *net.DNSError
 		uerr   *url.Error
 	)
+	var st apierrors.APIStatus
+	if errors.As(err, &st) && apierrors.IsNotFound(err) {
+		if d := st.Status().Details; d != nil && d.Kind == "namespaces" && d.Name != "" {
+			return fmt.Sprintf("namespace %s does not exist: declare it in the set (a Namespace object), create it "+
+				"(kubectl create namespace %s) or, for the inventory's namespace, pass --create-namespace", d.Name, d.Name)
+		}
+	}
 	switch {
 	case apierrors.IsForbidden(err):
 		return hintForbidden

@@ -34,7 +34,7 @@ func TestApplyCLIHealthFlags(t *testing.T) {
 	if err := os.WriteFile(rules, []byte(gateRules), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	base := []string{"apply", dir, "-n", ns, "--inventory", ns + "/gated", "--wait", "--timeout", "20s", "--health-check-exprs", rules}
+	base := []string{"apply", dir, "-n", ns, "--inventory", ns + "/gates", "--wait", "--timeout", "20s", "--health-check-exprs", rules}
 
 	writeSet(t, dir, ns, map[string]string{"cm.yaml": strings.Replace(cmGate, "GATE", "shut", 1)})
 	out, code := cli(t, base...)

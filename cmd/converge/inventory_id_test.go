@@ -31,7 +31,7 @@ import (
 func TestInventoryRefsDistinct(t *testing.T) {
 	sync := daemon.InventoryRef(&v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: installer.Namespace, Name: installer.Name}})
 	f := applyFlags{inventory: installer.Namespace + "/" + installer.Name}
-	cli, err := f.inventoryRef()
+	cli, err := f.inventoryRef("default")
 	if err != nil {
 		t.Fatal(err)
 	}

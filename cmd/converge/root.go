@@ -47,6 +47,7 @@ inventory, prunes what left the source, and reports readiness.`,
 	root.AddCommand(newCheckCommand())
 	root.AddCommand(newRunCommand(kube))
 	root.AddCommand(newApplyCommand(kube))
+	root.AddCommand(newDeleteCommand(kube))
 	root.AddCommand(newInstallCommand(kube))
 	root.AddCommand(newUninstallCommand(kube))
 	root.AddCommand(newStatusCommand(kube))

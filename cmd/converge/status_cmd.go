@@ -29,7 +29,10 @@ var syncTypes = []string{"syncs", "sync", "sy", "syncs.converge.dev", "sync.conv
 
 // getOptions are the flags of `converge status` and `converge get`, kubectl get's.
 type getOptions struct {
-	kube          *kubeFlags
+	kube *kubeFlags
+	// inventories lists the inventories of converge apply after the Syncs (status, in the
+	// table layout, without names), as kubectl get lists a second kind in a second table.
+	inventories   bool
 	print         *genericclioptions.PrintFlags
 	allNamespaces bool
 	selector      string
@@ -67,7 +70,7 @@ a pod's NODE. -A adds NAMESPACE and OWNER: the view of every Sync.
 changes, until interrupted.`
 
 func newStatusCommand(kube *kubeFlags) *cobra.Command {
-	o := &getOptions{kube: kube}
+	o := &getOptions{kube: kube, inventories: true}
 	cmd := &cobra.Command{
 		Use:   "status [NAME...]",
 		Short: "List Syncs with their readiness, reason, revision, age and message",
@@ -180,6 +183,11 @@ func (o *getOptions) run(ctx context.Context, out, errOut io.Writer, names []str
 	rv := ""
 	if !o.watchOnly {
 		items, listRV, getErr := api.get(ctx, ns, names, sel)
+		withInventories := o.inventories && printer == nil && len(names) == 0 && sel.Empty() && !o.watch
+		if withInventories && apierrors.IsNotFound(getErr) {
+			// No Sync API (converge apply alone): the inventories are all there is to list.
+			return o.printInventories(ctx, out, ns, view, false)
+		}
 		if getErr != nil && len(items) == 0 {
 			return getErr // nothing to print: not even an empty List
 		}
@@ -192,12 +200,29 @@ func (o *getOptions) run(ctx context.Context, out, errOut io.Writer, names []str
 		if getErr != nil {
 			return getErr
 		}
+		if withInventories {
+			return o.printInventories(ctx, out, ns, view, len(items) > 0)
+		}
 		rv = listRV
 	}
 	if !o.watch && !o.watchOnly {
 		return nil
 	}
 	return api.watch(ctx, ns, names, sel, rv, p.printEvent)
+}
+
+// printInventories prints the inventories of converge apply in ns ("" for all) as a second
+// table.
+func (o *getOptions) printInventories(ctx context.Context, out io.Writer, ns string, view statusView, afterSyncs bool) error {
+	c, err := o.kube.syncClient()
+	if err != nil {
+		return err
+	}
+	rows, err := listCLIInventories(ctx, c, ns)
+	if err != nil {
+		return explain(err, nil)
+	}
+	return printCLIInventories(out, rows, view, afterSyncs)
 }
 
 // noneFound is kubectl get's line for an empty list (on stderr).
