@@ -54,27 +54,18 @@ func (f *sourceFlags) chartSource(args []string) (sources.Source, error) {
 		return sources.Source{}, fmt.Errorf("%s: give either --repo and a chart name, or an oci:// chart reference with --version", name)
 	}
 	user, pass := os.Getenv("CONVERGE_HELM_USERNAME"), os.Getenv("CONVERGE_HELM_PASSWORD")
-	var ca []byte
-	if f.oci.caFile != "" {
-		var err error
-		if ca, err = os.ReadFile(f.oci.caFile); err != nil {
-			return sources.Source{}, fmt.Errorf("--ca-file: %w", err)
-		}
+	auth, err := f.oci.auth()
+	if err != nil {
+		return sources.Source{}, err
 	}
 	if !sources.IsOCIRepository(repo) {
 		return sources.Source{Chart: helmrepo.Chart{Repository: repo, Name: name, Version: c.version,
-			Auth: helmrepo.Auth{Username: user, Password: pass, CA: ca, PassCredentials: c.passCredentials}}}, nil
+			Auth: helmrepo.Auth{Username: user, Password: pass, CA: auth.CA, PassCredentials: c.passCredentials}}}, nil
 	}
 	a := sources.OCIChart(repo, name, c.version)
 	a.Insecure = f.oci.insecure
-	a.Auth = oci.Auth{Username: user, Password: pass, CA: ca}
-	if f.oci.dockerConfig != "" {
-		var err error
-		if a.Auth.DockerConfigJSON, err = os.ReadFile(f.oci.dockerConfig); err != nil {
-			return sources.Source{}, fmt.Errorf("--docker-config: %w", err)
-		}
-	}
-	var err error
+	a.Auth = auth
+	a.Auth.Username, a.Auth.Password = user, pass
 	a.Verify, err = f.verify.ociVerification()
 	return sources.Source{OCI: a, Path: sources.ChartPath}, err
 }

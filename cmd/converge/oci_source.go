@@ -61,15 +61,25 @@ func (f *sourceFlags) ociSource(arg string) (sources.Source, error) {
 	if f.oci.layerCopy {
 		a.Layer.Operation = oci.OperationCopy
 	}
-	if f.oci.dockerConfig != "" {
-		if a.Auth.DockerConfigJSON, err = os.ReadFile(f.oci.dockerConfig); err != nil {
-			return sources.Source{}, fmt.Errorf("--docker-config: %w", err)
-		}
-	}
-	if f.oci.caFile != "" {
-		if a.Auth.CA, err = os.ReadFile(f.oci.caFile); err != nil {
-			return sources.Source{}, fmt.Errorf("--ca-file: %w", err)
-		}
+	if a.Auth, err = f.oci.auth(); err != nil {
+		return sources.Source{}, err
 	}
 	return sources.Source{OCI: a, Path: f.path}, nil
+}
+
+// auth reads --docker-config and --ca-file.
+func (o *ociFlags) auth() (oci.Auth, error) {
+	var a oci.Auth
+	var err error
+	if o.dockerConfig != "" {
+		if a.DockerConfigJSON, err = os.ReadFile(o.dockerConfig); err != nil {
+			return a, fmt.Errorf("--docker-config: %w", err)
+		}
+	}
+	if o.caFile != "" {
+		if a.CA, err = os.ReadFile(o.caFile); err != nil {
+			return a, fmt.Errorf("--ca-file: %w", err)
+		}
+	}
+	return a, nil
 }
