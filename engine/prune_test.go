@@ -166,10 +166,10 @@ func TestDeleteDeniedStaysTracked(t *testing.T) {
 	wantKeys(t, "inventory after retry", h.inventory(), cmID(h.ns, "a"))
 }
 
-// TestDeleteConflictKeepsEntry is the regression test of fault-sweep seed 40: a 409 on a
-// prune's DELETE was taken for a UID-precondition failure and the entry dropped although the
-// object still lived with our annotation (I2). Now the object is read again: it stays
-// tracked, and the next run prunes it (I3, I7).
+// TestDeleteConflictKeepsEntry replays fault-sweep seed 40: a 409 on a prune's DELETE is not
+// a UID-precondition failure, and the entry must not be dropped while the object still
+// lives with our annotation (I2). The object is read again: it stays tracked, and the next
+// run prunes it (I3, I7).
 func TestDeleteConflictKeepsEntry(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	opts := testOpts()

@@ -142,8 +142,8 @@ func TestWatchDetectsDrift(t *testing.T) {
 
 // TestWatchRemembersWhatItApplied checks the memo records objects the run created or
 // configured, not only those it verified unchanged: once the watch cache has seen the writes,
-// the very next run of the same set sends nothing per object (a run used to forget what it
-// had just applied, so the run after every change took the full path once more).
+// the very next run of the same set sends nothing per object (a run that forgot what it
+// had just applied would send the run after every change down the full path once more).
 func TestWatchRemembersWhatItApplied(t *testing.T) {
 	h := newWatchHarness(t)
 	opts := testOpts()

@@ -177,7 +177,7 @@ func deploymentJSON(i int) string {
 // TestPlainYAMLCountsAgainstRenderOutput: plain YAML is decoded in this process as a render
 // child's answer is, so its documents count against --max-render-output too, and a folder
 // of many small files under every per-file and total-size limit is refused naming the file
-// where it passed the bound. Failed before: such a folder was decoded whole (only
+// where it passed the bound. Without it: such a folder was decoded whole (only
 // --max-total-size, 256 MiB, bounded it).
 func TestPlainYAMLCountsAgainstRenderOutput(t *testing.T) {
 	files := map[string]string{}

@@ -212,7 +212,7 @@ func TestFetch304AfterTheMemoIsDropped(t *testing.T) {
 
 // TestFetchRedirectKeepsCredentialsAtTheOrigin: an index.yaml redirected to another port of
 // the same host gets no credentials there, and a redirect from https to http is refused
-// (failed before: Go's client sent the Authorization header to the other port).
+// (without it: Go's client sent the Authorization header to the other port).
 func TestFetchRedirectKeepsCredentialsAtTheOrigin(t *testing.T) {
 	var leaked atomic.Value
 	leaked.Store("")
