@@ -157,8 +157,7 @@ func TestHealthExprFailed(t *testing.T) {
 
 // TestHealthExprRejected checks that an expression that does not compile fails the Apply
 // before anything is written, naming the entry, its kind, the field and CEL's position: the
-// new object is not created and the one that left the set is not pruned (I8). It failed
-// before (the field did not exist).
+// new object is not created and the one that left the set is not pruned (I8).
 func TestHealthExprRejected(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	opts := testOpts()

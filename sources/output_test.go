@@ -71,8 +71,8 @@ func TestRenderOutputBounded(t *testing.T) {
 }
 
 // TestRenderSlotsBoundChildren: with two render slots, three renders whose children never
-// answer run two children at once, not three; the third starts when one is stopped. Before
-// the option the slots were max(4, GOMAXPROCS) process-wide: all three ran.
+// answer run two children at once, not three; the third starts when one is stopped. With
+// max(4, GOMAXPROCS) slots process-wide all three would run.
 func TestRenderSlotsBoundChildren(t *testing.T) {
 	opts := DefaultRenderOptions()
 	opts.Isolate = true

@@ -220,8 +220,8 @@ func TestForgetSparesAnEntryTakenUpAgain(t *testing.T) {
 
 // TestFetchCacheQuotaConcurrentFetches: fetches in flight together claim what they write
 // from the quota before writing it, so the cache never holds more than its quota, not even
-// for a moment, and a fetch that finds no room fails transiently (ErrCacheFull). Failed
-// before: four fetches at once each checked the quota only when done, and the cache
+// for a moment, and a fetch that finds no room fails transiently (ErrCacheFull). Without
+// it: four fetches at once each checked the quota only when done, and the cache
 // reached more than twice its quota while they ran.
 func TestFetchCacheQuotaConcurrentFetches(t *testing.T) {
 	const n = 4

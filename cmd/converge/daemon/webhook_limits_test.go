@@ -103,8 +103,8 @@ func TestWebhookReadsTheSecretAsTheSync(t *testing.T) {
 
 // TestWebhookAnswersBeforeTheBody: a request for a missing Sync, for a Sync without a
 // secret, with a wrong GitLab token, or declaring a body over the limit, is answered as soon
-// as its headers are read, though its client sends only 10 of its bytes and stalls. Failed
-// before: the body was read first, and each answer waited for the server's read timeout
+// as its headers are read, though its client sends only 10 of its bytes and stalls. Without
+// it: the body was read first, and each answer waited for the server's read timeout
 // (60 s here; the test waited 20 s).
 func TestWebhookAnswersBeforeTheBody(t *testing.T) {
 	opts := defaultWebhookOptions()
