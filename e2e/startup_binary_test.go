@@ -15,7 +15,7 @@ import (
 // every request with 503 for 4 s, then half of them for 6 s more (an API server restarting, a
 // flaky aggregated discovery): the daemon retries its start-up steps (the CRD, the Lease
 // namespace, the quick start Sync, the Sync kind's REST mapping) instead of exiting, and once
-// the errors stop the Sync is Ready and /healthz answers. Before, the first 503 ended the
+// the errors stop the Sync is Ready and /healthz answers. Without it, the first 503 ended the
 // process ("install CRD ...: the server is currently unable to handle the request"), and in
 // the two-replica sweep a replica started during an API-errors round exited with "index
 // converge.dev/dependsOn: failed to get restmapping", never to hold a shard again.

@@ -90,7 +90,7 @@ func TestDeleteRecoversLostInventory(t *testing.T) {
 // TestAbandonKeepsEntryAddedMeanwhile (I2 with two writers): another writer records an
 // object under the inventory and creates it while Abandon releases the others, after
 // Abandon read the inventory. The inventory ConfigMap must not go with that entry in it:
-// Abandon fails with a conflict, and its retry releases the new object too. Before the fix
+// Abandon fails with a conflict, and its retry releases the new object too. Without it,
 // the ConfigMap was deleted whatever it listed by then, and the new object carried our
 // owner annotation with no inventory listing it (the test failed on I2).
 func TestAbandonKeepsEntryAddedMeanwhile(t *testing.T) {
@@ -142,7 +142,7 @@ func (h *harness) addOwned(name string) {
 // every object it applies; abandoning the set (deletionPolicy Orphan) releases the objects
 // of that label too, so a released object carries nothing of converge's. Only the scope's
 // own value goes: a value changed since (here by a user, to "z") is not ours to remove.
-// The objects keep the rest of their metadata and their data. It failed before: "a" kept
+// The objects keep the rest of their metadata and their data. Without it: "a" kept
 // the label test.converge.dev/share=a after Abandon.
 func TestScopedAbandonRemovesScopeLabel(t *testing.T) {
 	h := scopedHarness(t)

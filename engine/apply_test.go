@@ -85,68 +85,6 @@ func TestApplyLifecycle(t *testing.T) {
 	wantKeys(t, "inventory after prune", h.inventory(), cmID(h.ns, "b"), cmID(h.ns, "c"), h.ns+"_s__Secret")
 }
 
-// TestPruneLeavesWhatIsNotOurs covers the objects a prune must not delete. Invariants: I1
-// (no delete of an object without our owner annotation — a foreign look-alike that got
-// into the inventory, a UID-swapped object recreated by someone else), the prune-disabled
-// annotation, and that such entries leave the inventory instead of lingering.
-func TestPruneLeavesWhatIsNotOurs(t *testing.T) {
-	h := newHarness(t, Hooks{})
-	opts := testOpts()
-	keep := annotate(configMap(h.ns, "keep", nil), PruneAnnotation, PruneDisabled)
-	h.apply(opts, configMap(h.ns, "a", nil), keep, configMap(h.ns, "swapped", nil))
-
-	// A foreign object that looks like ours (same labels, another owner), smuggled into our
-	// inventory as a corrupted or hand-edited inventory would.
-	foreign := annotate(configMap(h.ns, "foreign", map[string]any{"x": "y"}), OwnerAnnotation, "someone-else")
-	foreign.SetLabels(map[string]string{"app": "demo"})
-	if err := h.plain.Create(h.ctx, foreign); err != nil {
-		t.Fatal(err)
-	}
-	unannotated := configMap(h.ns, "unannotated", nil)
-	if err := h.plain.Create(h.ctx, unannotated); err != nil {
-		t.Fatal(err)
-	}
-	inv, err := h.eng.Inventory(h.ctx, h.ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range []*unstructured.Unstructured{foreign, unannotated} {
-		inv.Add(entryOf(u))
-	}
-	if err := h.eng.store.Write(h.ctx, h.ref, inv); err != nil {
-		t.Fatal(err)
-	}
-	// Someone deletes "swapped" and recreates it with our annotation: a new UID.
-	old := h.liveCM("swapped")
-	if err := h.plain.Delete(h.ctx, old); err != nil {
-		t.Fatal(err)
-	}
-	recreated := annotate(configMap(h.ns, "swapped", nil), OwnerAnnotation, h.ref.ID)
-	if err := h.plain.Create(h.ctx, recreated); err != nil {
-		t.Fatal(err)
-	}
-	foreignRV := h.liveCM("foreign").GetResourceVersion()
-
-	res := h.apply(opts, configMap(h.ns, "a", nil))
-	want := map[string]Action{cmID(h.ns, "keep"): ActionSkipped, cmID(h.ns, "swapped"): ActionSkipped,
-		cmID(h.ns, "foreign"): ActionSkipped, cmID(h.ns, "unannotated"): ActionSkipped}
-	if diff := cmp.Diff(want, actions(res.Pruned)); diff != "" {
-		t.Errorf("prune actions (-want +got):\n%s", diff)
-	}
-	for _, name := range []string{"keep", "swapped", "foreign", "unannotated"} {
-		if h.liveCM(name) == nil {
-			t.Errorf("I1: %s was deleted", name)
-		}
-	}
-	if got := h.liveCM("foreign").GetResourceVersion(); got != foreignRV {
-		t.Errorf("I1: the foreign object was modified (resourceVersion %s -> %s)", foreignRV, got)
-	}
-	if got := h.liveCM("swapped").GetUID(); got == old.GetUID() {
-		t.Error("test setup: swapped kept its UID")
-	}
-	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "a"))
-}
-
 // TestOwnershipConflict checks I11: a desired object that another inventory owns is not
 // adopted (failed, naming the other inventory), the rest of the set is applied, and a
 // partial failure prunes nothing (I8).
@@ -272,37 +210,6 @@ func TestReconcileDisabled(t *testing.T) {
 		t.Errorf("a skipped object was changed: data.k = %q", v)
 	}
 	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "a"))
-}
-
-// TestDeleteDeniedStaysTracked checks I3 then I7: a prune whose DELETE is denied (403)
-// fails, keeps the object and its inventory entry; once allowed, the next run prunes it
-// and the inventory shrinks.
-func TestDeleteDeniedStaysTracked(t *testing.T) {
-	h := newHarness(t, Hooks{})
-	opts := testOpts()
-	h.apply(opts, configMap(h.ns, "a", nil), configMap(h.ns, "b", nil))
-	h.rt.SetRules(fault.Rule{Verb: "delete", Resource: "configmaps", Name: "b", Status: http.StatusForbidden})
-	res, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "a", nil)), opts)
-	if err == nil || !strings.Contains(err.Error(), cmName(h.ns, "b")) {
-		t.Fatalf("Apply error = %v, want a prune error naming b", err)
-	}
-	if got := actions(res.Pruned)[cmID(h.ns, "b")]; got != ActionFailed {
-		t.Errorf("prune action = %s, want failed", got)
-	}
-	if h.liveCM("b") == nil {
-		t.Fatal("denied delete: b is gone")
-	}
-	wantKeys(t, "I3: inventory after a denied delete", h.inventory(), cmID(h.ns, "a"), cmID(h.ns, "b"))
-
-	h.rt.SetRules()
-	res = h.apply(opts, configMap(h.ns, "a", nil))
-	if got := actions(res.Pruned)[cmID(h.ns, "b")]; got != ActionPruned {
-		t.Errorf("retry prune action = %s, want pruned", got)
-	}
-	if h.liveCM("b") != nil {
-		t.Error("b survived the allowed retry")
-	}
-	wantKeys(t, "inventory after retry", h.inventory(), cmID(h.ns, "a"))
 }
 
 // TestWriteAheadFailure checks I2, I8 and S19: when the write-ahead inventory write fails

@@ -95,10 +95,10 @@ func (w *watchCache) List(ctx context.Context, list client.ObjectList, opts ...c
 //
 // The answer shares its maps (labels, annotations, ...) with the cache's own object
 // (client.UnsafeDisableDeepCopy): callers only read it and must never modify it. A deep copy
-// per object was about an eighth of the CPU of a no-op reconcile at 50,000 objects, and most
-// of its garbage. A kind whose informer has answered once is read without a deadline of its
-// own: its reads no longer wait for a sync, and a context with a timer per object was the
-// rest of the garbage.
+// per object would be about an eighth of the CPU of a no-op reconcile at 50,000 objects, and
+// most of its garbage. A kind whose informer has answered once is read without a deadline of
+// its own: its reads do not wait for a sync, and a context with a timer per object would be
+// the rest of the garbage.
 func (w *watchCache) cachedLive(ctx context.Context, gvk schema.GroupVersionKind, key client.ObjectKey) (*metav1.PartialObjectMetadata, error) {
 	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(gvk)

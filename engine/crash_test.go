@@ -217,41 +217,6 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// TestPruneRefused checks I8: a prune above the budget and a prune of everything (empty
-// set) are refused before anything is written, unless allowed.
-func TestPruneRefused(t *testing.T) {
-	h := newHarness(t, Hooks{})
-	opts := testOpts()
-	h.apply(opts, configMap(h.ns, "a", nil), configMap(h.ns, "b", nil), configMap(h.ns, "c", nil))
-
-	budget := opts
-	budget.PruneBudget = 1
-	_, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "a", nil), configMap(h.ns, "new", nil)), budget)
-	if !errors.Is(err, ErrPruneRefused) || !IsTerminal(err) {
-		t.Errorf("over budget: error = %v, want a terminal ErrPruneRefused", err)
-	}
-	_, err = h.eng.Apply(h.ctx, h.set(), opts)
-	if !errors.Is(err, ErrPruneRefused) {
-		t.Errorf("empty set: error = %v, want ErrPruneRefused", err)
-	}
-	if h.liveCM("new") != nil {
-		t.Error("a refused run applied objects")
-	}
-	for _, n := range []string{"a", "b", "c"} {
-		if h.liveCM(n) == nil {
-			t.Errorf("a refused prune deleted %s", n)
-		}
-	}
-	wantKeys(t, "inventory", h.inventory(), cmID(h.ns, "a"), cmID(h.ns, "b"), cmID(h.ns, "c"))
-
-	opts.AllowEmpty = true
-	res := h.apply(opts)
-	if diff := cmp.Diff(Summary{Pruned: 3}, res.Summary()); diff != "" {
-		t.Errorf("allowed empty prune (-want +got):\n%s", diff)
-	}
-	wantKeys(t, "inventory", h.inventory())
-}
-
 // TestWaitReadiness checks I6's evidence: Wait reports a Deployment Current once it is
 // Available, and one that can never be scheduled times out with an error naming it and its
 // kstatus message.

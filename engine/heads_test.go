@@ -34,7 +34,7 @@ func runHeads(t *testing.T) *inventory.Heads {
 // TestHeadsNoOpSendsNothing: with a watch of the inventory heads, a no-op reconcile (the
 // readiness wait included) sends no request at all: it starts from the inventory it read
 // last, since the watch shows the ConfigMap unchanged. Without Heads the same run sends one,
-// the inventory's GET (TestWatchNoOpSendsNothing): settle to 0 failed before.
+// the inventory's GET (TestWatchNoOpSendsNothing).
 func TestHeadsNoOpSendsNothing(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	h.useWatchEngine(Options{Heads: runHeads(t)})
@@ -220,7 +220,7 @@ func TestHeadsGateFailsClosed(t *testing.T) {
 
 // TestHeadsMissingPartStillStops: an inventory with parts is read at every run, so a part
 // deleted by hand (or edited: its version is not the head's) is found by the next run, which
-// fails naming it and writes nothing, even when the set did not change. Failed before: the run started from the remembered inventory, sent nothing and
+// fails naming it and writes nothing, even when the set did not change. Without it: the run started from the remembered inventory, sent nothing and
 // succeeded while the part was missing.
 func TestHeadsMissingPartStillStops(t *testing.T) {
 	h := newHarness(t, Hooks{})

@@ -98,7 +98,7 @@ func healthOf(res *Result, id string) ObjectHealth {
 // TestHealthExprJudgesCustomResource checks that a custom resource without kstatus
 // conditions is Ready only when its current expression says so: not while it has no status
 // (an evaluation error: Unknown), not while inProgress holds, and Current once current holds.
-// It failed before (no HealthExprs): kstatus called the Gadget Current at once.
+// Without it (no HealthExprs): kstatus called the Gadget Current at once.
 func TestHealthExprJudgesCustomResource(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	group := healthGroup(h)
@@ -129,7 +129,7 @@ func TestHealthExprJudgesCustomResource(t *testing.T) {
 
 // TestHealthExprFailed checks that a failed expression ends the wait Failed with its
 // message, and that the failure prunes nothing and keeps the objects in the inventory (I8).
-// It failed before: the Gadget was Current.
+// Without it: the Gadget was Current.
 func TestHealthExprFailed(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	group := healthGroup(h)
@@ -157,8 +157,7 @@ func TestHealthExprFailed(t *testing.T) {
 
 // TestHealthExprRejected checks that an expression that does not compile fails the Apply
 // before anything is written, naming the entry, its kind, the field and CEL's position: the
-// new object is not created and the one that left the set is not pruned (I8). It failed
-// before (the field did not exist).
+// new object is not created and the one that left the set is not pruned (I8).
 func TestHealthExprRejected(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	opts := testOpts()
@@ -200,7 +199,7 @@ func TestHealthExprRejected(t *testing.T) {
 // TestHealthChecksExtraObject checks that spec.healthChecks objects of a kind the set does
 // not hold are waited for, also without Wait: missing, the wait times out naming it; once it
 // exists and its expression says current, the run is Ready. It is never applied, recorded or
-// pruned. It failed before: the set's ConfigMap alone was waited for (nothing without Wait).
+// pruned. Without it: the set's ConfigMap alone was waited for (nothing without Wait).
 func TestHealthChecksExtraObject(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	group := healthGroup(h)
@@ -248,8 +247,8 @@ func TestHealthChecksExtraObject(t *testing.T) {
 
 // TestHealthExprWatchReadsWholeObject checks watch mode: a kind kstatus judges from its
 // metadata alone (a ClusterIP Service, read from the watch cache as metadata only) is read
-// whole once an expression judges it, so the expression sees its spec. It failed before
-// the exclusion in wait (the expression found no spec: Unknown until the timeout).
+// whole once an expression judges it, so the expression sees its spec. Without
+// the exclusion in wait the expression finds no spec: Unknown until the timeout.
 func TestHealthExprWatchReadsWholeObject(t *testing.T) {
 	h := newWatchHarness(t)
 	svc := obj("v1", "Service", h.ns, "web", map[string]any{"spec": map[string]any{

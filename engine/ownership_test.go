@@ -24,7 +24,7 @@ import (
 //
 // Both engines read the API server directly (the CLI), or both run a watch cache (the daemon).
 //
-// It failed before: both applies were server-side applies of the shared field manager, so the
+// Without it: both applies were server-side applies of the shared field manager, so the
 // second silently rewrote the first's owner annotation and data, and both runs reported
 // "created" and recorded the object (direct engines: 8, 10, 9 and 9 of 10 rounds failed in
 // four runs; watch engines: 8 of 10).
@@ -153,7 +153,7 @@ func immutableCM(ns, name, v string) *unstructured.Unstructured {
 // it and the manager, and even with Adopt a forced recreate never deletes it; an object
 // recreated by someone else under our annotation (another UID) is not deleted either.
 //
-// It failed before: every unannotated object was adopted silently, and Force deleted the Helm
+// Without it: every unannotated object was adopted silently, and Force deleted the Helm
 // object and the look-alike.
 func TestForceRecreatesOnlyOurs(t *testing.T) {
 	h := newHarness(t, Hooks{})
@@ -225,7 +225,7 @@ func TestForceRecreatesOnlyOurs(t *testing.T) {
 // and gets it back
 // (I11, I2).
 //
-// It failed before: both were adopted without a word.
+// Without it: both were adopted without a word.
 func TestAdoptNeedsOptIn(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	opts := testOpts()
@@ -287,7 +287,7 @@ func TestAdoptNeedsOptIn(t *testing.T) {
 // the object ours: it is refused as without the copy, left unchanged and not inventoried
 // (I11).
 //
-// It failed before: the copy's UID counted as recorded, and spec.adopt was skipped.
+// Without it: the copy's UID counted as recorded, and spec.adopt was skipped.
 func TestRecoveredCopyDoesNotAdopt(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	helm := configMap(h.ns, "helm", map[string]any{"k": "theirs"})

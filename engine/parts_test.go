@@ -140,8 +140,7 @@ func (h *harness) wantInventory(what string, want []string) invConfigMaps {
 // TestSyncAcrossParts drives a set whose inventory spans a head and four parts through its
 // life against the API server: apply, a no-op (no inventory ConfigMap written), a 1% change
 // (none either), a prune (the parts shrink, emptied ones are deleted), and Delete (every
-// object, the head and the parts gone). Before, the engine's part size could not be set,
-// so no engine test ran over parts at all.
+// object, the head and the parts gone).
 func TestSyncAcrossParts(t *testing.T) {
 	h := partsHarness(t, nil, Hooks{}, inventory.StoreHooks{})
 	opts := testOpts()

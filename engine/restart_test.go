@@ -53,7 +53,7 @@ func restartSet(ns string, n int) []*unstructured.Unstructured {
 // restarted daemon, a new owner after a handover, the CLI) re-applying an unchanged set
 // trusts each object on the LIST's word, from its managedFields and values, instead of
 // dry-running it: O(kinds × namespaces) requests, not one per object, and no write (I7).
-// It failed before appliedAsDesired: 40 dry-runs (PATCH) for the 40 objects, per engine.
+// Without the judgement of appliedAsDesired: 40 dry-runs (PATCH) for the 40 objects, per engine.
 func TestRestartSendsNoDryRunPerObject(t *testing.T) {
 	for _, watch := range []bool{true, false} {
 		t.Run(fmt.Sprintf("watch=%v", watch), func(t *testing.T) {

@@ -146,24 +146,3 @@ func TestS15ForeignApplyManagerOwnsField(t *testing.T) {
 		t.Error("I8: a failed apply pruned")
 	}
 }
-
-// TestDeleteConflictKeepsEntry is the regression test of fault-sweep seed 40: a 409 on a
-// prune's DELETE was taken for a UID-precondition failure and the entry dropped although the
-// object still lived with our annotation (I2). Now the object is read again: it stays
-// tracked, and the next run prunes it (I3, I7).
-func TestDeleteConflictKeepsEntry(t *testing.T) {
-	h := newHarness(t, Hooks{})
-	opts := testOpts()
-	h.apply(opts, cms(h.ns, "a", "b")...)
-	h.rt.SetRules(fault.Rule{Verb: "delete", Resource: "configmaps", Name: "b", Times: 1, Status: http.StatusConflict})
-	if _, err := h.eng.Apply(h.ctx, h.set(cms(h.ns, "a")...), opts); err == nil {
-		t.Error("a conflicted delete was reported as success")
-	}
-	h.ownedSubsetOfInventory()
-	wantKeys(t, "inventory after the conflicted delete", h.inventory(), cmID(h.ns, "a"), cmID(h.ns, "b"))
-	h.apply(opts, cms(h.ns, "a")...)
-	if h.liveCM("b") != nil {
-		t.Error("b survived the retry")
-	}
-	wantKeys(t, "inventory after the retry", h.inventory(), cmID(h.ns, "a"))
-}

@@ -53,7 +53,7 @@ func cachedNames(t *testing.T, h *harness, e *Engine) []string {
 // and objects applied before the label existed (by an engine without scope) are taken over
 // by the scoped engine's apply, which labels them, and its prune deletes one it never cached.
 //
-// Before, the watch cache listed and watched every object of a kind in the cluster: each
+// Without it, the watch cache listed and watched every object of a kind in the cluster: each
 // replica held the metadata of every managed object, whatever its share.
 func TestScopedCacheHoldsOnlyItsShare(t *testing.T) {
 	h := newHarness(t, Hooks{})
@@ -148,8 +148,8 @@ func scopedHarness(t *testing.T) *harness {
 
 // TestScopedHealthCheckOfObjectItDidNotApply: spec.healthChecks may name an object the set
 // does not apply (another Sync's, an operator's), which has no label of the engine's scope:
-// its readiness is read from the API server, not judged missing from the scoped cache. It
-// failed before with "wait: timeout ... ConfigMap .../ext: status NotFound".
+// its readiness is read from the API server, not judged missing from the scoped cache
+// (without it: "wait: timeout ... ConfigMap .../ext: status NotFound").
 func TestScopedHealthCheckOfObjectItDidNotApply(t *testing.T) {
 	h := scopedHarness(t)
 	if err := h.plain.Create(h.ctx, configMap(h.ns, "ext", map[string]any{"k": "v"})); err != nil {
@@ -168,8 +168,8 @@ func TestScopedHealthCheckOfObjectItDidNotApply(t *testing.T) {
 }
 
 // TestScopedKeepsMalformedLabelsForTheServer: a label value that is not a string (YAML's
-// unquoted 1.5) is refused, naming the label, as without a scope (first by the API
-// server; since checkStringMaps, by prepare, as terminal). Before, the scoped engine read such a map as no labels and
+// unquoted 1.5) is refused, naming the label, as without a scope (by prepare, as
+// terminal; the API server refuses it too). Without it, the scoped engine read such a map as no labels and
 // applied the object with its scope's label alone: every label of the manifest (here a
 // Pod Security level) silently dropped, and the Sync Ready.
 func TestScopedKeepsMalformedLabelsForTheServer(t *testing.T) {
@@ -196,7 +196,7 @@ func TestScopedKeepsMalformedLabelsForTheServer(t *testing.T) {
 
 // TestMalformedAnnotationsRefused: an annotation value that is not a string (YAML's
 // unquoted 1) is refused before anything is written, naming the object and the annotation,
-// and the object keeps what it had. Before, the engine read such a map as no annotations and
+// and the object keeps what it had. Without it, the engine read such a map as no annotations and
 // applied the object with only its owner annotation: the apply succeeded and removed every
 // annotation the set had applied before (here "note").
 func TestMalformedAnnotationsRefused(t *testing.T) {

@@ -129,11 +129,11 @@ func TestStaleCachePruneDeletesOnlyWhatIsOurs(t *testing.T) {
 // "not found": the object keeps its owner, this set reports the overlap and does not
 // inventory or prune it (I11, I1).
 //
-// Before, fromCache applied an object that the cache did not show and
-// the old inventory did not hold straight away, with the shared field manager "converge",
-// which already owns the other set's owner annotation, so the apply silently rewrote it; the
-// next run that dropped the object then deleted the other set's object. Absence is now
-// confirmed by the API server (the survey) before such an apply.
+// An object that the cache does not show and the old inventory does not hold, applied
+// straight away with the shared field manager "converge", which already owns the other
+// set's owner annotation, would be silently taken over, and the next run that dropped the
+// object would delete the other set's object. Absence is confirmed by the API server (the
+// survey) before such an apply.
 func TestStaleCacheNeverAdopts(t *testing.T) {
 	h, stale := newStaleHarness(t)
 	opts := testOpts()

@@ -19,7 +19,7 @@ import (
 // precondition): the other set's object keeps its owner, data and UID, this set reports the
 // overlap and neither records its UID nor keeps listing it (I11, I14).
 //
-// It failed before: the watch path applied without a precondition, with the shared field
+// Without it: the watch path applied without a precondition, with the shared field
 // manager that already owned the owner annotation, took the object over and recorded its UID.
 func TestStaleCacheRecreatedIsNotTakenOver(t *testing.T) {
 	h, stale := newStaleHarness(t)
@@ -71,7 +71,7 @@ func TestStaleCacheRecreatedIsNotTakenOver(t *testing.T) {
 // copy: the object is created again (and inventoried with its new UID), not reported
 // unchanged from the memo of the deleted copy (I7, I2).
 //
-// It failed before: the memo still held the pruned copy's resourceVersion, which the frozen
+// Without it: the memo still held the pruned copy's resourceVersion, which the frozen
 // cache showed, so the run reported "unchanged" and the object stayed deleted.
 func TestStaleCachePrunedThenReAddedIsApplied(t *testing.T) {
 	h, stale := newStaleHarness(t)
@@ -116,7 +116,7 @@ func deployment(ns, name, note string) *unstructured.Unstructured {
 // Current on the old copy (I6: Ready only for what was applied and seen Current). Once the
 // cache thaws, the rollout is judged and the run is Ready.
 //
-// It failed before: kstatus judged the cached copy of the old generation, Available with
+// Without it: kstatus judged the cached copy of the old generation, Available with
 // observedGeneration equal to its (old) generation, so the run was Ready at once.
 func TestStaleCacheReadinessWaitsForAppliedGeneration(t *testing.T) {
 	h, stale := newStaleHarness(t)

@@ -13,7 +13,7 @@ import (
 // TestCutShortReadsKeepTheLastStatus: a read that the wait's end cut short — its context
 // ended, or client-go's rate limiter refused to wait past the deadline — says nothing of
 // the object, so the wait keeps the status read before it; an object's own error does not
-// count as cut short (the wait once ended with "client rate limiter Wait returned an error:
+// count as cut short (otherwise the wait ends with "client rate limiter Wait returned an error:
 // rate: Wait(n=1) would exceed context deadline" as a Deployment's message).
 func TestCutShortReadsKeepTheLastStatus(t *testing.T) {
 	limiter := fmt.Errorf("client rate limiter Wait returned an error: %w", errors.New("rate: Wait(n=1) would exceed context deadline"))

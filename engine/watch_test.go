@@ -140,39 +140,10 @@ func TestWatchDetectsDrift(t *testing.T) {
 	}
 }
 
-// TestWatchPruneOneRequestEach checks a prune through the watch cache costs one DELETE per
-// pruned object (UID and resourceVersion preconditions, no GET), and still leaves a foreign
-// object alone (I1).
-func TestWatchPruneOneRequestEach(t *testing.T) {
-	h := newWatchHarness(t)
-	opts := testOpts()
-	objs := manyCMs(h.ns, "1", 10)
-	h.apply(opts, objs...)
-	h.settle(opts, 1, objs)
-	h.rt.Reset()
-	res := h.apply(opts, objs[:6]...)
-	if s := res.Summary(); s.Pruned != 4 {
-		t.Fatalf("pruned %d, want 4: %+v", s.Pruned, res.Pruned)
-	}
-	deletes, gets := h.rt.Count("delete"), h.rt.Count("get")
-	if deletes != 4 {
-		t.Errorf("%d DELETE requests for 4 prunes, want 4", deletes)
-	}
-	// The inventory read, and the record update's read: nothing per pruned object.
-	if gets > 2 {
-		t.Errorf("%d GET requests during a 4-object prune, want at most 2 (no GET per object)", gets)
-	}
-	for i := 6; i < 10; i++ {
-		if h.liveCM(fmt.Sprintf("cm-%02d", i)) != nil {
-			t.Errorf("cm-%02d survived the prune", i)
-		}
-	}
-}
-
 // TestWatchRemembersWhatItApplied checks the memo records objects the run created or
 // configured, not only those it verified unchanged: once the watch cache has seen the writes,
-// the very next run of the same set sends nothing per object (a run used to forget what it
-// had just applied, so the run after every change took the full path once more).
+// the very next run of the same set sends nothing per object (a run that forgot what it
+// had just applied would send the run after every change down the full path once more).
 func TestWatchRemembersWhatItApplied(t *testing.T) {
 	h := newWatchHarness(t)
 	opts := testOpts()

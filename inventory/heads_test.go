@@ -83,7 +83,7 @@ func TestStoreVersionFollowsWrites(t *testing.T) {
 // TestHeadsOffWithoutWatch: a daemon whose RBAC lets it list ConfigMaps but not watch them
 // (a ClusterRole kept from before the heads' watch) must not answer from its one list:
 // Heads then answers nothing, so every run reads its inventory; once watch is granted, its
-// next try answers again. Failed before: the list made Heads synced, and it kept answering
+// next try answers again. Without it: the list made Heads synced, and it kept answering
 // from it.
 func TestHeadsOffWithoutWatch(t *testing.T) {
 	cluster.Require(t, env)
@@ -146,7 +146,7 @@ func TestHeadsOffWithoutWatch(t *testing.T) {
 
 // TestHeadsKeepOnlyTheVersion: the heads' watch keeps of each head its namespace, name and
 // resourceVersion, nothing else, so that a ConfigMap labelled as an inventory by anyone who
-// may create ConfigMaps costs the watch no more than its key. Failed before: the stored head
+// may create ConfigMaps costs the watch no more than its key. Without it: the stored head
 // kept all 21 labels, the UID and the creation time.
 func TestHeadsKeepOnlyTheVersion(t *testing.T) {
 	cluster.Require(t, env)

@@ -38,7 +38,7 @@ func unlisted(t *testing.T, c client.Client, ns, id string) []string {
 // TestStorePartsGarbageCollected: parts left unlisted by a crash, between creating the parts
 // and writing the head, or between writing the head and deleting the parts it dropped, are
 // deleted by the next write of the head; a part a writer still under way created over the
-// current head is kept; Delete removes unlisted parts too. Before, unlisted parts stayed
+// current head is kept; Delete removes unlisted parts too. Without it, unlisted parts stayed
 // until removed by hand (the test failed on the first check: the parts were still there).
 func TestStorePartsGarbageCollected(t *testing.T) {
 	cluster.Require(t, env)
@@ -117,7 +117,7 @@ func TestStorePartsGarbageCollected(t *testing.T) {
 
 	// Delete removes unlisted parts as well, but not a look-alike: a ConfigMap carrying the
 	// part label under a name that is not one of ours (another Sync of the namespace may
-	// apply it). Before, Delete deleted it.
+	// apply it). Without it, Delete deleted it.
 	crash = withHooks(s, StoreHooks{BeforeHead: func() error { return errCrash }})
 	if err := crash.Write(ctx, ref, New(entries(ns, "c", 12)...).Union(grown)); !errors.Is(err, errCrash) {
 		t.Fatalf("write through the crash point: %v", err)
@@ -180,7 +180,7 @@ func TestStoreMissingPartError(t *testing.T) {
 
 // A writer whose collection runs late (slowed after its head write: a 429, a handover, two
 // CLI runs on one inventory) must not delete the parts a newer head lists: a part created
-// after its own head write may belong to a newer head. Before, it deleted them (every read
+// after its own head write may belong to a newer head. Without it, it deleted them (every read
 // then failed with MissingPartError).
 func TestStaleCollectorKeepsNewerParts(t *testing.T) {
 	cluster.Require(t, env)

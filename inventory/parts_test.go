@@ -63,7 +63,7 @@ func mustGet(t *testing.T, s *Store, ref Ref) []Entry {
 // TestStoreParts writes an inventory larger than one ConfigMap: it continues in parts that
 // the head lists, reads back whole, an unchanged write sends nothing, a grown one writes
 // only what changed, and once it shrinks back the parts are gone and the head is exactly
-// the one-ConfigMap format. Before, every entry went into one ConfigMap whatever its size.
+// the one-ConfigMap format.
 func TestStoreParts(t *testing.T) {
 	cluster.Require(t, env)
 	ctx := testCtx(t)
@@ -344,7 +344,7 @@ func TestStoreBeyondOneConfigMap(t *testing.T) {
 
 // TestStorePartsWriterThatReadBeforeConflicts: writer B reads, writer A then removes an
 // entry that sits in a part and finishes, and B writes: B must conflict and read again, so
-// its result and the store both lack the entry. Before, A rewrote only the part, B saw that
+// its result and the store both lack the entry. Without it, A rewrote only the part, B saw that
 // part as unchanged and wrote the head without conflict: B went on with an entry the store
 // no longer held (I2).
 func TestStorePartsWriterThatReadBeforeConflicts(t *testing.T) {

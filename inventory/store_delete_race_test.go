@@ -15,7 +15,7 @@ import (
 // removed it creates a new inventory in parts. Delete's last collection of the parts no head
 // lists runs after its head is gone, and must not delete the new writer's parts, which the
 // new head lists (I2: the objects that writer records would be in no readable inventory).
-// It failed before with MissingPartError on the new writer's inventory.
+// Without it, it fails with MissingPartError on the new writer's inventory.
 func TestStoreDeleteSparesANewWritersParts(t *testing.T) {
 	cluster.Require(t, env)
 	ctx := testCtx(t)
@@ -71,7 +71,7 @@ func isPartsList(r *http.Request) bool {
 // (its parts based on "none"), a writer W4 that read W3's head writes parts based on it and
 // has not yet written its head when Delete's last collection lists the parts: they must be
 // spared too, since W4's head write (its precondition W3's head, still current) lists them.
-// It failed before with MissingPartError (the collection spared only parts based on "none").
+// Without it, it fails with MissingPartError (the collection spared only parts based on "none").
 func TestStoreDeleteSparesASecondNewWritersParts(t *testing.T) {
 	cluster.Require(t, env)
 	ctx := testCtx(t)

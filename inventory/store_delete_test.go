@@ -17,7 +17,7 @@ import (
 // delete; with parts, the write that detaches them before they are deleted). Delete
 // must not remove the head blind: it fails with a conflict (the caller reads again and
 // deletes what the inventory now lists), and the inventory, head and parts, is whole.
-// Before the fix the delete carried a UID precondition only, the head went with the new
+// Without it, the delete carried a UID precondition only, the head went with the new
 // entry in it, and the test failed: Delete succeeded and Get found nothing; with parts,
 // Delete removed them first, and the other writer's Update then failed on a missing part.
 func TestStoreDeleteKeepsHeadChangedMeanwhile(t *testing.T) {

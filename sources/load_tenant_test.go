@@ -50,7 +50,7 @@ func loopbackLoadOptions() LoadOptions {
 
 // TestLoadPrivateCommitNeedsCredentials: a Sync without the credentials cannot get the
 // render of a private commit another Sync's credentials fetched, not even by naming the
-// commit: the fetch comes before the render cache and fails. Before, the fetcher served the
+// commit: the fetch comes before the render cache and fails. Without it, the fetcher served the
 // cached commit with no request and the Loader handed out the cached render.
 func TestLoadPrivateCommitNeedsCredentials(t *testing.T) {
 	pub, err := gitserver.Start(t.TempDir(), "")

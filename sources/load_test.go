@@ -151,7 +151,7 @@ func commitTime(t *testing.T, unix string) time.Time {
 
 // TestLoadKeepsOneRenderPerOwner: a render loaded for an owner (a Sync) is dropped from the
 // render cache as soon as the owner loads another one (a new commit), unless another
-// owner's last load is that render; Forget releases an owner. Before, every render stayed
+// owner's last load is that render; Forget releases an owner. Without it, every render stayed
 // until 256 newer ones pushed it out: a Sync of 10,000 objects kept one render per commit.
 func TestLoadKeepsOneRenderPerOwner(t *testing.T) {
 	dir := writeTree(t, map[string]string{"apps/a.yaml": cm("a", "apps")})

@@ -71,8 +71,8 @@ func TestRenderOutputBounded(t *testing.T) {
 }
 
 // TestRenderSlotsBoundChildren: with two render slots, three renders whose children never
-// answer run two children at once, not three; the third starts when one is stopped. Before
-// the option the slots were max(4, GOMAXPROCS) process-wide: all three ran.
+// answer run two children at once, not three; the third starts when one is stopped. With
+// max(4, GOMAXPROCS) slots process-wide all three would run.
 func TestRenderSlotsBoundChildren(t *testing.T) {
 	opts := DefaultRenderOptions()
 	opts.Isolate = true
@@ -177,7 +177,7 @@ func deploymentJSON(i int) string {
 // TestPlainYAMLCountsAgainstRenderOutput: plain YAML is decoded in this process as a render
 // child's answer is, so its documents count against --max-render-output too, and a folder
 // of many small files under every per-file and total-size limit is refused naming the file
-// where it passed the bound. Failed before: such a folder was decoded whole (only
+// where it passed the bound. Without it: such a folder was decoded whole (only
 // --max-total-size, 256 MiB, bounded it).
 func TestPlainYAMLCountsAgainstRenderOutput(t *testing.T) {
 	files := map[string]string{}

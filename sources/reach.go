@@ -18,9 +18,10 @@ import (
 
 // A kustomize build reads an in-memory copy of what its kustomization reaches, never the
 // rest of the source: the kustomization file, every file and folder its loading fields
-// name, and, recursively, the kustomizations of the folders among them. A repository of
-// 200 apps once cost 200 copies of all 200 apps per render (1.48 GB), and one large file
-// anywhere in it failed every build; now an unreferenced file is neither read nor counted.
+// name, and, recursively, the kustomizations of the folders among them. Copying the whole
+// source would cost a repository of 200 apps 200 copies of all 200 apps per render (1.48 GB),
+// and one large file anywhere in it would fail every build: an unreferenced file is neither
+// read nor counted.
 //
 // The copy keeps the source's layout (a file at "/"+its slash path), so kustomize resolves
 // references and reports errors exactly as on disk. Kustomize never lists a folder: a

@@ -9,8 +9,8 @@ import (
 
 // TestRenderSlotsFairBetweenTenants: while one namespace holds every render slot and has
 // more renders waiting, a slot that frees goes to another namespace's waiting render, not
-// to the busy namespace's next one (the slots were one channel before, first come first
-// served, so the busy namespace's earlier waiter took each freed slot).
+// to the busy namespace's next one (with one channel, first come first served, the busy
+// namespace's earlier waiter would take each freed slot).
 func TestRenderSlotsFairBetweenTenants(t *testing.T) {
 	s := &slots{n: 2, held: map[string]int{}}
 	ctx := t.Context()

@@ -450,7 +450,7 @@ func TestWriteKeepsTheSummaryOfTheLastChange(t *testing.T) {
 
 // TestWriteKeepsTheWaitThroughFailures: a transient failure while the same generation and
 // revision wait for readiness keeps Reconciling and its transition time, the start of the
-// readiness deadline; a new revision starts it anew. Failed before: a FetchFailed between two
+// readiness deadline; a new revision starts it anew. Without it: a FetchFailed between two
 // Progressing polls removed Reconciling, and the next poll's deadline began again.
 func TestWriteKeepsTheWaitThroughFailures(t *testing.T) {
 	c, _, key := setup(t)

@@ -334,7 +334,7 @@ func TestApplyCLIForbiddenKind(t *testing.T) {
 // TestApplyCLIDryRunWithoutInventory: a set applied from one folder, changed and rendered
 // into another folder (as CI does in a temporary checkout), is dry-run without --inventory:
 // a plain diff against the live objects, exit 1, the owner shown as information, nothing
-// written. Before, the dry-run took the inventory converge-cli-<folder>, failed every
+// written. Without it, the dry-run took the inventory converge-cli-<folder>, failed every
 // object with "owned by another inventory" and exited 2.
 func TestApplyCLIDryRunWithoutInventory(t *testing.T) {
 	cluster.Require(t, env)
@@ -373,7 +373,7 @@ func TestApplyCLIDryRunWithoutInventory(t *testing.T) {
 // TestApplyCLINeedsInventory: two apps that both keep an overlays/prod folder never share
 // an inventory. A real apply without --inventory is refused before anything is written
 // (exit 2, saying what to pass); with one inventory each, the second app cannot take the
-// first app's object, and the message names the object and its owner. Before, both got the
+// first app's object, and the message names the object and its owner. Without it, both got the
 // default inventory converge-cli-prod and the second silently took the first's object.
 func TestApplyCLINeedsInventory(t *testing.T) {
 	cluster.Require(t, env)

@@ -10,7 +10,7 @@ import (
 // TestBuildNamespaceAsApply: "converge build -n NS" prints objects without a namespace in
 // NS where apply -n would put them: a ConfigMap and a namespaced custom resource of a CRD of
 // the set get it, a Namespace, a ClusterRole and a cluster-scoped custom resource do not,
-// and a custom kind of unknown scope keeps none with a line saying so (failed before: -n was
+// and a custom kind of unknown scope keeps none with a line saying so (without it: -n was
 // ignored); without -n the objects print as rendered.
 func TestBuildNamespaceAsApply(t *testing.T) {
 	crd := func(kind, scope string) string {

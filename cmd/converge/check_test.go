@@ -8,7 +8,7 @@ import (
 // TestCheckRefusesWhatApplyWould: "converge check" (and "build --validate") refuses, offline,
 // an unknown built-in kind naming the kind meant, an unquoted number in a label, a string
 // where a number goes and an unknown field, each naming the file and the object; a valid
-// folder passes (failed before: build printed all of them and exited 0, so it could not
+// folder passes (without it: build printed all of them and exited 0, so it could not
 // serve as a lint step).
 func TestCheckRefusesWhatApplyWould(t *testing.T) {
 	cm := func(extra string) string {

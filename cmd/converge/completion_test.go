@@ -10,7 +10,7 @@ import (
 // TestCompletion runs cobra's completion requests as a shell does (`converge __complete
 // ARGS... PREFIX`): Sync names for status, get and reconcile, namespaces for -n, contexts for
 // --context. With the cluster unreachable a completion offers nothing, returns at once, and
-// writes no error. Before, nothing but files was offered.
+// writes no error.
 func TestCompletion(t *testing.T) {
 	ns, _ := statusFixture(t)
 	kc := env.Kubeconfig

@@ -22,7 +22,7 @@ const gateRules = `- apiVersion: v1
 // TestApplyCLIHealthFlags waits with a Sync's health rules from the command line: a CEL rule
 // that says failed ends the wait with exit 2 and its message; one that says current lets
 // the apply succeed; --health-check waits for an object outside the set and fails the apply
-// while it does not exist. Before, apply had no such flags (unknown flag, exit 2 on parse).
+// while it does not exist.
 func TestApplyCLIHealthFlags(t *testing.T) {
 	cluster.Require(t, env)
 	ns := env.Namespace(t)

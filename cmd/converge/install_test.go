@@ -317,7 +317,7 @@ func TestConfirm(t *testing.T) {
 }
 
 // TestInstallDefaultImageIsTheCLIsRelease: a released CLI installs the daemon image of its
-// own version; a development build the base's :latest (failed before: every CLI installed
+// own version; a development build the base's :latest (without it: every CLI installed
 // :latest).
 func TestInstallDefaultImageIsTheCLIsRelease(t *testing.T) {
 	for v, want := range map[string]string{"v1.2.3": installer.BaseImage + ":v1.2.3", "v0.4.0-rc.1": installer.BaseImage + ":v0.4.0-rc.1",

@@ -26,7 +26,7 @@ import (
 )
 
 // TestInventoryRefsDistinct: a Sync, "converge apply --inventory" and "converge install"
-// naming the same namespace/name get three inventory IDs. Before, all three were
+// naming the same namespace/name get three inventory IDs. Without it, all three were
 // <namespace>_<name>.
 func TestInventoryRefsDistinct(t *testing.T) {
 	sync := daemon.InventoryRef(&v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: installer.Namespace, Name: installer.Name}})
@@ -77,7 +77,7 @@ func uids(t *testing.T, c client.Client, ns string, names ...string) map[string]
 // TestOwnersDoNotCollide: what "converge apply --inventory NS/prod" applied is not the
 // Sync prod's in NS, and the other way round: each refuses the other's object with a
 // message naming the object (Kind namespace/name) and its owner in words, and changes
-// nothing. Before, both used the inventory ID NS_prod: the Sync took the CLI's object over
+// nothing. Without it, both used the inventory ID NS_prod: the Sync took the CLI's object over
 // and the CLI the Sync's.
 func TestOwnersDoNotCollide(t *testing.T) {
 	cluster.Require(t, env)

@@ -9,7 +9,7 @@ import (
 
 // TestApplyDryRunNamesObjectsLeftWithoutPrune: an object that left the source stays without
 // --prune; a dry-run names it, says how to delete it and exits 1 (the cluster differs from
-// the source), and so does the apply's report (failed before: the dry-run exited 0 and said
+// the source), and so does the apply's report (without it: the dry-run exited 0 and said
 // nothing of it).
 func TestApplyDryRunNamesObjectsLeftWithoutPrune(t *testing.T) {
 	cluster.Require(t, env)

@@ -95,8 +95,8 @@ authoring).`,
 }
 
 // addQuickStartFlags binds the quick-start flags of `converge run` onto q, and its git ref
-// onto ref: the same --ref flags as build and apply (default: branch main). The earlier
-// --tag, --semver and --commit stay as hidden, deprecated spellings of --ref-*.
+// onto ref: the same --ref flags as build and apply (default: branch main). --tag,
+// --semver and --commit are hidden, deprecated spellings of --ref-*.
 func addQuickStartFlags(cmd *cobra.Command, q *daemon.QuickStart, ref *refFlags) {
 	f := cmd.Flags()
 	f.StringVar(&q.GitURL, "git-url", q.GitURL, "quick start: create and own a Sync for this repository")

@@ -29,7 +29,7 @@ func TestRunDefaultServiceAccountFlag(t *testing.T) {
 }
 
 // TestRunRefMeansWhatBuildRefMeans: `run`'s quick start reads --ref as build and apply do
-// (a prefix names the kind); before, any --ref was a branch name, so "bogus:v1" started a
+// (a prefix names the kind); without it, any --ref was a branch name, so "bogus:v1" started a
 // daemon following a branch of that name.
 func TestRunRefMeansWhatBuildRefMeans(t *testing.T) {
 	_, errOut, code := runOffline("run", "--git-url", "https://git.example/apps.git", "--ref", "bogus:v1")

@@ -9,7 +9,7 @@ import (
 
 // TestApplySchemaErrorReadsAsTheSource: a substituted `${replicas:=2}` in a ConfigMap's data
 // is a number the API server refuses; the error names the field and the value as the source
-// wrote it and says how to quote it, not the API server's Go value (failed before:
+// wrote it and says how to quote it, not the API server's Go value (without it:
 // ".data.replicas: expected string, got &value.valueUnstructured{Value:2}").
 func TestApplySchemaErrorReadsAsTheSource(t *testing.T) {
 	cluster.Require(t, env)

@@ -113,7 +113,7 @@ func run(args ...string) (string, string, int) {
 
 // TestStatusShowsFailingRevision checks the table of `converge status` and `converge get
 // syncs` says which newer revision fails and why, next to the last one applied: REVISION is
-// rev1, REASON BuildFailed, MESSAGE "revision rev2 failed: …". Before, the table showed rev1
+// rev1, REASON BuildFailed, MESSAGE "revision rev2 failed: …". Without it, the table showed rev1
 // and the build error with no word of rev2, no reason, and `get syncs` looked for a Sync
 // named "syncs".
 func TestStatusShowsFailingRevision(t *testing.T) {
@@ -139,7 +139,7 @@ func TestStatusShowsFailingRevision(t *testing.T) {
 
 // TestStatusKubectlOutputs checks -o json, yaml, name and jsonpath print what kubectl get
 // prints for the same objects: a List of the Syncs (the Sync itself for one NAME), their
-// sync.converge.dev/NAME, a JSONPath over either. Before, -o json and yaml printed rows
+// sync.converge.dev/NAME, a JSONPath over either. Without it, -o json and yaml printed rows
 // of our own ({"syncs": [...]}) and name and jsonpath were refused.
 func TestStatusKubectlOutputs(t *testing.T) {
 	ns, _ := statusFixture(t)
@@ -178,7 +178,7 @@ func TestStatusKubectlOutputs(t *testing.T) {
 
 // TestStatusErrors checks the errors of `converge status`, `get` and `reconcile` are one line
 // that names what failed and says what to do, stdout empty, exit 2; an empty list is no error
-// (kubectl's "No resources found" on stderr). Before, an unreachable cluster printed the raw
+// (kubectl's "No resources found" on stderr). Without it, an unreachable cluster printed the raw
 // discovery error ("list syncs: failed to get server groups: …") and `get syncs` was a
 // missing Sync.
 func TestStatusErrors(t *testing.T) {
@@ -241,7 +241,7 @@ func unreachableKubeconfig(t *testing.T) string {
 // TestKubectlGetSyncsColumns checks `kubectl get syncs` (the server-side table the CRD's
 // printer columns make) shows the columns of `converge status` in the same order, OWNER only
 // with -o wide (priority 1), and that kubectl knows the short name sy as `converge get` does.
-// Before, kubectl's STATUS column was the message and came before REVISION, there was no
+// Without it, kubectl's STATUS column was the message and came before REVISION, there was no
 // reason, and `kubectl get sy` was unknown.
 func TestKubectlGetSyncsColumns(t *testing.T) {
 	ns, _ := statusFixture(t)

@@ -37,7 +37,7 @@ func (b *lockedBuffer) String() string {
 // TestStatusWatch runs `converge status -w` and `get syncs -w -o name` as a user leaves
 // them running: they print the list, then a row (a name) each time a Sync changes, until
 // interrupted (here: the context ends), and exit 0. The change is the api Sync failing
-// after the list was printed. Before, -w was an unknown flag.
+// after the list was printed.
 func TestStatusWatch(t *testing.T) {
 	ns, c := statusFixture(t)
 	type watcher struct {

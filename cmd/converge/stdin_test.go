@@ -28,7 +28,7 @@ func runWithInput(t *testing.T, in string, args ...string) (string, int) {
 
 // TestApplyFromStdin: PATH "-" reads the objects from stdin, as kubectl apply -f -: build
 // prints them, apply applies them to its inventory and a dry-run of the same stream finds
-// nothing to do, errors name stdin.yaml (failed before: "-" was a folder that does not
+// nothing to do, errors name stdin.yaml (without it: "-" was a folder that does not
 // exist).
 func TestApplyFromStdin(t *testing.T) {
 	cluster.Require(t, env)

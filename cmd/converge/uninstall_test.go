@@ -131,7 +131,7 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 // TestUninstallRereadsChangedInventory: the inventory of the base changes while uninstall
 // deletes it (another writer creates an object under it), twice; uninstall reads it again
 // and deletes what it lists now, the objects added meanwhile included, as the daemon's
-// finalizer does by requeueing. Before, uninstall stopped at the first change: at the
+// finalizer does by requeueing. Without it, uninstall stopped at the first change: at the
 // inventory's delete with Store.Delete's conflict (the object has been modified; please
 // apply your changes to the latest version), after a stage with "1 objects still tracked";
 // the inventory and late-1 left in place.
@@ -186,7 +186,7 @@ func TestUninstallGivesUpOnEverChangingInventory(t *testing.T) {
 
 // TestUninstallDoesNotRetryAnObjectsConflict: a 409 on the delete of an object (not a change
 // of the inventory) fails the uninstall at once with that error: it is not retried as if
-// the inventory had changed (engine.ErrInventoryChanged). Before, any conflict inside the
+// the inventory had changed (engine.ErrInventoryChanged). Without it, any conflict inside the
 // joined error made uninstall delete again four more times and report a changed inventory.
 func TestUninstallDoesNotRetryAnObjectsConflict(t *testing.T) {
 	eng, ref, _, denied := meddlingEngine(t, objectConflict, 0)

@@ -16,7 +16,7 @@ import (
 )
 
 // TestVersionPrintsOnStdout: "converge version --client" and "converge --version" print the
-// same line on stdout, so $(converge version --client) holds it (failed before: the bare
+// same line on stdout, so $(converge version --client) holds it (without it: the bare
 // version went to stderr, and --version printed "converge version dev").
 func TestVersionPrintsOnStdout(t *testing.T) {
 	for _, args := range [][]string{{"version", "--client"}, {"--version"}} {

@@ -23,7 +23,7 @@ import (
 // service account, after that account lost its rights (its RoleBinding and the account
 // itself gone, as a namespace deletion or a careless cleanup does): the real namespace
 // controller must be able to finish, so the namespace is gone within a bounded wait. The
-// daemon's finalizer gives up after --deletion-grace with a Warning event. Before the fix
+// daemon's finalizer gives up after --deletion-grace with a Warning event. Without it,
 // the delete was refused with 403 forever and the namespace stayed Terminating.
 func TestNamespaceDeletionEnds(t *testing.T) {
 	cluster.Require(t, env)

@@ -16,7 +16,7 @@ import (
 
 // TestFetchSizeBounded: a fetch reads at most MaxFetchSize bytes from the remote, over HTTP
 // and SSH alike, and leaves no partial pack in the cache; the refusal is terminal and says
-// which limit. Before, a remote could stream any amount into the daemon's git cache until
+// which limit. Without it, a remote could stream any amount into the daemon's git cache until
 // the fetch timed out.
 func TestFetchSizeBounded(t *testing.T) {
 	r := newTestRepo(t)
@@ -59,7 +59,7 @@ func TestFetchSizeBounded(t *testing.T) {
 }
 
 // TestFetchAdvertisementBounded: an HTTP ref advertisement, which go-git reads into memory
-// whole, is cut at maxAdvertisement whatever MaxFetchSize allows. Before, a remote listing
+// whole, is cut at maxAdvertisement whatever MaxFetchSize allows. Without it, a remote listing
 // millions of refs drove the daemon's heap past its memory limit (3 million
 // refs, 1 GiB of heap).
 func TestFetchAdvertisementBounded(t *testing.T) {

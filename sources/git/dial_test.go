@@ -20,7 +20,7 @@ import (
 
 // TestFetchRefusesLocalAddresses: a URL whose address is on the daemon's machine or link
 // (loopback by IP or by name, IPv4-mapped, unspecified, link-local metadata, over HTTP and
-// SSH) is refused where it is dialed unless AllowLocal, and fetched with it. Before, every
+// SSH) is refused where it is dialed unless AllowLocal, and fetched with it. Without it, every
 // one was fetched (or dialed).
 func TestFetchRefusesLocalAddresses(t *testing.T) {
 	r := newTestRepo(t)
@@ -94,7 +94,7 @@ func TestFetchRefusesLocalAddresses(t *testing.T) {
 
 // TestFetchRefusesRedirectToLocalAddress: a server the fetch may reach that redirects to a
 // loopback address is refused at the redirect; with AllowLocal the same redirect is
-// followed. Before, the redirect was followed without AllowLocal too.
+// followed. Without it, the redirect was followed without AllowLocal too.
 func TestFetchRefusesRedirectToLocalAddress(t *testing.T) {
 	r := newTestRepo(t)
 	head := r.commit("one", map[string]string{"v.txt": "one"})
@@ -160,7 +160,7 @@ func TestGoGitOutsideFetchIsStrict(t *testing.T) {
 }
 
 // TestFetchErrorBodyBounded: a server's error answer is read only up to maxErrorBody, so
-// an endless 404 can neither fill the daemon's memory nor the Sync's status. Before, go-git
+// an endless 404 can neither fill the daemon's memory nor the Sync's status. Without it, go-git
 // read the whole body into the error message.
 func TestFetchErrorBodyBounded(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

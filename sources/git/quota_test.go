@@ -60,7 +60,7 @@ func fetchQuota(t *testing.T, f *Fetcher, repo Repository, quota int64, owner st
 
 // TestFetchCacheQuota: the git cache stays under its quota by removing the least recently
 // used entries, never one a fetch holds; a repository over the quota alone fails its fetch
-// naming the quota. Before, entries were never removed: three repositories took three
+// naming the quota. Without it, entries were never removed: three repositories took three
 // entries whatever the quota.
 func TestFetchCacheQuota(t *testing.T) {
 	repos := map[string]Repository{"a": quotaRepo(t, 1<<20), "b": quotaRepo(t, 1<<20), "c": quotaRepo(t, 1<<20)}
@@ -120,7 +120,7 @@ func TestFetchCacheQuota(t *testing.T) {
 }
 
 // TestFetchForgetRemovesEntry: forgetting the only owner of a cache entry removes it;
-// an entry another owner still uses stays. Before, entries were never removed.
+// an entry another owner still uses stays. Without it, entries were never removed.
 func TestFetchForgetRemovesEntry(t *testing.T) {
 	repos := map[string]Repository{"a": quotaRepo(t, 1<<10), "b": quotaRepo(t, 1<<10)}
 	f := NewFetcher(t.TempDir())
@@ -166,7 +166,7 @@ func TestFetchCacheQuotaKeepsReservedCheckouts(t *testing.T) {
 
 // TestFetchCacheQuotaFullOfReservedEntries: when every other entry is reserved for a render,
 // the fetch that took the cache over its quota fails (transient, naming the quota) and gives
-// its room back. Failed before: the fetch succeeded and the cache stayed over its quota.
+// its room back. Without it: the fetch succeeded and the cache stayed over its quota.
 func TestFetchCacheQuotaFullOfReservedEntries(t *testing.T) {
 	repos := map[string]Repository{"a": quotaRepo(t, 1<<20), "b": quotaRepo(t, 1<<20), "c": quotaRepo(t, 1<<20)}
 	f := NewFetcher(t.TempDir())
@@ -196,7 +196,7 @@ func TestFetchCacheQuotaFullOfReservedEntries(t *testing.T) {
 
 // TestForgetSparesAnEntryTakenUpAgain: Forget's removal ignores reserved checkouts only while
 // the entry is still nobody's; one another Sync's fetch took up in the meantime keeps the
-// checkout its render is about to read. Failed before: the forced removal deleted it.
+// checkout its render is about to read. Without it: the forced removal deleted it.
 func TestForgetSparesAnEntryTakenUpAgain(t *testing.T) {
 	repo := quotaRepo(t, 1<<10)
 	f := NewFetcher(t.TempDir())
@@ -220,8 +220,8 @@ func TestForgetSparesAnEntryTakenUpAgain(t *testing.T) {
 
 // TestFetchCacheQuotaConcurrentFetches: fetches in flight together claim what they write
 // from the quota before writing it, so the cache never holds more than its quota, not even
-// for a moment, and a fetch that finds no room fails transiently (ErrCacheFull). Failed
-// before: four fetches at once each checked the quota only when done, and the cache
+// for a moment, and a fetch that finds no room fails transiently (ErrCacheFull). Without
+// it: four fetches at once each checked the quota only when done, and the cache
 // reached more than twice its quota while they ran.
 func TestFetchCacheQuotaConcurrentFetches(t *testing.T) {
 	const n = 4
@@ -280,7 +280,7 @@ func TestFetchCacheQuotaConcurrentFetches(t *testing.T) {
 
 // TestFetchReleasedCheckoutIsEvictable: a checkout whose reader released it is no longer
 // reserved, so its entry may be evicted to make room although the fetch's deadline is
-// hours away; one still held is kept. Failed before: a reservation lasted until the
+// hours away; one still held is kept. Without it: a reservation lasted until the
 // fetch's deadline whatever the reader did, and the next fetch failed with the cache full.
 func TestFetchReleasedCheckoutIsEvictable(t *testing.T) {
 	repos := map[string]Repository{"a": quotaRepo(t, 1<<20), "b": quotaRepo(t, 1<<20), "c": quotaRepo(t, 1<<20)}
@@ -337,7 +337,7 @@ func TestFetchClaimShares(t *testing.T) {
 
 // TestFetchCacheQuotaCountsBlocks: the quota counts the disk blocks a checkout takes, not
 // its files' sizes: a commit of 400 one-byte files, each in its own folder, takes more than
-// 3 MB on disk and is refused under a 2 MiB quota. Failed before: it was counted as 400
+// 3 MB on disk and is refused under a 2 MiB quota. Without it: it was counted as 400
 // bytes and written whole.
 func TestFetchCacheQuotaCountsBlocks(t *testing.T) {
 	files := map[string]string{}

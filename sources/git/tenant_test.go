@@ -74,7 +74,7 @@ func TestFetchCachePerCredentials(t *testing.T) {
 }
 
 // TestFetchLocalRefused: local paths and file:// URLs are refused unless allowed, and a URL
-// into the fetcher's cache is refused even then. Before, both were fetched.
+// into the fetcher's cache is refused even then. Without it, both were fetched.
 func TestFetchLocalRefused(t *testing.T) {
 	r := newTestRepo(t)
 	r.commit("one", map[string]string{"v.txt": "one"})
@@ -216,9 +216,9 @@ func (s *rawStore) commit(tree plumbing.Hash) string {
 }
 
 // TestExportContained: a crafted tree cannot make the export write outside the checkout.
-// Before, a tree holding "a" twice (a symlink to a folder outside, then a folder with a
-// file "b") wrote outside/b through the symlink and the fetch succeeded. A ".." entry was
-// already refused (go-git validates tree names; the export checked filepath.IsLocal).
+// Without it, a tree holding "a" twice (a symlink to a folder outside, then a folder with a
+// file "b") wrote outside/b through the symlink and the fetch succeeded. A ".." entry is
+// refused anyway (go-git validates tree names; the export checked filepath.IsLocal).
 func TestExportContained(t *testing.T) {
 	outside := t.TempDir()
 	tests := []struct {
@@ -307,7 +307,7 @@ func TestExportContained(t *testing.T) {
 
 // TestExportLimits: a commit over a limit is refused with the path (the size, for a file
 // over the per-file limit) and the limit, and
-// nothing of it stays on disk. Before, there were no limits: the default case exported a
+// nothing of it stays on disk. Without it, there were no limits: the default case exported a
 // file of 8 MiB + 1 byte.
 func TestExportLimits(t *testing.T) {
 	tests := []struct {

@@ -99,7 +99,7 @@ func TestFetchVerifyTag(t *testing.T) {
 }
 
 // TestFetchVerifyTagOfCachedCommit: a signed tag pushed onto a commit the cache already
-// holds (fetched through its branch) is fetched for mode Tag. Failed before: the commit
+// holds (fetched through its branch) is fetched for mode Tag. Without it: the commit
 // being cached, no fetch ran and the tag object was missing ("not in the cache after
 // fetch").
 func TestFetchVerifyTagOfCachedCommit(t *testing.T) {

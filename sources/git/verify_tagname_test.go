@@ -9,7 +9,7 @@ import (
 // TestFetchVerifyTagName: someone who may push to the repository but holds no trusted key
 // points refs/tags/v2.0.0 at the tag object alice signed as "v1.0.0" (an old release): mode
 // Tag refuses it, naming both names, so a Sync pinned to v2.0.0 (or a semver range) is not
-// rolled back to an old signed release. Failed before: the signed tag's own name was never
+// rolled back to an old signed release. Without it: the signed tag's own name was never
 // compared with the ref it was reached through.
 func TestFetchVerifyTagName(t *testing.T) {
 	alice, alicePub := newPGPKey(t, "alice")

@@ -163,8 +163,8 @@ func TestFetchCredentialsStayWithTheRepository(t *testing.T) {
 
 // TestFetch304AfterTheMemoIsDropped: a conditional index request is in flight while the
 // Fetcher drops what it remembers (maxIndexes other repositories remembered since); its 304
-// still answers with the resolution it was asked about, and other fetches go on (failed
-// before: a nil dereference with the Fetcher's lock held stopped every later fetch).
+// still answers with the resolution it was asked about, and other fetches go on (without
+// it: a nil dereference with the Fetcher's lock held stopped every later fetch).
 func TestFetch304AfterTheMemoIsDropped(t *testing.T) {
 	release, asked := make(chan struct{}), make(chan struct{})
 	var once atomic.Bool
@@ -212,7 +212,7 @@ func TestFetch304AfterTheMemoIsDropped(t *testing.T) {
 
 // TestFetchRedirectKeepsCredentialsAtTheOrigin: an index.yaml redirected to another port of
 // the same host gets no credentials there, and a redirect from https to http is refused
-// (failed before: Go's client sent the Authorization header to the other port).
+// (without it: Go's client sent the Authorization header to the other port).
 func TestFetchRedirectKeepsCredentialsAtTheOrigin(t *testing.T) {
 	var leaked atomic.Value
 	leaked.Store("")

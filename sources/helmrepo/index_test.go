@@ -117,7 +117,7 @@ func TestReadIndexBoundsMemory(t *testing.T) {
 
 // TestReadIndexRefusesAmbiguousCut: a "  app:" line inside another chart's quoted text is a
 // chart key to a line cut and text to YAML: with the real chart listed too, the index is
-// refused rather than read as the cut would (failed before: version 9.9.9 from another
+// refused rather than read as the cut would (without it: version 9.9.9 from another
 // host was chosen where helm sees 1.0.0).
 func TestReadIndexRefusesAmbiguousCut(t *testing.T) {
 	data := "apiVersion: v1\nentries:\n  app:\n  - version: 1.0.0\n    urls: [app-1.0.0.tgz]\n  other:\n  - version: 1.0.0\n" +

@@ -14,7 +14,7 @@ import (
 // credentials; tenant B, without credentials, points its Sync at a registry of its own that
 // merely claims (HEAD) to hold A's manifest digest, and gets nothing from the cache: a
 // folder is named by the registry, repository and credentials it was read with (I13).
-// Failed before: the folder was named by the manifest digest alone, and B was served A's
+// Without it: the folder was named by the manifest digest alone, and B was served A's
 // extracted files.
 func TestFetchCacheKeyedByRegistryAndCredentials(t *testing.T) {
 	reg := registry.Start(t, registry.Options{Username: "alice", Password: "s3cret"})

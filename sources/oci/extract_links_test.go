@@ -46,7 +46,7 @@ func escapes(t *testing.T, dir, name string) bool {
 
 // TestExtractRefusesEntriesUnderSymlink: a link's target is checked lexically from the
 // entry's name, so no entry is written under an earlier symlink of the layer (one to a
-// shallower folder would make a lexically inside target lead out). Failed before: esc was
+// shallower folder would make a lexically inside target lead out). Without it: esc was
 // written through up and led out of the artifact.
 func TestExtractRefusesEntriesUnderSymlink(t *testing.T) {
 	base := t.TempDir()
@@ -74,7 +74,7 @@ func TestExtractRefusesEntriesUnderSymlink(t *testing.T) {
 }
 
 // TestExtractRefusesHardLinkToSymlink: a hard link to an earlier symlink, placed in a
-// shallower folder, would carry a relative target that leads out: refused. Failed before.
+// shallower folder, would carry a relative target that leads out: refused.
 func TestExtractRefusesHardLinkToSymlink(t *testing.T) {
 	base := t.TempDir()
 	dir := filepath.Join(base, "a", "b")

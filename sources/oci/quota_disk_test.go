@@ -32,7 +32,7 @@ func diskUsage(dir string) (blocks int64, inodes int) {
 // TestFetchCacheQuotaCountsDisk: an artifact's folders, empty files and symlinks count
 // against --oci-cache-quota as the disk blocks they take: an artifact of 2,000 empty
 // folders (8 MB of blocks) is refused under a 1 MiB quota and the cache stays under it.
-// Failed before: it counted 0 bytes, nothing was ever evicted, and five such artifacts
+// Without it: it counted 0 bytes, nothing was ever evicted, and five such artifacts
 // took 41 MB and 10,011 inodes.
 func TestFetchCacheQuotaCountsDisk(t *testing.T) {
 	reg := registry.Start(t, registry.Options{})

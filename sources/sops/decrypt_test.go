@@ -333,7 +333,7 @@ func TestMaskValues(t *testing.T) {
 
 // A document encrypted for more keys than MaxRecipients is refused before any key is tried,
 // naming the object: a hostile repository could otherwise make the daemon try thousands of
-// stanzas per object (about 0.17 ms each) for every object of every render. Before, such a
+// stanzas per object (about 0.17 ms each) for every object of every render. Without it, such a
 // document was decrypted.
 func TestDecryptBoundsRecipients(t *testing.T) {
 	key := sopsfixture.NewKey(t)

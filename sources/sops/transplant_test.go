@@ -35,7 +35,7 @@ func loadDir(t *testing.T, files map[string]string) *sources.Bundle {
 // TestDecryptRefusesTransplantedCiphertext: a repository writer without the key copies the
 // ciphertext and the sops block of an encrypted Secret into a ConfigMap of another
 // namespace (a wider audience reads ConfigMaps), with its "mac" written so that it is found
-// or not found by the MAC index. The ConfigMap must not be decrypted. Before, the Secret's
+// or not found by the MAC index. The ConfigMap must not be decrypted. Without it, the Secret's
 // plaintext was applied as the ConfigMap.
 func TestDecryptRefusesTransplantedCiphertext(t *testing.T) {
 	key := sopsfixture.NewKey(t)
@@ -66,7 +66,7 @@ func TestDecryptRefusesTransplantedCiphertext(t *testing.T) {
 
 // TestDecryptRefusesReplacedEncryptedValue: a kustomize patch that puts a plain value where
 // an encrypted one was is refused: the value was not written by whoever holds the key.
-// Before, it was applied and the MAC reported verified.
+// Without it, it was applied and the MAC reported verified.
 func TestDecryptRefusesReplacedEncryptedValue(t *testing.T) {
 	key := sopsfixture.NewKey(t)
 	enc := sopsfixture.Encrypt(t, []byte(transplantSecret), sopsfixture.DefaultRegex, key.Recipient)

@@ -11,7 +11,7 @@ import (
 )
 
 // TestExpandSharesUnchangedParts: a substituted object shares with the rendered one every
-// value no variable touched, and only those; the rendered object is not modified. Before,
+// value no variable touched, and only those; the rendered object is not modified. Without it,
 // it was a full copy (spec, containers and labels copied).
 func TestExpandSharesUnchangedParts(t *testing.T) {
 	containers := []any{map[string]any{"name": "app", "image": "app:${tag}", "ports": []any{map[string]any{"containerPort": int64(80)}}}}

@@ -79,7 +79,7 @@ func cmNamed(name, ns string) string {
 // TestDaemonOrphanReleases deletes a Sync with deletionPolicy Orphan: the objects stay
 // without our owner annotation and the inventory goes, so another Sync adopts one of them
 // without an ownership conflict (I11) and a Sync recreated under the same name, rendering
-// a subset, prunes none of the others. Before the fix the annotation and the inventory
+// a subset, prunes none of the others. Without it, the annotation and the inventory
 // stayed: the other Sync failed with "owned by another inventory" and the recreated Sync
 // adopted the old inventory and pruned c.
 func TestDaemonOrphanReleases(t *testing.T) {
@@ -178,7 +178,7 @@ func (f *fixture) deleteSyncWait(s *v1alpha1.Sync) {
 // in another namespace that leaves the repository is still pruned, and (b) deleting the
 // Sync still deletes the cluster-scoped and other-namespace objects, found through the
 // recovery copy in status (every delete still checked for our annotation and UID, I1).
-// Before the fix, the lost ConfigMap read as an empty inventory: x stayed after (a), the
+// Without it, the lost ConfigMap read as an empty inventory: x stayed after (a), the
 // ClusterRole and y after (b).
 func TestDaemonInventoryConfigMapLost(t *testing.T) {
 	f := newFixture(t)
@@ -243,7 +243,7 @@ func (f *fixture) requestReconcile(name string) {
 // controller, so the test deletes these as it would; what it checks is ours: the
 // finalizer is dropped within a bounded time (--deletion-grace, here 3 s), after a
 // Ready=False condition saying what failed, so the namespace is not held Terminating.
-// Before the fix the deletion was retried forever with 403 and the Sync never went.
+// Without it, the deletion was retried forever with 403 and the Sync never went.
 func TestDaemonDeletionEndsWithoutRights(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -299,7 +299,7 @@ func TestDaemonDeletionEndsWithoutRights(t *testing.T) {
 // TestDaemonShardedOrphanReleasesShardLabel: a sharded replica applies a Sync's objects
 // with its shard's label (ShardLabel); deleting the Sync with deletionPolicy Orphan
 // releases them without the owner annotation and without the shard label, so nothing of
-// converge's is left on them. Before, the shard label stayed.
+// converge's is left on them. Without it, the shard label stayed.
 func TestDaemonShardedOrphanReleasesShardLabel(t *testing.T) {
 	f := newFixture(t)
 	rev := f.publish(map[string]string{"app/a.yaml": cmNamed("a", "NS")})

@@ -188,7 +188,7 @@ func TestDaemonDependsOnCycle(t *testing.T) {
 // dependent, whose dependency is being deleted, applies nothing more); once the dependent is
 // deleted, the deletion proceeds at once (retry interval an hour: only the watch can trigger
 // it). Orphan does not wait. Two Syncs depending on each other, deleted together (as with
-// their namespace), are both deleted: no deadlock. Before, infra was deleted first and its
+// their namespace), are both deleted: no deadlock. Without it, infra was deleted first and its
 // ConfigMap went while app still depended on it.
 func TestDaemonDeletionWaitsForDependents(t *testing.T) {
 	f := newFixture(t)
@@ -236,8 +236,7 @@ func TestDaemonDeletionWaitsForDependents(t *testing.T) {
 
 // TestDaemonCrossNamespaceDependencies: a dependency in another namespace is allowed by
 // default (as in Flux) and refused with --no-cross-namespace-refs: the Sync is Stalled with a
-// message naming the entry and the flag, nothing fetched or applied. Before, the flag did
-// not exist and the dependency was not honoured at all.
+// message naming the entry and the flag, nothing fetched or applied.
 func TestDaemonCrossNamespaceDependencies(t *testing.T) {
 	f := newFixture(t)
 	other := env.Namespace(t)
@@ -312,7 +311,7 @@ func TestDaemonDependencyCheckCostsNoRequest(t *testing.T) {
 // TestDependencyMessageAcrossNamespaces: a dependency in another namespace is reported by
 // its state alone, never by its Ready message, which may carry another tenant's URLs and
 // errors; one in the Sync's own namespace is reported with it. Not found in a sharded
-// daemon says that a dependency must be in the same shard. Before, the message of another
+// daemon says that a dependency must be in the same shard. Without it, the message of another
 // namespace's Sync was copied into the dependent's status.
 func TestDependencyMessageAcrossNamespaces(t *testing.T) {
 	f := newFixture(t)

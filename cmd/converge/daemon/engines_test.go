@@ -34,7 +34,7 @@ func saSync(ns, name, sa string) *v1alpha1.Sync {
 // TestEngineSetKeepsAnIdentityWhileASyncActsAsIt: the engine of an impersonated user is
 // shared by the Syncs acting as it and dropped with the last of them (forget), or when the
 // last one's serviceAccountName changes; the daemon's own engine (and its watch cache) is
-// kept. Before, the set kept one engine per user string ever seen, for the life of the
+// kept. Without it, the set kept one engine per user string ever seen, for the life of the
 // process: it grew with every service account name a tenant wrote and every deleted Sync.
 func TestEngineSetKeepsAnIdentityWhileASyncActsAsIt(t *testing.T) {
 	cluster.Require(t, env)

@@ -21,7 +21,7 @@ import (
 // TestFinalizeForgetsTheSync: once a deleted Sync's finalizer is dropped, the daemon keeps
 // nothing of it: no retry count, no drift owner, no metric series, no engine of the service
 // account it acted as. Deletions trigger no reconcile, so nothing else would forget them.
-// Before, the retry count of a Sync deleted after a failure was kept for the life of the
+// Without it, the retry count of a Sync deleted after a failure was kept for the life of the
 // process, and so was the engine of every service account a Sync had acted as.
 func TestFinalizeForgetsTheSync(t *testing.T) {
 	f := newFixture(t)
@@ -68,7 +68,7 @@ func TestFinalizeForgetsTheSync(t *testing.T) {
 
 // TestFinalizeForgetsASyncAlreadyGone: a finalize whose re-read on the API server finds the
 // Sync gone (its finalizer dropped by someone else, the cache lagging) forgets it too, its
-// substitution and redactor included: no reconcile would come to forget it later. Before, only
+// substitution and redactor included: no reconcile would come to forget it later. Without it, only
 // a reconcile that found no Sync, or the finalizer patch, forgot it.
 func TestFinalizeForgetsASyncAlreadyGone(t *testing.T) {
 	f := newFixture(t)
@@ -135,7 +135,7 @@ func cacheEntries(t *testing.T, dir string) []string {
 }
 
 // TestDaemonDeletedSyncRemovesItsGitCache: once a Sync is deleted, the git cache entry only
-// it fetched into is removed from the daemon's disk. Before, cache entries were never
+// it fetched into is removed from the daemon's disk. Without it, cache entries were never
 // removed: every URL and credentials a Sync ever used stayed on the volume.
 func TestDaemonDeletedSyncRemovesItsGitCache(t *testing.T) {
 	f := newFixture(t)

@@ -65,7 +65,7 @@ func (a *authRecorder) requests() []string {
 // a Sync names in spec.source.git.secretRef is read as that service account. While its Role
 // does not allow reading Secrets, the Sync is Ready=False (FetchFailed) naming the Secret
 // and the service account, nothing is fetched and the git host receives no credentials;
-// once the Role allows it, the fetch works with them. Before, the daemon read the Secret
+// once the Role allows it, the fetch works with them. Without it, the daemon read the Secret
 // with its own rights: anyone who may create a Sync could have any Secret of the namespace
 // sent to a git host of their choosing (the Sync went Ready, the host got "Basic ...").
 func TestDaemonReadsGitSecretAsTheServiceAccount(t *testing.T) {

@@ -279,7 +279,7 @@ func TestDaemonHelmValuesBounded(t *testing.T) {
 
 // TestDaemonHelmValuesAliasesBounded: a valuesFrom ConfigMap of 128 KiB whose YAML aliases
 // stand for hundreds of MiB is refused before it is decoded, naming it, and nothing is
-// applied (failed before: 2.4 GB was allocated decoding it in the daemon, past the shipped
+// applied (without it: 2.4 GB was allocated decoding it in the daemon, past the shipped
 // 512 MiB limit).
 func TestDaemonHelmValuesAliasesBounded(t *testing.T) {
 	f := newFixture(t)
@@ -321,7 +321,7 @@ func TestValuesFromBoundsWhatPathsAllocate(t *testing.T) {
 
 // TestSecretLeavesRedactedAsTemplatesPrint: a Secret's number is hidden as toYaml and int
 // print it (12345678), not only as fmt does (1.2345678e+07), and each line of a multi-line
-// value on its own (failed before: a chart's fail (toYaml .Values.db) showed the PIN).
+// value on its own (without it: a chart's fail (toYaml .Values.db) showed the PIN).
 func TestSecretLeavesRedactedAsTemplatesPrint(t *testing.T) {
 	got := appendLeaves(nil, map[string]any{"pin": float64(12345678), "key": "-----BEGIN KEY-----\nAbCdEfGh\n-----END KEY-----\n"})
 	for _, want := range []string{"12345678", "AbCdEfGh", "-----BEGIN KEY-----"} {

@@ -63,7 +63,7 @@ func TestSyncDeletionTakesOverLegacyInventory(t *testing.T) {
 // is deleted, and its service account may delete ConfigMaps but not patch them, so the
 // migration to the new ID is refused (403). The refusal follows the deletion's rules: the
 // finalizer goes after --deletion-grace (here 3 s) with a CleanupAbandoned condition (I12).
-// Before, the migration error was only logged, the deletion read the still legacy-labelled
+// Without it, the migration error was only logged, the deletion read the still legacy-labelled
 // inventory as another owner's (an error no grace applies to), and the Sync never went.
 func TestSyncDeletionEndsWhenMigrationIsRefused(t *testing.T) {
 	f := newFixture(t)

@@ -13,7 +13,7 @@ import (
 // TestInventoryNameIsValid: the inventory ConfigMap of a Sync is named <name>-inventory as
 // before when that fits, and is a valid ConfigMap name (DNS-1123 subdomain) for the longest
 // Sync names the API allows (253), two long names that differ only at the end getting two
-// ConfigMaps. Before, a name over 230 characters was cut and "…" appended: an invalid name,
+// ConfigMaps. Without it, a name over 230 characters was cut and "…" appended: an invalid name,
 // so the Sync never applied (and two such Syncs would have shared one ConfigMap).
 func TestInventoryNameIsValid(t *testing.T) {
 	ref := func(name string) string {

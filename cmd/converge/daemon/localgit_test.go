@@ -29,7 +29,7 @@ func refused(want string) func(*v1alpha1.Sync) bool {
 
 // TestDaemonRefusesLocalGit: a Sync naming a file:// URL, a local path or a git server on
 // loopback is refused by a daemon without --allow-local-git (terminal, nothing pruned), and
-// one naming the daemon's git cache is refused even with it. Before, the daemon fetched all
+// one naming the daemon's git cache is refused even with it. Without it, the daemon fetched all
 // of them: any repository on its disk, the cached fetches of other Syncs' credentials
 // included, and any server on its own machine.
 func TestDaemonRefusesLocalGit(t *testing.T) {

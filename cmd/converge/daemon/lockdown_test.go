@@ -37,8 +37,8 @@ func TestCrossNamespaceRefusedUnderLockdown(t *testing.T) {
 
 // TestDaemonLockdownRefusesCrossNamespaceRefs runs the daemon with --default-service-account
 // alone: a Sync's dependency in another namespace is refused (Stalled, naming the entry,
-// nothing fetched), and a dependent in another namespace does not hold up a deletion. Failed
-// before: lockdown left cross-namespace references open, and app waited for the other
+// nothing fetched), and a dependent in another namespace does not hold up a deletion. Without
+// it: lockdown left cross-namespace references open, and app waited for the other
 // namespace's Sync ("dependency <other>/infra not found": whether it exists and is Ready
 // was the tenant's to learn).
 func TestDaemonLockdownRefusesCrossNamespaceRefs(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 // is gone (deleted by hand): nothing can be applied or pruned until a person restores it or
 // accepts the loss (inventory.MissingPartError), so the Sync is Stalled with its own reason
 // and the error's instructions, not retried with back-off as a transient ApplyFailed. Once
-// the head no longer lists the part (the loss accepted), the Sync is Ready again. It failed
-// before: Ready=False ApplyFailed, never Stalled.
+// the head no longer lists the part (the loss accepted), the Sync is Ready again. Without
+// it: Ready=False ApplyFailed, never Stalled.
 func TestDaemonStallsOnMissingInventoryPart(t *testing.T) {
 	f := newFixture(t)
 	rev := f.publish(map[string]string{"b.yaml": cmB})

@@ -8,7 +8,7 @@ import (
 
 // TestDaemonNoOpReadsNoInventory: once a Sync is converged, its no-op reconciles send no
 // request at all, not even the read of its inventory: the daemon watches the inventory
-// heads (engine.Options.Heads), with one engine or one per shard. Failed before: one GET of
+// heads (engine.Options.Heads), with one engine or one per shard. Without it: one GET of
 // the inventory ConfigMap per reconcile.
 func TestDaemonNoOpReadsNoInventory(t *testing.T) {
 	for _, tc := range []struct {

@@ -14,8 +14,7 @@ import (
 
 // TestDaemonStatusNamesTheOwner runs two daemons with different --replica-name, statically
 // sharded by label: each Sync's status.owner is the Replica of the daemon that reconciles it,
-// and a Sync moved to the other shard names the daemon that took it over. Before, the status
-// had no owner.
+// and a Sync moved to the other shard names the daemon that took it over.
 func TestDaemonStatusNamesTheOwner(t *testing.T) {
 	f := newFixture(t)
 	rev := f.publish(map[string]string{"in-a/a.yaml": strings.Replace(cmA, "VERSION", "1", 1), "in-b/b.yaml": cmB})

@@ -47,7 +47,7 @@ func TestDaemonRenderTimeout(t *testing.T) {
 
 // TestDaemonFetchTimeout: a git server that accepts and never answers costs a Sync's load
 // --fetch-timeout, not --build-timeout, with a transient error naming the URL, the deadline
-// and the flag, which the Sync's FetchFailed message repeats. Before, the fetch over HTTP
+// and the flag, which the Sync's FetchFailed message repeats. Without it, the fetch over HTTP
 // failed only at --build-timeout (over SSH never), with "context deadline exceeded".
 func TestDaemonFetchTimeout(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

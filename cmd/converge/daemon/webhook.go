@@ -199,7 +199,7 @@ func (w *webhook) secretOf(ctx context.Context, key client.ObjectKey) (types.UID
 // Sync's identity, as engineSet.secret reads its git Secret), and says whether the answer may
 // be cached: an error other than NotFound (RBAC, a timeout) is not, and is logged, for the
 // operator. Read as the daemon, a Sync's author could have any Secret of the namespace, even
-// one they may not read, sign requests; a Sync whose identity may not read the Secret is now
+// one they may not read, sign requests; a Sync whose identity may not read the Secret is
 // never triggered.
 func (w *webhook) tokenOf(ctx context.Context, key, ref client.ObjectKey, user string) (token, bool) {
 	sec, err := w.secrets.getSecret(ctx, user, ref)

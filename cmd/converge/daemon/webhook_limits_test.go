@@ -58,7 +58,7 @@ func statusWithin(conn net.Conn, bound time.Duration) (string, error) {
 // TestWebhookReadsTheSecretAsTheSync: the webhook Secret is read as the Sync's identity, its
 // spec.serviceAccountName or else the default service account, which may not read Secrets:
 // requests signed with the Secret's token are refused and trigger nothing until the Role
-// allows reading Secrets. Failed before: the daemon read the Secret with its own rights and
+// allows reading Secrets. Without it: the daemon read the Secret with its own rights and
 // the signed request triggered both Syncs (202).
 func TestWebhookReadsTheSecretAsTheSync(t *testing.T) {
 	h := newHookFixture(t, defaultWebhookOptions(), func(w *webhook) { w.defaultSA = "deployer" })
@@ -103,8 +103,8 @@ func TestWebhookReadsTheSecretAsTheSync(t *testing.T) {
 
 // TestWebhookAnswersBeforeTheBody: a request for a missing Sync, for a Sync without a
 // secret, with a wrong GitLab token, or declaring a body over the limit, is answered as soon
-// as its headers are read, though its client sends only 10 of its bytes and stalls. Failed
-// before: the body was read first, and each answer waited for the server's read timeout
+// as its headers are read, though its client sends only 10 of its bytes and stalls. Without
+// it: the body was read first, and each answer waited for the server's read timeout
 // (60 s here; the test waited 20 s).
 func TestWebhookAnswersBeforeTheBody(t *testing.T) {
 	opts := defaultWebhookOptions()
@@ -140,7 +140,7 @@ func TestWebhookAnswersBeforeTheBody(t *testing.T) {
 
 // TestWebhookCapsConcurrentRequests: with MaxConcurrent 2, two clients stalled in their
 // bodies hold both places; another request is answered 503 with Retry-After at once, and
-// once the stalled clients go, requests are served again. Failed before: there was no cap,
+// once the stalled clients go, requests are served again. Without it: there was no cap,
 // and the third request was served (202).
 func TestWebhookCapsConcurrentRequests(t *testing.T) {
 	opts := defaultWebhookOptions()
@@ -186,7 +186,7 @@ func (h *hookFixture) postHeader(name string, body []byte, headers map[string]st
 }
 
 // TestWebhookCapsConnections: with MaxConns 4, of five idle connections (nothing sent) one
-// is closed by the server at once; once they are gone, a request is served. Failed before:
+// is closed by the server at once; once they are gone, a request is served. Without it:
 // every connection was held until the header timeout (60 s here; the test waited 10 s).
 func TestWebhookCapsConnections(t *testing.T) {
 	opts := defaultWebhookOptions()
@@ -242,7 +242,7 @@ func TestWebhookCapsConnections(t *testing.T) {
 }
 
 // TestWebhookRefusesGitLabReplaysUnderNewKeys: a GitLab delivery repeated with another
-// Idempotency-Key, or without one, is the same body and is not handled again. Failed before:
+// Idempotency-Key, or without one, is the same body and is not handled again. Without it:
 // the Idempotency-Key, which the token does not sign, was the only key, and each repeat
 // under a new one set requestedAt again (202).
 func TestWebhookRefusesGitLabReplaysUnderNewKeys(t *testing.T) {

@@ -29,9 +29,9 @@ func TestNamespaceShare(t *testing.T) {
 }
 
 // TestNamespaceShareUnshared: a namespace that is the only one holding Syncs uses every
-// worker: nobody else could use the one kept free (before, 100 Syncs of one namespace ran on
-// 3 of 4 workers, the fourth deferring each Sync it took by a second: the bench's 100 Syncs
-// were all Ready in 14.6 s instead of 7.1 s).
+// worker: nobody else could use the one kept free (keeping it free, 100 Syncs of one namespace run
+// on 3 of 4 workers, the fourth deferring each Sync it takes by a second: the bench's 100
+// Syncs are all Ready in 14.6 s instead of 7.1 s).
 func TestNamespaceShareUnshared(t *testing.T) {
 	if got := namespaceShare(4, 0, 1, false); got != 4 {
 		t.Errorf("alone and unshared: %d, want 4", got)
