@@ -68,9 +68,9 @@ type Dispatcher struct {
 	dropped atomic.Int64
 	// retrying counts deliveries waiting on a retry timer, bounded by QueueSize.
 	retrying atomic.Int64
-	timers  sync.WaitGroup
-	stop    chan struct{}
-	stopped sync.Once
+	timers   sync.WaitGroup
+	stop     chan struct{}
+	stopped  sync.Once
 }
 
 // New returns a Dispatcher; zero or negative sizes and durations in opts take
