@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -131,12 +132,16 @@ func (d *Dispatcher) attempt(ctx context.Context, c *http.Client, t *target, r *
 	return t.redact(fmt.Errorf("POST %s: %w", origin(t.Address), &StatusError{Code: resp.StatusCode, Body: truncate(t.scrub(body), 512)}))
 }
 
-// secrets are the strings of t no error may show: the credentials and the address's path
+// secrets are the strings of t no error may show: the credentials (basic auth as sent), and the address's path
 // and query (a webhook URL is a credential; a repository path is not, but scrubbing it
 // costs nothing).
 func (t *target) secrets() []string {
 	var out []string
-	for _, s := range []string{t.Token, string(t.HMACKey), t.Password} {
+	basic := ""
+	if t.Username != "" || t.Password != "" {
+		basic = base64.StdEncoding.EncodeToString([]byte(t.Username + ":" + t.Password))
+	}
+	for _, s := range []string{t.Token, string(t.HMACKey), t.Password, basic} {
 		if len(s) >= 4 {
 			out = append(out, s)
 		}

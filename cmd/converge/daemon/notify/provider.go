@@ -139,6 +139,9 @@ func repoPath(typ Type, u *url.URL) ([]string, error) {
 	if u.RawQuery != "" {
 		return nil, errors.New("repository address has a query")
 	}
+	if u.RawPath != "" {
+		return nil, fmt.Errorf("repository path %q has escaped characters", u.RawPath)
+	}
 	p := strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), ".git")
 	segs := strings.Split(strings.TrimPrefix(p, "/"), "/")
 	for _, s := range segs {
