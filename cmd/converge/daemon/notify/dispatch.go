@@ -60,7 +60,8 @@ type delivery struct {
 }
 
 // Dispatcher delivers events in the background. Send never blocks; Start runs the workers
-// until its context ends. A retry waits on a timer, not in a worker, so a receiver that is
+// until its context ends. The hooks are called from its goroutines, one call per delivery,
+// and must be quick and safe for concurrent use. A retry waits on a timer, not in a worker, so a receiver that is
 // down holds a worker for one attempt timeout at a time, never for the whole back-off.
 type Dispatcher struct {
 	opts    Options
@@ -101,6 +102,9 @@ func New(opts Options) *Dispatcher {
 // queued (the Dispatcher is stopped, or the queue stayed full while other senders raced);
 // a full queue otherwise makes room by dropping its oldest delivery.
 func (d *Dispatcher) Send(p Provider, e Event) bool {
+	if e.Time.IsZero() {
+		e.Time = time.Now() // every attempt sends the same body (and HMAC signature)
+	}
 	return d.enqueue(&delivery{p: p, e: e}, true)
 }
 
