@@ -60,9 +60,10 @@ type delivery struct {
 }
 
 // Dispatcher delivers events in the background. Send never blocks; Start runs the workers
-// until its context ends. The hooks are called from its goroutines, one call per delivery,
-// and must be quick and safe for concurrent use. A retry waits on a timer, not in a worker, so a receiver that is
-// down holds a worker for one attempt timeout at a time, never for the whole back-off.
+// until its context ends. A retry waits on a timer, not in a worker, so a receiver that is
+// down holds a worker for one attempt timeout at a time, never for the whole back-off. The
+// hooks are called once per delivery from the workers, the retry timers and (OnDropped)
+// Send itself: they must be quick and safe for concurrent use.
 type Dispatcher struct {
 	opts    Options
 	queue   chan *delivery
@@ -105,13 +106,14 @@ func (d *Dispatcher) Send(p Provider, e Event) bool {
 	if e.Time.IsZero() {
 		e.Time = time.Now() // every attempt sends the same body (and HMAC signature)
 	}
-	return d.enqueue(&delivery{p: p, e: e}, true)
+	return d.enqueue(&delivery{p: p, e: e})
 }
 
 // Dropped counts the deliveries dropped from a full queue since New.
 func (d *Dispatcher) Dropped() int64 { return d.dropped.Load() }
 
-func (d *Dispatcher) enqueue(x *delivery, dropOldest bool) bool {
+// enqueue queues x, dropping the oldest waiting delivery when the queue is full.
+func (d *Dispatcher) enqueue(x *delivery) bool {
 	select {
 	case <-d.stop:
 		return false
@@ -122,17 +124,15 @@ func (d *Dispatcher) enqueue(x *delivery, dropOldest bool) bool {
 		return true
 	default:
 	}
-	if dropOldest {
-		select {
-		case old := <-d.queue:
-			d.drop(old)
-		default:
-		}
-		select {
-		case d.queue <- x:
-			return true
-		default:
-		}
+	select {
+	case old := <-d.queue:
+		d.drop(old)
+	default:
+	}
+	select {
+	case d.queue <- x:
+		return true
+	default:
 	}
 	d.drop(x)
 	return false

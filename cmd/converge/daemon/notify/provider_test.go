@@ -88,20 +88,20 @@ func field(v any, path ...any) any {
 	return v
 }
 
-// TestProviderRequests: each provider sends its documented request (method, path,
-// headers with its credentials, body fields, signature) to a local receiver that rejects
-// anything else, and the delivery is reported.
-func TestProviderRequests(t *testing.T) {
-	e := testEvent()
+// requestCase is one provider and the request its receiver accepts.
+type requestCase struct {
+	name string
+	p    Provider // Address is the path, put after the receiver's URL
+	ev   func(Event) Event
+	x    expect
+}
+
+// requestCases are the documented requests for e, one or two per provider.
+func requestCases(e Event) []requestCase {
 	desc := func(limit int) string {
 		return truncate("apps/web failed: HealthCheckFailed: "+strings.Join(strings.Fields(e.Message), " "), limit)
 	}
-	tests := []struct {
-		name string
-		p    Provider // Address is the path, put after the receiver's URL
-		ev   func(Event) Event
-		x    expect
-	}{
+	return []requestCase{
 		{name: "generic", p: Provider{Type: Generic, Address: "/hooks/T0K3N-in-path"},
 			x: expect{path: "/hooks/T0K3N-in-path", headers: map[string]string{"Content-Type": "application/json"},
 				absent: []string{"Authorization", "X-Signature"},
@@ -214,6 +214,14 @@ func TestProviderRequests(t *testing.T) {
 				body: exactJSON(map[string]any{"state": "warning", "context": "converge/prod-eu/apps/web",
 					"description": truncate("apps/web drifted: HealthCheckFailed: "+strings.Join(strings.Fields(e.Message), " "), 255)})}},
 	}
+}
+
+// TestProviderRequests: each provider sends its documented request (method, path,
+// headers with its credentials, body fields, signature) to a local receiver that rejects
+// anything else, and the delivery is reported.
+func TestProviderRequests(t *testing.T) {
+	e := testEvent()
+	tests := requestCases(e)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var rec recorder
