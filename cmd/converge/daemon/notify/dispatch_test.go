@@ -249,3 +249,26 @@ func TestRefusedAddresses(t *testing.T) {
 		t.Errorf("receiver got %d requests", rec.n.Load())
 	}
 }
+
+// TestAnswerReadBounded: a refusal whose body never ends is read up to its cap only: the
+// attempt ends with the status and the start of the body, not at its timeout.
+func TestAnswerReadBounded(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write([]byte(strings.Repeat("x", 2*maxErrorBody)))
+		w.(http.Flusher).Flush()
+		<-release
+	}))
+	defer srv.Close()
+	defer close(release)
+	opts := fastRetries()
+	opts.AttemptTimeout = 10 * bound // an unbounded read would wait for it
+	d, ch := startDispatcher(t, opts)
+	d.Send(genericTo(srv.URL), testEvent())
+	o := next(t, ch)
+	var se *StatusError
+	if o.hook != "failed" || !errors.As(o.err, &se) || se.Code != http.StatusBadRequest || len(se.Body) > 2*512 {
+		t.Fatalf("outcome %s: %v, want status 400 with at most 512 characters of its body", o.hook, o.err)
+	}
+}
