@@ -16,6 +16,10 @@ type Options struct {
 	// full, Send drops the oldest waiting delivery (OnDropped): the newest transition says
 	// what the Sync is now.
 	QueueSize int
+	// MaxQueuedPerNamespace is one namespace's share of the queue: a Send past it drops
+	// that namespace's oldest waiting delivery, so one tenant's flood of transitions drops
+	// its own notifications, not the others'. Zero: QueueSize/8, at least 1.
+	MaxQueuedPerNamespace int
 	// Workers deliver at once.
 	Workers int
 	// AttemptTimeout bounds one request: dial, TLS, sending, and the answer's headers.
@@ -43,10 +47,10 @@ type Options struct {
 	OnDropped func(p Provider, e Event)
 }
 
-// DefaultOptions: 256 deliveries queued, 2 workers, 10 s per attempt, 5 attempts within
+// DefaultOptions: 256 deliveries queued (32 per namespace), 4 workers, 10 s per attempt, 5 attempts within
 // 2 minutes, back-off 1 s doubling to 30 s.
 func DefaultOptions() Options {
-	return Options{QueueSize: 256, Workers: 2, AttemptTimeout: 10 * time.Second, MaxAttempts: 5,
+	return Options{QueueSize: 256, Workers: 4, AttemptTimeout: 10 * time.Second, MaxAttempts: 5,
 		MaxElapsed: 2 * time.Minute, InitialBackoff: time.Second, MaxBackoff: 30 * time.Second}
 }
 
@@ -66,7 +70,7 @@ type delivery struct {
 // Send itself: they must be quick and safe for concurrent use.
 type Dispatcher struct {
 	opts    Options
-	queue   chan *delivery
+	queue   *queue
 	dropped atomic.Int64
 	// retrying counts deliveries waiting on a retry timer, bounded by QueueSize.
 	retrying atomic.Int64
@@ -90,18 +94,19 @@ func New(opts Options) *Dispatcher {
 		}
 	}
 	pos(&opts.QueueSize, def.QueueSize)
+	pos(&opts.MaxQueuedPerNamespace, max(1, opts.QueueSize/8))
 	pos(&opts.Workers, def.Workers)
 	pos(&opts.MaxAttempts, def.MaxAttempts)
 	dur(&opts.AttemptTimeout, def.AttemptTimeout)
 	dur(&opts.MaxElapsed, def.MaxElapsed)
 	dur(&opts.InitialBackoff, def.InitialBackoff)
 	dur(&opts.MaxBackoff, def.MaxBackoff)
-	return &Dispatcher{opts: opts, queue: make(chan *delivery, opts.QueueSize), stop: make(chan struct{})}
+	return &Dispatcher{opts: opts, queue: newQueue(opts.QueueSize, opts.MaxQueuedPerNamespace), stop: make(chan struct{})}
 }
 
-// Send queues e for p and returns at once. It reports false when e itself could not be
-// queued (the Dispatcher is stopped, or the queue stayed full while other senders raced);
-// a full queue otherwise makes room by dropping its oldest delivery.
+// Send queues e for p and returns at once; it reports false only when the Dispatcher has
+// stopped. To make room it drops the oldest delivery of e's namespace when the namespace
+// holds its share of the queue, else the oldest of a full queue.
 func (d *Dispatcher) Send(p Provider, e Event) bool {
 	if e.Time.IsZero() {
 		e.Time = time.Now() // every attempt sends the same body (and HMAC signature)
@@ -109,33 +114,21 @@ func (d *Dispatcher) Send(p Provider, e Event) bool {
 	return d.enqueue(&delivery{p: p, e: e})
 }
 
-// Dropped counts the deliveries dropped from a full queue since New.
+// Dropped counts the deliveries dropped since New: from a full queue, or past a
+// namespace's share.
 func (d *Dispatcher) Dropped() int64 { return d.dropped.Load() }
 
-// enqueue queues x, dropping the oldest waiting delivery when the queue is full.
+// enqueue queues x, reporting a delivery dropped to make room.
 func (d *Dispatcher) enqueue(x *delivery) bool {
 	select {
 	case <-d.stop:
 		return false
 	default:
 	}
-	select {
-	case d.queue <- x:
-		return true
-	default:
-	}
-	select {
-	case old := <-d.queue:
+	if old := d.queue.push(x); old != nil {
 		d.drop(old)
-	default:
 	}
-	select {
-	case d.queue <- x:
-		return true
-	default:
-	}
-	d.drop(x)
-	return false
+	return true
 }
 
 func (d *Dispatcher) drop(x *delivery) {
@@ -169,8 +162,10 @@ func (d *Dispatcher) work(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case x := <-d.queue:
-			d.deliver(ctx, x)
+		case <-d.queue.ready:
+			if x := d.queue.pop(); x != nil {
+				d.deliver(ctx, x)
+			}
 		}
 	}
 }
@@ -212,7 +207,7 @@ func (d *Dispatcher) fail(x *delivery, err error) {
 	}
 }
 
-// errQueueFull is reported for a retry that found the queue full.
+// errQueueFull is reported for a retry that found the queue, or its namespace's share, full.
 var errQueueFull = errors.New("queue full")
 
 // retryLater queues x again after wait, unless the Dispatcher stops first. A retry never
@@ -233,10 +228,11 @@ func (d *Dispatcher) retryLater(x *delivery, wait time.Duration) {
 		case <-d.stop:
 		case <-t.C:
 			select {
-			case d.queue <- x:
 			case <-d.stop:
 			default:
-				d.fail(x, fmt.Errorf("retry dropped: %w (last error: %w)", errQueueFull, x.lastErr))
+				if !d.queue.pushRetry(x) {
+					d.fail(x, fmt.Errorf("retry dropped: %w (last error: %w)", errQueueFull, x.lastErr))
+				}
 			}
 		}
 	}()

@@ -157,7 +157,7 @@ func TestQueueFullDropsOldest(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rec.record(r) }))
 	defer srv.Close()
 	opts := fastRetries()
-	opts.QueueSize = 2
+	opts.QueueSize, opts.MaxQueuedPerNamespace = 2, 2
 	d, ch := newDispatcher(opts)
 	for i := range 5 {
 		e := testEvent()
@@ -270,5 +270,42 @@ func TestAnswerReadBounded(t *testing.T) {
 	var se *StatusError
 	if o.hook != "failed" || !errors.As(o.err, &se) || se.Code != http.StatusBadRequest || len(se.Body) > 2*512 {
 		t.Fatalf("outcome %s: %v, want status 400 with at most 512 characters of its body", o.hook, o.err)
+	}
+}
+
+// TestNamespaceShare: one namespace's flood of deliveries to a receiver that hangs drops
+// its own new deliveries past its share; another namespace's delivery, queued before the
+// flood, is kept and delivered.
+func TestNamespaceShare(t *testing.T) {
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	defer hang.Close()
+	defer close(release)
+	var rec recorder
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rec.record(r) }))
+	defer ok.Close()
+	opts := fastRetries()
+	opts.Workers, opts.QueueSize, opts.MaxAttempts, opts.AttemptTimeout = 1, 8, 1, 100*time.Millisecond
+	d, ch := newDispatcher(opts)
+	quiet := testEvent()
+	quiet.Namespace = "quiet"
+	d.Send(genericTo(ok.URL), quiet)
+	for i := range 50 {
+		e := testEvent()
+		e.Namespace, e.Name = "noisy", fmt.Sprintf("web-%d", i)
+		d.Send(genericTo(hang.URL), e)
+	}
+	run(t, d)
+	for {
+		o := next(t, ch)
+		if o.e.Namespace == "quiet" {
+			if o.hook != "delivered" {
+				t.Fatalf("quiet: outcome %s: %v, want delivered", o.hook, o.err)
+			}
+			break
+		}
+	}
+	if d.Dropped() < 49-int64(d.opts.MaxQueuedPerNamespace) {
+		t.Errorf("Dropped() = %d, want the noisy namespace's deliveries past its share of 1", d.Dropped())
 	}
 }

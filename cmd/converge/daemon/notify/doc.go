@@ -8,8 +8,8 @@
 //     says what to send, so a steady state sends nothing.
 //   - Requests: each provider's documented request, built from an Event and a Provider whose
 //     secrets the caller has already read (as the Sync's identity).
-//   - Delivery: a Dispatcher whose Send never blocks. A bounded queue (the oldest entry is
-//     dropped when it is full), a few workers, each attempt under a timeout, retries with
+//   - Delivery: a Dispatcher whose Send never blocks. A bounded queue (when it is full, or
+//     a namespace holds its share, the oldest delivery is dropped), a few workers, each attempt under a timeout, retries with
 //     exponential back-off bounded in attempts and in total time, and outcomes reported
 //     through hooks the daemon turns into a metric and a Kubernetes event.
 //
