@@ -43,12 +43,13 @@ type Options struct {
 	// OnFailed is called once per delivery that gave up: an invalid provider, a revision
 	// with no commit, a refused address, a final answer, or retries exhausted.
 	OnFailed func(p Provider, e Event, err error)
-	// OnDropped is called for a delivery dropped from a full queue.
+	// OnDropped is called for a delivery dropped to make room (a full queue, or its
+	// namespace's share).
 	OnDropped func(p Provider, e Event)
 }
 
-// DefaultOptions: 256 deliveries queued (32 per namespace), 4 workers, 10 s per attempt, 5 attempts within
-// 2 minutes, back-off 1 s doubling to 30 s.
+// DefaultOptions: 256 deliveries queued (32 per namespace), 4 workers, 10 s per attempt,
+// 5 attempts within 2 minutes, back-off 1 s doubling to 30 s.
 func DefaultOptions() Options {
 	return Options{QueueSize: 256, Workers: 4, AttemptTimeout: 10 * time.Second, MaxAttempts: 5,
 		MaxElapsed: 2 * time.Minute, InitialBackoff: time.Second, MaxBackoff: 30 * time.Second}
