@@ -46,11 +46,14 @@ func (e *StatusError) Error() string {
 }
 
 // retryable reports whether another attempt may succeed: network errors, timeouts, 408,
-// 429 and 5xx. A refused address or redirect, an invalid provider, a revision with no commit
+// 429 and 5xx. A certificate that does not verify is final. A refused address or redirect, an invalid provider, a revision with no commit
 // and other 4xx answers are final.
 func retryable(err error) bool {
 	var se *StatusError
+	var ce *tls.CertificateVerificationError
 	switch {
+	case errors.As(err, &ce):
+		return false
 	case errors.Is(err, ErrInvalid), errors.Is(err, ErrNoCommit), errors.Is(err, ErrLocal), errors.Is(err, errRedirect):
 		return false
 	case errors.As(err, &se):

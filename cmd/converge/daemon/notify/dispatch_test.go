@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -307,5 +308,22 @@ func TestNamespaceShare(t *testing.T) {
 	}
 	if d.Dropped() < 49-int64(d.opts.MaxQueuedPerNamespace) {
 		t.Errorf("Dropped() = %d, want the noisy namespace's deliveries past its share of 1", d.Dropped())
+	}
+}
+
+// TestUntrustedCertificate: a receiver whose certificate the provider's CA bundle (here:
+// the system roots) does not verify gets no request, and the failure is final.
+func TestUntrustedCertificate(t *testing.T) {
+	var rec recorder
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rec.record(r) }))
+	defer srv.Close()
+	d, ch := startDispatcher(t, fastRetries())
+	d.Send(Provider{Name: "gh", Type: GitHub, Address: srv.URL + "/org/repo", Token: "t"}, testEvent())
+	var ce *tls.CertificateVerificationError
+	if o := next(t, ch); o.hook != "failed" || !errors.As(o.err, &ce) || strings.Contains(o.err.Error(), "gave up") {
+		t.Fatalf("outcome %s: %v, want a final certificate verification error", o.hook, o.err)
+	}
+	if rec.n.Load() != 0 {
+		t.Errorf("receiver got %d requests", rec.n.Load())
 	}
 }
