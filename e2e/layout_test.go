@@ -22,6 +22,9 @@ var rules = map[string][]string{
 	module + "/engine":    {module + "/sources", module + "/status", "github.com/go-git", "sigs.k8s.io/kustomize", "github.com/prometheus"},
 	module + "/inventory": {module + "/engine", module + "/sources", module + "/status", "github.com/fluxcd/pkg/ssa", "sigs.k8s.io/cli-utils/pkg/kstatus"},
 	module + "/status":    {module + "/engine", module + "/sources", module + "/inventory"},
+	// Notification delivery takes and gives plain values: the daemon turns its outcomes into
+	// metrics and events.
+	module + "/cmd/converge/daemon/notify": {module + "/engine", module + "/inventory", module + "/status", "k8s.io", "sigs.k8s.io", "github.com/prometheus"},
 	// The API types are for any program to read Syncs with: apimachinery only.
 	module + "/status/v1alpha1": {module + "/status", "k8s.io/client-go", "sigs.k8s.io/controller-runtime"},
 }
@@ -46,7 +49,8 @@ type pkg struct {
 
 // binaryPkg is the one binary, package main: nothing imports it. Its daemon package is
 // imported by it alone (the daemon is run by `converge run`, never by a library); its
-// internal packages hold what its CLI verbs and the daemon share.
+// internal packages hold what its CLI verbs and the daemon share; the daemon's own
+// sub-packages (notify) are imported by the daemon alone.
 const binaryPkg = module + "/cmd/converge"
 
 // cmdImportAllowed reports whether importer may import imp, a package under cmd.
@@ -54,6 +58,8 @@ func cmdImportAllowed(importer, imp string) bool {
 	switch {
 	case imp == binaryPkg+"/daemon":
 		return importer == binaryPkg
+	case strings.HasPrefix(imp, binaryPkg+"/daemon/"):
+		return importer == binaryPkg+"/daemon" || strings.HasPrefix(importer, binaryPkg+"/daemon/")
 	case strings.HasPrefix(imp, binaryPkg+"/internal/"):
 		return importer == binaryPkg || strings.HasPrefix(importer, binaryPkg+"/")
 	}
