@@ -101,7 +101,7 @@ func (e *Engine) abandonOne(ctx context.Context, claim inventory.Claim, en inven
 		case live == nil:
 			c.Message = "already deleted"
 			return c, false
-		case !claim.Owns(en.Object, live.GetAnnotations()[OwnerAnnotation], live.GetUID(), en.UID):
+		case !owns(claim, en.Object, live.GetAnnotations()[OwnerAnnotation], live.GetUID(), en.UID):
 			c.Message = "not ours: nothing to release"
 			return c, false
 		case en.UID != "" && en.UID != live.GetUID():

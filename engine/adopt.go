@@ -77,7 +77,7 @@ func (r *applyRun) notOursToRecreate(id object.ObjMetadata, live *unstructured.U
 	case owner == "":
 		return fmt.Sprintf("%s carries no %s annotation yet (it is not ours until an apply without the immutable change adopts it; or delete it yourself)",
 			Describe(id), OwnerAnnotation)
-	case !r.claim.Owns(id, owner, live.GetUID(), r.old.UID(id)):
+	case !owns(r.claim, id, owner, live.GetUID(), r.old.UID(id)):
 		return fmt.Sprintf("%s is owned by %s", Describe(id), inventory.Describe(owner))
 	case !r.old.Has(id):
 		return fmt.Sprintf("%s is not in this inventory", Describe(id))

@@ -66,17 +66,17 @@ func (e *Engine) forgetMigration(id string) {
 }
 
 // migrationPending is Result.MigrationPending for an inventory whose ConfigMap still carries
-// the migration mark (claim.MigratingFrom): the objects the last Migrate left, or, when this
+// the migration mark (claim.Migration.From): the objects the last Migrate left, or, when this
 // engine did not run it, that the migration is under way.
 func (e *Engine) migrationPending(ref inventory.Ref, claim inventory.Claim) string {
-	if claim.MigratingFrom == "" {
+	if claim.Migration.From == "" {
 		return ""
 	}
 	if p := e.pending.get(ref.ID); p != nil {
 		return pendingSummary(p)
 	}
 	return fmt.Sprintf("inventory %s: the migration from the legacy ID %q is not finished: objects may still carry %s=%s; the next run retries it",
-		ref, claim.MigratingFrom, OwnerAnnotation, claim.MigratingFrom)
+		ref, claim.Migration.From, OwnerAnnotation, claim.Migration.From)
 }
 
 // maxPendingShown bounds the objects Result.MigrationPending names: it ends in a status

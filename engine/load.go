@@ -18,7 +18,7 @@ import (
 // forget that ref's migration was settled, so the next Migrate takes it over (see Migrate).
 func (e *Engine) load(ctx context.Context, ref inventory.Ref, recover *inventory.Inventory) (*inventory.Inventory, inventory.Claim, error) {
 	inv, claim, err := e.store.Lookup(ctx, ref)
-	if errors.Is(err, inventory.ErrNotMigrated) || claim.MigratingFrom != "" {
+	if errors.Is(err, inventory.ErrNotMigrated) || claim.Migration.From != "" {
 		e.migrated.forget(ref.ID)
 	}
 	if err != nil || claim.Found || recover.Len() == 0 {

@@ -78,10 +78,7 @@ func (s *Store) Get(ctx context.Context, ref Ref) (*Inventory, error) {
 // it exists (a missing ConfigMap and an empty one mean the same set, but only a missing one
 // was lost, deleted by hand or by the deletion of its namespace, and may be recovered from a
 // copy kept elsewhere), and whether its migration from ref.Legacy is under way
-// (MigratingAnnotation with the value ref.Legacy; any other value is ignored, so a ConfigMap
-// cannot claim the objects of a legacy ID that is not its own). While it is, Lookup also
-// reads what the other inventory of the legacy ID lists (Claim.Sibling): one more GET (and
-// one per part of it).
+// (Claim.Migration, legacy_claim.go).
 func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) {
 	claim := Claim{ID: ref.ID}
 	var st stored
@@ -104,11 +101,8 @@ func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) 
 	if len(st.parts) == 0 {
 		claim.Version = st.head.ResourceVersion
 	}
-	if from := st.head.Annotations[MigratingAnnotation]; ref.Legacy != "" && from == ref.Legacy {
-		claim.MigratingFrom = from
-		if claim.Sibling, err = s.Sibling(ctx, ref); err != nil {
-			return nil, claim, err
-		}
+	if claim.Migration, err = s.migrationOf(ctx, ref, st.head); err != nil {
+		return nil, claim, err
 	}
 	return inv, claim, nil
 }
