@@ -481,7 +481,7 @@ type applyRun struct {
 	ref  inventory.Ref
 	opts ApplyOptions
 	old  *inventory.Inventory
-	// claim decides which live objects are ours (inventory.Claim.Owns). Its Found says old
+	// claim decides which live objects are ours (owns). Its Found says old
 	// was read from the inventory ConfigMap, not recovered from the copy in a Sync's status
 	// (ApplyOptions.Recover), which anyone who may write that status can forge: only a
 	// stored UID makes an object ours (recorded).

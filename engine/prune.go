@@ -38,7 +38,7 @@ func DefaultDeleteOptions() DeleteOptions {
 	return DeleteOptions{Concurrency: 8}
 }
 
-// Delete deletes every object of the inventory of ref that is still ours (inventory.Claim.Owns)
+// Delete deletes every object of the inventory of ref that is still ours (owns)
 // with the recorded UID (I1), in reverse dependency order, one stage at a time. After each
 // stage it records the confirmed deletions in the inventory, so a crash resumes where it
 // stopped; it stops at a stage with a failed delete, whose objects stay in the inventory
@@ -218,7 +218,7 @@ func (e *Engine) pruneStage(ctx context.Context, pc pruneCall, entries []invento
 }
 
 // pruneOne deletes one inventory entry if it is still ours: it exists, its owner annotation
-// makes it ours (claim.Owns: our ID, or the legacy ID of a migration under way with the
+// makes it ours (owns: our ID, or the legacy ID of a migration under way with the
 // recorded UID), it has no prune-disabled annotation, and its UID is the one we recorded
 // (I1).
 // dropped says whether the entry leaves the inventory; a failed delete keeps it (I3).
