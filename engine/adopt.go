@@ -17,11 +17,12 @@ import (
 //     it (through owns, which also honours a legacy-ID migration under way: legacy.go).
 //   - An object whose owner annotation names another inventory is never taken over
 //     (ErrNotOwned).
-//   - An object carrying our legacy ID is decided in legacy.go (mayTakeOverLegacy): ours
-//     during its migration when the legacy ConfigMap recorded its UID and the other
-//     inventory of the legacy ID does not list it; otherwise taken over only with
-//     ApplyOptions.Adopt, and never when that other inventory lists it
-//     (inventory.ContestedError).
+//   - An object carrying our legacy ID is decided in legacy.go (owns, then
+//     mayTakeOverLegacy): ours during its migration when the legacy ConfigMap recorded its
+//     UID and the other inventory of the legacy ID does not list it; otherwise taken over
+//     only with ApplyOptions.Adopt (else ErrNotAdopted, saying how to adopt it or let it
+//     go), and never when that other inventory lists it (inventory.ContestedError) or
+//     cannot be named.
 //   - An object without an owner annotation that the stored inventory recorded (same UID) is
 //     ours: someone removed the annotation, and the apply puts it back.
 //   - Any other object without an owner annotation is adopted only when nobody else deploys it:

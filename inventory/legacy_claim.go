@@ -2,6 +2,8 @@ package inventory
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/cli-utils/pkg/object"
@@ -59,4 +61,19 @@ func (s *Store) migrationOf(ctx context.Context, ref Ref, head *corev1.ConfigMap
 	}
 	sib, err := s.Sibling(ctx, ref)
 	return Migration{From: from, Sibling: sib}, err
+}
+
+// ErrNotMigrated is wrapped by the error of a read of an inventory whose ConfigMap still
+// carries its legacy ID (Ref.Legacy): Migrate has not taken it over yet. It is transient:
+// the owner's next run migrates it.
+var ErrNotMigrated = errors.New("inventory not migrated")
+
+// notMigrated is the error about a ConfigMap of ref labelled id when id is ref's legacy ID
+// (ErrNotMigrated); nil otherwise.
+func notMigrated(ref Ref, id string) error {
+	if ref.Legacy == "" || id != ref.Legacy {
+		return nil
+	}
+	return fmt.Errorf("%w: the ConfigMap is still labelled %s=%s, the ID an earlier version gave this inventory; it is taken over (migrated) before the next run",
+		ErrNotMigrated, IDLabel, id)
 }

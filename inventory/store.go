@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -324,17 +323,11 @@ func (s *Store) get(ctx context.Context, ref Ref) (*corev1.ConfigMap, error) {
 	return cm, nil
 }
 
-// ErrNotMigrated is wrapped by the error of a read of an inventory whose ConfigMap still
-// carries its legacy ID (Ref.Legacy): Migrate has not taken it over yet. It is transient:
-// the owner's next run migrates it.
-var ErrNotMigrated = errors.New("inventory not migrated")
-
 // foreign is the error about a ConfigMap of ref that holds the inventory id of another
-// owner, named in words (Describe), or of ref itself under its legacy ID (ErrNotMigrated).
+// owner, named in words (Describe), or of ref itself under its legacy ID (notMigrated).
 func foreign(ref Ref, id string) error {
-	if ref.Legacy != "" && id == ref.Legacy {
-		return fmt.Errorf("%w: the ConfigMap is still labelled %s=%s, the ID an earlier version gave this inventory; it is taken over (migrated) before the next run",
-			ErrNotMigrated, IDLabel, id)
+	if err := notMigrated(ref, id); err != nil {
+		return err
 	}
 	if id == "" {
 		return fmt.Errorf("the ConfigMap has no label %s: it is not an inventory; rename the inventory or remove the ConfigMap", IDLabel)
