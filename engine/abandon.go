@@ -19,7 +19,7 @@ import (
 
 // Abandon lets go of every object of the inventory of ref without deleting it, as
 // cli-utils does for an abandoned object: it removes our owner annotation from each object
-// that is still ours (inventory.Claim.Owns: it carries ref.ID, or ref.Legacy with the
+// that is still ours (owns: it carries ref.ID, or ref.Legacy with the
 // recorded UID while a migration is under way), then deletes the inventory ConfigMap. Afterwards no
 // inventory claims the objects: another set adopts them without an ownership conflict, and
 // a set recreated under the same inventory ID starts empty, so it never prunes them.
@@ -84,7 +84,7 @@ func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts DeleteOpti
 const abandonAttempts = 3
 
 // abandonOne removes our owner annotation from the object en names, if it is still ours
-// (claim.Owns: our ID, or the legacy ID of a migration under way with the recorded UID).
+// (owns: our ID, or the legacy ID of a migration under way with the recorded UID).
 // released reports a removal that landed.
 func (e *Engine) abandonOne(ctx context.Context, claim inventory.Claim, en inventory.Entry) (c Change, released bool) {
 	c = Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped}
@@ -101,7 +101,7 @@ func (e *Engine) abandonOne(ctx context.Context, claim inventory.Claim, en inven
 		case live == nil:
 			c.Message = "already deleted"
 			return c, false
-		case !claim.Owns(en.Object, live.GetAnnotations()[OwnerAnnotation], live.GetUID(), en.UID):
+		case !owns(claim, en.Object, live.GetAnnotations()[OwnerAnnotation], live.GetUID(), en.UID):
 			c.Message = "not ours: nothing to release"
 			return c, false
 		case en.UID != "" && en.UID != live.GetUID():

@@ -13,18 +13,16 @@ import (
 // Who may take over a live object, and who may delete it to recreate it (I1, I11).
 //
 //   - Whether an owner annotation makes an object ours is decided by one rule,
-//     inventory.Claim.Owns: our inventory ID, or the legacy ID our inventory is being
-//     migrated from on an object whose UID the legacy ConfigMap recorded and that the other
-//     inventory of the legacy ID (inventory.Sibling) does not list. Apply, prune, Delete and
-//     Abandon all ask it.
+//     inventory.Claim.Owns: it is our inventory ID. Apply, prune, Delete and Abandon all ask
+//     it (through owns, which also honours a legacy-ID migration under way: legacy.go).
 //   - An object whose owner annotation names another inventory is never taken over
 //     (ErrNotOwned).
-//   - An object carrying our legacy ID that our ConfigMap did not record with its UID (the
-//     inventory was lost before the upgrade) is taken over only with ApplyOptions.Adopt;
-//     otherwise it fails with ErrNotAdopted and a message saying how to adopt it or let it go.
-//     One the other inventory of the legacy ID lists (a Sync's <name>-inventory and the
-//     CLI's <name> shared it) is never taken over, even with Adopt: it fails with
-//     ErrNotAdopted naming both ConfigMaps (inventory.ContestedError).
+//   - An object carrying our legacy ID is decided in legacy.go (owns, then
+//     mayTakeOverLegacy): ours during its migration when the legacy ConfigMap recorded its
+//     UID and the other inventory of the legacy ID does not list it; otherwise taken over
+//     only with ApplyOptions.Adopt (else ErrNotAdopted, saying how to adopt it or let it
+//     go), and never when that other inventory lists it (inventory.ContestedError) or
+//     cannot be named.
 //   - An object without an owner annotation that the stored inventory recorded (same UID) is
 //     ours: someone removed the annotation, and the apply puts it back.
 //   - Any other object without an owner annotation is adopted only when nobody else deploys it:
@@ -34,7 +32,7 @@ import (
 //     ApplyOptions.Adopt. Objects only Converge's field manager wrote — an install from before
 //     the owner annotation, a Namespace `converge install` created — are adopted as before.
 //   - A forced recreate (ApplyOptions.Force, the force annotation) deletes only an object our
-//     inventory owns: its owner annotation is ours (Claim.Owns), it is in the stored inventory, and its
+//     inventory owns: its owner annotation is ours (owns), it is in the stored inventory, and its
 //     UID is the one recorded there (when one is recorded).
 
 // lastAppliedAnnotation is kubectl's client-side apply record.
@@ -77,7 +75,7 @@ func (r *applyRun) notOursToRecreate(id object.ObjMetadata, live *unstructured.U
 	case owner == "":
 		return fmt.Sprintf("%s carries no %s annotation yet (it is not ours until an apply without the immutable change adopts it; or delete it yourself)",
 			Describe(id), OwnerAnnotation)
-	case !r.claim.Owns(id, owner, live.GetUID(), r.old.UID(id)):
+	case !owns(r.claim, id, owner, live.GetUID(), r.old.UID(id)):
 		return fmt.Sprintf("%s is owned by %s", Describe(id), inventory.Describe(owner))
 	case !r.old.Has(id):
 		return fmt.Sprintf("%s is not in this inventory", Describe(id))

@@ -481,7 +481,7 @@ type applyRun struct {
 	ref  inventory.Ref
 	opts ApplyOptions
 	old  *inventory.Inventory
-	// claim decides which live objects are ours (inventory.Claim.Owns). Its Found says old
+	// claim decides which live objects are ours (owns). Its Found says old
 	// was read from the inventory ConfigMap, not recovered from the copy in a Sync's status
 	// (ApplyOptions.Recover), which anyone who may write that status can forge: only a
 	// stored UID makes an object ours (recorded).
@@ -500,11 +500,8 @@ type applyRun struct {
 	surveyed map[object.ObjMetadata]*unstructured.Unstructured
 	// sizes is how many objects of each kind and namespace the survey last listed.
 	sizes surveySizes
-	// siblingOnce reads, once per run and only when an adoption needs it, what the other
-	// inventory of the legacy ID lists (sibling).
-	siblingOnce sync.Once
-	siblingInv  inventory.Sibling
-	siblingErr  error
+	// legacySibling is what the other inventory of the legacy ID lists (legacy.go).
+	legacySibling siblingRead
 }
 
 // viaCache reports whether the run decides from the watch cache and the memo first
@@ -637,14 +634,4 @@ func (r *applyRun) readyCandidates(outs []outcome) waitSet {
 		}
 	}
 	return w
-}
-
-// sibling is what the other inventory that shared the run's legacy ID lists
-// (inventory.Sibling): the claim's while a migration is under way, else read once.
-func (r *applyRun) sibling(ctx context.Context) (inventory.Sibling, error) {
-	if r.claim.MigratingFrom != "" {
-		return r.claim.Sibling, nil
-	}
-	r.siblingOnce.Do(func() { r.siblingInv, r.siblingErr = r.e.store.Sibling(ctx, r.ref) })
-	return r.siblingInv, r.siblingErr
 }

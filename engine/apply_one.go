@@ -86,14 +86,8 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 			// A dry-run without inventory: diff the object with its owner as it is.
 			out.change.Message = ownerInfo(it, live, r.fieldManager())
 		} else if err := r.mayTakeOver(ctx, it, live); err != nil {
-			// Another's, on the API server's word: not ours to track or prune. An object under
-			// our legacy ID (contested, or its sibling could not be read) keeps the entry it
-			// had, with the UID it had: dropping it would tell the other inventory of that ID
-			// that this one gave it up, and that one's migration would take it.
-			out.track, out.uid = false, ""
-			if owner := live.GetAnnotations()[OwnerAnnotation]; owner != "" && owner == r.ref.Legacy {
-				out.track, out.uid = r.old.Has(it.id), r.old.UID(it.id)
-			}
+			// Another's, on the API server's word: not ours to track or prune (legacy.go).
+			out.track, out.uid = r.untracked(it, live)
 			return failed(out, err), false, nil
 		}
 		out.uid = live.GetUID()
@@ -153,29 +147,10 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 func (r *applyRun) mayTakeOver(ctx context.Context, it *item, live *unstructured.Unstructured) error {
 	owner := live.GetAnnotations()[OwnerAnnotation]
 	switch {
-	case owner != "" && r.claim.Owns(it.id, owner, live.GetUID(), r.old.UID(it.id)):
+	case owner != "" && owns(r.claim, it.id, owner, live.GetUID(), r.old.UID(it.id)):
 		return nil
 	case owner != "" && owner == r.ref.Legacy:
-		// This inventory's legacy ID on an object its ConfigMap did not record (the inventory
-		// was lost before the upgrade, or someone else wrote the annotation): not ours on the
-		// annotation's word alone, anyone may write it. When the other inventory that shared
-		// the legacy ID lists it, it may be that one's: never taken over (I11), even with
-		// adoption; a person decides. Otherwise adoption takes it.
-		sib, err := r.sibling(ctx)
-		if err != nil {
-			return err
-		}
-		if sib.Lists(it.id) {
-			return terminal(fmt.Errorf("%w: %w", ErrNotAdopted, &inventory.ContestedError{
-				Object: it.id, Legacy: owner, ConfigMap: r.ref.String(), Sibling: sib}))
-		}
-		if !r.opts.Adopt {
-			return terminal(notRecordedError(it.id, owner, r.ref))
-		}
-		if !sib.Known {
-			return terminal(unknownSiblingError(it.id, owner, r.ref))
-		}
-		return nil
+		return r.mayTakeOverLegacy(ctx, it, owner)
 	case owner != "": // I11: never adopt an object another inventory owns
 		return terminal(&NotOwnedError{Object: Describe(it.id), Owner: owner})
 	case owner == "" && !r.opts.Adopt && !r.recorded(it.id, live):

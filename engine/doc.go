@@ -49,14 +49,17 @@
 // decided on a stale watch cache never lands on an object someone recreated. A forced
 // recreate deletes only an object the inventory owns (annotation and recorded UID).
 // A DryRun of a Set without an inventory (the zero Ref) is a plain diff: every object is
-// diffed with its owner as it is, and nothing is pruned. Migrate takes an inventory stored
-// under its legacy ID over before an Apply or a Delete, object by object: until every object
-// carries the new ID, one still carrying the legacy ID with the UID the legacy ConfigMap
-// recorded is ours to apply, prune, delete and release (inventory.Claim.Owns, the one rule
-// every ownership decision asks). One carrying the legacy ID without that record is adopted
-// only with ApplyOptions.Adopt, and one the other inventory of the legacy ID lists
-// (inventory.Sibling) never. Objects the migration left are retried alone by the next
-// Migrate and reported in Result.MigrationPending.
+// diffed with its owner as it is, and nothing is pruned.
+//
+// Legacy IDs (removed in v0.2): Migrate (legacy_migrate.go) is a one-shot step its callers
+// run before an Apply or a Delete; it takes an inventory stored under its legacy ID over,
+// object by object. Until every object carries the new ID, one still carrying the legacy ID
+// with the UID the legacy ConfigMap recorded is ours to apply, prune, delete and release
+// (owns in legacy.go: inventory.Claim.Owns, or inventory.Migration.Owns while the migration
+// lasts). One carrying the legacy ID without that record is adopted only with
+// ApplyOptions.Adopt, and one the other inventory of the legacy ID lists (inventory.Sibling)
+// never. Objects the migration left are retried alone by the next Migrate and reported in
+// Result.MigrationPending.
 //
 // Field conflicts: applies do not force ownership unless ApplyOptions.ForceConflicts; a
 // conflict with another field manager fails the object. This is why the engine drives the

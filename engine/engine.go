@@ -126,13 +126,9 @@ type Engine struct {
 	cache  *watchCache // nil without Watch
 	memo   *memo       // nil without Watch
 	heads  *heads      // nil without Watch and Heads
-	// migrated holds the inventory IDs Migrate has settled (taken over, or nothing to take
-	// over): a long-lived engine reads each inventory for its migration once, not per run.
-	migrated settled
-	// pending holds, per inventory ID, the objects the last Migrate left under the legacy ID
-	// (inventory.PendingError): the next Migrate retries only those, and Apply reports them
-	// (Result.MigrationPending).
-	pending pendingMigrations
+	// migrations is what Migrate remembers of the inventories it took over from their
+	// legacy IDs (legacy_migrate.go).
+	migrations migrations
 }
 
 // New builds an Engine for cfg: an uncached controller-runtime client whose RESTMapper

@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"sigs.k8s.io/cli-utils/pkg/object"
 
 	"github.com/converge-dev/converge/inventory"
 )
@@ -45,46 +43,6 @@ func (e *NotOwnedError) Error() string {
 
 // Is makes errors.Is(err, ErrNotOwned) hold.
 func (e *NotOwnedError) Is(target error) bool { return target == ErrNotOwned }
-
-// notRecordedError is the error of an object that carries ref's legacy ID (ref.Legacy) in
-// its owner annotation while ref's inventory ConfigMap does not record it with its UID: the
-// inventory of an earlier version was lost before the upgrade (deleted by hand, or with its
-// namespace), or someone else wrote the annotation. Taking it over on the annotation's word
-// would let anyone who can write that value hand an object to this inventory, so the error
-// says how a person takes it over (adoption) or lets it go (the kubectl command that removes
-// the annotation). It matches ErrNotAdopted.
-func notRecordedError(id object.ObjMetadata, owner string, ref inventory.Ref) error {
-	kubectl := kubectlUnannotate(id)
-	return fmt.Errorf("%w: %s carries %s=%s, the ID an earlier version of Converge gave this inventory, "+
-		"but the inventory ConfigMap %s does not record this object with its UID (the inventory was lost before the upgrade, "+
-		"or someone else wrote the annotation); to take it over, allow adoption (Sync spec.adopt, converge apply --adopt), "+
-		"or remove the annotation by hand: %s",
-		ErrNotAdopted, Describe(id), inventory.OwnerAnnotation, owner, ref, kubectl)
-}
-
-// kubectlUnannotate is the kubectl command that removes the owner annotation from id.
-func kubectlUnannotate(id object.ObjMetadata) string {
-	resource := strings.ToLower(id.GroupKind.Kind)
-	if id.GroupKind.Group != "" {
-		resource += "." + id.GroupKind.Group
-	}
-	kubectl := "kubectl annotate " + resource + " " + id.Name
-	if id.Namespace != "" {
-		kubectl += " -n " + id.Namespace
-	}
-	return kubectl + " " + inventory.OwnerAnnotation + "-"
-}
-
-// unknownSiblingError is the error of an adoption of an object that carries ref's legacy ID
-// when the other inventory that shared that ID cannot be named (inventory.Sibling.Known is
-// false: a Sync name over 230 characters, whose inventory ConfigMap name is hashed), so
-// nothing says the object is not that one's: adoption does not take it on the legacy ID's
-// word; a person who knows removes the annotation, and the next adoption takes it.
-func unknownSiblingError(id object.ObjMetadata, owner string, ref inventory.Ref) error {
-	return fmt.Errorf("%w: %s carries %s=%s, the ID earlier versions gave both to this inventory and to the \"converge apply --inventory\" of the same name, "+
-		"whose ConfigMap cannot be named from %s; adoption does not take it on that ID's word: if it is not the other's, remove the annotation by hand (%s) and adopt it",
-		ErrNotAdopted, Describe(id), inventory.OwnerAnnotation, owner, ref, kubectlUnannotate(id))
-}
 
 // terminalError marks an error that retrying with the same input cannot fix.
 type terminalError struct{ err error }

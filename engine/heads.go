@@ -128,7 +128,7 @@ func (e *Engine) remembered(ref inventory.Ref) (headRead, bool) {
 // by hand would not change the head's version), with no migration under way (whose sibling
 // read is per run).
 func rememberable(claim inventory.Claim) bool {
-	return claim.Found && claim.Version != "" && claim.MigratingFrom == ""
+	return claim.Found && claim.Version != "" && claim.Migration.From == ""
 }
 
 // headGate is passed before every write of a run that started from a remembered inventory:

@@ -8,7 +8,7 @@ import (
 )
 
 // load reads the stored inventory of ref for Apply, Delete and Abandon, and the claim that
-// decides which live objects are ours (inventory.Claim.Owns). When the ConfigMap does not
+// decides which live objects are ours (owns). When the ConfigMap does not
 // exist (deleted by hand, or by the deletion of its namespace) and recover is given, it
 // returns recover instead: a copy kept elsewhere, possibly a run behind, which is safe to act
 // on because every delete or release still checks the owner annotation and the UID (I1), and
@@ -18,8 +18,8 @@ import (
 // forget that ref's migration was settled, so the next Migrate takes it over (see Migrate).
 func (e *Engine) load(ctx context.Context, ref inventory.Ref, recover *inventory.Inventory) (*inventory.Inventory, inventory.Claim, error) {
 	inv, claim, err := e.store.Lookup(ctx, ref)
-	if errors.Is(err, inventory.ErrNotMigrated) || claim.MigratingFrom != "" {
-		e.migrated.forget(ref.ID)
+	if errors.Is(err, inventory.ErrNotMigrated) || claim.Migration.From != "" {
+		e.migrations.settled.forget(ref.ID)
 	}
 	if err != nil || claim.Found || recover.Len() == 0 {
 		return inv, claim, err

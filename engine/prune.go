@@ -38,7 +38,7 @@ func DefaultDeleteOptions() DeleteOptions {
 	return DeleteOptions{Concurrency: 8}
 }
 
-// Delete deletes every object of the inventory of ref that is still ours (inventory.Claim.Owns)
+// Delete deletes every object of the inventory of ref that is still ours (owns)
 // with the recorded UID (I1), in reverse dependency order, one stage at a time. After each
 // stage it records the confirmed deletions in the inventory, so a crash resumes where it
 // stopped; it stops at a stage with a failed delete, whose objects stay in the inventory
@@ -218,7 +218,7 @@ func (e *Engine) pruneStage(ctx context.Context, pc pruneCall, entries []invento
 }
 
 // pruneOne deletes one inventory entry if it is still ours: it exists, its owner annotation
-// makes it ours (claim.Owns: our ID, or the legacy ID of a migration under way with the
+// makes it ours (owns: our ID, or the legacy ID of a migration under way with the
 // recorded UID), it has no prune-disabled annotation, and its UID is the one we recorded
 // (I1).
 // dropped says whether the entry leaves the inventory; a failed delete keeps it (I3).
@@ -290,20 +290,14 @@ func (e *Engine) pruneOneFrom(ctx context.Context, src source, pc pruneCall, en 
 	}
 	uid := live.GetUID()
 	owner := live.GetAnnotations()[OwnerAnnotation]
-	ours := claim.Owns(en.Object, owner, uid, en.UID)
+	ours := owns(claim, en.Object, owner, uid, en.UID)
 	if cached && (!ours || live.GetAnnotations()[PruneAnnotation] == PruneDisabled ||
 		(en.UID != "" && en.UID != uid) || live.GetDeletionTimestamp() != nil) {
 		return c, askServer // an entry leaves the inventory only on the API server's word
 	}
 	switch {
-	case !ours && claim.Contested(en.Object, owner) && pc.removing:
-		c.Message = fmt.Sprintf("not deleted: it carries the legacy ID %q and the other inventory of that ID (ConfigMap %s) lists it too; "+
-			"given up to it with this inventory", owner, claim.Sibling.ConfigMap)
-		return c, drop
-	case !ours && claim.Contested(en.Object, owner):
-		c.Message = fmt.Sprintf("not deleted: it carries the legacy ID %q and the other inventory of that ID (ConfigMap %s) lists it too; "+
-			"kept in the inventory until a person removes it from one of the two", owner, claim.Sibling.ConfigMap)
-		return c, keep
+	case !ours && claim.Migration.Contested(en.Object, owner):
+		return pruneContested(c, claim.Migration, owner, pc.removing)
 	case !ours:
 		c.Message = fmt.Sprintf("not deleted: owning-inventory annotation is %q, not %q; dropped from the inventory",
 			owner, claim.ID)
@@ -370,7 +364,7 @@ func (e *Engine) afterDeleteConflict(ctx context.Context, claim inventory.Claim,
 	case cur.GetUID() != uid:
 		c.Message = "not deleted: UID precondition failed (recreated by someone else); dropped from the inventory"
 		return c, drop
-	case !claim.Owns(en.Object, cur.GetAnnotations()[OwnerAnnotation], cur.GetUID(), en.UID):
+	case !owns(claim, en.Object, cur.GetAnnotations()[OwnerAnnotation], cur.GetUID(), en.UID):
 		c.Message = "not deleted: no longer carries our owning-inventory annotation; dropped from the inventory"
 		return c, drop
 	}

@@ -76,6 +76,7 @@ type Result struct {
 	// patch, an object both inventories of the legacy ID list). It does not fail the run,
 	// which still treats the recorded ones as its own; the owner shows it (the Sync's Ready
 	// message) so that a person can lift the refusal or settle the contested objects.
+	// Removed in v0.2 with the migration.
 	MigrationPending string
 	// Left lists the objects of the inventory that left the set and stay because
 	// ApplyOptions.Prune is off (they stay in the inventory too, so a later run with Prune

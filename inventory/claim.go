@@ -1,14 +1,20 @@
 package inventory
 
 import (
+	"encoding/json"
+	"strings"
+
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/cli-utils/pkg/object"
 )
 
+// OwnerAnnotation is the annotation whose value is the ID of the inventory that owns an
+// object (cli-utils' owning-inventory annotation). The engine sets it on every object it
+// applies.
+const OwnerAnnotation = "config.k8s.io/owning-inventory"
+
 // Claim is what an inventory's store says about which live objects are the inventory's
-// own. Every ownership decision (the migration's re-owning, an apply's take-over, a prune,
-// a delete, an abandon) asks Owns, so a legacy owner annotation is honoured by the same rule
-// everywhere, and only while its migration lasts.
+// own. Every ownership decision (an apply's take-over, a prune, a delete, an abandon) asks
+// Owns, and a delete or a release also Recorded.
 type Claim struct {
 	// ID is the inventory's ID (Ref.ID).
 	ID string
@@ -16,20 +22,15 @@ type Claim struct {
 	// engine (or by whoever may write that ConfigMap). Entries recovered from a copy kept
 	// elsewhere (the Sync status) come with Found false: their UIDs never make an object ours.
 	Found bool
-	// MigratingFrom is the legacy ID (Ref.Legacy) of an inventory whose migration has
-	// started but not finished: the ConfigMap carries the new label and MigratingAnnotation
-	// with this value. Empty otherwise.
-	MigratingFrom string
-	// Sibling is what the ConfigMap of the other inventory that shared MigratingFrom lists
-	// (Store.Sibling), read while the migration is under way: an object it lists is
-	// contested, never ours on the legacy ID's word.
-	Sibling Sibling
 	// Version is the resourceVersion of the inventory's ConfigMap as read (Found), when the
 	// inventory is that ConfigMap alone: every write of it changes the version, so equal
 	// versions mean equal inventories (Store.Version). Empty for an inventory with parts
 	// (parts.go): Converge never writes a part twice, but an edit of a part by hand would
 	// not change the head's version.
 	Version string
+	// Migration is the migration from a legacy ID under way on this inventory
+	// (legacy_claim.go); the zero value when none is.
+	Migration Migration
 }
 
 // Recorded reports whether the inventory's ConfigMap recorded exactly this object: a UID
@@ -39,44 +40,32 @@ func (c Claim) Recorded(uid, recorded types.UID) bool {
 	return c.Found && recorded != "" && recorded == uid
 }
 
-// Owns reports whether the live object id, whose owner annotation is annotation
-// (OwnerAnnotation, "" when absent) and whose UID is uid, is the inventory's own, given the
-// UID the inventory recorded for it (recorded, "" when none):
+// Owns reports whether a live object whose owner annotation is annotation (OwnerAnnotation,
+// "" when absent) is the inventory's own: the annotation equals the inventory's ID.
 //
-//   - the annotation names the inventory (ID): ours, whatever the UID (callers that delete
-//     still require the recorded UID, I1);
-//   - the annotation is the legacy ID the inventory is being migrated from (MigratingFrom),
-//     the legacy ConfigMap being migrated recorded this very UID (Recorded), and the
-//     ConfigMap of the other inventory that shared the legacy ID does not list it (Sibling):
-//     ours. The legacy ID was shared by a Sync and "converge apply --inventory" of the same
-//     namespace/name, anyone may write an annotation value, and anyone who may write a
-//     ConfigMap there may copy the other's UIDs: the recorded UID says that one of the two
-//     created or took the object, the sibling's list says it was not the other one;
-//   - anything else (no annotation, another inventory's ID, the legacy ID on an object the
-//     legacy ConfigMap did not record with this UID or the sibling lists, or the legacy ID
-//     once the migration has finished): not ours.
-//
-// An object without annotation that the ConfigMap recorded is not "owned" here: an apply may
-// put the annotation back (Recorded), but nothing deletes or releases it on that ground.
-// An entry the legacy ConfigMap recorded without UID (written ahead, never applied, or its
-// UID lost to a crash) is settled by Migrate, which records the UID first.
-func (c Claim) Owns(id object.ObjMetadata, annotation string, uid, recorded types.UID) bool {
-	switch {
-	case annotation == "":
-		return false
-	case annotation == c.ID:
-		return true
-	case c.MigratingFrom != "" && annotation == c.MigratingFrom:
-		return c.Recorded(uid, recorded) && !c.Sibling.Lists(id)
-	}
-	return false
+// The UID is each caller's second condition: a prune, a delete, a release and a forced
+// recreate also require the UID the inventory recorded (Recorded, or a UID precondition, I1);
+// an apply does not, since an entry written ahead by a run that stopped before its record has
+// no UID yet. An object without annotation that the ConfigMap recorded is not "owned" here:
+// an apply may put the annotation back (Recorded), but nothing deletes or releases it on that
+// ground.
+func (c Claim) Owns(annotation string) bool {
+	return annotation != "" && annotation == c.ID
 }
 
-// Contested reports whether the live object id, whose owner annotation is annotation, is
-// contested while the migration lasts: it carries the legacy ID (MigratingFrom) and the other
-// inventory that shared it lists it (Sibling). Such an entry is nobody's until a person
-// decides, and it stays in the inventory as recorded: dropping it would tell the sibling
-// that this inventory gave it up, and the sibling's migration would take it.
-func (c Claim) Contested(id object.ObjMetadata, annotation string) bool {
-	return c.MigratingFrom != "" && annotation == c.MigratingFrom && c.Sibling.Lists(id)
+// OwnerPatch is the JSON patch that moves OwnerAnnotation from the owner from to the owner
+// to (removes it when to is ""), only on the object with this UID and only while the
+// annotation still names from: an object replaced or taken over since it was read fails
+// the patch's test instead of changing hands.
+func OwnerPatch(uid types.UID, from, to string) ([]byte, error) {
+	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(OwnerAnnotation)
+	last := map[string]string{"op": "remove", "path": path}
+	if to != "" {
+		last = map[string]string{"op": "replace", "path": path, "value": to}
+	}
+	return json.Marshal([]map[string]string{
+		{"op": "test", "path": "/metadata/uid", "value": string(uid)},
+		{"op": "test", "path": path, "value": from},
+		last,
+	})
 }

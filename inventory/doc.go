@@ -14,26 +14,24 @@
 // cli_<ns>_<name> for "converge apply --inventory ns/name", install_<ns>_<name> for "converge
 // install" (hashed to 63 characters, see ID), so no two kinds of owner ever share an ID, and
 // Describe turns an ID back into words for messages. Objects carry their owner's ID in the
-// annotation config.k8s.io/owning-inventory (OwnerAnnotation). Earlier versions used
-// <ns>_<name> for all three (LegacyID); Store.Migrate moves such an inventory, and the
-// annotation of each object it lists that still carries the legacy ID, to the new ID.
+// annotation config.k8s.io/owning-inventory (OwnerAnnotation).
 //
-// Migration. Store.Migrate first relabels the ConfigMap with the new ID and marks it
-// converge.dev/migrating-from: <legacy ID> (MigratingAnnotation), one write; then it
-// re-annotates the objects one by one; then it removes the mark. An object that cannot be
-// re-annotated (a conflict, a kind the caller may not patch) does not hold the others or the
-// set up, and the next Migrate tries it again. Which live objects are an inventory's own is
-// decided by one rule, Claim.Owns, asked by the migration and by every apply, prune, delete
-// and release: the owner annotation is the inventory's ID, or, while the mark is there, the
-// legacy ID on an object whose UID the ConfigMap recorded. The legacy ID was shared by a Sync
-// and "converge apply --inventory" of the same namespace/name, and anyone may write an
-// annotation, so the recorded UID, not the annotation, says the object is ours; an object
-// carrying the legacy ID that the ConfigMap does not record (a legacy inventory lost before
-// the upgrade) is taken over only by an explicit adoption. The UID alone does not tell the
-// two sharers apart (whoever may write one ConfigMap may copy the other's UIDs): an object
-// the other's ConfigMap lists (Sibling) is contested, nobody's until a person decides
-// (ContestedError). An entry recorded without UID (written ahead by a run that stopped) is
-// the migration's when it is not contested, and its UID is recorded before the patch.
+// Ownership. Which live objects are an inventory's own is decided by one rule, Claim.Owns:
+// the owner annotation is the inventory's ID. A prune, a delete, a release and a forced
+// recreate also require the UID the ConfigMap recorded (Claim.Recorded, I1).
+//
+// Legacy IDs (removed in v0.2). Earlier versions used <ns>_<name> for all three owners
+// (LegacyID, Ref.Legacy). The legacy_*.go files take such an inventory over: Store.Migrate
+// relabels the ConfigMap with the new ID and marks it converge.dev/migrating-from: <legacy ID>
+// (MigratingAnnotation), re-annotates its objects one by one, then removes the mark; its
+// owners run it as a one-shot step before an apply or a deletion. While the mark is there,
+// Lookup returns it as Claim.Migration, whose rule (Migration.Owns) also makes ours an object
+// carrying the legacy ID whose UID the ConfigMap recorded, unless the other inventory that
+// shared the legacy ID (Sibling) lists it: such an object is contested, nobody's until a
+// person decides (ContestedError). An object carrying the legacy ID that the ConfigMap does
+// not record (a legacy inventory lost before the upgrade) is taken over only by an explicit
+// adoption. An entry recorded without UID (written ahead by a run that stopped) is the
+// migration's when it is not contested, and its UID is recorded before the patch.
 //
 // Concurrency. Store reads go to the API server, never to a cache. Write updates with the
 // resourceVersion it read as a precondition and, on a conflict, re-reads and retries

@@ -45,7 +45,8 @@ func ID(owner Owner, namespace, name string) string {
 // LegacyID is the ID Converge gave inventories before IDs named their owner: namespace_name
 // for a Sync, for "converge apply --inventory" and for "converge install" alike, which let
 // those three share one inventory. Beyond 63 characters it was cut to 46 and followed by
-// "-" and 16 hex digits of its SHA-256. Store.Migrate takes such inventories over.
+// "-" and 16 hex digits of its SHA-256. Store.Migrate takes such inventories over; both are
+// removed in v0.2.
 func LegacyID(namespace, name string) string {
 	id := namespace + "_" + name
 	if len(id) > maxID {

@@ -16,7 +16,7 @@ type Ref struct {
 	ID        string
 	// Legacy is the ID the same ConfigMap was labelled with before IDs named their owner
 	// (LegacyID); empty when there is none. Store.Migrate moves such an inventory and the
-	// owner annotations of its objects to ID.
+	// owner annotations of its objects to ID. Removed in v0.2 with the migration.
 	Legacy string
 }
 

@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -78,10 +77,7 @@ func (s *Store) Get(ctx context.Context, ref Ref) (*Inventory, error) {
 // it exists (a missing ConfigMap and an empty one mean the same set, but only a missing one
 // was lost, deleted by hand or by the deletion of its namespace, and may be recovered from a
 // copy kept elsewhere), and whether its migration from ref.Legacy is under way
-// (MigratingAnnotation with the value ref.Legacy; any other value is ignored, so a ConfigMap
-// cannot claim the objects of a legacy ID that is not its own). While it is, Lookup also
-// reads what the other inventory of the legacy ID lists (Claim.Sibling): one more GET (and
-// one per part of it).
+// (Claim.Migration, legacy_claim.go).
 func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) {
 	claim := Claim{ID: ref.ID}
 	var st stored
@@ -104,11 +100,8 @@ func (s *Store) Lookup(ctx context.Context, ref Ref) (*Inventory, Claim, error) 
 	if len(st.parts) == 0 {
 		claim.Version = st.head.ResourceVersion
 	}
-	if from := st.head.Annotations[MigratingAnnotation]; ref.Legacy != "" && from == ref.Legacy {
-		claim.MigratingFrom = from
-		if claim.Sibling, err = s.Sibling(ctx, ref); err != nil {
-			return nil, claim, err
-		}
+	if claim.Migration, err = s.migrationOf(ctx, ref, st.head); err != nil {
+		return nil, claim, err
 	}
 	return inv, claim, nil
 }
@@ -330,17 +323,11 @@ func (s *Store) get(ctx context.Context, ref Ref) (*corev1.ConfigMap, error) {
 	return cm, nil
 }
 
-// ErrNotMigrated is wrapped by the error of a read of an inventory whose ConfigMap still
-// carries its legacy ID (Ref.Legacy): Migrate has not taken it over yet. It is transient:
-// the owner's next run migrates it.
-var ErrNotMigrated = errors.New("inventory not migrated")
-
 // foreign is the error about a ConfigMap of ref that holds the inventory id of another
-// owner, named in words (Describe), or of ref itself under its legacy ID (ErrNotMigrated).
+// owner, named in words (Describe), or of ref itself under its legacy ID (notMigrated).
 func foreign(ref Ref, id string) error {
-	if ref.Legacy != "" && id == ref.Legacy {
-		return fmt.Errorf("%w: the ConfigMap is still labelled %s=%s, the ID an earlier version gave this inventory; it is taken over (migrated) before the next run",
-			ErrNotMigrated, IDLabel, id)
+	if err := notMigrated(ref, id); err != nil {
+		return err
 	}
 	if id == "" {
 		return fmt.Errorf("the ConfigMap has no label %s: it is not an inventory; rename the inventory or remove the ConfigMap", IDLabel)

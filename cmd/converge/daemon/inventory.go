@@ -1,17 +1,14 @@
 package daemon
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
 
-	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
@@ -43,16 +40,6 @@ func inventoryName(name string) string {
 		name = strings.TrimRight(name[:maxWholeName-9], ".") + "-" + hex.EncodeToString(sum[:4])
 	}
 	return name + "-inventory"
-}
-
-// migrateInventory takes over the Sync's inventory stored under its legacy ID, before an
-// apply or a deletion works on it under the new ID.
-func migrateInventory(ctx context.Context, eng *engine.Engine, s *v1alpha1.Sync) (inventory.Ref, error) {
-	ref, err := eng.Migrate(ctx, InventoryRef(s), inventory.DefaultMigrateOptions())
-	if err != nil {
-		return ref, fmt.Errorf("sync %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	return ref, nil
 }
 
 // recoveredInventory is the recovery copy of the inventory kept in s's status (nil when

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
@@ -20,14 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// OwnerAnnotation is the annotation whose value is the ID of the inventory that owns an
-// object (cli-utils' owning-inventory annotation). The engine sets it on every object it
-// applies; Migrate rewrites it.
-const OwnerAnnotation = "config.k8s.io/owning-inventory"
-
 // MigratingAnnotation marks an inventory ConfigMap whose migration from a legacy ID (its
 // value) has started and not finished: some object it lists may still carry the legacy ID
-// in its owner annotation, and is ours when the ConfigMap recorded its UID (Claim.Owns).
+// in its owner annotation, and is ours when the ConfigMap recorded its UID (Migration.Owns).
 const MigratingAnnotation = "converge.dev/migrating-from"
 
 // UnrecordedAnnotation lists (a JSON array of object keys) the entries a ConfigMap recorded
@@ -45,7 +39,7 @@ const maxUnrecorded = 1000
 
 // ErrMigrationPending is wrapped by Migrate's error when the inventory is migrated (it
 // carries the new ID) but some of its objects could not be re-annotated yet: those it
-// recorded with their UID stay ours by Claim.Owns, contested ones (ContestedError) are
+// recorded with their UID stay ours by Migration.Owns, contested ones (ContestedError) are
 // nobody's until a person decides (they stay listed, with the UID recorded: Claim.Contested),
 // and the next Migrate tries them again. Callers may go on
 // with the inventory under the new ID. The error is a *PendingError.
@@ -114,7 +108,7 @@ func DefaultMigrateOptions() MigrateOptions {
 //  1. The ConfigMap's label becomes ref.ID and it gets MigratingAnnotation: ref.Legacy, in
 //     one write with the resourceVersion just read. From then on the inventory is ref's,
 //     with all its entries (nothing is dropped, pruned or re-created), and each object it
-//     lists that carries ref.Legacy with the UID it recorded is ours (Claim.Owns): the
+//     lists that carries ref.Legacy with the UID it recorded is ours (Migration.Owns): the
 //     engine applies, prunes, deletes and releases it as if it carried ref.ID.
 //  2. Each such object gets ref.ID, one JSON patch per object that tests the UID and the
 //     annotation it read, so an object replaced or taken over meanwhile never changes
@@ -125,7 +119,7 @@ func DefaultMigrateOptions() MigrateOptions {
 //     the engine's own write-ahead entries under ref.ID never count as such) is the
 //     inventory's when its object carries ref.Legacy and the other
 //     inventory that shared ref.Legacy (Sibling) does not list it: its UID is recorded, in
-//     one ConfigMap write for all such entries, so it stays ours (Claim.Owns) if the patch
+//     one ConfigMap write for all such entries, so it stays ours (Migration.Owns) if the patch
 //     fails. An object the sibling lists is contested: left as it is, and reported.
 //  3. Once every object is settled (re-annotated, gone, or not the legacy owner's), the
 //     annotation is removed and the legacy ID means nothing to ref any more.
@@ -173,8 +167,8 @@ func (s *Store) Migrate(ctx context.Context, ref Ref, opts MigrateOptions) (Ref,
 	if err != nil {
 		return ref, wrap(err)
 	}
-	claim := Claim{ID: ref.ID, Found: true, MigratingFrom: ref.Legacy}
-	if claim.Sibling, err = s.Sibling(ctx, ref); err != nil {
+	claim := Claim{ID: ref.ID, Found: true, Migration: Migration{From: ref.Legacy}}
+	if claim.Migration.Sibling, err = s.Sibling(ctx, ref); err != nil {
 		return ref, wrap(err)
 	}
 	entries := inv.Entries()
@@ -274,7 +268,7 @@ func (s *Store) finish(ctx context.Context, ref Ref) error {
 // reownAll moves the owner annotation of the objects of entries that claim owns under the
 // legacy ID to claim.ID. An entry recorded without UID whose object carries the legacy ID
 // and is not contested gets its UID recorded first (recordUIDs), so it stays ours by
-// Claim.Owns if its patch fails. pending lists the objects that still carry the legacy ID
+// Migration.Owns if its patch fails. pending lists the objects that still carry the legacy ID
 // and are ours or contested; err is a crash point's error or a failed record, which stops
 // it.
 func (s *Store) reownAll(ctx context.Context, ref Ref, claim Claim, entries []Entry, unrecorded map[object.ObjMetadata]bool, opts MigrateOptions) (*PendingError, error) {
@@ -350,8 +344,8 @@ func (s *Store) recordUIDs(ctx context.Context, ref Ref, entries []Entry, outs [
 	return nil
 }
 
-// reown moves the owner annotation of e's object from claim.MigratingFrom to claim.ID when
-// the object is the inventory's under the legacy ID: Claim.Owns, or, for an entry the legacy
+// reown moves the owner annotation of e's object from claim.Migration.From to claim.ID when
+// the object is the inventory's under the legacy ID: Migration.Owns, or, for an entry the legacy
 // ConfigMap recorded without UID (a write-ahead entry: created by a run that stopped before
 // recording it, or never applied), the legacy ID on an object the other inventory of the
 // legacy ID does not list (Sibling.Known and not Sibling.Lists), whose UID it then returns
@@ -373,23 +367,23 @@ func (s *Store) reown(ctx context.Context, ref Ref, claim Claim, e Entry, legacy
 	legacyOwned := func(obj *metav1.PartialObjectMetadata) (bool, error) {
 		owner := obj.GetAnnotations()[OwnerAnnotation]
 		switch {
-		case owner != claim.MigratingFrom:
+		case owner != claim.Migration.From:
 			return false, nil
-		case claim.Sibling.Lists(e.Object):
-			return false, &ContestedError{Object: e.Object, Legacy: claim.MigratingFrom,
-				ConfigMap: ref.String(), Sibling: claim.Sibling}
+		case claim.Migration.Sibling.Lists(e.Object):
+			return false, &ContestedError{Object: e.Object, Legacy: claim.Migration.From,
+				ConfigMap: ref.String(), Sibling: claim.Migration.Sibling}
 		case e.UID == "" && !legacyUnrecorded:
 			// Written ahead under the new ID (UnrecordedAnnotation does not list it): the
 			// legacy inventory never recorded the object, which needs adoption.
 			return false, nil
-		case e.UID == "" && !claim.Sibling.Known:
+		case e.UID == "" && !claim.Migration.Sibling.Known:
 			return false, fmt.Errorf("%s carries %s=%s and this inventory recorded it without UID; the other inventory of that ID cannot be named, so it is not taken over: set the annotation to this inventory's ID by hand (%s=%s)",
-				describeObject(e.Object), OwnerAnnotation, claim.MigratingFrom, OwnerAnnotation, claim.ID)
+				describeObject(e.Object), OwnerAnnotation, claim.Migration.From, OwnerAnnotation, claim.ID)
 		case e.UID == "":
 			fill = obj.GetUID()
 			return true, nil
 		}
-		return claim.Owns(e.Object, owner, obj.GetUID(), e.UID), nil
+		return claim.Migration.Owns(e.Object, owner, claim.Recorded(obj.GetUID(), e.UID)), nil
 	}
 	obj, err := read()
 	if err != nil {
@@ -401,7 +395,7 @@ func (s *Store) reown(ctx context.Context, ref Ref, claim Claim, e Entry, legacy
 	if ours, err := legacyOwned(obj); !ours {
 		return reowned{err: err}
 	}
-	patch, err := OwnerPatch(obj.GetUID(), claim.MigratingFrom, claim.ID)
+	patch, err := OwnerPatch(obj.GetUID(), claim.Migration.From, claim.ID)
 	if err != nil {
 		return reowned{err: err}
 	}
@@ -456,15 +450,15 @@ func (s *Store) vanished(ctx context.Context, ref Ref, claim Claim, id object.Ob
 	switch {
 	case err != nil:
 		return fmt.Errorf("%s: read: %w", id, err)
-	case obj == nil || obj.GetAnnotations()[OwnerAnnotation] != claim.MigratingFrom:
+	case obj == nil || obj.GetAnnotations()[OwnerAnnotation] != claim.Migration.From:
 		return nil
 	}
 	who := "its owner"
-	if claim.Sibling.ConfigMap != "" {
-		who = "its owner (the other inventory of that ID, ConfigMap " + claim.Sibling.ConfigMap + ", once it lists it)"
+	if claim.Migration.Sibling.ConfigMap != "" {
+		who = "its owner (the other inventory of that ID, ConfigMap " + claim.Migration.Sibling.ConfigMap + ", once it lists it)"
 	}
 	return fmt.Errorf("%s carries %s=%s and inventory %s no longer lists it: the migration waits for %s to take it over, or for a person to set the annotation",
-		describeObject(id), OwnerAnnotation, claim.MigratingFrom, ref, who)
+		describeObject(id), OwnerAnnotation, claim.Migration.From, ref, who)
 }
 
 // unrecordedOf is the set UnrecordedAnnotation of cm lists (empty when absent or unreadable:
@@ -492,21 +486,4 @@ func callHook(h func() error) error {
 		return fmt.Errorf("aborted by hook: %w", err)
 	}
 	return nil
-}
-
-// OwnerPatch is the JSON patch that moves OwnerAnnotation from the owner from to the owner
-// to (removes it when to is ""), only on the object with this UID and only while the
-// annotation still names from: an object replaced or taken over since it was read fails
-// the patch's test instead of changing hands.
-func OwnerPatch(uid types.UID, from, to string) ([]byte, error) {
-	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(OwnerAnnotation)
-	last := map[string]string{"op": "remove", "path": path}
-	if to != "" {
-		last = map[string]string{"op": "replace", "path": path, "value": to}
-	}
-	return json.Marshal([]map[string]string{
-		{"op": "test", "path": "/metadata/uid", "value": string(uid)},
-		{"op": "test", "path": path, "value": from},
-		last,
-	})
 }

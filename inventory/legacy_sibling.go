@@ -23,7 +23,7 @@ const maxSyncName = 230
 // --inventory namespace/name" (ConfigMap <name>), so an object carrying it may be either's.
 // The recorded UID does not tell them apart (anyone who may write a ConfigMap in the
 // namespace can copy the other's UIDs): an object the sibling's ConfigMap lists is
-// contested, and neither inventory takes it over on the legacy ID's word (Claim.Owns,
+// contested, and neither inventory takes it over on the legacy ID's word (Migration.Owns,
 // Migrate, adoption). A person decides, by removing it from one of the two ConfigMaps or
 // by setting the owner annotation by hand.
 type Sibling struct {
