@@ -24,6 +24,10 @@ var rules = map[string][]string{
 	module + "/status":    {module + "/engine", module + "/sources", module + "/inventory"},
 	// The API types are for any program to read Syncs with: apimachinery only.
 	module + "/status/v1alpha1": {module + "/status", "k8s.io/client-go", "sigs.k8s.io/controller-runtime"},
+	// Sharding knows Leases and Syncs, never what a reconcile does with them.
+	binaryPkg + "/daemon/shard": {module + "/sources", module + "/inventory"},
+	// The write guard is a transport and nothing else.
+	binaryPkg + "/daemon/fence": {module},
 }
 
 // transitive are the rules checked against every dependency, not only the direct imports:
@@ -45,8 +49,9 @@ type pkg struct {
 }
 
 // binaryPkg is the one binary, package main: nothing imports it. Its daemon package is
-// imported by it alone (the daemon is run by `converge run`, never by a library); its
-// internal packages hold what its CLI verbs and the daemon share.
+// imported by it alone (the daemon is run by `converge run`, never by a library), the
+// daemon's own packages by the daemon alone; its internal packages hold what its CLI verbs
+// and the daemon share.
 const binaryPkg = module + "/cmd/converge"
 
 // cmdImportAllowed reports whether importer may import imp, a package under cmd.
@@ -54,6 +59,8 @@ func cmdImportAllowed(importer, imp string) bool {
 	switch {
 	case imp == binaryPkg+"/daemon":
 		return importer == binaryPkg
+	case strings.HasPrefix(imp, binaryPkg+"/daemon/"): // its parts: shard, fence
+		return importer == binaryPkg+"/daemon" || strings.HasPrefix(importer, binaryPkg+"/daemon/")
 	case strings.HasPrefix(imp, binaryPkg+"/internal/"):
 		return importer == binaryPkg || strings.HasPrefix(importer, binaryPkg+"/")
 	}
