@@ -12,7 +12,9 @@
 //   - leases.go: the Lease requests, every one bounded in time;
 //   - policy.go: the decisions of a step, a pure function of the Leases listed, what is
 //     held and the time;
-//   - coordinator.go: the loop (a manager Runnable) that carries the decisions out.
+//   - coordinator.go, handover.go: the loop (a manager Runnable) that carries the decisions
+//     out: acquires, clears, releases, drains, and the shutdown's release;
+//   - metrics.go: the metrics of sharding, on a registry of their own.
 //
 // It imports the engine (for its label type) and the Sync API, never the daemon.
 package shard

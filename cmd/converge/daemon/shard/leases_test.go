@@ -182,28 +182,6 @@ func TestShardReplicaOfOtherCountStopsAcquiring(t *testing.T) {
 	}
 }
 
-// TestShardRenewAllKeepsExpired: a renewal cannot revive a shard whose validity ran out
-// before it was sent (another replica may have taken it). Before the fix renewAll extended
-// it.
-func TestShardRenewAllKeepsExpired(t *testing.T) {
-	now := time.Unix(1000, 0)
-	tab := newTable(2, 10*time.Second)
-	tab.now = func() time.Time { return now }
-	tab.renewed(0, now)
-	tab.renewed(1, now.Add(8*time.Second))
-	now = now.Add(14 * time.Second)
-	if tab.writable(0) {
-		t.Fatal("shard 0 should have expired")
-	}
-	tab.renewAll(now)
-	if tab.writable(0) {
-		t.Errorf("a shard expired 4 s ago is writable again after a late renewal")
-	}
-	if !tab.writable(1) {
-		t.Errorf("shard 1, valid when the renewal was sent, was not extended")
-	}
-}
-
 // TestShardStepBudget: one step sends no more writes once the next renewal could not be
 // sent within the renew deadline: slow acquires stop instead of running the held shards
 // out. Before the fix a step acquired every shard it wanted however long each took.

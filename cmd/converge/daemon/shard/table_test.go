@@ -137,3 +137,25 @@ func TestShardLeftOfHeld(t *testing.T) {
 		t.Fatalf("got %s %v, want 5s once shard 0 ran out", left, ok)
 	}
 }
+
+// TestShardRenewAllKeepsExpired: a renewal cannot revive a shard whose validity ran out
+// before it was sent (another replica may have taken it). Before the fix renewAll extended
+// it.
+func TestShardRenewAllKeepsExpired(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tab := newTable(2, 10*time.Second)
+	tab.now = func() time.Time { return now }
+	tab.renewed(0, now)
+	tab.renewed(1, now.Add(8*time.Second))
+	now = now.Add(14 * time.Second)
+	if tab.writable(0) {
+		t.Fatal("shard 0 should have expired")
+	}
+	tab.renewAll(now)
+	if tab.writable(0) {
+		t.Errorf("a shard expired 4 s ago is writable again after a late renewal")
+	}
+	if !tab.writable(1) {
+		t.Errorf("shard 1, valid when the renewal was sent, was not extended")
+	}
+}
