@@ -27,6 +27,10 @@ var rules = map[string][]string{
 	module + "/cmd/converge/daemon/notify": {module + "/engine", module + "/inventory", module + "/status", "k8s.io", "sigs.k8s.io", "github.com/prometheus"},
 	// The API types are for any program to read Syncs with: apimachinery only.
 	module + "/status/v1alpha1": {module + "/status", "k8s.io/client-go", "sigs.k8s.io/controller-runtime"},
+	// Sharding knows Leases and Syncs, never what a reconcile does with them.
+	binaryPkg + "/daemon/shard": {module + "/sources", module + "/inventory"},
+	// The write guard is a transport and nothing else.
+	binaryPkg + "/daemon/fence": {module},
 }
 
 // transitive are the rules checked against every dependency, not only the direct imports:
@@ -48,9 +52,9 @@ type pkg struct {
 }
 
 // binaryPkg is the one binary, package main: nothing imports it. Its daemon package is
-// imported by it alone (the daemon is run by `converge run`, never by a library); its
-// internal packages hold what its CLI verbs and the daemon share; the daemon's own
-// sub-packages (notify) are imported by the daemon alone.
+// imported by it alone (the daemon is run by `converge run`, never by a library), the
+// daemon's own packages (shard, fence, notify) by the daemon alone; its internal packages
+// hold what its CLI verbs and the daemon share.
 const binaryPkg = module + "/cmd/converge"
 
 // cmdImportAllowed reports whether importer may import imp, a package under cmd.
@@ -58,7 +62,7 @@ func cmdImportAllowed(importer, imp string) bool {
 	switch {
 	case imp == binaryPkg+"/daemon":
 		return importer == binaryPkg
-	case strings.HasPrefix(imp, binaryPkg+"/daemon/"):
+	case strings.HasPrefix(imp, binaryPkg+"/daemon/"): // its parts: shard, fence, notify
 		return importer == binaryPkg+"/daemon" || strings.HasPrefix(importer, binaryPkg+"/daemon/")
 	case strings.HasPrefix(imp, binaryPkg+"/internal/"):
 		return importer == binaryPkg || strings.HasPrefix(importer, binaryPkg+"/")

@@ -12,6 +12,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon/shard"
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
 	"github.com/converge-dev/converge/status/v1alpha1"
@@ -92,23 +93,22 @@ func (e *engineSet) forSync(s *v1alpha1.Sync) (*engine.Engine, error) {
 		return nil, err
 	}
 	if e.shards != nil && e.user(s) == "" {
-		return e.shards.forShard(e.ctx, a.eng, shardOf(s.UID, e.shards.n))
+		return e.shards.forShard(e.ctx, a.eng, e.shards.cfg.Of(s.UID))
 	}
 	return a.eng, nil
 }
 
 // shardEngines are the daemon's own engines of the shards a replica holds, one per shard:
-// each applies its Syncs' objects with the shard's label (Options.shardLabel) and caches only
+// each applies its Syncs' objects with the shard's label (shard.Config.Label) and caches only
 // the objects carrying it, so a replica caches the managed objects of its own share, not the
 // cluster's. A shard's engine is built on the first reconcile of the shard's holding and
 // dropped, with its cache and memo, once the shard is released or lost (drop). The next
 // holding starts afresh, as a restart does: its first reconciles read what they apply from
 // the API server (the survey), since another replica may have written it meanwhile.
 type shardEngines struct {
-	n     int
-	label func(i int) engine.Label
-	mu    sync.Mutex
-	held  map[int]*shardEngine
+	cfg  shard.Config
+	mu   sync.Mutex
+	held map[int]*shardEngine
 }
 
 type shardEngine struct {
@@ -116,8 +116,8 @@ type shardEngine struct {
 	stop context.CancelFunc
 }
 
-func newShardEngines(o Options) *shardEngines {
-	return &shardEngines{n: o.shardCount(), label: o.shardLabel, held: map[int]*shardEngine{}}
+func newShardEngines(cfg shard.Config) *shardEngines {
+	return &shardEngines{cfg: cfg, held: map[int]*shardEngine{}}
 }
 
 // forShard returns shard i's engine, derived from base (engine.Scoped) and its cache run
@@ -128,7 +128,7 @@ func (s *shardEngines) forShard(ctx context.Context, base *engine.Engine, i int)
 	if se, ok := s.held[i]; ok {
 		return se.eng, nil
 	}
-	eng, err := base.Scoped(s.label(i))
+	eng, err := base.Scoped(s.cfg.Label(i))
 	if err != nil {
 		return nil, err
 	}
@@ -142,8 +142,9 @@ func (s *shardEngines) forShard(ctx context.Context, base *engine.Engine, i int)
 	return eng, nil
 }
 
-// drop stops and forgets shard i's engine; the shard's reconciles have ended (the
-// coordinator drains them first), and none starts again before the shard is acquired anew.
+// drop stops and forgets shard i's engine (shard.Hooks.Drained): the shard's reconciles
+// have ended (the coordinator drains them first), and none starts again before the shard
+// is acquired anew.
 func (s *shardEngines) drop(i int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon/shard"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/status/v1alpha1"
@@ -125,14 +126,14 @@ func TestShardEnginesFollowTheShards(t *testing.T) {
 	defer cancel()
 	o := Options{Sharding: ShardingAuto, Shards: 4}
 	es := newEngineSet(ctx, env.Config, engine.Options{}, true, "")
-	es.shards = newShardEngines(o)
+	es.shards = newShardEngines(o.shardConfig())
 	// Syncs uid-0, uid-1, ... until uid-0's shard has two and another shard one.
-	first := shardOf("uid-0", 4)
+	first := shard.Of("uid-0", 4)
 	byShard := map[int][]*v1alpha1.Sync{}
 	for i := 0; len(byShard) < 2 || len(byShard[first]) < 2; i++ {
 		s := saSync("ns", fmt.Sprintf("s%d", i), "")
 		s.UID = types.UID(fmt.Sprint("uid-", i))
-		byShard[shardOf(s.UID, 4)] = append(byShard[shardOf(s.UID, 4)], s)
+		byShard[shard.Of(s.UID, 4)] = append(byShard[shard.Of(s.UID, 4)], s)
 	}
 	engineOf := func(s *v1alpha1.Sync) *engine.Engine {
 		t.Helper()

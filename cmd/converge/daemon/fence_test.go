@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -86,7 +85,7 @@ func bodyCounter(t *testing.T) (url string, whole *atomic.Int32) {
 // TestFenceChecksAgainAtTheBody: a write that passed a fence's check, then was held up until
 // the right to write had gone (a SIGSTOP between the check and the send; a shard lost while
 // the request waited for a connection), is cut when the transport reads its body, and the
-// server receives no complete write. For the pause fence and for a shard. Before, the check
+// server receives no complete write (for a shard: shard.TestShardFenceChecksAgainAtTheBody). Before, the check
 // was made once, at RoundTrip: the server received both writes whole (the window of
 // e2e.TestBinaryPausedLeaderIsFenced's once-seen write sent after the resume).
 func TestFenceChecksAgainAtTheBody(t *testing.T) {
@@ -103,27 +102,6 @@ func TestFenceChecksAgainAtTheBody(t *testing.T) {
 		}
 		if n := whole.Load(); n != 0 {
 			t.Errorf("the server received %d complete writes", n)
-		}
-	})
-	t.Run("shard", func(t *testing.T) {
-		now := time.Unix(1000, 0)
-		tab := newShardTable(1, 10*time.Second)
-		tab.now = func() time.Time { return now }
-		tab.renewed(0, now)
-		url, whole := bodyCounter(t)
-		rt := tab.wrap(pausingRT{pause: func() { now = now.Add(20 * time.Second) }, next: http.DefaultTransport})
-		call := &shardCall{i: 0}
-		req, _ := http.NewRequestWithContext(context.WithValue(context.Background(), shardKey{}, call),
-			http.MethodPatch, url+"/api/v1/namespaces/x/configmaps/y", strings.NewReader(`{"data":{"v":"2"}}`))
-		if resp, err := rt.RoundTrip(req); err == nil {
-			_ = resp.Body.Close()
-			t.Errorf("a write held up past its shard's validity after its check was sent: %d", resp.StatusCode)
-		}
-		if n := whole.Load(); n != 0 {
-			t.Errorf("the server received %d complete writes", n)
-		}
-		if !call.refused.Load() {
-			t.Error("the cut write did not mark its reconcile refused")
 		}
 	})
 }

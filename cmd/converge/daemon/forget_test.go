@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon/shard"
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/status"
 	"github.com/converge-dev/converge/status/v1alpha1"
@@ -35,7 +36,7 @@ func TestFinalizeForgetsTheSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.deployer() // the Sync acts as it (--default-service-account deployer)
-	r := &reconciler{client: f.c, live: f.c, engines: newEngineSet(ctx, env.Config, engine.Options{}, false, "deployer"),
+	r := &reconciler{client: f.c, live: f.c, shards: shard.Off{}, engines: newEngineSet(ctx, env.Config, engine.Options{}, false, "deployer"),
 		drift: newDriftTrigger(), writer: &status.Writer{Live: f.c, Client: f.c}, events: record.NewFakeRecorder(100),
 		retries: &retryCounter{}, metrics: rec}
 	s := f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Finalizers = []string{v1alpha1.Finalizer} })
@@ -80,7 +81,7 @@ func TestFinalizeForgetsASyncAlreadyGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &reconciler{client: f.c, live: f.c, engines: newEngineSet(ctx, env.Config, engine.Options{}, false, "deployer"),
+	r := &reconciler{client: f.c, live: f.c, shards: shard.Off{}, engines: newEngineSet(ctx, env.Config, engine.Options{}, false, "deployer"),
 		drift: newDriftTrigger(), writer: &status.Writer{Live: f.c, Client: f.c}, events: record.NewFakeRecorder(100),
 		retries: &retryCounter{}, metrics: rec}
 	s := f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Finalizers = []string{v1alpha1.Finalizer} })

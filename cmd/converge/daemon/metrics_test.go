@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon/shard"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/sources"
@@ -304,7 +305,7 @@ func TestMonitoringUsesExportedMetrics(t *testing.T) {
 	}
 	observeAll(t, rec)
 	shardReg := prometheus.NewRegistry() // served beside reg with --sharding=auto
-	sm, err := newShardMetrics(shardReg)
+	sm, err := shard.NewMetrics(shardReg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +340,7 @@ func TestMonitoringUsesExportedMetrics(t *testing.T) {
 			}
 		}
 	}
-	for _, c := range append(rec.collectors(), sm.shards, sm.held, sm.owned, sm.handovers) {
+	for _, c := range append(rec.collectors(), sm.Collectors()...) {
 		ch := make(chan *prometheus.Desc, 1)
 		c.Describe(ch)
 		name := metricNameRE.FindString((<-ch).String())

@@ -225,7 +225,7 @@ func (o Options) Validate() error {
 		if o.LeaderNamespace == "" {
 			return errors.New("--leader-election-namespace: must not be empty with --sharding=auto (the shard Leases live there)")
 		}
-		if errs := validation.IsDNS1123Subdomain(o.replicaLeaseName()); len(errs) > 0 {
+		if errs := validation.IsDNS1123Subdomain(o.shardConfig().ReplicaLeaseName()); len(errs) > 0 {
 			return fmt.Errorf("--replica-name %q: cannot name the replica's Lease: %s", o.Replica, strings.Join(errs, "; "))
 		}
 		// A shard is written for until RenewDeadline after its last renew and taken over

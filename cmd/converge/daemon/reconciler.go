@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon/shard"
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
 	"github.com/converge-dev/converge/sources"
@@ -68,11 +69,11 @@ type reconciler struct {
 	// namespaces holds each namespace to its share of those workers (fair.go).
 	namespaces *namespaceGate
 
-	// shards, with sharding on, gates reconciles to the Syncs of the shards this replica
-	// holds (shards_table.go); shardSource queues the Syncs of an acquired shard. Nil when off.
-	shards      *shardTable
+	// shards begins each reconcile under its Sync's shard: with sharding on, only those of
+	// the shards this replica holds (shard.Gate); shard.Off otherwise. shardSource queues the
+	// Syncs of an acquired shard (nil when off).
+	shards      shardGate
 	shardSource source.Source
-	shardReads  shardReads // per Sync, the holding of its shard it was last read live under
 
 	// substitutions keep each Sync's last substitution and the Secret-sourced values to hide
 	// (substitute.go).
@@ -94,9 +95,6 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		drift = nil
 	}
 	engines := newEngineSet(ctx, cfg, engOpts, o.WatchCache, o.DefaultServiceAccount)
-	if o.WatchCache && o.sharded() {
-		engines.shards = newShardEngines(o)
-	}
 	return &reconciler{
 		client:      mgr.GetClient(),
 		live:        mgr.GetAPIReader(),
@@ -116,6 +114,7 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		grace:       o.DeletionGrace,
 		concurrency: o.Concurrency,
 		namespaces:  newNamespaceGate(o.Concurrency, o.MaxConcurrentPerNamespace),
+		shards:      shard.Off{},
 	}
 }
 
@@ -173,22 +172,15 @@ func (r *reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, s); err != nil {
 		return ctrl.Result{}, r.forgetIfGone(req.NamespacedName, err)
 	}
-	if r.shards != nil {
-		// Another replica's shard, or one being released: no write, no requeue (its holder
-		// reconciles it; an acquired shard queues its Syncs).
-		i := shardOf(s.UID, r.shards.n)
-		done, ok := r.shards.begin(i)
-		if !ok {
-			return ctrl.Result{}, nil
-		}
-		defer done()
-		ctx = withShard(ctx, i) // the shard fence checks every write made with it
-		fresh, requeue, err := r.firstReadOfHolding(ctx, req.NamespacedName, s, i)
-		if fresh == nil {
-			return ctrl.Result{RequeueAfter: requeue}, err
-		}
-		s = fresh
+	turn, err := r.shards.Begin(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, r.forgetIfGone(req.NamespacedName, err)
 	}
+	if turn.Sync == nil { // another replica's shard, or the cache behind a live read
+		return ctrl.Result{RequeueAfter: turn.Requeue}, nil
+	}
+	defer turn.Done()
+	ctx, s = turn.Ctx, turn.Sync
 	if !s.DeletionTimestamp.IsZero() {
 		r.metrics.forget(req.NamespacedName)
 		r.drift.forget(req.NamespacedName)
@@ -215,16 +207,16 @@ func (r *reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if crash != nil {
 		return ctrl.Result{}, crash
 	}
-	if r.shards != nil && shardRefused(ctx) {
+	if i, refused := r.shards.Refused(ctx); refused {
 		// The shard was not validly held for some of this reconcile's writes: its outcome
 		// says nothing about the Sync. No status; the shard's holder (this replica again
 		// once renewed, or another) reconciles it anew.
-		log.Info("outcome dropped: the shard fence refused some of its writes; requeued", "shard", shardOf(s.UID, r.shards.n))
+		log.Info("outcome dropped: the shard fence refused some of its writes; requeued", "shard", i)
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	// The status write is its own step: an apply failure never stops it, and its failure
 	// never undoes the apply.
-	err := r.writer.Write(ctx, req.NamespacedName, outcome)
+	err = r.writer.Write(ctx, req.NamespacedName, outcome)
 	if errors.Is(err, status.ErrReplaced) {
 		// The Sync this reconcile read was deleted and another took its name (I14): the
 		// outcome is not about it. Reconcile the new one from its own read.
@@ -281,7 +273,7 @@ func (r *reconciler) forget(key types.NamespacedName) {
 	r.drift.forget(key)
 	r.retries.reset(key)
 	r.writer.Forget(key)
-	r.shardReads.forget(key)
+	r.shards.Forget(key)
 	r.engines.forget(key)
 	r.substitutions.forget(key)
 	if r.loader != nil {

@@ -1,21 +1,13 @@
-package daemon
+package shard
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
-// errShardNotHeld refuses a write made for a Sync of a shard this replica does not hold
-// validly: it was released or lost, or its Lease was not renewed within the renew deadline
-// (another replica may own the shard by now).
-var errShardNotHeld = errors.New("shard fence: this replica no longer holds the shard of this Sync")
-
-// shardTable is what this replica knows of the shards it holds, shared by the coordinator
+// Table is what this replica knows of the shards it holds, shared by the coordinator
 // (which acquires, renews and releases their Leases), the reconciler (which starts a
 // reconcile only for a held shard and counts it while it runs) and the shard fence (which
 // refuses a reconcile's writes once its shard is no longer held validly).
@@ -24,7 +16,7 @@ var errShardNotHeld = errors.New("shard fence: this replica no longer holds the 
 // renew (measured from before the renew was sent) plus the renew deadline. Another replica
 // takes the shard only after it saw the Lease unchanged for the lease duration on its own
 // clock, later than that; the difference covers a write in flight at the deadline.
-type shardTable struct {
+type Table struct {
 	n        int
 	deadline time.Duration // RenewDeadline
 	now      func() time.Time
@@ -47,14 +39,17 @@ type shardState struct {
 	epoch      uint64 // which acquisition of this process the holding is (0: not held)
 }
 
-func newShardTable(n int, deadline time.Duration) *shardTable {
-	return &shardTable{n: n, deadline: deadline, now: time.Now, shards: make([]shardState, n)}
+// NewTable is the table of c's shards, none held.
+func NewTable(c Config) *Table { return newTable(c.Shards, c.RenewDeadline) }
+
+func newTable(n int, deadline time.Duration) *Table {
+	return &Table{n: n, deadline: deadline, now: time.Now, shards: make([]shardState, n)}
 }
 
 // begin starts a reconcile of a Sync of shard i: ok is false when the shard is not held
 // validly or is being released (the reconcile must return at once); otherwise done must
 // be called when the reconcile ends.
-func (t *shardTable) begin(i int) (done func(), ok bool) {
+func (t *Table) begin(i int) (done func(), ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := &t.shards[i]
@@ -75,10 +70,10 @@ func (t *shardTable) begin(i int) (done func(), ok bool) {
 // writable reports whether a reconcile of shard i may still write: the shard is held (a
 // shard being released still is, for its in-flight reconciles) and renewed within the
 // deadline.
-func (t *shardTable) writable(i int) bool { return t.validFor(i) > 0 }
+func (t *Table) writable(i int) bool { return t.validFor(i) > 0 }
 
 // renewed records a successful acquire or renew of shard i whose request was sent at sent.
-func (t *shardTable) renewed(i int, sent time.Time) {
+func (t *Table) renewed(i int, sent time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := &t.shards[i]
@@ -92,7 +87,7 @@ func (t *shardTable) renewed(i int, sent time.Time) {
 // epoch names the current holding of shard i (0 when not held): it changes with every
 // acquisition, so the reconciler knows the first reconcile of a Sync after its shard came
 // (back) to this replica, which must not trust the cache (another holder wrote since).
-func (t *shardTable) epoch(i int) uint64 {
+func (t *Table) epoch(i int) uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.shards[i].held {
@@ -105,7 +100,7 @@ func (t *shardTable) epoch(i int) uint64 {
 // shard still valid when it was sent is valid until the deadline from then. A shard whose
 // validity had run out before (not yet swept) stays expired: another replica may have
 // judged it free and taken it, and a renew cannot undo that.
-func (t *shardTable) renewAll(sent time.Time) {
+func (t *Table) renewAll(sent time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	until := sent.Add(t.deadline)
@@ -117,7 +112,7 @@ func (t *shardTable) renewAll(sent time.Time) {
 }
 
 // snapshot lists the shards held and not being released, and counts those being released.
-func (t *shardTable) snapshot() (held []int, releasing int) {
+func (t *Table) snapshot() (held []int, releasing int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i, s := range t.shards {
@@ -132,14 +127,14 @@ func (t *shardTable) snapshot() (held []int, releasing int) {
 }
 
 // isHeld reports whether shard i is held (being released or not).
-func (t *shardTable) isHeld(i int) bool {
+func (t *Table) isHeld(i int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.shards[i].held
 }
 
 // free reports whether shard i may be acquired: neither held nor still stopping.
-func (t *shardTable) free(i int) bool {
+func (t *Table) free(i int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.shards[i]
@@ -147,7 +142,7 @@ func (t *shardTable) free(i int) bool {
 }
 
 // expired reports whether held shard i went past its deadline without a renew.
-func (t *shardTable) expired(i int) bool {
+func (t *Table) expired(i int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.shards[i]
@@ -158,7 +153,7 @@ func (t *shardTable) expired(i int) bool {
 // coordinator clears it) or lost (no longer held: the fence refuses its writes at once).
 // drain reports that the caller must now drain the shard (wait for its reconciles, forget
 // its Syncs, call drained): false when it was not held or is already being drained.
-func (t *shardTable) stop(i int, lost bool) (drain bool) {
+func (t *Table) stop(i int, lost bool) (drain bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := &t.shards[i]
@@ -177,7 +172,7 @@ func (t *shardTable) stop(i int, lost bool) (drain bool) {
 }
 
 // drain waits until no reconcile of shard i runs (or ctx ends).
-func (t *shardTable) drain(ctx context.Context, i int) error {
+func (t *Table) drain(ctx context.Context, i int) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -197,7 +192,7 @@ func (t *shardTable) drain(ctx context.Context, i int) error {
 
 // drained records that the stopped shard i has no reconcile running and its Syncs are
 // forgotten: a lost shard becomes free, a releasing one waits for its Lease to be cleared.
-func (t *shardTable) drained(i int) {
+func (t *Table) drained(i int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := &t.shards[i]
@@ -209,7 +204,7 @@ func (t *shardTable) drained(i int) {
 }
 
 // toClear lists the releasing shards whose Lease may be cleared now.
-func (t *shardTable) toClear() []int {
+func (t *Table) toClear() []int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []int
@@ -222,62 +217,14 @@ func (t *shardTable) toClear() []int {
 }
 
 // cleared records that the Lease of shard i was released (or lost while releasing).
-func (t *shardTable) cleared(i int) {
+func (t *Table) cleared(i int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.shards[i] = shardState{inflight: t.shards[i].inflight}
 }
 
-// shardKey is the context key of the shard of the Sync a reconcile is for.
-type shardKey struct{}
-
-// shardCall is what a reconcile's context carries: its Sync's shard, and whether the shard
-// fence refused one of its writes.
-type shardCall struct {
-	i       int
-	refused atomic.Bool
-}
-
-// withShard returns ctx naming shard i: the shard fence checks every write made with it.
-func withShard(ctx context.Context, i int) context.Context {
-	return context.WithValue(ctx, shardKey{}, &shardCall{i: i})
-}
-
-// shardRefused reports whether the shard fence refused (or cancelled) a write made with ctx
-// or a context derived from it: the reconcile's outcome is then not its own to record (its
-// applies failed for want of the shard, not for anything in the Sync) and it must write no
-// status, even if the shard is writable again by then (a renewal answered late).
-func shardRefused(ctx context.Context) bool {
-	c, ok := ctx.Value(shardKey{}).(*shardCall)
-	return ok && c.refused.Load()
-}
-
-// wrap is the shard fence, for rest.Config.Wrap: a mutating request whose context names a
-// shard (the reconcile of a Sync of it: apply, prune, status, finalizer) is refused before
-// it is sent unless the shard is still held validly, and cancelled if still unanswered when
-// that holding of the shard ends (not renewed within the renew deadline, lost, or given up
-// and taken again: the other replicas wait the longer lease duration before taking it).
-// Requests without a shard (the Leases themselves, the webhook's annotation, the CRD) pass;
-// reads always pass.
-func (t *shardTable) wrap(rt http.RoundTripper) http.RoundTripper {
-	return writeGuard{next: rt, check: func(req *http.Request) (func() (time.Duration, error), error) {
-		call, ok := req.Context().Value(shardKey{}).(*shardCall)
-		if !ok {
-			return nil, nil
-		}
-		i, epoch := call.i, t.epoch(call.i)
-		return func() (time.Duration, error) {
-			if left := t.validFor(i); left > 0 && t.epoch(i) == epoch {
-				return left, nil
-			}
-			call.refused.Store(true)
-			return 0, fmt.Errorf("%w (shard %d)", errShardNotHeld, i)
-		}, nil
-	}}
-}
-
 // validFor is how long shard i stays held validly from now (0 when it is not writable).
-func (t *shardTable) validFor(i int) time.Duration {
+func (t *Table) validFor(i int) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.shards[i]
@@ -290,7 +237,7 @@ func (t *shardTable) validFor(i int) time.Duration {
 // leftOfHeld is how long the held shard whose validity ends first stays valid from now: the
 // longest a renewal of every held shard may take and still renew them all. ok is false when
 // no shard is held validly (nothing a renewal could keep).
-func (t *shardTable) leftOfHeld() (left time.Duration, ok bool) {
+func (t *Table) leftOfHeld() (left time.Duration, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
@@ -300,4 +247,26 @@ func (t *shardTable) leftOfHeld() (left time.Duration, ok bool) {
 		}
 	}
 	return left, ok
+}
+
+// heldSet says, per shard, whether it is held (being released or not).
+func (t *Table) heldSet() []bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]bool, len(t.shards))
+	for i, s := range t.shards {
+		out[i] = s.held
+	}
+	return out
+}
+
+// states is the state of every shard, for decide.
+func (t *Table) states() []state {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]state, len(t.shards))
+	for i, s := range t.shards {
+		out[i] = state{held: s.held, stopping: s.stopping}
+	}
+	return out
 }

@@ -1,18 +1,19 @@
-package daemon
+package shard
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// shardMetrics are the metrics of sharding (--sharding=auto), on a registry of their own that
+// Metrics are the metrics of sharding (--sharding=auto), on a registry of their own that
 // is served only then. Each replica reports its own; scraping adds the pod label.
-type shardMetrics struct {
+type Metrics struct {
 	shards    prometheus.Gauge
 	held      prometheus.Gauge
 	owned     prometheus.Gauge
 	handovers *prometheus.CounterVec
 }
 
-func newShardMetrics(reg prometheus.Registerer) (*shardMetrics, error) {
-	m := &shardMetrics{
+// NewMetrics registers the metrics of sharding on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
 		shards: prometheus.NewGauge(prometheus.GaugeOpts{Name: "converge_shards",
 			Help: "Shards the Syncs are split into (--shards), with --sharding=auto."}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "converge_shards_held",
@@ -26,10 +27,15 @@ func newShardMetrics(reg prometheus.Registerer) (*shardMetrics, error) {
 	for _, e := range []string{"acquired", "released", "lost"} {
 		m.handovers.WithLabelValues(e)
 	}
-	for _, c := range []prometheus.Collector{m.shards, m.held, m.owned, m.handovers} {
+	for _, c := range m.Collectors() {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// Collectors are the metrics of sharding, for a registry.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.shards, m.held, m.owned, m.handovers}
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon/shard"
 	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/fault"
@@ -117,7 +118,7 @@ func (f *fixture) shardOptions(name string) func(*Options) {
 func (f *fixture) shardHolders() map[int]string {
 	f.t.Helper()
 	list := &coordinationv1.LeaseList{}
-	if err := f.c.List(context.Background(), list, client.InNamespace(f.ns), client.MatchingLabels{labelLeaseKind: leaseKindShard}); err != nil {
+	if err := f.c.List(context.Background(), list, client.InNamespace(f.ns), client.MatchingLabels{"converge.dev/lease": "shard"}); err != nil {
 		f.t.Fatal(err)
 	}
 	out := map[int]string{}
@@ -146,7 +147,7 @@ func (f *fixture) waitShares(what string, replicas ...string) map[int]string {
 			return false, nil
 		}
 		for _, r := range replicas {
-			if n := count[r]; n < testShards/len(replicas) || n > fairShare(testShards, len(replicas)) {
+			if n := count[r]; n < testShards/len(replicas) || n > (testShards+len(replicas)-1)/len(replicas) /* the fair share, rounded up */ {
 				return false, nil
 			}
 		}
@@ -295,7 +296,7 @@ func TestDaemonShardingSplitsAndTakesOver(t *testing.T) {
 		if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, s); err != nil {
 			t.Fatal(err)
 		}
-		uids[name] = shardOf(s.UID, testShards)
+		uids[name] = shard.Of(s.UID, testShards)
 	}
 	for name, by := range writersOf(a, b, c) {
 		if len(by) != 1 || !by[holders[uids[name]]] {
@@ -443,7 +444,7 @@ func TestDaemonShardingWebhookOnAnyReplica(t *testing.T) {
 	if err := f.c.Get(context.Background(), client.ObjectKeyFromObject(s), s); err != nil {
 		t.Fatal(err)
 	}
-	owner := holders[shardOf(s.UID, testShards)]
+	owner := holders[shard.Of(s.UID, testShards)]
 	other := "r-a"
 	if owner == "r-a" {
 		other = "r-b"

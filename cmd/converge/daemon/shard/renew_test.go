@@ -1,4 +1,4 @@
-package daemon
+package shard
 
 import (
 	"context"
@@ -30,7 +30,7 @@ const (
 // renewCoordinator is a coordinator of shards shards for replica name in its own namespace of
 // the real API server, on the real clock, whose requests go through the returned fault
 // transport.
-func renewCoordinator(t *testing.T, name string, shards int) (*shardCoordinator, *fault.Transport) {
+func renewCoordinator(t *testing.T, name string, shards int) (*Coordinator, *fault.Transport) {
 	t.Helper()
 	cluster.Require(t, env)
 	cfg, ft := fault.Config(env.Config)
@@ -38,19 +38,17 @@ func renewCoordinator(t *testing.T, name string, shards int) (*shardCoordinator,
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := DefaultOptions()
-	o.Sharding, o.Shards, o.Replica, o.LeaderNamespace = ShardingAuto, shards, name, env.Namespace(t)
-	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = renewLease, renewRenew, renewRetry
-	m, err := newShardMetrics(prometheus.NewRegistry())
+	sc := Config{Namespace: env.Namespace(t), Shards: shards, Replica: name,
+		LeaseDuration: renewLease, RenewDeadline: renewRenew, RetryPeriod: renewRetry}
+	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tab := newShardTable(o.shardCount(), o.RenewDeadline)
-	return newShardCoordinator(o, tab, cl, cl, func(types.NamespacedName) {}, m, logr.Discard()), ft
+	return NewCoordinator(sc, NewTable(sc), Clients{API: cl, Syncs: cl}, Hooks{Forget: func(types.NamespacedName) {}}, m, logr.Discard()), ft
 }
 
 // stepUntilHeld steps c until it holds every shard (bounded).
-func stepUntilHeld(t *testing.T, ctx context.Context, c *shardCoordinator) {
+func stepUntilHeld(t *testing.T, ctx context.Context, c *Coordinator) {
 	t.Helper()
 	for k := 0; k < 20; k++ {
 		c.step(ctx)
@@ -73,7 +71,7 @@ func TestShardRenewalSlowerThanRetryPeriodKeepsShards(t *testing.T) {
 	ctx := context.Background()
 	c, ft := renewCoordinator(t, "slow", 2)
 	stepUntilHeld(t, ctx, c)
-	ft.SetRules(fault.Rule{Verb: "update", Resource: "leases", Name: c.o.replicaLeaseName(), Latency: renewLatency})
+	ft.SetRules(fault.Rule{Verb: "update", Resource: "leases", Name: c.cfg.ReplicaLeaseName(), Latency: renewLatency})
 	// Step for two renew deadlines: long enough for every shard to run out unless
 	// renewals that slow keep it.
 	for end := time.Now().Add(2 * renewRenew); time.Now().Before(end); {
@@ -98,7 +96,7 @@ func TestShardRenewalPastDeadlineLosesShards(t *testing.T) {
 	ctx := context.Background()
 	c, ft := renewCoordinator(t, "stalled", 2)
 	stepUntilHeld(t, ctx, c)
-	ft.SetRules(fault.Rule{Verb: "update", Resource: "leases", Name: c.o.replicaLeaseName(), Latency: 2 * renewLease})
+	ft.SetRules(fault.Rule{Verb: "update", Resource: "leases", Name: c.cfg.ReplicaLeaseName(), Latency: 2 * renewLease})
 	for end := time.Now().Add(3 * renewRenew); time.Now().Before(end); {
 		c.step(ctx)
 		if h, _ := c.table.snapshot(); len(h) == 0 {
@@ -120,7 +118,7 @@ func TestShardRenewalPastDeadlineLosesShards(t *testing.T) {
 }
 
 // lostCount is how many shards c lost (its converge_shard_handovers_total{event="lost"}).
-func lostCount(t *testing.T, c *shardCoordinator) float64 {
+func lostCount(t *testing.T, c *Coordinator) float64 {
 	t.Helper()
 	m := &dto.Metric{}
 	if err := c.metrics.handovers.WithLabelValues("lost").Write(m); err != nil {

@@ -1,4 +1,4 @@
-package daemon
+package shard
 
 import (
 	"context"
@@ -51,8 +51,8 @@ func TestShardFailedRenewalKeepsBudget(t *testing.T) {
 		t.Fatalf("a holds %v, want all 4", h)
 	}
 	for i := 4; i < 14; i++ { // free Leases of a larger --shards: dropOrphans deletes them
-		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: a.o.shardLeaseName(i), Namespace: "ns",
-			Labels:      map[string]string{labelName: "converge", labelLeaseKind: leaseKindShard, labelLeaseGroup: a.group},
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.ShardLeaseName(i), Namespace: "ns",
+			Labels:      map[string]string{labelName: "converge", labelLeaseKind: leaseKindShard, labelLeaseGroup: a.cfg.labelGroup()},
 			Annotations: map[string]string{annotationShards: strconv.Itoa(16)}}}
 		if err := cl.Create(ctx, l); err != nil {
 			t.Fatal(err)

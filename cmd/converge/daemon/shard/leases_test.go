@@ -1,4 +1,4 @@
-package daemon
+package shard
 
 import (
 	"context"
@@ -21,8 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
-	"github.com/converge-dev/converge/status"
-	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // These tests drive shard coordinators step by step on a fake clock against a fake client
@@ -41,24 +39,23 @@ func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func fakeCoordinator(t *testing.T, cl client.Client, clk *fakeClock, name string, shards int) *shardCoordinator {
+func fakeCoordinator(t *testing.T, cl client.Client, clk *fakeClock, name string, shards int) *Coordinator {
 	t.Helper()
-	o := DefaultOptions()
-	o.Sharding, o.Shards, o.Replica, o.LeaderNamespace = ShardingAuto, shards, name, "ns"
-	o.defaultLeaderTimings()
-	tab := newShardTable(o.shardCount(), o.RenewDeadline)
+	cfg := Config{Namespace: "ns", Shards: shards, Replica: name,
+		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
+	tab := NewTable(cfg)
 	tab.now = clk.Now
-	m, err := newShardMetrics(prometheus.NewRegistry())
+	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newShardCoordinator(o, tab, cl, cl, func(types.NamespacedName) {}, m, logr.Discard())
+	c := NewCoordinator(cfg, tab, Clients{API: cl, Syncs: cl}, Hooks{Forget: func(types.NamespacedName) {}}, m, logr.Discard())
 	c.now = clk.Now
 	return c
 }
 
 // settle lets the drain goroutines of released or lost shards (nothing in flight) finish.
-func settle(cs ...*shardCoordinator) {
+func settle(cs ...*Coordinator) {
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		busy := false
@@ -78,7 +75,7 @@ func settle(cs ...*shardCoordinator) {
 	}
 }
 
-func heldBy(cs ...*shardCoordinator) (n int) {
+func heldBy(cs ...*Coordinator) (n int) {
 	for _, c := range cs {
 		h, _ := c.table.snapshot()
 		n += len(h)
@@ -185,28 +182,6 @@ func TestShardReplicaOfOtherCountStopsAcquiring(t *testing.T) {
 	}
 }
 
-// TestShardRenewAllKeepsExpired: a renewal cannot revive a shard whose validity ran out
-// before it was sent (another replica may have taken it). Before the fix renewAll extended
-// it.
-func TestShardRenewAllKeepsExpired(t *testing.T) {
-	now := time.Unix(1000, 0)
-	tab := newShardTable(2, 10*time.Second)
-	tab.now = func() time.Time { return now }
-	tab.renewed(0, now)
-	tab.renewed(1, now.Add(8*time.Second))
-	now = now.Add(14 * time.Second)
-	if tab.writable(0) {
-		t.Fatal("shard 0 should have expired")
-	}
-	tab.renewAll(now)
-	if tab.writable(0) {
-		t.Errorf("a shard expired 4 s ago is writable again after a late renewal")
-	}
-	if !tab.writable(1) {
-		t.Errorf("shard 1, valid when the renewal was sent, was not extended")
-	}
-}
-
 // TestShardStepBudget: one step sends no more writes once the next renewal could not be
 // sent within the renew deadline: slow acquires stop instead of running the held shards
 // out. Before the fix a step acquired every shard it wanted however long each took.
@@ -260,7 +235,7 @@ func TestShardObservedAfterList(t *testing.T) {
 	a := fakeCoordinator(t, cl, clk, "a", 4)
 	slow.Store(true)
 	a.step(ctx)
-	o, ok := a.seen[b.o.replicaLeaseName()]
+	o, ok := a.seen[b.cfg.ReplicaLeaseName()]
 	if !ok {
 		t.Fatal("b's replica Lease not observed")
 	}
@@ -368,7 +343,7 @@ func TestShardNewIdentityAfterLoseAll(t *testing.T) {
 	b := fakeCoordinator(t, cl, clk, "b", 4)
 	b.step(ctx)
 	old := a.identity
-	if err := cl.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: a.o.replicaLeaseName()}}); err != nil {
+	if err := cl.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: a.cfg.ReplicaLeaseName()}}); err != nil {
 		t.Fatal(err)
 	}
 	for k := 0; k < 30; k++ {
@@ -393,7 +368,7 @@ func TestShardDrainBounded(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	cl := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
 	c := fakeCoordinator(t, cl, clk, "a", 2)
-	c.o.RenewDeadline = 200 * time.Millisecond
+	c.cfg.RenewDeadline = 200 * time.Millisecond
 	c.table.renewed(0, clk.Now().Add(time.Hour)) // stays valid on the fake clock
 	done, ok := c.table.begin(0)
 	if !ok {
@@ -426,54 +401,6 @@ func TestShardDrainBounded(t *testing.T) {
 	}
 }
 
-// TestShardFirstReadAfterAcquireIsLive: the first reconcile of a Sync after its shard was
-// acquired reads the Sync from the API server and goes on only once the cache shows what
-// it read (the cache may predate the previous holder's writes: reconciling an old
-// generation would apply an old revision and prune); the next ones use the cache alone; a
-// new acquisition reads live again.
-func TestShardFirstReadAfterAcquireIsLive(t *testing.T) {
-	now := time.Unix(1000, 0)
-	tab := newShardTable(1, 10*time.Second)
-	tab.now = func() time.Time { return now }
-	key := types.NamespacedName{Namespace: "ns", Name: "s"}
-	liveSync := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", UID: "u1", Generation: 2}}
-	var reads atomic.Int32
-	live := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(liveSync).WithInterceptorFuncs(interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			reads.Add(1)
-			return c.Get(ctx, k, obj, opts...)
-		},
-	}).Build()
-	cur := &v1alpha1.Sync{}
-	if err := live.Get(context.Background(), key, cur); err != nil {
-		t.Fatal(err)
-	}
-	reads.Store(0)
-	r := &reconciler{shards: tab, live: live, writer: &status.Writer{}}
-	stale := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", UID: "u1", Generation: 1, ResourceVersion: "1"}}
-	read := func(cached *v1alpha1.Sync, wantSync bool, wantReads int32) {
-		t.Helper()
-		s, requeue, err := r.firstReadOfHolding(context.Background(), key, cached, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if (s != nil) != wantSync || (requeue > 0) == wantSync || reads.Load() != wantReads {
-			t.Fatalf("got Sync %v, requeue %v after %d live reads; want Sync %v after %d", s != nil, requeue, reads.Load(), wantSync, wantReads)
-		}
-		if s != nil && s.Generation != 2 {
-			t.Fatalf("reconciling generation %d, the API server has 2", s.Generation)
-		}
-	}
-	tab.renewed(0, now)
-	read(stale, false, 1) // first after acquire, cache behind: requeued, not reconciled
-	read(cur, true, 2)    // cache caught up: reconciled
-	read(cur, true, 2)    // then the cache alone
-	tab.stop(0, true)
-	tab.drained(0)
-	tab.renewed(0, now)
-	read(cur, true, 3) // acquired again: read live again
-}
-
 // TestShardReplicaLeaseDeletedAnswersConflict: the API server answers the renewal of a
 // deleted replica Lease (an update with a resourceVersion) with a conflict, and the re-read
 // with not found. The replica must treat that as a deletion (lose its shards, take a new
@@ -500,7 +427,7 @@ func TestShardReplicaLeaseDeletedAnswersConflict(t *testing.T) {
 		t.Fatalf("a holds %v", h)
 	}
 	old := a.identity
-	if err := base.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: a.o.replicaLeaseName()}}); err != nil {
+	if err := base.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: a.cfg.ReplicaLeaseName()}}); err != nil {
 		t.Fatal(err)
 	}
 	for k := 0; k < 30; k++ {
@@ -535,7 +462,7 @@ func TestShardOrphansOfLargerCountDeleted(t *testing.T) {
 	}
 	// Its shard 6 is released cleanly (cleared), the others expire with it (killed).
 	l6 := &coordinationv1.Lease{}
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: old.o.shardLeaseName(6)}, l6); err != nil {
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: old.cfg.ShardLeaseName(6)}, l6); err != nil {
 		t.Fatal(err)
 	}
 	if err := old.clear(ctx, l6); err != nil {
@@ -544,7 +471,7 @@ func TestShardOrphansOfLargerCountDeleted(t *testing.T) {
 	n := fakeCoordinator(t, cl, clk, "new", 4)
 	n.step(ctx)
 	exists := func(i int) bool {
-		err := cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: n.o.shardLeaseName(i)}, &coordinationv1.Lease{})
+		err := cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: n.cfg.ShardLeaseName(i)}, &coordinationv1.Lease{})
 		return err == nil
 	}
 	if !exists(6) || !exists(7) {

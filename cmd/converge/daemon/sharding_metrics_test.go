@@ -9,6 +9,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon/shard"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
@@ -97,7 +98,7 @@ func (f *fixture) checkOwners(names []string, ownerOf func(shard int) string) {
 		if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, s); err != nil {
 			f.t.Fatal(err)
 		}
-		shard := shardOf(s.UID, testShards)
+		shard := shard.Of(s.UID, testShards)
 		if want := ownerOf(shard); s.Status.Owner != want {
 			f.t.Errorf("Sync %s (shard %d): status.owner %q, want %q (the shard's holder)", name, shard, s.Status.Owner, want)
 		}

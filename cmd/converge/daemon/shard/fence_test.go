@@ -1,4 +1,4 @@
-package daemon
+package shard
 
 import (
 	"context"
@@ -6,45 +6,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
-
-	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 )
-
-// TestFairShare: the live replicas' shares cover every shard, and differ by at most one
-// shard once balanced.
-func TestFairShare(t *testing.T) {
-	for _, c := range []struct{ n, live, want int }{
-		{64, 1, 64}, {64, 3, 22}, {64, 4, 16}, {64, 5, 13}, {12, 3, 4}, {12, 5, 3}, {1, 3, 1}, {64, 0, 64}, {3, 64, 1},
-	} {
-		got := fairShare(c.n, c.live)
-		if got != c.want {
-			t.Errorf("fairShare(%d, %d) = %d, want %d", c.n, c.live, got, c.want)
-		}
-		if c.live > 0 && got*c.live < c.n {
-			t.Errorf("fairShare(%d, %d) = %d: %d replicas cannot hold every shard", c.n, c.live, got, c.live)
-		}
-	}
-}
-
-// TestShardOfStable: a Sync's shard depends on its UID only, and spreads.
-func TestShardOfStable(t *testing.T) {
-	if shardOf("3c1f0b8e-1111-4c1d-9a0e-000000000001", 64) != shardOf("3c1f0b8e-1111-4c1d-9a0e-000000000001", 64) {
-		t.Fatal("shardOf is not stable")
-	}
-	used := map[int]bool{}
-	for i := 0; i < 640; i++ {
-		used[shardOf(types.UID(time.Duration(i).String()+"-uid"), 64)] = true
-	}
-	if len(used) < 60 {
-		t.Errorf("640 UIDs fell in only %d of 64 shards", len(used))
-	}
-}
 
 // TestShardFence: a write made for a shard goes out only while the shard is held and
 // renewed within the deadline; a released or lost shard, or one past its deadline, refuses
@@ -54,9 +20,9 @@ func TestShardFence(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sent++ }))
 	defer srv.Close()
 	now := time.Unix(1000, 0)
-	tab := newShardTable(4, 10*time.Second)
+	tab := newTable(4, 10*time.Second)
 	tab.now = func() time.Time { return now }
-	rt := tab.wrap(http.DefaultTransport)
+	rt := tab.Wrap(http.DefaultTransport)
 	do := func(ctx context.Context, method string) error {
 		req, _ := http.NewRequestWithContext(ctx, method, srv.URL, nil)
 		resp, err := rt.RoundTrip(req)
@@ -124,48 +90,6 @@ func TestShardFence(t *testing.T) {
 	}
 }
 
-// TestShardLeaseExpiry: a held shard Lease is taken only once neither it nor its holder's
-// replica Lease changed for the lease duration on this process's clock; a replica Lease
-// deleted while fresh (another process took the replica's name) restarts the wait, one
-// deleted after it expired does not.
-func TestShardLeaseExpiry(t *testing.T) {
-	const d = 4 * time.Second
-	c := &shardCoordinator{o: Options{LeaseDuration: d}, seen: map[string]observedLease{}}
-	shard := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "converge-shard-00", ResourceVersion: "1"},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("x_1")}}
-	t0 := time.Unix(1000, 0)
-	see := func(now time.Time, member string) bool {
-		c.observe(shard.Name, shard.ResourceVersion, now)
-		c.observeHolder("holder:x_1", member, d, now)
-		return c.expired(shard, now)
-	}
-	if see(t0, "10") || see(t0.Add(d-time.Millisecond), "10") {
-		t.Fatal("expired before the lease duration")
-	}
-	if see(t0.Add(d-time.Millisecond), "11") || see(t0.Add(2*d-2*time.Millisecond), "11") {
-		t.Fatal("expired though the holder renewed its replica Lease")
-	}
-	if !see(t0.Add(2*d), "11") {
-		t.Fatal("not expired a lease duration after the holder's last renew")
-	}
-	if !see(t0.Add(2*d+time.Second), "absent") {
-		t.Fatal("the replica Lease deleted after it expired restarted the wait")
-	}
-	// A fresh replica Lease deleted: wait again.
-	c.seen = map[string]observedLease{}
-	see(t0, "10")
-	if see(t0.Add(time.Second), "absent") || see(t0.Add(d), "absent") {
-		t.Fatal("a replica Lease deleted while fresh let its shards go at once")
-	}
-	if !see(t0.Add(time.Second+d), "absent") {
-		t.Fatal("never expired")
-	}
-	free := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "converge-shard-01"}}
-	if !c.expired(free, t0) {
-		t.Error("a Lease without holder is not free")
-	}
-}
-
 // TestShardFenceCancelsInFlightWrite: a write sent while its shard is held is cancelled
 // once the shard's holding ends unrenewed, so it cannot stay in flight long after another
 // replica may have taken the shard over (the API server stalled, the connection hung).
@@ -182,10 +106,10 @@ func TestShardFenceCancelsInFlightWrite(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	tab := newShardTable(2, 300*time.Millisecond)
+	tab := newTable(2, 300*time.Millisecond)
 	tab.renewed(1, time.Now())
 	req, _ := http.NewRequestWithContext(withShard(context.Background(), 1), http.MethodPatch, srv.URL, nil)
-	resp, err := tab.wrap(http.DefaultTransport).RoundTrip(req)
+	resp, err := tab.Wrap(http.DefaultTransport).RoundTrip(req)
 	if err == nil {
 		resp.Body.Close()
 		t.Fatal("a write still in flight when its shard ran out went through")
@@ -201,7 +125,7 @@ func TestShardFenceCancelsInFlightWrite(t *testing.T) {
 // even after the shard ran out: the write happened. Both were cut at the deadline of the
 // first version of the in-flight cancellation.
 func TestShardFenceKeepsRenewedWrite(t *testing.T) {
-	tab := newShardTable(2, 300*time.Millisecond)
+	tab := newTable(2, 300*time.Millisecond)
 	tab.renewed(0, time.Now())
 	stop := make(chan struct{})
 	defer close(stop)
@@ -222,7 +146,7 @@ func TestShardFenceKeepsRenewedWrite(t *testing.T) {
 		_, _ = w.Write([]byte("applied"))
 	}))
 	defer slow.Close()
-	rt := tab.wrap(http.DefaultTransport)
+	rt := tab.Wrap(http.DefaultTransport)
 	req, _ := http.NewRequestWithContext(withShard(context.Background(), 0), http.MethodPatch, slow.URL, nil)
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
@@ -242,10 +166,10 @@ func TestShardFenceKeepsRenewedWrite(t *testing.T) {
 		_, _ = w.Write([]byte("late"))
 	}))
 	defer lateBody.Close()
-	tab1 := newShardTable(2, 300*time.Millisecond)
+	tab1 := newTable(2, 300*time.Millisecond)
 	tab1.renewed(1, time.Now())
 	req, _ = http.NewRequestWithContext(withShard(context.Background(), 1), http.MethodPatch, lateBody.URL, nil)
-	resp, err = tab1.wrap(http.DefaultTransport).RoundTrip(req)
+	resp, err = tab1.Wrap(http.DefaultTransport).RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,38 +177,6 @@ func TestShardFenceKeepsRenewedWrite(t *testing.T) {
 	resp.Body.Close()
 	if err != nil || string(body) != "late" {
 		t.Fatalf("the body of an answered write was cut: %q, %v", body, err)
-	}
-}
-
-// TestShardReadsBackOff: a Sync whose cache stays behind its live read is requeued less and
-// less often, up to cacheBehindMax, and from the start again once it was read in step.
-// Before, it was requeued every 100 ms for as long as the cache stayed behind.
-func TestShardReadsBackOff(t *testing.T) {
-	var r shardReads
-	key := types.NamespacedName{Namespace: "a", Name: "s"}
-	var got []time.Duration
-	for range 8 {
-		got = append(got, r.retryAfter(key))
-	}
-	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond,
-		1600 * time.Millisecond, 3200 * time.Millisecond, cacheBehindMax, cacheBehindMax}
-	if !slices.Equal(got, want) {
-		t.Errorf("requeues %v, want %v", got, want)
-	}
-	r.record(key, 1)
-	if d := r.retryAfter(key); d != cacheBehindFirst {
-		t.Errorf("after a read in step the back-off did not start again: %v", d)
-	}
-}
-
-func TestShardOfLeaseName(t *testing.T) {
-	o := Options{}
-	for name, want := range map[string]int{"converge-shard-00": 0, "converge-shard-07": 7, "converge-shard-123": 123,
-		"converge-shard-7": -1, "converge-shard-0x": -1, "converge-replica-a": -1, "converge-shard-ab12-03": -1} {
-		i, ok := o.shardOfLeaseName(name)
-		if (want < 0) == ok || (ok && i != want) {
-			t.Errorf("%s: %d, %v; want %d", name, i, ok, want)
-		}
 	}
 }
 
@@ -297,10 +189,10 @@ func TestShardRefusedMarksTheReconcile(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
 	now := time.Unix(1000, 0)
-	tab := newShardTable(2, 10*time.Second)
+	tab := newTable(2, 10*time.Second)
 	tab.now = func() time.Time { return now }
 	tab.renewed(0, now)
-	rt := tab.wrap(http.DefaultTransport)
+	rt := tab.Wrap(http.DefaultTransport)
 	patch := func(ctx context.Context) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPatch, srv.URL, nil)
 		resp, err := rt.RoundTrip(req)
@@ -332,24 +224,53 @@ func TestShardRefusedMarksTheReconcile(t *testing.T) {
 	}
 }
 
-// TestShardLeftOfHeld: a renewal may take until the earliest validity of the shards held
-// (expired ones, not yet swept, no longer count: no renewal keeps them), and nothing bounds
-// it when nothing is held.
-func TestShardLeftOfHeld(t *testing.T) {
+// pausingRT stands for a process stopped between the fence's check and the send: it runs
+// pause (which moves the fence's clock past its deadline), then sends with next.
+type pausingRT struct {
+	pause func()
+	next  http.RoundTripper
+}
+
+func (p pausingRT) RoundTrip(req *http.Request) (*http.Response, error) {
+	p.pause()
+	return p.next.RoundTrip(req)
+}
+
+// bodyCounter is an API server stand-in that counts the writes whose body it received
+// whole.
+func bodyCounter(t *testing.T) (url string, whole *atomic.Int32) {
+	whole = &atomic.Int32{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, err := io.ReadAll(r.Body); err == nil && int64(len(b)) == r.ContentLength {
+			whole.Add(1)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, whole
+}
+
+// TestShardFenceChecksAgainAtTheBody: a write that passed the shard fence's check, then was
+// held up until its shard was lost (the request waited for a connection), is cut when the
+// transport reads its body, and the server receives no complete write. Before, the check was
+// made once, at RoundTrip: the server received the write whole.
+func TestShardFenceChecksAgainAtTheBody(t *testing.T) {
 	now := time.Unix(1000, 0)
-	tab := newShardTable(4, 10*time.Second)
+	tab := newTable(1, 10*time.Second)
 	tab.now = func() time.Time { return now }
-	if left, ok := tab.leftOfHeld(); ok {
-		t.Fatalf("nothing held: got %s", left)
+	tab.renewed(0, now)
+	url, whole := bodyCounter(t)
+	rt := tab.Wrap(pausingRT{pause: func() { now = now.Add(20 * time.Second) }, next: http.DefaultTransport})
+	call := &shardCall{i: 0}
+	req, _ := http.NewRequestWithContext(context.WithValue(context.Background(), shardKey{}, call),
+		http.MethodPatch, url+"/api/v1/namespaces/x/configmaps/y", strings.NewReader(`{"data":{"v":"2"}}`))
+	if resp, err := rt.RoundTrip(req); err == nil {
+		_ = resp.Body.Close()
+		t.Errorf("a write held up past its shard's validity after its check was sent: %d", resp.StatusCode)
 	}
-	tab.renewed(0, now.Add(-9*time.Second))  // 1 s left
-	tab.renewed(1, now.Add(-4*time.Second))  // 6 s left
-	tab.renewed(2, now.Add(-12*time.Second)) // expired
-	if left, ok := tab.leftOfHeld(); !ok || left != time.Second {
-		t.Fatalf("got %s %v, want 1s", left, ok)
+	if n := whole.Load(); n != 0 {
+		t.Errorf("the server received %d complete writes", n)
 	}
-	now = now.Add(time.Second)
-	if left, ok := tab.leftOfHeld(); !ok || left != 5*time.Second {
-		t.Fatalf("got %s %v, want 5s once shard 0 ran out", left, ok)
+	if !call.refused.Load() {
+		t.Error("the cut write did not mark its reconcile refused")
 	}
 }

@@ -45,18 +45,18 @@ func TestShardingOptionsValidate(t *testing.T) {
 func TestShardLeaseNames(t *testing.T) {
 	o := DefaultOptions()
 	o.Replica = "converge-0"
-	if got := o.shardLeaseName(7); got != "converge-shard-07" {
+	if got := o.shardConfig().ShardLeaseName(7); got != "converge-shard-07" {
 		t.Errorf("shard lease %q", got)
 	}
-	if got := o.replicaLeaseName(); got != "converge-replica-converge-0" {
+	if got := o.shardConfig().ReplicaLeaseName(); got != "converge-replica-converge-0" {
 		t.Errorf("replica lease %q", got)
 	}
 	o.WatchLabelSelector = "converge.dev/shard=a"
 	g := strings.TrimPrefix(o.leaderElectionID(), "converge-leader-")
-	if got := o.shardLeaseName(63); got != "converge-shard-"+g+"-63" {
+	if got := o.shardConfig().ShardLeaseName(63); got != "converge-shard-"+g+"-63" {
 		t.Errorf("shard lease with selector %q", got)
 	}
-	if got := o.replicaLeaseName(); got != "converge-replica-"+g+"-converge-0" {
+	if got := o.shardConfig().ReplicaLeaseName(); got != "converge-replica-"+g+"-converge-0" {
 		t.Errorf("replica lease with selector %q", got)
 	}
 }

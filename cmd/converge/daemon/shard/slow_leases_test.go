@@ -1,4 +1,4 @@
-package daemon
+package shard
 
 import (
 	"context"
@@ -76,7 +76,7 @@ func newSlowLeases() (*fakeClock, *slowLeases, client.Client) {
 }
 
 // tickFor steps c as its ticker would for d of the fake clock.
-func tickFor(ctx context.Context, c *shardCoordinator, clk *fakeClock, d time.Duration, each func()) {
+func tickFor(ctx context.Context, c *Coordinator, clk *fakeClock, d time.Duration, each func()) {
 	for end := clk.Now().Add(d); clk.Now().Before(end); {
 		tick(ctx, c, clk, each)
 	}
@@ -84,15 +84,15 @@ func tickFor(ctx context.Context, c *shardCoordinator, clk *fakeClock, d time.Du
 
 // tick steps c as its ticker would: a step starts RetryPeriod after the previous one
 // started, or at once if that one took longer.
-func tick(ctx context.Context, c *shardCoordinator, clk *fakeClock, each func()) {
+func tick(ctx context.Context, c *Coordinator, clk *fakeClock, each func()) {
 	start := clk.Now()
 	c.step(ctx)
 	settle(c)
 	if each != nil {
 		each()
 	}
-	if el := clk.Now().Sub(start); el < c.o.RetryPeriod {
-		clk.Add(c.o.RetryPeriod - el)
+	if el := clk.Now().Sub(start); el < c.cfg.RetryPeriod {
+		clk.Add(c.cfg.RetryPeriod - el)
 	}
 }
 
@@ -108,8 +108,8 @@ func TestShardSlowLeasesAcquisitionsKeepRenewal(t *testing.T) {
 	// lease duration, and a wants them (fair share 8).
 	for _, i := range []int{0, 2, 4, 6} {
 		now := metav1.NewMicroTime(clk.Now())
-		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: a.o.shardLeaseName(i), Namespace: "ns",
-			Labels:      map[string]string{labelName: "converge", labelLeaseKind: leaseKindShard, labelLeaseGroup: a.group},
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.ShardLeaseName(i), Namespace: "ns",
+			Labels:      map[string]string{labelName: "converge", labelLeaseKind: leaseKindShard, labelLeaseGroup: a.cfg.labelGroup()},
 			Annotations: map[string]string{annotationShards: strconv.Itoa(8)}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("ghost_00000000"), LeaseDurationSeconds: ptr.To(int32(15)),
 				AcquireTime: &now, RenewTime: &now}}
@@ -148,7 +148,7 @@ func TestShardSlowLeasesReleaseCleared(t *testing.T) {
 	}
 	// A live replica b (its Lease renewed every step, by the test).
 	b := fakeCoordinator(t, cl, clk, "b", 2)
-	bl := b.newLease(b.o.replicaLeaseName(), leaseKindMember, clk.Now())
+	bl := b.leases.newLease(b.cfg.ReplicaLeaseName(), leaseKindMember, b.identity, clk.Now())
 	if err := cl.Create(ctx, bl); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestShardSlowLeasesReleaseCleared(t *testing.T) {
 	var names []string
 	for i := 0; i < 2; i++ {
 		l := &coordinationv1.Lease{}
-		if err := cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: a.o.shardLeaseName(i)}, l); err != nil {
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: a.cfg.ShardLeaseName(i)}, l); err != nil {
 			t.Fatal(err)
 		}
 		names = append(names, ptr.Deref(l.Spec.HolderIdentity, ""))
