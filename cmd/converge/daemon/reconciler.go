@@ -64,7 +64,7 @@ type reconciler struct {
 	// states is what the daemon remembers of each Sync between reconciles (sync_state.go),
 	// forgotten in one place (forget).
 	states *syncStates
-	grace   time.Duration // deletion grace (finalize); zero means defaultDeletionGrace
+	grace  time.Duration // deletion grace (finalize); zero means defaultDeletionGrace
 	// concurrency is how many Syncs are reconciled in parallel (MaxConcurrentReconciles).
 	concurrency int
 	// namespaces holds each namespace to its share of those workers (fair.go).
