@@ -338,7 +338,7 @@ func (r *reconciler) awaitDependencies(ctx context.Context, s *v1alpha1.Sync, b 
 	if errors.Is(err, status.ErrReplaced) {
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil // see Reconcile
 	}
-	r.metrics.reconciled(s, o, start, err)
+	r.reconciled(s, o, start, err)
 	r.drift.reconciled(key, time.Since(start))
 	if err != nil {
 		return ctrl.Result{}, err

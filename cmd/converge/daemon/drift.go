@@ -22,19 +22,16 @@ const (
 // driftTrigger turns the engine's reports of out-of-band changes (engine.Options.Changed)
 // into reconciles of the Sync that owns the object, so drift is corrected within seconds
 // instead of at the next interval. It learns which Sync owns an inventory ID from the
-// reconciles themselves.
+// reconciles themselves (syncState.inventoryID), and paces each Sync in its syncState.
 type driftTrigger struct {
+	states *syncStates
 	mu     sync.Mutex
 	queue  workqueue.TypedRateLimitingInterface[reconcile.Request] // nil until the controller starts
-	owners map[string]types.NamespacedName                         // inventory ID → Sync
-	next   map[types.NamespacedName]time.Time                      // when the last drift reconcile was scheduled
-	free   map[types.NamespacedName]time.Time                      // no drift reconcile before this (see reconciled)
 	now    func() time.Time
 }
 
-func newDriftTrigger() *driftTrigger {
-	return &driftTrigger{owners: map[string]types.NamespacedName{}, next: map[types.NamespacedName]time.Time{},
-		free: map[types.NamespacedName]time.Time{}, now: time.Now}
+func newDriftTrigger(states *syncStates) *driftTrigger {
+	return &driftTrigger{states: states, now: time.Now}
 }
 
 // source is the controller source that hands the trigger the controller's queue.
@@ -52,25 +49,15 @@ func (d *driftTrigger) track(id string, key types.NamespacedName) {
 	if d == nil {
 		return
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.owners[id] = key
+	d.states.with(key, func(st *syncState) { st.inventoryID = id })
 }
 
-// forget drops the Sync key (deleted).
-func (d *driftTrigger) forget(key types.NamespacedName) {
+// untrack stops drift reconciles of the Sync key (being deleted). A nil trigger does nothing.
+func (d *driftTrigger) untrack(key types.NamespacedName) {
 	if d == nil {
 		return
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for id, k := range d.owners {
-		if k == key {
-			delete(d.owners, id)
-		}
-	}
-	delete(d.next, key)
-	delete(d.free, key)
+	d.states.with(key, func(st *syncState) { st.inventoryID, st.driftNext, st.driftFree = "", time.Time{}, time.Time{} })
 }
 
 // reconciled records that a reconcile of key just ended after took: the next drift-triggered
@@ -81,9 +68,8 @@ func (d *driftTrigger) reconciled(key types.NamespacedName, took time.Duration) 
 	if d == nil {
 		return
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.free[key] = d.now().Add(max(took, driftMinGap))
+	free := d.now().Add(max(took, driftMinGap))
+	d.states.with(key, func(st *syncState) { st.driftFree = free })
 }
 
 // changed schedules a reconcile of the Sync owning inventory id, unless one is already
@@ -91,22 +77,26 @@ func (d *driftTrigger) reconciled(key types.NamespacedName, took time.Duration) 
 func (d *driftTrigger) changed(id string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	key, ok := d.owners[id]
-	if !ok || d.queue == nil {
+	if d.queue == nil {
 		return
 	}
 	now := d.now()
-	last := d.next[key]
-	if last.After(now) {
-		return // already scheduled
+	var key types.NamespacedName
+	var at time.Time
+	d.states.owner(id, func(k types.NamespacedName, st *syncState) {
+		if st.driftNext.After(now) {
+			return // already scheduled
+		}
+		at = now.Add(driftDebounce)
+		if gap := st.driftNext.Add(driftMinGap); at.Before(gap) {
+			at = gap
+		}
+		if at.Before(st.driftFree) {
+			at = st.driftFree
+		}
+		st.driftNext, key = at, k
+	})
+	if !at.IsZero() {
+		d.queue.AddAfter(reconcile.Request{NamespacedName: key}, at.Sub(now))
 	}
-	at := now.Add(driftDebounce)
-	if gap := last.Add(driftMinGap); at.Before(gap) {
-		at = gap
-	}
-	if free := d.free[key]; at.Before(free) {
-		at = free
-	}
-	d.next[key] = at
-	d.queue.AddAfter(reconcile.Request{NamespacedName: key}, at.Sub(now))
 }

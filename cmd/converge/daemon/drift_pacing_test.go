@@ -23,7 +23,7 @@ func (q *delays) AddAfter(_ reconcile.Request, d time.Duration) { q.got = append
 // a hot loop (I10); unknown inventories are ignored.
 func TestDriftPacing(t *testing.T) {
 	now := time.Unix(1000, 0)
-	d := newDriftTrigger()
+	d := newDriftTrigger(newSyncStates())
 	d.now = func() time.Time { return now }
 	q := &delays{}
 	d.queue = q

@@ -37,9 +37,11 @@ type engineSet struct {
 	// spec.serviceAccountName impersonates; "" lets such a Sync act as the daemon
 	// (--default-service-account).
 	defaultSA string
-	mu        sync.Mutex
-	byUser    map[string]*actor
-	users     map[types.NamespacedName]string // the user each Sync last acted as
+	// states records the user each Sync last acted as (syncState.user); forgetting a Sync
+	// releases its hold on that user's actor.
+	states *syncStates
+	mu     sync.Mutex
+	byUser map[string]*actor
 	// shards, with sharding on and watch set, holds the daemon's own engines of the shards
 	// this replica holds (shardEngines); the daemon's own actor then keeps no watch cache.
 	shards *shardEngines
@@ -50,12 +52,20 @@ type engineSet struct {
 type actor struct {
 	eng     *engine.Engine
 	secrets corev1client.CoreV1Interface
-	syncs   int // how many entries of users name this user
+	syncs   int // how many Syncs act as this user
 }
 
-func newEngineSet(ctx context.Context, cfg *rest.Config, opts engine.Options, watch bool, defaultSA string) *engineSet {
-	return &engineSet{ctx: ctx, cfg: cfg, opts: opts, watch: watch, defaultSA: defaultSA,
-		byUser: map[string]*actor{}, users: map[types.NamespacedName]string{}}
+func newEngineSet(ctx context.Context, cfg *rest.Config, opts engine.Options, watch bool, defaultSA string, states *syncStates) *engineSet {
+	e := &engineSet{ctx: ctx, cfg: cfg, opts: opts, watch: watch, defaultSA: defaultSA, states: states,
+		byUser: map[string]*actor{}}
+	states.onForget(func(_ types.NamespacedName, old syncState) {
+		if old.acting {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			e.release(old.user)
+		}
+	})
+	return e
 }
 
 // user is the user s acts as: its spec.serviceAccountName, else the default service
@@ -187,30 +197,25 @@ func (e *engineSet) actorFor(s *v1alpha1.Sync) (*actor, error) {
 		}
 		e.byUser[user] = a
 	}
-	if old, ok := e.users[key]; !ok || old != user {
-		if ok {
+	var old string
+	var acted bool
+	e.states.with(key, func(st *syncState) {
+		old, acted = st.user, st.acting
+		st.user, st.acting = user, true
+	})
+	if !acted || old != user {
+		if acted {
 			e.release(old)
 		}
-		e.users[key] = user
 		a.syncs++
 	}
 	return a, nil
 }
 
-// forget records that the Sync key is gone: the actor of its user is dropped when no other
-// Sync acts as that user. A reconcile still holding the dropped engine finishes with it;
-// impersonated engines run nothing in the background.
-func (e *engineSet) forget(key types.NamespacedName) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if user, ok := e.users[key]; ok {
-		delete(e.users, key)
-		e.release(user)
-	}
-}
-
-// release drops one Sync's hold on user; e.mu is held. The daemon's own actor is kept: its
-// watch cache runs until the daemon stops.
+// release drops one Sync's hold on user; e.mu is held. The actor of an impersonated user is
+// dropped when no other Sync acts as it (a reconcile still holding the dropped engine finishes
+// with it; impersonated engines run nothing in the background). The daemon's own actor is
+// kept: its watch cache runs until the daemon stops.
 func (e *engineSet) release(user string) {
 	a := e.byUser[user]
 	if a == nil {

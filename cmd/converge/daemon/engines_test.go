@@ -40,7 +40,8 @@ func saSync(ns, name, sa string) *v1alpha1.Sync {
 func TestEngineSetKeepsAnIdentityWhileASyncActsAsIt(t *testing.T) {
 	cluster.Require(t, env)
 	ctx := t.Context()
-	es := newEngineSet(ctx, env.Config, engine.Options{}, false, "deployer")
+	states := newSyncStates()
+	es := newEngineSet(ctx, env.Config, engine.Options{}, false, "deployer", states)
 	x, y, z, w := saSync("a", "x", ""), saSync("a", "y", ""), saSync("a", "z", "b"), saSync("b", "w", "")
 	engs := map[string]*engine.Engine{}
 	for _, s := range []*v1alpha1.Sync{x, y, z, w} {
@@ -64,22 +65,23 @@ func TestEngineSetKeepsAnIdentityWhileASyncActsAsIt(t *testing.T) {
 	if diff := cmp.Diff([]string{sa("a", "c"), sa("a", "deployer"), sa("b", "deployer")}, es.heldUsers()); diff != "" {
 		t.Errorf("after z's serviceAccountName changed, users held (-want +got):\n%s", diff)
 	}
-	es.forget(types.NamespacedName{Namespace: "a", Name: "x"})
+	states.forget(types.NamespacedName{Namespace: "a", Name: "x"})
 	if diff := cmp.Diff([]string{sa("a", "c"), sa("a", "deployer"), sa("b", "deployer")}, es.heldUsers()); diff != "" {
 		t.Errorf("y still acts as a:deployer; users held (-want +got):\n%s", diff)
 	}
 	for _, s := range []*v1alpha1.Sync{y, z, w} {
-		es.forget(types.NamespacedName{Namespace: s.Namespace, Name: s.Name})
+		states.forget(types.NamespacedName{Namespace: s.Namespace, Name: s.Name})
 	}
 	if got := es.heldUsers(); len(got) != 0 {
 		t.Errorf("no Sync is left, users still held: %q", got)
 	}
 
-	own := newEngineSet(ctx, env.Config, engine.Options{}, false, "")
+	ownStates := newSyncStates()
+	own := newEngineSet(ctx, env.Config, engine.Options{}, false, "", ownStates)
 	if _, err := own.forSync(x); err != nil {
 		t.Fatal(err)
 	}
-	own.forget(types.NamespacedName{Namespace: "a", Name: "x"})
+	ownStates.forget(types.NamespacedName{Namespace: "a", Name: "x"})
 	if diff := cmp.Diff([]string{""}, own.heldUsers()); diff != "" {
 		t.Errorf("the daemon's own engine must stay (-want +got):\n%s", diff)
 	}
@@ -90,7 +92,8 @@ func TestEngineSetKeepsAnIdentityWhileASyncActsAsIt(t *testing.T) {
 // gets a working engine.
 func TestEngineSetConcurrentForget(t *testing.T) {
 	cluster.Require(t, env)
-	es := newEngineSet(context.Background(), env.Config, engine.Options{}, false, "")
+	states := newSyncStates()
+	es := newEngineSet(context.Background(), env.Config, engine.Options{}, false, "", states)
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
@@ -104,10 +107,10 @@ func TestEngineSetConcurrentForget(t *testing.T) {
 					t.Error("a Secret nobody created was read")
 				}
 				if round%2 == 1 {
-					es.forget(types.NamespacedName{Namespace: s.Namespace, Name: s.Name})
+					states.forget(types.NamespacedName{Namespace: s.Namespace, Name: s.Name})
 				}
 			}
-			es.forget(types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("s%d", i)})
+			states.forget(types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("s%d", i)})
 		})
 	}
 	wg.Wait()
@@ -125,7 +128,7 @@ func TestShardEnginesFollowTheShards(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	o := Options{Sharding: ShardingAuto, Shards: 4}
-	es := newEngineSet(ctx, env.Config, engine.Options{}, true, "")
+	es := newEngineSet(ctx, env.Config, engine.Options{}, true, "", newSyncStates())
 	es.shards = newShardEngines(o.shardConfig())
 	// Syncs uid-0, uid-1, ... until uid-0's shard has two and another shard one.
 	first := shard.Of("uid-0", 4)

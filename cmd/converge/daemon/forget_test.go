@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -36,12 +37,10 @@ func TestFinalizeForgetsTheSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.deployer() // the Sync acts as it (--default-service-account deployer)
-	r := &reconciler{client: f.c, live: f.c, shards: shard.Off{}, engines: newEngineSet(ctx, env.Config, engine.Options{}, false, "deployer"),
-		drift: newDriftTrigger(), writer: &status.Writer{Live: f.c, Client: f.c}, events: record.NewFakeRecorder(100),
-		retries: &retryCounter{}, metrics: rec}
+	r := forgetting(ctx, f, rec)
 	s := f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Finalizers = []string{v1alpha1.Finalizer} })
 	key := client.ObjectKeyFromObject(s)
-	r.retries.inc(key) // a failed reconcile
+	r.next(s, true) // a failed reconcile
 	r.drift.track("some-inventory", key)
 	r.metrics.suspend(s)
 	if err := f.c.Delete(ctx, s); err != nil {
@@ -53,10 +52,10 @@ func TestFinalizeForgetsTheSync(t *testing.T) {
 	if err := f.c.Get(ctx, key, &v1alpha1.Sync{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the Sync is still there after its finalizer was to be dropped: %v", err)
 	}
-	if n, ok := r.retries.n[key]; ok {
-		t.Errorf("the retry count of the deleted Sync is kept (%d)", n)
+	if r.states.known(key) {
+		t.Errorf("the state of the deleted Sync (its retry count) is kept")
 	}
-	if _, ok := r.drift.owners["some-inventory"]; ok {
+	if r.states.owner("some-inventory", func(types.NamespacedName, *syncState) {}) {
 		t.Errorf("the drift trigger still names the deleted Sync as an owner")
 	}
 	if got := series(t, reg, "converge_sync_suspended"); len(got) != 0 {
@@ -81,12 +80,10 @@ func TestFinalizeForgetsASyncAlreadyGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &reconciler{client: f.c, live: f.c, shards: shard.Off{}, engines: newEngineSet(ctx, env.Config, engine.Options{}, false, "deployer"),
-		drift: newDriftTrigger(), writer: &status.Writer{Live: f.c, Client: f.c}, events: record.NewFakeRecorder(100),
-		retries: &retryCounter{}, metrics: rec}
+	r := forgetting(ctx, f, rec)
 	s := f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Finalizers = []string{v1alpha1.Finalizer} })
 	key := client.ObjectKeyFromObject(s)
-	r.retries.inc(key)
+	r.next(s, true)
 	r.drift.track("some-inventory", key)
 	r.substitutions.setRedactor(key, nil)
 	// What a lagging cache shows: the Sync being deleted, with our finalizer, while the API
@@ -108,15 +105,26 @@ func TestFinalizeForgetsASyncAlreadyGone(t *testing.T) {
 	if _, err := r.finalize(ctx, cached); err != nil {
 		t.Fatalf("finalize of a Sync already gone: %v", err)
 	}
-	if n, ok := r.retries.n[key]; ok {
-		t.Errorf("the retry count of the gone Sync is kept (%d)", n)
+	if r.states.known(key) {
+		t.Errorf("the state of the gone Sync (its retry count) is kept")
 	}
-	if _, ok := r.drift.owners["some-inventory"]; ok {
+	if r.states.owner("some-inventory", func(types.NamespacedName, *syncState) {}) {
 		t.Errorf("the drift trigger still names the gone Sync as an owner")
 	}
 	if _, ok := r.substitutions.by[key]; ok {
 		t.Errorf("the substitution state of the gone Sync is kept")
 	}
+}
+
+// forgetting is a reconciler with what a Sync's forgetting concerns, acting as
+// --default-service-account deployer.
+func forgetting(ctx context.Context, f *fixture, rec *recorder) *reconciler {
+	states := newSyncStates()
+	r := &reconciler{client: f.c, live: f.c, shards: shard.Off{}, engines: newEngineSet(ctx, env.Config, engine.Options{}, false, "deployer", states),
+		drift: newDriftTrigger(states), writer: &status.Writer{Live: f.c, Client: f.c}, events: record.NewFakeRecorder(100),
+		states: states, metrics: rec}
+	r.forgetOutside()
+	return r
 }
 
 // cacheEntries returns the git cache entries (one folder per URL and credentials) in dir.

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,10 +44,15 @@ type recorder struct {
 	commitLeadTime    *prometheus.HistogramVec
 	apiRequests       *prometheus.CounterVec
 
-	mu          sync.Mutex
-	seen        map[types.NamespacedName]seenRevision
-	commitTimes map[types.NamespacedName]commitTime // of the revision last loaded
-	now         func() time.Time
+	now func() time.Time
+}
+
+// leadClock is what the lead-time metrics remember of one Sync (its syncState.lead): the
+// revision last loaded with its commit time, and the revision last attempted with when the
+// daemon first saw it.
+type leadClock struct {
+	loaded commitTime
+	seen   seenRevision
 }
 
 // seenRevision is the revision a Sync last attempted, when the daemon first saw it, and
@@ -80,11 +84,7 @@ func newMetricsRegistry() (prometheus.Gatherer, *recorder, error) {
 
 // newRecorder creates the daemon's metrics and registers them on reg.
 func newRecorder(reg prometheus.Registerer) (*recorder, error) {
-	r := &recorder{
-		seen:        map[types.NamespacedName]seenRevision{},
-		commitTimes: map[types.NamespacedName]commitTime{},
-		now:         time.Now,
-	}
+	r := &recorder{now: time.Now}
 	r.reconcileMetrics()
 	r.stateMetrics()
 	r.eventMetrics()
@@ -179,11 +179,8 @@ type partialDeleter interface {
 }
 
 // sourceLoaded records the duration of one fetch and render.
-func (r *recorder) sourceLoaded(s *v1alpha1.Sync, d time.Duration, revision string, committed time.Time) {
+func (r *recorder) sourceLoaded(s *v1alpha1.Sync, d time.Duration) {
 	r.loadDuration.WithLabelValues(s.Namespace, s.Name).Observe(d.Seconds())
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.commitTimes[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = commitTime{revision, committed}
 }
 
 // commitTime is when a revision was committed (zero when unknown).
@@ -224,7 +221,7 @@ func (r *recorder) applied(s *v1alpha1.Sync, revision string, res *engine.Result
 
 // reconciled records one reconcile of s (as read before it) that ended in o, started at
 // start; writeErr is the status write's error.
-func (r *recorder) reconciled(s *v1alpha1.Sync, o status.Outcome, start time.Time, writeErr error) {
+func (r *recorder) reconciled(s *v1alpha1.Sync, o status.Outcome, start time.Time, writeErr error, lead *leadClock) {
 	ns, name := s.Namespace, s.Name
 	now := r.now()
 	r.reconcileDuration.WithLabelValues(ns, name).Observe(now.Sub(start).Seconds())
@@ -254,23 +251,22 @@ func (r *recorder) reconciled(s *v1alpha1.Sync, o status.Outcome, start time.Tim
 	if o.Inventory != nil {
 		r.inventory.WithLabelValues(ns, name).Set(float64(o.Inventory.Entries))
 	}
-	r.observeLeadTime(s, o, start, now)
+	r.observeLeadTime(s, o, start, now, lead)
 }
 
 // observeLeadTime observes, once per revision, the time from the first reconcile that saw it
 // to the first that left the Sync Ready at it. A revision that was already applied when the
 // daemon first saw it (a restart) is not observed.
-func (r *recorder) observeLeadTime(s *v1alpha1.Sync, o status.Outcome, start, now time.Time) {
-	if o.AttemptedRevision == "" {
+func (r *recorder) observeLeadTime(s *v1alpha1.Sync, o status.Outcome, start, now time.Time, lead *leadClock) {
+	if o.AttemptedRevision == "" || lead == nil {
 		return
 	}
-	key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	seen, ok := r.seen[key]
-	if !ok || seen.revision != o.AttemptedRevision {
-		seen = seenRevision{revision: o.AttemptedRevision, at: start, ready: o.AttemptedRevision == s.Status.LastAppliedRevision,
-			committed: r.commitTimeOf(key, o.AttemptedRevision)}
+	seen := lead.seen
+	if seen.revision != o.AttemptedRevision {
+		seen = seenRevision{revision: o.AttemptedRevision, at: start, ready: o.AttemptedRevision == s.Status.LastAppliedRevision}
+		if lead.loaded.revision == o.AttemptedRevision {
+			seen.committed = lead.loaded.at
+		}
 	}
 	if !seen.ready && o.Ready == metav1.ConditionTrue && o.AppliedRevision == seen.revision {
 		r.leadTime.WithLabelValues(s.Namespace, s.Name).Observe(now.Sub(seen.at).Seconds())
@@ -279,15 +275,7 @@ func (r *recorder) observeLeadTime(s *v1alpha1.Sync, o status.Outcome, start, no
 		}
 		seen.ready = true
 	}
-	r.seen[key] = seen
-}
-
-// commitTimeOf returns the commit time of revision as last loaded; r.mu is held.
-func (r *recorder) commitTimeOf(key types.NamespacedName, revision string) time.Time {
-	if ct := r.commitTimes[key]; ct.revision == revision {
-		return ct.at
-	}
-	return time.Time{}
+	lead.seen = seen
 }
 
 func (r *recorder) setCondition(s *v1alpha1.Sync, typ string, st metav1.ConditionStatus) {
@@ -319,8 +307,4 @@ func (r *recorder) forget(key types.NamespacedName) {
 			v.DeletePartialMatch(labels)
 		}
 	}
-	r.mu.Lock()
-	delete(r.seen, key)
-	delete(r.commitTimes, key)
-	r.mu.Unlock()
 }

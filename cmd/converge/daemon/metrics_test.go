@@ -60,13 +60,14 @@ func observeAll(t *testing.T, rec *recorder) {
 	t.Helper()
 	s := testSync()
 	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "c", errors.New("changed"))
-	rec.sourceLoaded(s, time.Second, "main@sha1:2", time.Now().Add(-time.Minute))
+	rec.sourceLoaded(s, time.Second)
+	lead := &leadClock{loaded: commitTime{"main@sha1:2", time.Now().Add(-time.Minute)}}
 	rec.applied(s, "main@sha1:1", &engine.Result{
 		Changes: []engine.Change{cmChange("a", engine.ActionConfigured, nil), cmChange("c", engine.ActionFailed, conflict)},
 		Pruned:  []engine.Change{cmChange("b", engine.ActionPruned, nil)},
 	}, fmt.Errorf("prune: %w", engine.ErrPruneRefused))
 	rec.reconciled(s, status.Outcome{Ready: metav1.ConditionTrue, AttemptedRevision: "main@sha1:2", AppliedRevision: "main@sha1:2",
-		Inventory: &v1alpha1.InventoryStatus{Entries: 3}}, time.Now().Add(-time.Second), errors.New("status write failed"))
+		Inventory: &v1alpha1.InventoryStatus{Entries: 3}}, time.Now().Add(-time.Second), errors.New("status write failed"), lead)
 	rec.suspend(s)
 	rec.deferred(s.Namespace)
 	_ = conflictCounting{Client: conflictClient{}, rec: rec}.Status().Patch(context.Background(), s, nil)
@@ -166,9 +167,10 @@ func TestRecorder(t *testing.T) {
 	// A failure at a new revision, then the same revision Ready twice: one more lead time.
 	s := testSync()
 	s.Status.LastAppliedRevision = "main@sha1:2"
-	rec.reconciled(s, status.Outcome{Ready: metav1.ConditionFalse, Reason: reasonBuildFailed, Stalled: true, AttemptedRevision: "main@sha1:3"}, time.Now(), nil)
+	lead := &leadClock{}
+	rec.reconciled(s, status.Outcome{Ready: metav1.ConditionFalse, Reason: reasonBuildFailed, Stalled: true, AttemptedRevision: "main@sha1:3"}, time.Now(), nil, lead)
 	for range 2 {
-		rec.reconciled(s, status.Outcome{Ready: metav1.ConditionTrue, AttemptedRevision: "main@sha1:3", AppliedRevision: "main@sha1:3"}, time.Now(), nil)
+		rec.reconciled(s, status.Outcome{Ready: metav1.ConditionTrue, AttemptedRevision: "main@sha1:3", AppliedRevision: "main@sha1:3"}, time.Now(), nil, lead)
 	}
 	if got := series(t, reg, "converge_revision_lead_time_seconds")[key]; got != 2 {
 		t.Errorf("lead time observations = %v, want 2 (once per revision that became Ready)", got)

@@ -61,9 +61,11 @@ type reconciler struct {
 	crash   crashPoints   // test-only
 	writer  *status.Writer
 	events  record.EventRecorder
-	retries *retryCounter
 	metrics *recorder
-	grace   time.Duration // deletion grace (finalize); zero means defaultDeletionGrace
+	// states is what the daemon remembers of each Sync between reconciles (sync_state.go),
+	// forgotten in one place (forget).
+	states *syncStates
+	grace  time.Duration // deletion grace (finalize); zero means defaultDeletionGrace
 	// concurrency is how many Syncs are reconciled in parallel (MaxConcurrentReconciles).
 	concurrency int
 	// namespaces holds each namespace to its share of those workers (fair.go).
@@ -87,15 +89,16 @@ type reconciler struct {
 // drift trigger when the watch cache can report drift, and the status writer counting its
 // conflicts.
 func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metrics *recorder, o Options) *reconciler {
-	drift := newDriftTrigger()
+	states := newSyncStates()
+	drift := newDriftTrigger(states)
 	engOpts := engine.Options{Hooks: o.crash.Engine}
 	if o.WatchCache && o.DriftReconcile {
 		engOpts.Changed = drift.changed
 	} else {
 		drift = nil
 	}
-	engines := newEngineSet(ctx, cfg, engOpts, o.WatchCache, o.DefaultServiceAccount)
-	return &reconciler{
+	engines := newEngineSet(ctx, cfg, engOpts, o.WatchCache, o.DefaultServiceAccount, states)
+	r := &reconciler{
 		client:      mgr.GetClient(),
 		live:        mgr.GetAPIReader(),
 		loader:      sources.NewLoaderSized(o.CacheDir, o.RenderCacheSize),
@@ -109,13 +112,15 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		crash:       o.crash,
 		writer:      &status.Writer{Cached: mgr.GetClient(), Live: mgr.GetAPIReader(), Client: conflictCounting{mgr.GetClient(), metrics}, Owner: o.Replica},
 		events:      mgr.GetEventRecorderFor("converge"), //nolint:staticcheck // the events/v1 recorder needs a newer RBAC story
-		retries:     &retryCounter{},
+		states:      states,
 		metrics:     metrics,
 		grace:       o.DeletionGrace,
 		concurrency: o.Concurrency,
 		namespaces:  newNamespaceGate(o.Concurrency, o.MaxConcurrentPerNamespace),
 		shards:      shard.Off{},
 	}
+	r.forgetOutside()
+	return r
 }
 
 // SetupWithManager registers the reconciler as the manager's controller of Syncs, with the
@@ -181,9 +186,11 @@ func (r *reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	defer turn.Done()
 	ctx, s = turn.Ctx, turn.Sync
+	r.states.observe(req.NamespacedName, s.UID)
 	if !s.DeletionTimestamp.IsZero() {
+		// Being deleted: no more metric series, no drift reconciles.
 		r.metrics.forget(req.NamespacedName)
-		r.drift.forget(req.NamespacedName)
+		r.drift.untrack(req.NamespacedName)
 		return r.finalize(ctx, s)
 	}
 	if !controllerutil.ContainsFinalizer(s, v1alpha1.Finalizer) {
@@ -223,7 +230,7 @@ func (r *reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		log.Info("outcome dropped: the Sync was re-created", "uid", s.UID)
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
-	r.metrics.reconciled(s, outcome, start, err)
+	r.reconciled(s, outcome, start, err)
 	r.drift.reconciled(req.NamespacedName, time.Since(start))
 	if err != nil {
 		return ctrl.Result{}, err
@@ -258,27 +265,39 @@ func (r *reconciler) waiting(s *v1alpha1.Sync, o status.Outcome, revision string
 		return r.fail(s, o, j.reason, errors.New(j.message), false), retryLater, nil
 	}
 	o.Ready, o.Reason, o.Message = j.ready, j.reason, r.redact(s, j.message)
-	r.retries.reset(client.ObjectKeyFromObject(s))
+	r.succeeded(s)
 	return o, verdict{poll: j.poll}, nil
 }
 
-// forget drops what the daemon keeps per Sync (its metric series, the drift trigger's
-// owners and pacing, the retry count, the status writer's record of its last write, its
-// hold on its identity's engine, its last substitution and redactor, its render) once the
-// Sync is gone.
-// Deletions trigger no reconcile (syncChanged), so finalize calls it when the finalizer
-// goes; a read that finds no Sync (forgetIfGone) calls it too.
+// forget drops what the daemon keeps of the Sync key once it is gone: its syncState, and
+// what forgetOutside registered. Deletions trigger no reconcile (syncChanged), so finalize
+// calls it when the finalizer goes; a read that finds no Sync (forgetIfGone) calls it too.
 func (r *reconciler) forget(key types.NamespacedName) {
-	r.metrics.forget(key)
-	r.drift.forget(key)
-	r.retries.reset(key)
-	r.writer.Forget(key)
-	r.shards.Forget(key)
-	r.engines.forget(key)
-	r.substitutions.forget(key)
-	if r.loader != nil {
-		r.loader.Forget(key.String())
-	}
+	r.states.forget(key)
+}
+
+// forgetOutside registers what is kept per Sync outside its syncState, so that forgetting
+// the Sync, or a Sync of another UID taking its name, drops it too: its metric series, the
+// status writer's record of its last write, the holding of its shard it was last read live
+// under, its last substitution and redactor, and its render. (The engine set registers its
+// hold on the Sync's identity itself.)
+func (r *reconciler) forgetOutside() {
+	r.states.onForget(func(key types.NamespacedName, _ syncState) {
+		r.metrics.forget(key)
+		r.writer.Forget(key)
+		r.shards.Forget(key)
+		r.substitutions.forget(key)
+		if r.loader != nil {
+			r.loader.Forget(key.String())
+		}
+	})
+}
+
+// reconciled records the metrics of one reconcile, the lead time's with the Sync's state.
+func (r *reconciler) reconciled(s *v1alpha1.Sync, o status.Outcome, start time.Time, writeErr error) {
+	r.states.with(client.ObjectKeyFromObject(s), func(st *syncState) {
+		r.metrics.reconciled(s, o, start, writeErr, &st.lead)
+	})
 }
 
 // forgetIfGone forgets key when err says its Sync is not found (someone else dropped the
@@ -305,11 +324,14 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 	loadStart := time.Now()
 	bundle, err := r.render.load(ctx, r.loader, src, client.ObjectKeyFromObject(s))
 	if bundle == nil {
-		r.metrics.sourceLoaded(s, time.Since(loadStart), "", time.Time{})
+		r.metrics.sourceLoaded(s, time.Since(loadStart))
 		// A refused URL, an oversized or unverified commit is terminal: nothing is applied or pruned.
 		return r.fail(s, o, fetchFailReason(err), err, sources.IsTerminal(err)), retryLater, nil
 	}
-	r.metrics.sourceLoaded(s, time.Since(loadStart), bundle.Revision, bundle.CommitTime)
+	r.metrics.sourceLoaded(s, time.Since(loadStart))
+	r.states.with(client.ObjectKeyFromObject(s), func(st *syncState) {
+		st.lead.loaded = commitTime{bundle.Revision, bundle.CommitTime}
+	})
 	o.AttemptedRevision = bundle.Revision
 	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty) {
 		// Bad input: nothing is applied or pruned; wait for a new revision (I8).
@@ -375,7 +397,7 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 		o.Message += "; " + r.redact(s, res.MigrationPending)
 	}
 	o.AppliedRevision = bundle.Revision
-	r.retries.reset(client.ObjectKeyFromObject(s))
+	r.succeeded(s)
 	return o, verdict{}, nil
 }
 

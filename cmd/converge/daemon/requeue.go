@@ -2,29 +2,36 @@ package daemon
 
 import (
 	"math/rand/v2"
-	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
-// next is when to reconcile again: the interval with ±10% jitter after success or a terminal
-// failure, an exponential back-off from retryInterval (capped at the interval) after a
-// transient failure.
 // minInterval is the shortest interval or retry interval honoured, the CRD's minimum.
 const minInterval = time.Second
 
+// next is when to reconcile again: the interval with ±10% jitter after success or a terminal
+// failure, an exponential back-off from retryInterval (capped at the interval) after a
+// transient failure (the Sync's syncState counts them).
 func (r *reconciler) next(s *v1alpha1.Sync, retry bool) time.Duration {
 	interval := intervalOf(s)
 	if !retry {
 		return time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64()))
 	}
-	n := r.retries.inc(client.ObjectKeyFromObject(s))
+	var n int
+	r.states.with(client.ObjectKeyFromObject(s), func(st *syncState) {
+		st.retries++
+		n = st.retries
+	})
 	d := retryBase(s) << min(n-1, 16)
 	return min(d, interval)
+}
+
+// succeeded ends s's run of transient failures: the next one backs off from retryInterval.
+func (r *reconciler) succeeded(s *v1alpha1.Sync) {
+	r.states.with(client.ObjectKeyFromObject(s), func(st *syncState) { st.retries = 0 })
 }
 
 // intervalOf is the Sync's interval, at least minInterval. The CRD defaults an absent
@@ -45,26 +52,4 @@ func retryBase(s *v1alpha1.Sync) time.Duration {
 		return max(s.Spec.RetryInterval.Duration, minInterval)
 	}
 	return 30 * time.Second
-}
-
-// retryCounter counts consecutive transient failures per Sync for the back-off.
-type retryCounter struct {
-	mu sync.Mutex
-	n  map[types.NamespacedName]int
-}
-
-func (c *retryCounter) inc(k types.NamespacedName) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[types.NamespacedName]int{}
-	}
-	c.n[k]++
-	return c.n[k]
-}
-
-func (c *retryCounter) reset(k types.NamespacedName) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.n, k)
 }
