@@ -17,7 +17,7 @@ import (
 
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
-	varsubst "github.com/converge-dev/converge/sources/substitute"
+	"github.com/converge-dev/converge/sources/varsubst"
 )
 
 // sourceFlags say what to render: a local PATH, a git repository or an OCI artifact. "converge build" and

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/converge-dev/converge/sources"
-	varsubst "github.com/converge-dev/converge/sources/substitute"
+	"github.com/converge-dev/converge/sources/varsubst"
 )
 
 // substituteFlags are the CLI's spec.postBuild: variables from files and from the command
