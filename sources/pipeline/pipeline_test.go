@@ -196,3 +196,27 @@ func TestPrepareRedactsWhatWasReadBeforeAFailure(t *testing.T) {
 		t.Error("the kept result survived a failed read of the variables")
 	}
 }
+
+// TestPrepareRedactsDecryptedValuesAsSubstituted: a decrypted value that holds a variable
+// is redacted as it is applied, after substitution, too: an API server error about the
+// object quotes that form.
+func TestPrepareRedactsDecryptedValuesAsSubstituted(t *testing.T) {
+	key := sopsfixture.NewKey(t)
+	doc := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n  namespace: app\ndata:\n  token: tok-${tier}-" + plaintext + "\n"
+	in := bundle(t, string(sopsfixture.Encrypt(t, []byte(doc), sopsfixture.DefaultRegex, key.Recipient)))
+	calls := 0
+	res, err := Prepare(t.Context(), in, Options{
+		Decryption:   Decryption{Keys: keysOf(t, key.Identity)},
+		Substitution: &Substitution{Variables: variables(&calls, nil, varsubst.Source{Name: "spec.postBuild.substitute", Values: map[string]string{"tier": "gold"}})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := value(t, res.Bundle.Objects[0], "token")
+	if applied != "tok-gold-"+plaintext {
+		t.Fatalf("token = %q", applied)
+	}
+	if got := res.Redactor.String(`data.token: Invalid value: "` + applied + `"`); strings.Contains(got, plaintext) {
+		t.Errorf("the decrypted value as substituted is written: %q", got)
+	}
+}

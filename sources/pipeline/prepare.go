@@ -28,16 +28,16 @@ type Result struct {
 	// nil when decryption failed): together they say which values were encrypted
 	// (sops.MaskValues, sops.Encrypted), for a caller that masks or withholds them.
 	Rendered, Decrypted *sources.Bundle
-	// Redactor hides the values decrypted, the values of every Sensitive variable source
-	// (as read and as substituted) and Options.Redact. It is set with an error too, for the
-	// values read before the failure; it is nil when there is nothing to hide.
+	// Redactor hides the values decrypted and the values of every Sensitive variable source
+	// (each as read and as substituted), and Options.Redact. It is set with an error too,
+	// for the values read before the failure; it is nil when there is nothing to hide.
 	Redactor *varsubst.Redactor
 }
 
 // Prepare prepares rendered. As Flux: decrypted first, then substituted (a variable may not
-// reach a ciphertext). rendered is not modified. A failure of
-// decryption is a *DecryptError; one of substitution names the variable source, the object
-// or the variable. On error Result.Bundle is nil: nothing may be applied or pruned.
+// reach a ciphertext). rendered is not modified. A failure of decryption is a
+// *DecryptError; one of substitution names the variable source, the object or the
+// variable. On error Result.Bundle is nil: nothing may be applied or pruned.
 func Prepare(ctx context.Context, rendered *sources.Bundle, opts Options) (Result, error) {
 	res := Result{Rendered: rendered}
 	decrypted, err := opts.Decryption.run(ctx, rendered)
@@ -52,6 +52,10 @@ func Prepare(ctx context.Context, rendered *sources.Bundle, opts Options) (Resul
 		return res, nil
 	}
 	out, sensitive, err := opts.Substitution.run(ctx, decrypted)
+	if err == nil && decrypted != rendered {
+		// A decrypted value that holds a variable is applied, and may be quoted, as substituted.
+		hide = append(hide, sops.Plaintexts(out, rendered)...)
+	}
 	res.Redactor = varsubst.NewRedactor(append(sensitive, hide...))
 	if err != nil {
 		return res, err
