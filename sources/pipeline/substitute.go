@@ -15,7 +15,7 @@ type Substitution struct {
 	// Variables returns the variable sources in order, a later one winning over an earlier
 	// one. It is called once decryption succeeded. The values of its Sensitive sources are
 	// redacted, those returned with an error too (they were read). Its error is returned
-	// as it is: it names what it could not read.
+	// as it is: it names what it could not read. nil: no variable.
 	Variables func(ctx context.Context) ([]varsubst.Source, error)
 	// Strict makes a variable without a value and without a default an error.
 	Strict bool
@@ -31,7 +31,11 @@ type Substitution struct {
 // run substitutes the variables in b and returns the result and the values to redact,
 // also with an error. On error the Memo keeps nothing: what it kept may be out of date.
 func (s *Substitution) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle, []string, error) {
-	srcs, err := s.Variables(ctx)
+	var srcs []varsubst.Source
+	var err error
+	if s.Variables != nil {
+		srcs, err = s.Variables(ctx)
+	}
 	sensitive := sensitiveValues(srcs)
 	if err != nil {
 		s.Memo.drop()
