@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,7 +16,8 @@ import (
 
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
-	varsubst "github.com/converge-dev/converge/sources/substitute"
+	"github.com/converge-dev/converge/sources/pipeline"
+	"github.com/converge-dev/converge/sources/varsubst"
 )
 
 // sourceFlags say what to render: a local PATH, a git repository or an OCI artifact. "converge build" and
@@ -41,6 +41,8 @@ type sourceFlags struct {
 	verify         verifyFlags
 	// stdin is read for the PATH "-" (the command's input; os.Stdin when nil).
 	stdin io.Reader
+	// redact is the redactor of what load read and decrypted (pipeline.Result.Redactor).
+	redact *varsubst.Redactor
 }
 
 func newBuildCommand() *cobra.Command {
@@ -234,11 +236,14 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 	if err != nil {
 		return b, rootHint(err, src)
 	}
-	// As Flux: decrypted first, then substituted (a variable may not reach a ciphertext).
-	if b, err = f.decryption.decrypt(ctx, b); err != nil {
-		return b, err
+	dec, err := f.decryption.decryption()
+	if err != nil {
+		return nil, err
 	}
-	return f.subst.expand(b, f.limits)
+	res, err := pipeline.Prepare(ctx, b, pipeline.Options{Decryption: dec, Substitution: f.subst.substitution(f.limits)})
+	f.decryption.prepared(res)
+	f.redact = res.Redactor
+	return res.Bundle, err
 }
 
 // stdinFile names the YAML read from stdin (PATH "-") in messages and origins.
@@ -276,7 +281,7 @@ func (f *sourceFlags) readStdin() (string, error) {
 // redactor hides, in what a command prints, the values of Secret manifests given with
 // --substitute-from-file and the values load decrypted; nil (hiding nothing) without them.
 func (f *sourceFlags) redactor() *varsubst.Redactor {
-	return varsubst.NewRedactor(append(slices.Clip(f.subst.secrets), f.decryption.plaintexts()...))
+	return f.redact
 }
 
 // source turns the flags and argument into what to load.

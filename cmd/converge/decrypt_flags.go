@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/sources/pipeline"
 	"github.com/converge-dev/converge/sources/sops"
 )
 
@@ -25,7 +25,7 @@ type decryptionFlags struct {
 	showSecrets bool
 	// rendered is the render before decryption: which values were encrypted, for mask.
 	rendered *sources.Bundle
-	// decrypted is what decrypt returned, for plaintexts.
+	// decrypted is the render decrypted with the key files, for withholdDiffs.
 	decrypted *sources.Bundle
 	stderr    io.Writer // build's, for the note that values are masked
 }
@@ -40,33 +40,35 @@ func (d *decryptionFlags) addFlags(cmd *cobra.Command) {
 	}
 }
 
-// decrypt returns b with its encrypted objects decrypted with the key files. Without a key
-// file an encrypted object is refused, except by build, which prints it masked.
-func (d *decryptionFlags) decrypt(ctx context.Context, b *sources.Bundle) (*sources.Bundle, error) {
-	d.rendered = b
+// decryption is how the pipeline decrypts: with the keys of the key files, read now (a
+// file that cannot be read is an error even when nothing is encrypted). Without a key file
+// an encrypted object is refused, except by build, which prints it masked.
+func (d *decryptionFlags) decryption() (pipeline.Decryption, error) {
 	if len(d.keyFiles) == 0 {
-		_, err := sops.Decrypt(ctx, b, nil)
-		if err == nil || d.build {
-			return b, nil
-		}
-		return nil, fmt.Errorf("%w\ngive the age identity with --decryption-key-file FILE", err)
+		return pipeline.Decryption{KeepEncrypted: d.build, Hints: pipeline.Hints{NoKeys: "give the age identity with --decryption-key-file FILE"}}, nil
 	}
 	keys := &sops.Keys{}
 	for _, f := range d.keyFiles {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("--decryption-key-file: %w", err)
+			return pipeline.Decryption{}, fmt.Errorf("--decryption-key-file: %w", err)
 		}
 		if err := keys.AddAge(f, data); err != nil {
-			return nil, fmt.Errorf("--decryption-key-file: %w", err)
+			return pipeline.Decryption{}, fmt.Errorf("--decryption-key-file: %w", err)
 		}
 	}
-	out, err := sops.Decrypt(ctx, b, keys)
-	if errors.Is(err, sops.ErrKey) {
-		return nil, fmt.Errorf("%w\ngive the age identity of a listed recipient with --decryption-key-file", err)
+	return pipeline.Decryption{
+		Keys:  func(context.Context) (*sops.Keys, error) { return keys, nil },
+		Hints: pipeline.Hints{WrongKey: "give the age identity of a listed recipient with --decryption-key-file"},
+	}, nil
+}
+
+// prepared records what the pipeline made of the render, for mask and withholdDiffs.
+func (d *decryptionFlags) prepared(res pipeline.Result) {
+	d.rendered = res.Rendered
+	if len(d.keyFiles) > 0 {
+		d.decrypted = res.Decrypted
 	}
-	d.decrypted = out
-	return out, err
 }
 
 // mask returns b for printing: the values that were encrypted replaced by sops.Mask,
@@ -80,16 +82,6 @@ func (d *decryptionFlags) mask(b *sources.Bundle) *sources.Bundle {
 		fmt.Fprintf(d.stderr, "SOPS-encrypted values are printed as %s; give --decryption-key-file to decrypt (and check) them\n", sops.Mask)
 	}
 	return m
-}
-
-// plaintexts are the values decrypt decrypted, which what the command prints hides:
-// engine diffs mask Secret values only, and an object of another kind may be encrypted
-// too (as Flux allows).
-func (d *decryptionFlags) plaintexts() []string {
-	if d.decrypted == nil || d.rendered == nil {
-		return nil
-	}
-	return sops.Plaintexts(d.decrypted, d.rendered)
 }
 
 // withholdDiffs drops the diff of every decrypted object that is not a Secret: the engine

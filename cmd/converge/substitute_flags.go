@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/converge-dev/converge/sources"
-	varsubst "github.com/converge-dev/converge/sources/substitute"
+	"github.com/converge-dev/converge/sources/pipeline"
+	"github.com/converge-dev/converge/sources/varsubst"
 )
 
 // substituteFlags are the CLI's spec.postBuild: variables from files and from the command
@@ -27,9 +29,6 @@ type substituteFlags struct {
 	vars   []string // --substitute NAME=VALUE, in order
 	files  []string // --substitute-from-file FILE, in order
 	strict bool     // --strict-substitute
-	// secrets are the values read from Secret manifests, which what the command prints
-	// hides (set by expand; see sourceFlags.redactor).
-	secrets []string
 }
 
 func (f *substituteFlags) addFlags(cmd *cobra.Command) {
@@ -39,38 +38,41 @@ func (f *substituteFlags) addFlags(cmd *cobra.Command) {
 	fl.BoolVar(&f.strict, "strict-substitute", false, "fail on a ${NAME} without value and without default (as spec.postBuild.strict)")
 }
 
-// expand substitutes the variables of the flags in b. Without a substitution flag it
-// returns b as it is. What substitution inserts is bounded by limits: --max-file-size per
+// substitution is how the pipeline substitutes the variables of the flags, nil without a
+// substitution flag. What substitution inserts is bounded by limits: --max-file-size per
 // object, --max-total-size in all.
-func (f *substituteFlags) expand(b *sources.Bundle, limits sources.Limits) (*sources.Bundle, error) {
+func (f *substituteFlags) substitution(limits sources.Limits) *pipeline.Substitution {
 	if len(f.vars) == 0 && len(f.files) == 0 {
-		return b, nil
+		return nil
 	}
+	return &pipeline.Substitution{
+		Variables:     func(context.Context) ([]varsubst.Source, error) { return f.variables() },
+		Strict:        f.strict,
+		MaxObjectSize: limits.MaxFileSize,
+		MaxTotalSize:  limits.MaxTotalSize,
+	}
+}
+
+// variables reads the files, in order, then the --substitute values, which win. What was
+// read before an error is returned with it.
+func (f *substituteFlags) variables() ([]varsubst.Source, error) {
 	var srcs []varsubst.Source
 	for _, file := range f.files {
 		s, err := readVarFile(file)
-		if err != nil {
-			return nil, err
-		}
 		srcs = append(srcs, s...)
+		if err != nil {
+			return srcs, err
+		}
 	}
 	inline := varsubst.Source{Name: "--substitute", Values: map[string]string{}}
 	for _, kv := range f.vars {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return nil, fmt.Errorf("--substitute %q: want NAME=VALUE", kv)
+			return srcs, fmt.Errorf("--substitute %q: want NAME=VALUE", kv)
 		}
 		inline.Values[k] = v
 	}
-	vars, err := varsubst.Merge(append(srcs, inline)...)
-	if err != nil {
-		return nil, err
-	}
-	f.secrets = vars.Sensitive()
-	opts := varsubst.DefaultOptions()
-	opts.Strict = f.strict
-	opts.MaxObjectSize, opts.MaxTotalSize = limits.MaxFileSize, limits.MaxTotalSize
-	return varsubst.Expand(b, vars, opts)
+	return append(srcs, inline), nil
 }
 
 // readVarFile reads one --substitute-from-file: a ConfigMap or Secret manifest (one or more

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/sources"
-	varsubst "github.com/converge-dev/converge/sources/substitute"
+	"github.com/converge-dev/converge/sources/varsubst"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 

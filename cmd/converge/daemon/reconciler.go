@@ -28,7 +28,6 @@ import (
 	"github.com/converge-dev/converge/inventory"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
-	"github.com/converge-dev/converge/sources/sops"
 	"github.com/converge-dev/converge/status"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
@@ -77,8 +76,7 @@ type reconciler struct {
 	shards      shardGate
 	shardSource source.Source
 
-	// substitutions keep each Sync's last substitution and the Secret-sourced values to hide
-	// (substitute.go).
+	// substitutions keep each Sync's last substitution and the values to hide (prepare.go).
 	substitutions substitutions
 	// kubeVersion is the API server's version for charts that set none (helm.go).
 	kubeVersion *clusterVersion
@@ -337,13 +335,8 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 		// Bad input: nothing is applied or pruned; wait for a new revision (I8).
 		return r.fail(s, o, reasonBuildFailed, err, sources.IsTerminal(err)), retryLater, nil
 	}
-	// As Flux: decrypted first, then substituted (a variable may not reach a ciphertext).
-	decrypted, err := r.decrypt(ctx, s, bundle)
-	if err != nil {
-		return r.decryptFailed(s, o, err), retryLater, nil
-	}
-	if bundle, err = r.substitute(ctx, s, decrypted, append(sops.Plaintexts(decrypted, bundle), helmSecrets...)); err != nil {
-		return r.fail(s, o, reasonBuildFailed, err, false), retryLater, nil
+	if bundle, err = r.prepare(ctx, s, bundle, helmSecrets); err != nil {
+		return r.prepareFailed(s, o, err), retryLater, nil
 	}
 	if err := r.crash.call(r.crash.AfterRender, s); err != nil {
 		return o, retryLater, err

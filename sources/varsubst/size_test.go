@@ -1,4 +1,4 @@
-package substitute
+package varsubst
 
 import (
 	"errors"

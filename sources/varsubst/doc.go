@@ -1,4 +1,4 @@
-// Package substitute runs Flux's post-build variable substitution on a rendered Bundle:
+// Package varsubst runs Flux's post-build variable substitution on a rendered Bundle:
 // ${var}, ${var:=default} and ${var:-default} (and the rest of the shell forms Flux's
 // envsubst knows) are replaced in the YAML text of every object, which is then decoded
 // again, so `replicas: ${REPLICAS}` becomes a number as it does under Flux. $$ escapes a
@@ -14,4 +14,4 @@
 // with the identity that may read them and pass plain Sources), it never modifies the
 // Bundle it is given (its objects are shared with the render cache) and it must not import
 // kube clients, engine, inventory or status.
-package substitute
+package varsubst

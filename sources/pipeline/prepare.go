@@ -1,0 +1,65 @@
+package pipeline
+
+import (
+	"context"
+
+	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/sources/sops"
+	"github.com/converge-dev/converge/sources/varsubst"
+)
+
+// Options say how a Bundle is prepared.
+type Options struct {
+	// Decryption says where the keys come from and how failures are explained.
+	Decryption Decryption
+	// Substitution says where the variables come from; nil: nothing is substituted.
+	Substitution *Substitution
+	// Redact are further values the Redactor hides (such as Helm values read from
+	// Secrets), so one Redactor covers everything the caller writes.
+	Redact []string
+}
+
+// Result is a prepared Bundle and what a caller needs to write about it.
+type Result struct {
+	// Bundle is the rendered Bundle decrypted, then substituted; nil with an error.
+	Bundle *sources.Bundle
+	// Rendered is the Bundle as given, and Decrypted the one after decryption (Rendered
+	// itself when nothing was encrypted or the encrypted objects were kept as they are;
+	// nil when decryption failed): together they say which values were encrypted
+	// (sops.MaskValues, sops.Encrypted), for a caller that masks or withholds them.
+	Rendered, Decrypted *sources.Bundle
+	// Redactor hides the values decrypted and the values of every Sensitive variable source
+	// (each as read and as substituted), and Options.Redact. It is set with an error too,
+	// for the values read before the failure; it is nil when there is nothing to hide.
+	Redactor *varsubst.Redactor
+}
+
+// Prepare prepares rendered. As Flux: decrypted first, then substituted (a variable may not
+// reach a ciphertext). rendered is not modified. A failure of decryption is a
+// *DecryptError; one of substitution names the variable source, the object or the
+// variable. On error Result.Bundle is nil: nothing may be applied or pruned.
+func Prepare(ctx context.Context, rendered *sources.Bundle, opts Options) (Result, error) {
+	res := Result{Rendered: rendered}
+	decrypted, err := opts.Decryption.run(ctx, rendered)
+	if err != nil {
+		res.Redactor = varsubst.NewRedactor(opts.Redact)
+		return res, err
+	}
+	res.Decrypted = decrypted
+	hide := append(sops.Plaintexts(decrypted, rendered), opts.Redact...)
+	if opts.Substitution == nil {
+		res.Bundle, res.Redactor = decrypted, varsubst.NewRedactor(hide)
+		return res, nil
+	}
+	out, sensitive, err := opts.Substitution.run(ctx, decrypted)
+	if err == nil && decrypted != rendered {
+		// A decrypted value that holds a variable is applied, and may be quoted, as substituted.
+		hide = append(hide, sops.Plaintexts(out, rendered)...)
+	}
+	res.Redactor = varsubst.NewRedactor(append(sensitive, hide...))
+	if err != nil {
+		return res, err
+	}
+	res.Bundle = out
+	return res, nil
+}
