@@ -66,7 +66,7 @@ func (r *reconciler) helm(ctx context.Context, s *v1alpha1.Sync, src *sources.So
 	}
 	base, secretValues, read, err := r.valuesFrom(ctx, s)
 	if len(secretValues) > 0 {
-		r.substitutions.setRedactor(client.ObjectKeyFromObject(s), varsubst.NewRedactor(secretValues))
+		r.setRedactor(client.ObjectKeyFromObject(s), varsubst.NewRedactor(secretValues))
 	}
 	if err != nil {
 		return secretValues, false, err

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -11,7 +10,6 @@ import (
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/pipeline"
 	"github.com/converge-dev/converge/sources/varsubst"
-	"github.com/converge-dev/converge/status"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -31,7 +29,7 @@ func (r *reconciler) prepare(ctx context.Context, s *v1alpha1.Sync, b *sources.B
 	key := client.ObjectKeyFromObject(s)
 	opts := pipeline.Options{Decryption: r.decryption(s), Substitution: r.substitution(s), Redact: helmSecrets}
 	if opts.Substitution != nil {
-		opts.Substitution.Memo = r.substitutions.memo(key)
+		opts.Substitution.Memo = r.memo(key)
 	}
 	res, err := pipeline.Prepare(ctx, b, opts)
 	var de *pipeline.DecryptError
@@ -39,83 +37,50 @@ func (r *reconciler) prepare(ctx context.Context, s *v1alpha1.Sync, b *sources.B
 		return nil, err
 	}
 	if opts.Substitution == nil {
-		r.substitutions.forget(key)
+		r.dropSubstitution(key)
 	}
-	r.substitutions.setRedactor(key, res.Redactor)
+	r.setRedactor(key, res.Redactor)
 	return res.Bundle, err
 }
 
-// prepareFailed is the outcome of a failed prepare: Ready=False, DecryptionFailed (terminal
-// when only a new revision fixes it) or BuildFailed. A failed substitution is not terminal:
-// fixing a ConfigMap or Secret, which makes no new revision, fixes it, so it is retried
-// with back-off.
-func (r *reconciler) prepareFailed(s *v1alpha1.Sync, o status.Outcome, err error) status.Outcome {
+// prepareFailure is the failure of a prepare: DecryptionFailed (stalled when only a new
+// revision fixes it) or BuildFailed. A failed substitution is retried with back-off: fixing
+// a ConfigMap or Secret, which makes no new revision, fixes it.
+func prepareFailure(err error) *failure {
 	var de *pipeline.DecryptError
 	if errors.As(err, &de) {
-		return r.fail(s, o, reasonDecryptionFailed, err, de.Terminal)
+		return &failure{reason: reasonDecryptionFailed, err: err, stalls: de.Terminal}
 	}
-	return r.fail(s, o, reasonBuildFailed, err, false)
+	return retryable(reasonBuildFailed, err)
 }
 
-// substitutions keeps, per Sync, the Redactor of what is written about it and the Memo of
-// its last substitution. The zero value is ready to use.
-type substitutions struct {
-	mu sync.Mutex
-	by map[types.NamespacedName]*substState
+// memo is the Memo of the last substitution of the Sync key, kept in its syncState.
+func (r *reconciler) memo(key types.NamespacedName) *pipeline.Memo {
+	var m *pipeline.Memo
+	r.states.with(key, func(st *syncState) {
+		if st.memo == nil {
+			st.memo = &pipeline.Memo{}
+		}
+		m = st.memo
+	})
+	return m
 }
 
-type substState struct {
-	redactor *varsubst.Redactor
-	memo     pipeline.Memo
+// setRedactor sets the redactor of what is written about the Sync key.
+func (r *reconciler) setRedactor(key types.NamespacedName, red *varsubst.Redactor) {
+	r.states.with(key, func(st *syncState) { st.redactor = red })
 }
 
-func (x *substitutions) state(key types.NamespacedName) *substState {
-	if x.by == nil {
-		x.by = map[types.NamespacedName]*substState{}
-	}
-	st := x.by[key]
-	if st == nil {
-		st = &substState{}
-		x.by[key] = st
-	}
-	return st
-}
-
-// setRedactor sets the redactor of key; a nil one keeps nothing for a key without state.
-func (x *substitutions) setRedactor(key types.NamespacedName, r *varsubst.Redactor) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if r == nil && x.by[key] == nil {
-		return
-	}
-	x.state(key).redactor = r
-}
-
-// memo is the Memo of key's last substitution.
-func (x *substitutions) memo(key types.NamespacedName) *pipeline.Memo {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return &x.state(key).memo
-}
-
-func (x *substitutions) redactor(key types.NamespacedName) *varsubst.Redactor {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if st := x.by[key]; st != nil {
-		return st.redactor
-	}
-	return nil
-}
-
-// forget drops what is kept for key (its Sync is gone, or has no postBuild any more).
-func (x *substitutions) forget(key types.NamespacedName) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	delete(x.by, key)
+// dropSubstitution forgets the Sync key's last substitution and redactor (it has no
+// postBuild any more).
+func (r *reconciler) dropSubstitution(key types.NamespacedName) {
+	r.states.with(key, func(st *syncState) { st.memo, st.redactor = nil, nil })
 }
 
 // redact hides the Secret-sourced and decrypted values of s in msg: every text the daemon
 // writes about s (status message, events) passes through it.
 func (r *reconciler) redact(s *v1alpha1.Sync, msg string) string {
-	return r.substitutions.redactor(client.ObjectKeyFromObject(s)).String(msg)
+	var red *varsubst.Redactor
+	r.states.read(client.ObjectKeyFromObject(s), func(st *syncState) { red = st.redactor })
+	return red.String(msg)
 }

@@ -21,7 +21,7 @@ func refBundle(rev string) *sources.Bundle {
 // TestPrepareKeepsPerSync: a Sync's substitution is kept for its next reconcile and its
 // redactor kept after a failed one; a Sync without postBuild keeps nothing.
 func TestPrepareKeepsPerSync(t *testing.T) {
-	r := &reconciler{}
+	r := &reconciler{states: newSyncStates()}
 	ctx := context.Background()
 	s := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
 		Spec: v1alpha1.SyncSpec{PostBuild: &v1alpha1.PostBuild{Substitute: map[string]string{"v": "one"}, Strict: true}}}
@@ -38,12 +38,15 @@ func TestPrepareKeepsPerSync(t *testing.T) {
 	if _, err := r.prepare(ctx, s, in, []string{"helm-secret"}); err == nil {
 		t.Fatal("strict with a missing variable succeeded")
 	}
-	if got := r.substitutions.redactor(key).String("x helm-secret"); got != "x ***" {
+	if got := r.redact(s, "x helm-secret"); got != "x ***" {
 		t.Errorf("the redactor of the failed reconcile was not kept: %q", got)
 	}
 	s.Spec.PostBuild = nil
-	if out, err := r.prepare(ctx, s, in, nil); err != nil || out != in || len(r.substitutions.by) != 0 {
-		t.Errorf("without postBuild: want the bundle as it is and nothing kept; got %v, %v, %d kept", out == in, err, len(r.substitutions.by))
+	out, err := r.prepare(ctx, s, in, nil)
+	var kept bool
+	r.states.with(key, func(st *syncState) { kept = st.memo != nil || st.redactor != nil })
+	if err != nil || out != in || kept {
+		t.Errorf("without postBuild: want the bundle as it is and nothing kept; got %v, %v, kept %v", out == in, err, kept)
 	}
 }
 
@@ -52,7 +55,7 @@ func TestPrepareKeepsPerSync(t *testing.T) {
 // default 8 MiB whatever the flag: a 10,000-byte value substituted under a 1,000-byte
 // --max-file-size.
 func TestSubstituteBoundedByTheDaemonLimits(t *testing.T) {
-	r := &reconciler{render: renderSettings{limits: sources.Limits{MaxFileSize: 1000}}}
+	r := &reconciler{states: newSyncStates(), render: renderSettings{limits: sources.Limits{MaxFileSize: 1000}}}
 	s := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"},
 		Spec: v1alpha1.SyncSpec{PostBuild: &v1alpha1.PostBuild{Substitute: map[string]string{"v": strings.Repeat("x", 10000)}}}}
 	_, err := r.prepare(context.Background(), s, refBundle("main@sha1:1"), nil)

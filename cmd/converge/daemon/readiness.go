@@ -70,6 +70,18 @@ func judgeWait(w waitState) waitVerdict {
 		message: fmt.Sprintf("waiting for %s: %s", countObjects(len(w.pending)), listNames(w.pending, 10))}
 }
 
+// recheck is when to judge the readiness of s at revision again, as judgeWait said when it
+// recorded the Sync Progressing: from the wait's start (waitOf; now when none is recorded)
+// and the Sync's timeout. A wait whose deadline passed in between is judged again at once.
+func recheck(s *v1alpha1.Sync, revision string, now time.Time) time.Duration {
+	since, _ := waitOf(s, revision)
+	j := judgeWait(waitState{since: since, now: now, timeout: applyOptions(s).Timeout})
+	if j.poll <= 0 {
+		return 100 * time.Millisecond
+	}
+	return j.poll
+}
+
 // listNames joins names, the first max of them and a count of the others.
 func listNames(names []string, limit int) string {
 	if len(names) <= limit {

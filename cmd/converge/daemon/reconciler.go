@@ -76,8 +76,6 @@ type reconciler struct {
 	shards      shardGate
 	shardSource source.Source
 
-	// substitutions keep each Sync's last substitution and the values to hide (prepare.go).
-	substitutions substitutions
 	// kubeVersion is the API server's version for charts that set none (helm.go).
 	kubeVersion *clusterVersion
 }
@@ -205,13 +203,22 @@ func (r *reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if b := r.deps.check(ctx, s); b != nil {
 		return r.awaitDependencies(ctx, s, b, start)
 	}
-	outcome, v, crash := r.sync(ctx, s)
+	outcome, crash := r.sync(ctx, s)
 	if crash == nil {
 		crash = r.crash.call(r.crash.BeforeStatusWrite, s)
 	}
 	if crash != nil {
 		return ctrl.Result{}, crash
 	}
+	return r.record(ctx, s, outcome, start)
+}
+
+// record writes the outcome of one reconcile of s as its status, in its own step: an apply
+// failure never stops it, and its failure never undoes the apply. It then says when to come
+// back (after).
+func (r *reconciler) record(ctx context.Context, s *v1alpha1.Sync, outcome status.Outcome, start time.Time) (ctrl.Result, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	key := client.ObjectKeyFromObject(s)
 	if i, refused := r.shards.Refused(ctx); refused {
 		// The shard was not validly held for some of this reconcile's writes: its outcome
 		// says nothing about the Sync. No status; the shard's holder (this replica again
@@ -219,9 +226,7 @@ func (r *reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		log.Info("outcome dropped: the shard fence refused some of its writes; requeued", "shard", i)
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
-	// The status write is its own step: an apply failure never stops it, and its failure
-	// never undoes the apply.
-	err = r.writer.Write(ctx, req.NamespacedName, outcome)
+	err := r.writer.Write(ctx, key, outcome)
 	if errors.Is(err, status.ErrReplaced) {
 		// The Sync this reconcile read was deleted and another took its name (I14): the
 		// outcome is not about it. Reconcile the new one from its own read.
@@ -229,42 +234,29 @@ func (r *reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
 	r.reconciled(s, outcome, start, err)
-	r.drift.reconciled(req.NamespacedName, time.Since(start))
+	r.drift.reconciled(key, time.Since(start))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	log.Info("reconciled", "revision", outcome.AttemptedRevision, "ready", outcome.Ready,
 		"reason", outcome.Reason, "duration", time.Since(start).Round(time.Millisecond))
-	if v.poll > 0 {
-		return ctrl.Result{RequeueAfter: v.poll}, nil
-	}
-	return ctrl.Result{RequeueAfter: r.next(s, v.failed && !outcome.Stalled)}, nil
+	return ctrl.Result{RequeueAfter: r.after(s, outcome)}, nil
 }
-
-// verdict is when a reconcile asks to come back: after a failure that deserves a retry with
-// back-off (failed), or after poll to judge readiness again; else at the interval.
-type verdict struct {
-	failed bool
-	poll   time.Duration
-}
-
-// retryLater is the verdict of a failure.
-var retryLater = verdict{failed: true}
 
 // waiting records a Sync whose applied objects are not all Current: Progressing until its
 // deadline (spec.timeout from the first reconcile that found this generation and revision
 // waiting, read back from its status), HealthCheckFailed after it (judgeWait).
-func (r *reconciler) waiting(s *v1alpha1.Sync, o status.Outcome, revision string, w waitState) (status.Outcome, verdict, error) {
+func (r *reconciler) waiting(s *v1alpha1.Sync, o status.Outcome, revision string, w waitState) status.Outcome {
 	w.since, w.expired = waitOf(s, revision)
 	w.now = time.Now()
 	j := judgeWait(w)
 	if j.ready == metav1.ConditionFalse {
 		o.WaitOver = true
-		return r.fail(s, o, j.reason, errors.New(j.message), false), retryLater, nil
+		return r.failed(s, o, retryable(j.reason, errors.New(j.message)))
 	}
 	o.Ready, o.Reason, o.Message = j.ready, j.reason, r.redact(s, j.message)
 	r.succeeded(s)
-	return o, verdict{poll: j.poll}, nil
+	return o
 }
 
 // forget drops what the daemon keeps of the Sync key once it is gone: its syncState, and
@@ -277,14 +269,13 @@ func (r *reconciler) forget(key types.NamespacedName) {
 // forgetOutside registers what is kept per Sync outside its syncState, so that forgetting
 // the Sync, or a Sync of another UID taking its name, drops it too: its metric series, the
 // status writer's record of its last write, the holding of its shard it was last read live
-// under, its last substitution and redactor, and its render. (The engine set registers its
+// under, and its render. (The engine set registers its
 // hold on the Sync's identity itself.)
 func (r *reconciler) forgetOutside() {
 	r.states.onForget(func(key types.NamespacedName, _ syncState) {
 		r.metrics.forget(key)
 		r.writer.Forget(key)
 		r.shards.Forget(key)
-		r.substitutions.forget(key)
 		if r.loader != nil {
 			r.loader.Forget(key.String())
 		}
@@ -307,54 +298,87 @@ func (r *reconciler) forgetIfGone(key types.NamespacedName, err error) error {
 	return client.IgnoreNotFound(err)
 }
 
-// sync does the work of one reconcile and describes it as an Outcome, and says in v when to
-// come back; a non-nil crash means a test crash point fired and nothing more may be written.
-func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outcome, v verdict, crash error) {
-	o = status.Outcome{UID: s.UID, Generation: s.Generation, HandledRequest: s.Annotations[v1alpha1.RequestedAtAnnotation]}
+// sync does the work of one reconcile and describes it as an Outcome: render, apply, judge
+// readiness. A failure of any step is in the outcome (Ready=False); the error only means a
+// test crash point fired and nothing more may be written.
+func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (status.Outcome, error) {
+	o := status.Outcome{UID: s.UID, Generation: s.Generation, HandledRequest: s.Annotations[v1alpha1.RequestedAtAnnotation]}
+	bundle, f := r.build(ctx, s, &o)
+	if f != nil {
+		return r.failed(s, o, f), nil
+	}
+	if err := r.crash.call(r.crash.AfterRender, s); err != nil {
+		return o, err
+	}
+	res, opts, f := r.apply(ctx, s, &o, bundle)
+	if f != nil {
+		return r.failed(s, o, f), nil
+	}
+	if names, details := notCurrent(res.Health); len(names) > 0 {
+		// Applied, not all Current yet: recorded, judged again by a later reconcile; no
+		// worker waits (applyOptions: CheckOnce).
+		return r.waiting(s, o, bundle.Revision, waitState{pending: names, details: details, timeout: opts.Timeout}), nil
+	}
+	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
+	o.Message = "Applied revision " + bundle.Revision + verified(bundle.Signatures)
+	if res.MigrationPending != "" {
+		// Ready stays True (the revision is applied); a person must lift a refusal or settle
+		// an object two legacy inventories list. The message is stable across runs: no churn.
+		o.Message += "; " + r.redact(s, res.MigrationPending)
+	}
+	o.AppliedRevision = bundle.Revision
+	r.succeeded(s)
+	return o, nil
+}
+
+// build fetches and renders s's source, then decrypts and substitutes it (prepare), and
+// records the revision it attempts in o. A failure applies and prunes nothing (I8).
+func (r *reconciler) build(ctx context.Context, s *v1alpha1.Sync, o *status.Outcome) (*sources.Bundle, *failure) {
 	src, err := r.source(ctx, s)
 	if err != nil {
-		return r.fail(s, o, fetchFailReason(err), err, false), retryLater, nil
+		return nil, retryable(fetchFailReason(err), err)
 	}
-	helmSecrets, terminal, err := r.helm(ctx, s, &src)
+	helmSecrets, stalls, err := r.helm(ctx, s, &src)
 	if err != nil {
-		return r.fail(s, o, reasonBuildFailed, err, terminal), retryLater, nil
+		return nil, &failure{reason: reasonBuildFailed, err: err, stalls: stalls}
 	}
 	loadStart := time.Now()
 	bundle, err := r.render.load(ctx, r.loader, src, client.ObjectKeyFromObject(s))
-	if bundle == nil {
-		r.metrics.sourceLoaded(s, time.Since(loadStart))
-		// A refused URL, an oversized or unverified commit is terminal: nothing is applied or pruned.
-		return r.fail(s, o, fetchFailReason(err), err, sources.IsTerminal(err)), retryLater, nil
-	}
 	r.metrics.sourceLoaded(s, time.Since(loadStart))
+	if bundle == nil {
+		// A refused URL, an oversized or unverified commit is terminal.
+		return nil, ofSource(fetchFailReason(err), err)
+	}
 	r.states.with(client.ObjectKeyFromObject(s), func(st *syncState) {
 		st.lead.loaded = commitTime{bundle.Revision, bundle.CommitTime}
 	})
 	o.AttemptedRevision = bundle.Revision
 	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty) {
-		// Bad input: nothing is applied or pruned; wait for a new revision (I8).
-		return r.fail(s, o, reasonBuildFailed, err, sources.IsTerminal(err)), retryLater, nil
+		return nil, ofSource(reasonBuildFailed, err) // bad input waits for a new revision
 	}
 	if bundle, err = r.prepare(ctx, s, bundle, helmSecrets); err != nil {
-		return r.prepareFailed(s, o, err), retryLater, nil
+		return nil, prepareFailure(err)
 	}
-	if err := r.crash.call(r.crash.AfterRender, s); err != nil {
-		return o, retryLater, err
-	}
+	return bundle, nil
+}
+
+// apply applies bundle as s's set with the engine of s's identity, after migrating a legacy
+// inventory, and records in o what the apply did (summary, inventory, events).
+func (r *reconciler) apply(ctx context.Context, s *v1alpha1.Sync, o *status.Outcome, bundle *sources.Bundle) (*engine.Result, engine.ApplyOptions, *failure) {
+	opts := applyOptions(s)
 	eng, err := r.engines.forSync(s)
 	if err != nil {
-		return r.fail(s, o, reasonApplyFailed, err, false), retryLater, nil
+		return nil, opts, retryable(reasonApplyFailed, err)
 	}
 	ref, err := migrateInventory(ctx, eng, s)
 	if err != nil {
 		if missingPart(err) {
-			return r.fail(s, o, reasonInventoryPartMissing, err, true), retryLater, nil
+			return nil, opts, terminal(reasonInventoryPartMissing, err)
 		}
-		return r.fail(s, o, reasonApplyFailed, err, false), retryLater, nil
+		return nil, opts, retryable(reasonApplyFailed, err)
 	}
 	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}
 	r.drift.track(set.Inventory.ID, client.ObjectKeyFromObject(s))
-	opts := applyOptions(s)
 	opts.Recover = recoveredInventory(s) // used only if the inventory ConfigMap was lost
 	res, err := eng.Apply(ctx, set, opts)
 	r.metrics.applied(s, bundle.Revision, res, err)
@@ -368,30 +392,16 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (o status.Outco
 		}
 	}
 	if err != nil {
-		reason, terminal := reasonApplyFailed, engine.IsTerminal(err)
+		f := &failure{reason: reasonApplyFailed, err: err, stalls: engine.IsTerminal(err)}
 		switch {
 		case missingPart(err):
-			reason, terminal = reasonInventoryPartMissing, true
+			f = terminal(reasonInventoryPartMissing, err)
 		case sum.NotReady > 0 && sum.Failed == 0:
-			reason, o.WaitOver = reasonHealthCheck, true
+			f.reason, o.WaitOver = reasonHealthCheck, true
 		}
-		return r.fail(s, o, reason, err, terminal), retryLater, nil
+		return nil, opts, f
 	}
-	if names, details := notCurrent(res.Health); len(names) > 0 {
-		// Applied, not all Current yet: recorded, judged again by a later reconcile; no
-		// worker waits (applyOptions: CheckOnce).
-		return r.waiting(s, o, bundle.Revision, waitState{pending: names, details: details, timeout: opts.Timeout})
-	}
-	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
-	o.Message = "Applied revision " + bundle.Revision + verified(bundle.Signatures)
-	if res.MigrationPending != "" {
-		// Ready stays True (the revision is applied); a person must lift a refusal or settle
-		// an object two legacy inventories list. The message is stable across runs: no churn.
-		o.Message += "; " + r.redact(s, res.MigrationPending)
-	}
-	o.AppliedRevision = bundle.Revision
-	r.succeeded(s)
-	return o, verdict{}, nil
+	return res, opts, nil
 }
 
 // missingPart reports an inventory that lists a part ConfigMap that is gone: no retry reads
@@ -402,10 +412,37 @@ func missingPart(err error) bool {
 	return errors.As(err, &mp)
 }
 
-func (r *reconciler) fail(s *v1alpha1.Sync, o status.Outcome, reason string, err error, terminal bool) status.Outcome {
-	msg := r.redact(s, err.Error())
-	o.Ready, o.Reason, o.Message, o.Stalled = metav1.ConditionFalse, reason, msg, terminal
-	r.events.Event(s, corev1.EventTypeWarning, reason, truncate(msg, 1024))
+// failure is why a reconcile stopped short of applying its revision: the Ready=False reason,
+// the error its message tells, and whether it stalls the Sync (no retry mends it: it waits
+// for a new revision or an edit of its spec, reconciled at its interval) or is retried with
+// back-off.
+type failure struct {
+	reason string
+	err    error
+	stalls bool
+}
+
+// retryable is a failure the next attempt may not meet (the network, the API server, a
+// Secret not there yet): retried with back-off.
+func retryable(reason string, err error) *failure { return &failure{reason: reason, err: err} }
+
+// terminal is a failure no retry mends: it stalls the Sync.
+func terminal(reason string, err error) *failure {
+	return &failure{reason: reason, err: err, stalls: true}
+}
+
+// ofSource is a failure that stalls when it comes from the source's content (bad input, an
+// empty render, a refused or unverified revision) rather than from the environment.
+func ofSource(reason string, err error) *failure {
+	return &failure{reason: reason, err: err, stalls: sources.IsTerminal(err)}
+}
+
+// failed turns o into the outcome of f: Ready=False with f's reason and redacted message,
+// Stalled when f stalls, and a Warning event.
+func (r *reconciler) failed(s *v1alpha1.Sync, o status.Outcome, f *failure) status.Outcome {
+	msg := r.redact(s, f.err.Error())
+	o.Ready, o.Reason, o.Message, o.Stalled = metav1.ConditionFalse, f.reason, msg, f.stalls
+	r.events.Event(s, corev1.EventTypeWarning, f.reason, truncate(msg, 1024))
 	return o
 }
 

@@ -4,13 +4,29 @@ import (
 	"math/rand/v2"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/status"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // minInterval is the shortest interval or retry interval honoured, the CRD's minimum.
 const minInterval = time.Second
+
+// after is when to reconcile s again after outcome o: while its objects become Current, when
+// readiness is to be judged again (recheck); after a failure that does not stall, with
+// back-off; else at the interval.
+func (r *reconciler) after(s *v1alpha1.Sync, o status.Outcome) time.Duration {
+	switch {
+	case o.Ready == metav1.ConditionUnknown && o.Reason == reasonProgressing:
+		return recheck(s, o.AttemptedRevision, time.Now())
+	case o.Ready == metav1.ConditionFalse && !o.Stalled:
+		return r.next(s, true)
+	}
+	return r.next(s, false)
+}
 
 // next is when to reconcile again: the interval with ±10% jitter after success or a terminal
 // failure, an exponential back-off from retryInterval (capped at the interval) after a

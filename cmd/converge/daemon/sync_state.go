@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/converge-dev/converge/sources/pipeline"
+	"github.com/converge-dev/converge/sources/varsubst"
 )
 
 // syncState is what the daemon remembers about one Sync between its reconciles. It lives in
@@ -23,6 +26,10 @@ type syncState struct {
 	// lead is the revision the Sync last loaded and attempted, for the lead-time metrics
 	// (metrics.go).
 	lead leadClock
+	// redactor hides the values of the Secrets read for the Sync and the values decrypted
+	// for it in what is written about it; memo keeps its last substitution (prepare.go).
+	redactor *varsubst.Redactor
+	memo     *pipeline.Memo
 	// user is the identity the Sync last acted as, held in the engine set (engines.go);
 	// acting says whether it acted at all.
 	user   string
@@ -66,6 +73,16 @@ func (st *syncStates) with(key types.NamespacedName, f func(*syncState)) {
 	}
 	if s.inventoryID != "" {
 		st.byInventory[s.inventoryID] = key
+	}
+}
+
+// read runs f on key's state under the registry's lock, if there is one: a read that must
+// not leave a state behind (a Sync already forgotten).
+func (st *syncStates) read(key types.NamespacedName, f func(*syncState)) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if s := st.byKey[key]; s != nil {
+		f(s)
 	}
 }
 
