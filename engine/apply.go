@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
@@ -184,6 +183,7 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 		}
 	}
 	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, claim: claim, gate: st.gate, items: items, progress: newProgress(opts.Progress)}
+	r.view, r.listed = e.newLiveView(set.Inventory.ID, opts)
 	if e.cache != nil && !opts.DryRun {
 		// New objects are applied without reading the cache: the informers of their kinds
 		// start when the run ends, off its critical path, so the next run (and the drift
@@ -495,9 +495,10 @@ type applyRun struct {
 	// newNamespaces are the Namespaces of the set that do not exist yet (DryRun only): a
 	// dry-run of an object in them cannot succeed before they are created.
 	newNamespaces map[string]bool
-	// surveyed is what the API server just listed about the items of the current chunk
-	// (survey): their live objects, or nil for those that do not exist.
-	surveyed map[object.ObjMetadata]*unstructured.Unstructured
+	// view is how the run knows the live objects (newLiveView); listed is the view, or the
+	// one below it, that answers from the survey of the current chunk.
+	view   liveView
+	listed *listedView
 	// sizes is how many objects of each kind and namespace the survey last listed.
 	sizes surveySizes
 	// siblingOnce reads, once per run and only when an adoption needs it, what the other
@@ -505,12 +506,6 @@ type applyRun struct {
 	siblingOnce sync.Once
 	siblingInv  inventory.Sibling
 	siblingErr  error
-}
-
-// viaCache reports whether the run decides from the watch cache and the memo first
-// (fromCache): in watch mode, when it really applies.
-func (r *applyRun) viaCache() bool {
-	return r.e.memo != nil && !r.opts.DryRun && !r.opts.Diff
 }
 
 // surveyChunk is how many items share one survey: its answer is never older than one
@@ -540,7 +535,7 @@ func (r *applyRun) applyStages(ctx context.Context) ([]outcome, error) {
 		shares := r.surveyShares(r.items[start:end])
 		for cs := start; cs < end; cs += surveyChunk {
 			ce := min(cs+surveyChunk, end)
-			r.surveyed = r.survey(ctx, r.items[cs:ce], shares)
+			r.listed.surveyed = r.survey(ctx, r.items[cs:ce], shares)
 			if err := r.applyRange(ctx, outs, cs, ce); err != nil {
 				return outs[:ce], err
 			}
@@ -637,14 +632,4 @@ func (r *applyRun) readyCandidates(outs []outcome) waitSet {
 		}
 	}
 	return w
-}
-
-// sibling is what the other inventory that shared the run's legacy ID lists
-// (inventory.Sibling): the claim's while a migration is under way, else read once.
-func (r *applyRun) sibling(ctx context.Context) (inventory.Sibling, error) {
-	if r.claim.MigratingFrom != "" {
-		return r.claim.Sibling, nil
-	}
-	r.siblingOnce.Do(func() { r.siblingInv, r.siblingErr = r.e.store.Sibling(ctx, r.ref) })
-	return r.siblingInv, r.siblingErr
 }

@@ -16,10 +16,11 @@
 //  4. apply by stage (CRDs, Namespaces, ClusterRoles; then *Class kinds; then the rest),
 //     in parallel within a stage, after waiting for the CRDs to be Established. Per chunk of
 //     500 objects, one LIST per kind and namespace answers what per-object GETs would
-//     (survey). Per object: the live object (listed, or a GET), ownership check, server-side
-//     dry-run, and an apply only when the dry-run result differs from the live object (so a
-//     converged set issues no writes, I7); an object listed as missing is applied at once.
-//     In watch mode the watch cache and the memo decide first (fromCache): an unchanged
+//     (survey). Per object (applyOne), as fluxcd/pkg/ssa: get the live object from the run's
+//     live view (listed, or a GET), judge it (ownership check, then managedFields or a
+//     server-side dry-run), apply only when the object would change (so a converged set
+//     issues no writes, I7), record; an object listed as missing is applied at once. In watch
+//     mode the live view is the watch cache and the memo first (watchedView): an unchanged
 //     object costs no request.
 //  5. prune (old − new) only when every apply succeeded, in reverse order, each delete with a
 //     UID precondition; objects not carrying our annotation, annotated

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
@@ -78,10 +79,12 @@ type item struct {
 	skip bool
 	// stored says the run's stored inventory (applyRun.old) holds the object.
 	stored bool
-	// memo is what the watch path's memo recorded of the object when the run first asked
-	// (applyRun.memoOf): memoKnown says it had an entry, memoRead that it was asked.
+	// memo is what the watched view's memo recorded of the object when the run first asked
+	// (watchedView.memoOf): memoKnown says it had an entry, memoRead that it was asked.
 	memo                memoEntry
 	memoKnown, memoRead bool
+	// hash is the desired object's hash (hashObject), for the memo: set by the watched view.
+	hash [sha256.Size]byte
 }
 
 // annotation returns the annotation key of the item's object, read in place (GetAnnotations
