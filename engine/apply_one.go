@@ -23,7 +23,8 @@ const (
 
 // maxAttempts bounds how often applyOne reads an object from the API server because it
 // changed (was created, replaced or updated) between the read and the write; the last
-// attempt's failure is reported (a transient conflict: the next run tries again).
+// attempt's failure is reported (a transient conflict: the next run tries again). The
+// memo's decision (fromMemo) read nothing, so it is no attempt.
 const maxAttempts = 3
 
 // applyOne applies one item in the four steps of fluxcd/pkg/ssa: get the live object (the

@@ -129,11 +129,11 @@ func TestStaleCachePruneDeletesOnlyWhatIsOurs(t *testing.T) {
 // "not found": the object keeps its owner, this set reports the overlap and does not
 // inventory or prune it (I11, I1).
 //
-// Before, fromCache applied an object that the cache did not show and
-// the old inventory did not hold straight away, with the shared field manager "converge",
-// which already owns the other set's owner annotation, so the apply silently rewrote it; the
-// next run that dropped the object then deleted the other set's object. Absence is now
-// confirmed by the API server (the survey) before such an apply.
+// The hole it holds shut: an apply of an object that the cache does not show and the old
+// inventory does not hold, straight away with the shared field manager "converge" (which
+// already owns the other set's owner annotation), silently rewrites that annotation, and the
+// next run that drops the object deletes the other set's object. The watched view creates at
+// once only what the API server listed as missing (the survey).
 func TestStaleCacheNeverAdopts(t *testing.T) {
 	h, stale := newStaleHarness(t)
 	opts := testOpts()
