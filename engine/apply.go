@@ -342,11 +342,9 @@ type applyRun struct {
 	listed *listedView
 	// sizes is how many objects of each kind and namespace the survey last listed.
 	sizes surveySizes
-	// siblingOnce reads, once per run and only when an adoption needs it, what the other
-	// inventory of the legacy ID lists (sibling).
-	siblingOnce sync.Once
-	siblingInv  inventory.Sibling
-	siblingErr  error
+	// legacy is what the other inventory of the legacy ID lists, read once per run and only
+	// when an adoption needs it (apply_legacy.go).
+	legacy siblingRead
 }
 
 // surveyChunk is how many items share one survey: its answer is never older than one

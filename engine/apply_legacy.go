@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/converge-dev/converge/inventory"
 )
@@ -51,6 +52,13 @@ func (r *applyRun) sibling(ctx context.Context) (inventory.Sibling, error) {
 	if r.claim.MigratingFrom != "" {
 		return r.claim.Sibling, nil
 	}
-	r.siblingOnce.Do(func() { r.siblingInv, r.siblingErr = r.e.store.Sibling(ctx, r.ref) })
-	return r.siblingInv, r.siblingErr
+	r.legacy.once.Do(func() { r.legacy.inv, r.legacy.err = r.e.store.Sibling(ctx, r.ref) })
+	return r.legacy.inv, r.legacy.err
+}
+
+// siblingRead is one read of the other inventory of a legacy ID (sibling).
+type siblingRead struct {
+	once sync.Once
+	inv  inventory.Sibling
+	err  error
 }
