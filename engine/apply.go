@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
@@ -141,49 +140,18 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 	if err != nil {
 		return res, err
 	}
-	// A dry-run without an inventory (the zero Ref) is a plain diff against the live objects:
-	// nothing is owned, adopted or pruned, and each object's owner is information.
-	noInventory := opts.DryRun && set.Inventory == (inventory.Ref{})
-	if err := validateRef(set.Inventory); err != nil && !noInventory {
-		return res, err
-	}
-	items, desired, err := e.prepare(set, opts)
+	items, st, err := e.startRun(ctx, set, opts, remembered)
 	if err != nil {
 		return res, err
 	}
-	if !noInventory {
-		if err := checkOwnInventory(set.Inventory, desired); err != nil {
-			return res, err
-		}
-	}
-	st := start{old: &inventory.Inventory{}, claim: inventory.Claim{Found: true}}
-	if !noInventory {
-		if st, err = e.start(ctx, set.Inventory, opts, items, desired, remembered && !opts.DryRun); err != nil {
-			return res, err
-		}
-		res.MigrationPending = e.migrationPending(set.Inventory, st.claim)
-	} else {
-		st.hold(items, desired)
-	}
-	old, claim, candidates := st.old, st.claim, st.candidates
-	if opts.Prune {
-		if err := checkPrune(len(items), candidates.Len(), opts); err != nil {
-			return res, err
-		}
-	}
-	stored := old
-	wrote := false
+	res.MigrationPending = e.migrationPending(set.Inventory, st.claim)
 	if !opts.DryRun {
-		// A run from a remembered inventory (st.gate) holds every object already and restores
-		// nothing: it writes nothing ahead.
-		ahead := writeAheadCall{ref: set.Inventory, old: old, desired: desired, held: st.held == len(items),
-			restore: !claim.Found && old.Len() > 0}
-		wrote = ahead.restore || !ahead.held
-		if stored, err = e.writeAhead(ctx, ahead); err != nil {
+		if err := e.writeAhead(ctx, set.Inventory, &st, len(items)); err != nil {
 			return res, err
 		}
 	}
-	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: old, claim: claim, gate: st.gate, items: items, progress: newProgress(opts.Progress)}
+	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: st.old, claim: st.claim, gate: st.gate, items: items, progress: newProgress(opts.Progress)}
+	r.view, r.listed = e.newLiveView(set.Inventory.ID, opts)
 	if e.cache != nil && !opts.DryRun {
 		// New objects are applied without reading the cache: the informers of their kinds
 		// start when the run ends, off its critical path, so the next run (and the drift
@@ -200,35 +168,14 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 	if abort != nil {
 		return res, errors.Join(append(rec.errs, abort)...)
 	}
-	// A run from a remembered inventory has nothing to prune (st.gate).
-	if opts.Prune && candidates.Len() > 0 {
-		if abort := r.prune(ctx, res, rec, candidates); abort != nil {
-			return res, errors.Join(append(rec.errs, abort)...)
-		}
-	} else if candidates.Len() > 0 {
-		for _, e := range candidates.Entries() {
-			res.Left = append(res.Left, e.Object)
-		}
+	if abort := r.prune(ctx, res, rec, st.candidates); abort != nil {
+		return res, errors.Join(append(rec.errs, abort)...)
 	}
 	if opts.DryRun {
 		return res, errors.Join(rec.errs...)
 	}
-	res.Inventory = stored
-	if rec.changes(stored) {
-		if err := r.gate.pass(ctx); err != nil {
-			return res, errors.Join(append(rec.errs, err)...)
-		}
-		wrote = true
-		e.forgetHead(set.Inventory)
-		recorded, err := e.store.Update(ctx, set.Inventory, rec.apply)
-		if err != nil {
-			rec.errs = append(rec.errs, fmt.Errorf("record: %w", err))
-		}
-		res.Inventory = recorded
-	}
-	if !wrote && st.gate == nil && e.heads != nil && rememberable(claim) {
-		// Read from the API server and left as read: what the next runs may start from.
-		e.heads.remember(set.Inventory, headRead{inv: old, claim: claim})
+	if res.Inventory, err = r.recordInventory(ctx, &st, rec); err != nil {
+		return res, errors.Join(append(rec.errs, err)...)
 	}
 	if opts.Wait || len(opts.HealthChecks) > 0 {
 		var err error
@@ -239,60 +186,20 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 	return res, errors.Join(rec.errs...)
 }
 
-// start is what a run starts from: the stored inventory and its claim, what it holds of
-// the set, and the gate of its writes when it was remembered rather than read (heads.go).
-type start struct {
-	old   *inventory.Inventory
-	claim inventory.Claim
-	gate  *headGate
-	// held counts the items old holds; candidates are old's entries the set left.
-	held       int
-	candidates *inventory.Inventory
-}
-
-// start reads the stored inventory of ref for a run of items, or, when remembered allows
-// it, starts from the inventory the engine remembers if that makes the run one with
-// nothing to write ahead or prune (heads.go).
-func (e *Engine) start(ctx context.Context, ref inventory.Ref, opts ApplyOptions, items []*item, desired *inventory.Inventory,
-	remembered bool) (start, error) {
-	if r, ok := e.remembered(ref); ok && remembered {
-		st := start{old: r.inv, claim: r.claim}
-		if st.hold(items, desired); st.held == len(items) && st.candidates.Len() == 0 {
-			st.gate = e.newHeadGate(ref, r)
-			return st, nil
-		}
-	}
-	old, claim, err := e.load(ctx, ref, opts.Recover)
-	if err != nil {
-		return start{}, err
-	}
-	st := start{old: old, claim: claim}
-	st.hold(items, desired)
-	return st, nil
-}
-
-// hold records in items which ones st.old holds, and finds the prune candidates. What the
-// stored inventory holds of the set is read once per item: the survey and the watch path
-// ask it of every item, and when it holds the whole set and nothing more (a no-op, a change
-// of contents) neither the write-ahead check nor the prune candidates need another pass
-// over 50,000 entries.
-func (st *start) hold(items []*item, desired *inventory.Inventory) {
-	st.held = 0
-	for _, it := range items {
-		if it.stored = st.old.Has(it.id); it.stored {
-			st.held++
-		}
-	}
-	st.candidates = &inventory.Inventory{}
-	if st.held < st.old.Len() {
-		st.candidates = st.old.Diff(desired)
-	}
-}
-
-// prune deletes the candidates (old − new) once every apply succeeded, recording the
-// changes in res and what left the inventory in rec; it returns an error that must stop the
-// run (the inventory's record is then skipped).
+// prune deletes the candidates (old − new) with Prune, once every apply succeeded,
+// recording the changes in res and what left the inventory in rec; it returns an error that
+// must stop the run (the inventory's record is then skipped). Without Prune the candidates
+// are left (Result.Left). A run from a remembered inventory has none (heads.go).
 func (r *applyRun) prune(ctx context.Context, res *Result, rec *record, candidates *inventory.Inventory) error {
+	if candidates.Len() == 0 {
+		return nil
+	}
+	if !r.opts.Prune {
+		for _, e := range candidates.Entries() {
+			res.Left = append(res.Left, e.Object)
+		}
+		return nil
+	}
 	if res.failed() {
 		logr.FromContextOrDiscard(ctx).Info("prune skipped: the apply did not fully succeed", "inventory", r.ref.ID)
 		return nil
@@ -316,72 +223,6 @@ func (r *applyRun) waitReady(ctx context.Context, outs []outcome, rules *HealthR
 	r.e.addHealthChecks(&w, r.opts.HealthChecks, r.opts.DefaultNamespace)
 	r.progress.stage(StageWait, len(w.ids))
 	return r.e.wait(ctx, w, waitFor{timeout: r.opts.Timeout, once: r.opts.CheckOnce}, r.progress)
-}
-
-// writeAheadCall is what writeAhead stores.
-type writeAheadCall struct {
-	ref          inventory.Ref
-	old, desired *inventory.Inventory
-	// held says old holds every object of desired already: nothing to write ahead.
-	held bool
-	// restore says old was recovered from a copy (the ConfigMap was lost): it is written back
-	// with desired even when desired adds nothing.
-	restore bool
-}
-
-// writeAhead stores old ∪ desired before the first apply (I2: every object is inventoried
-// before it is first created) and returns what is stored. A failure stops the run.
-// The copy's UIDs of a restore are kept only for the prune candidates (a prune still
-// requires our owner annotation): a declared object is written without one, and this run
-// records the UID it finds, so a forged copy (the Sync status) never leaves a stored UID
-// that would make an unannotated object ours (recorded).
-func (e *Engine) writeAhead(ctx context.Context, c writeAheadCall) (*inventory.Inventory, error) {
-	stored := c.old
-	if c.restore || !c.held {
-		ahead := c.desired
-		if c.restore {
-			ahead = c.old.Diff(c.desired).Union(c.desired)
-		}
-		e.forgetHead(c.ref)
-		wa, err := e.store.Update(ctx, c.ref, func(s *inventory.Inventory) *inventory.Inventory {
-			return s.Union(ahead)
-		})
-		if err != nil {
-			return nil, fmt.Errorf("write-ahead: %w", err)
-		}
-		stored = wa
-	}
-	return stored, callHook(e.opts.Hooks.AfterWriteAhead)
-}
-
-// record is what a run changes in the inventory.
-type record struct {
-	tracked []inventory.Entry    // desired objects with the UIDs of this run (one each)
-	untrack []object.ObjMetadata // pruned, gone, or not ours after all
-	errs    []error              // per-object errors of the run
-}
-
-// apply returns the inventory to record: what is stored now, with the UIDs of this run,
-// without what was pruned or is not ours. Failed deletes stay (I3).
-func (rec *record) apply(stored *inventory.Inventory) *inventory.Inventory {
-	n := stored.Union(inventory.New(rec.tracked...))
-	for _, id := range rec.untrack {
-		n.Remove(id)
-	}
-	return n
-}
-
-// changes reports whether apply(stored) differs from stored, without building it: every
-// run asks, and a copy of a large inventory is what a no-op would spend most on. An object
-// both tracked and untracked (not expected) counts as a change: Update then finds there is
-// nothing to write.
-func (rec *record) changes(stored *inventory.Inventory) bool {
-	for _, id := range rec.untrack {
-		if stored.Has(id) {
-			return true
-		}
-	}
-	return !stored.AbsorbsEach(rec.tracked)
 }
 
 // collect fills res.Changes from outs and returns what to record.
@@ -495,19 +336,14 @@ type applyRun struct {
 	// newNamespaces are the Namespaces of the set that do not exist yet (DryRun only): a
 	// dry-run of an object in them cannot succeed before they are created.
 	newNamespaces map[string]bool
-	// surveyed is what the API server just listed about the items of the current chunk
-	// (survey): their live objects, or nil for those that do not exist.
-	surveyed map[object.ObjMetadata]*unstructured.Unstructured
+	// view is how the run knows the live objects (newLiveView); listed is the view, or the
+	// one below it, that answers from the survey of the current chunk.
+	view   liveView
+	listed *listedView
 	// sizes is how many objects of each kind and namespace the survey last listed.
 	sizes surveySizes
 	// legacySibling is what the other inventory of the legacy ID lists (legacy.go).
 	legacySibling siblingRead
-}
-
-// viaCache reports whether the run decides from the watch cache and the memo first
-// (fromCache): in watch mode, when it really applies.
-func (r *applyRun) viaCache() bool {
-	return r.e.memo != nil && !r.opts.DryRun && !r.opts.Diff
 }
 
 // surveyChunk is how many items share one survey: its answer is never older than one
@@ -537,7 +373,7 @@ func (r *applyRun) applyStages(ctx context.Context) ([]outcome, error) {
 		shares := r.surveyShares(r.items[start:end])
 		for cs := start; cs < end; cs += surveyChunk {
 			ce := min(cs+surveyChunk, end)
-			r.surveyed = r.survey(ctx, r.items[cs:ce], shares)
+			r.listed.surveyed = r.survey(ctx, r.items[cs:ce], shares)
 			if err := r.applyRange(ctx, outs, cs, ce); err != nil {
 				return outs[:ce], err
 			}

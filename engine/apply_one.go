@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/object"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/inventory"
 )
@@ -22,109 +21,136 @@ const (
 	msgWouldRecreate    = "immutable field changed; would delete and recreate the object"
 )
 
-// applyOne applies one item: ownership check (I11), the judgment of the live object's
-// managedFields (appliedAsDesired) or else a server-side dry-run and drift check, and the
-// apply itself when the object drifted. Object failures go into the outcome; the error
-// is non-nil only when a hook aborts the run.
-//
-// out is a named result so that the memo records the outcome actually returned (send and
-// failed return new values).
-func (r *applyRun) applyOne(ctx context.Context, it *item) (out outcome, err error) {
-	out = outcome{change: Change{ID: it.key, Object: it.id, Origin: it.origin}, track: true}
+// maxAttempts bounds how often applyOne reads an object from the API server because it
+// changed (was created, replaced or updated) between the read and the write; the last
+// attempt's failure is reported (a transient conflict: the next run tries again). The
+// memo's decision (fromMemo) read nothing, so it is no attempt.
+const maxAttempts = 3
+
+// applyOne applies one item in the four steps of fluxcd/pkg/ssa: get the live object (the
+// run's live view), judge whether an apply would change it (ownership, then the memo,
+// managedFields or a server-side dry-run), apply it when it would, and record the outcome.
+// An object that changed between the read and the write is read again. Object failures go
+// into the outcome; the error is non-nil only when a hook aborts the run.
+func (r *applyRun) applyOne(ctx context.Context, it *item) (outcome, error) {
+	out := outcome{change: Change{ID: it.key, Object: it.id, Origin: it.origin}, track: true}
+	if o, done := r.unread(it, out); done {
+		return o, nil
+	}
+	var (
+		seen     sight
+		v        decision
+		attempts int
+	)
+	for {
+		var err error
+		if seen, err = r.view.get(ctx, it, seen); err != nil { // 1. the live object
+			v = decision{out: failed(out, err)}
+			break
+		}
+		if seen.from != fromMemo {
+			attempts++
+		}
+		if v = r.judge(ctx, it, seen, out); v.send { // 2. would an apply change it?
+			v = r.apply(ctx, it, seen, v) // 3. apply
+		}
+		if !v.stale || attempts == maxAttempts {
+			break
+		}
+	}
+	r.view.record(it, v.out) // 4. record
+	return v.out, v.err
+}
+
+// unread decides the items that need no read (done): a kind that did not resolve, a dry-run
+// of a kind whose CRD is not installed yet, and an object whose reconcile is disabled.
+func (r *applyRun) unread(it *item, out outcome) (_ outcome, done bool) {
 	switch {
 	case it.pendingErr != nil:
-		return failed(out, it.pendingErr), nil
+		return failed(out, it.pendingErr), true
 	case it.pending && r.opts.DryRun:
 		out.change.Action, out.change.Message = ActionCreated, msgCRDPending
-		return out, nil
+		return out, true
 	case it.skip:
 		out.change.Action = ActionSkipped
 		out.change.Message = "reconcile disabled by annotation " + ReconcileAnnotation
 		out.uid, out.track = r.old.UID(it.id), r.old.Has(it.id)
-		return out, nil
+		return out, true
 	}
-	viaCache := r.viaCache()
-	var cached *metav1.PartialObjectMetadata
-	if viaCache {
-		hash := hashObject(r.fieldManager(), it.obj)
-		defer func() { r.remember(it, hash, out) }()
-		o, c, ok, err := r.fromCache(ctx, it, hash, out)
-		if ok || err != nil {
-			return o, err
-		}
-		cached = c
-	}
-	live, listed := r.surveyedLive(it.id, viaCache, cached)
-	for attempt := 1; ; attempt++ {
-		if !listed {
-			if live, err = r.e.get(ctx, it.obj); err != nil {
-				return failed(out, err), nil
-			}
-		}
-		o, stale, err := r.applyLive(ctx, it, live, listed, out)
-		if !stale || attempt == maxAttempts {
-			return o, err
-		}
-		listed = false // changed since it was read: read it again
-	}
+	return out, false
 }
 
-// maxAttempts bounds how often applyOne reads an object again because it changed (was
-// created, replaced or updated) between the read and the write; the last attempt's failure
-// is reported (a transient conflict: the next run tries again).
-const maxAttempts = 3
+// decision is what judging, then applying, one sight of an item came to.
+type decision struct {
+	out  outcome
+	send bool // apply it: it is missing, or differs from what it should be
+	// over is the live object the apply lands on (nil: a create); it differs from the
+	// sight's when a forced recreate deleted the object.
+	over *unstructured.Unstructured
+	// stale says the object changed since it was read (or the memo's apply failed): read it
+	// again. out is then the failure to report if no attempt is left.
+	stale bool
+	err   error // a hook aborted the run
+}
 
-// applyLive is the full path of applyOne, given the live object (nil: it does not exist),
-// read with a GET or listed by the survey. stale reports that the object changed since it
-// was read (a listed object since the LIST, as the dry-run started from a newer
-// resourceVersion; any object, as a write's precondition failed): the caller reads it again.
-// When stale, the outcome is the failure to report if no attempt is left.
-func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.Unstructured, listed bool,
-	out outcome) (_ outcome, stale bool, _ error) {
+// judge decides from seen whether an apply of it would change the live object. The memo's
+// sight was decided by the watched view. A live object read from the API server is first
+// checked for ownership (I11), then trusted as it is when its managedFields show our last
+// apply of this very object (appliedAsDesired), else compared with a server-side dry-run.
+func (r *applyRun) judge(ctx context.Context, it *item, seen sight, out outcome) decision {
+	if seen.from == fromMemo {
+		out.change.Action = seen.action
+		if seen.action == ActionUnchanged {
+			return decision{out: unchanged(out, seen.cached)}
+		}
+		return decision{out: out, send: true}
+	}
+	live := seen.live
 	if live != nil {
-		if r.ref.ID == "" {
-			// A dry-run without inventory: diff the object with its owner as it is.
-			out.change.Message = ownerInfo(it, live, r.fieldManager())
-		} else if err := r.mayTakeOver(ctx, it, live); err != nil {
-			// Another's, on the API server's word: not ours to track or prune (legacy.go).
-			out.track, out.uid = r.untracked(it, live)
-			return failed(out, err), false, nil
+		var ok bool
+		if out, ok = r.checkOwner(ctx, it, live, out); !ok {
+			return decision{out: out}
 		}
 		out.uid = live.GetUID()
 		if !r.opts.DryRun && appliedAsDesired(it.obj, live, r.fieldManager()) {
-			// Our last apply of this very object is still what the object holds (its
-			// managedFields say so): applying would change nothing, so no dry-run is sent. A
-			// DryRun still asks the server, whose exact answer is what it shows.
-			out.change.Action, out.ready, out.rv, out.generation = ActionUnchanged, true, live.GetResourceVersion(), live.GetGeneration()
-			return out, false, nil
+			// Our last apply of this very object is still what the object holds: applying
+			// would change nothing, so no dry-run is sent. A DryRun still asks the server,
+			// whose exact answer is what it shows.
+			return decision{out: unchanged(out, live)}
 		}
 	}
 	if live == nil && !r.opts.DryRun && !r.opts.Diff {
 		// The API server just said the object does not exist: a dry-run could only answer
 		// "created", so apply at once (one request instead of two per new object).
 		out.change.Action = ActionCreated
-		return r.send(ctx, it, nil, out)
+		return decision{out: out, send: true}
 	}
-	dry, live, err := r.dryRun(ctx, it, live)
+	return r.compare(ctx, it, seen, out)
+}
+
+// compare judges it by a server-side dry-run against seen's live object, as fluxcd/pkg/ssa
+// does: unchanged when the dry-run's answer does not differ (I7), else created or
+// configured, with the diff when asked for.
+func (r *applyRun) compare(ctx context.Context, it *item, seen sight, out outcome) decision {
+	dry, live, err := r.dryRun(ctx, it, seen.live)
 	if err != nil {
-		return failed(out, err), isPreconditionFailed(err), nil
+		return decision{out: failed(out, err), stale: isPreconditionFailed(err)}
 	}
 	if dry == nil { // a dry-run shortcut: created in a namespace the set creates, or a recreate
 		out.change.Action, out.change.Message = ActionCreated, msgNamespacePending
 		if live != nil {
 			out.change.Action, out.change.Message = ActionConfigured, msgWouldRecreate
 		}
-		return out, false, nil
+		return decision{out: out}
 	}
 	// A listed answer is trusted only at the very version the dry-run started from: an
 	// object listed as missing must still be missing (a dry-run create has no
 	// resourceVersion), and a listed object must not have changed since.
-	if listed && dry.GetResourceVersion() != resourceVersion(live) {
-		return out, true, nil
+	if seen.from == fromList && dry.GetResourceVersion() != resourceVersion(live) {
+		return decision{out: out, stale: true}
 	}
 	if live != nil && !drifted(live, dry) {
-		out.change.Action, out.ready, out.rv, out.generation = ActionUnchanged, true, live.GetResourceVersion(), live.GetGeneration()
-		return out, false, nil
+		return decision{out: unchanged(out, live)}
 	}
 	out.change.Action = ActionCreated
 	if live != nil {
@@ -132,28 +158,49 @@ func (r *applyRun) applyLive(ctx context.Context, it *item, live *unstructured.U
 	}
 	if r.opts.DryRun || r.opts.Diff {
 		if out.change.Diff, err = unifiedDiff(it.key, live, dry); err != nil {
-			return failed(out, err), false, nil
+			return decision{out: failed(out, err)}
 		}
 	}
-	if r.opts.DryRun {
-		return out, false, nil
+	return decision{out: out, send: !r.opts.DryRun, over: live}
+}
+
+// unchanged is out for an object that an apply would not change, verified at live.
+func unchanged(out outcome, live metav1.Object) outcome {
+	out.change.Action, out.uid, out.ready = ActionUnchanged, live.GetUID(), true
+	out.rv, out.generation = live.GetResourceVersion(), live.GetGeneration()
+	return out
+}
+
+// checkOwner judges whether the run may apply it over live, read from the API server (ok);
+// otherwise out is failed, and not ours to track or prune. A run without inventory (a plain
+// diff) diffs the object with its owner as it is.
+func (r *applyRun) checkOwner(ctx context.Context, it *item, live *unstructured.Unstructured, out outcome) (_ outcome, ok bool) {
+	owner := live.GetAnnotations()[OwnerAnnotation]
+	switch {
+	case r.ref.ID == "":
+		out.change.Message = ownerInfo(it, live, r.fieldManager())
+		return out, true
+	case owner != "" && owner == r.ref.Legacy && !owns(r.claim, it.id, owner, live.GetUID(), r.old.UID(it.id)):
+		return r.legacyOwner(ctx, it, owner, out)
 	}
-	return r.send(ctx, it, live, out)
+	if err := r.mayTakeOver(it, live); err != nil {
+		out.track, out.uid = false, ""
+		return failed(out, err), false
+	}
+	return out, true
 }
 
 // mayTakeOver returns why the run may not apply it over live, read from the API server: live
 // belongs to another inventory (ErrNotOwned), or carries no owner annotation while another
 // tool manages it and the run may not adopt (ErrNotAdopted). See adopt.go.
-func (r *applyRun) mayTakeOver(ctx context.Context, it *item, live *unstructured.Unstructured) error {
+func (r *applyRun) mayTakeOver(it *item, live *unstructured.Unstructured) error {
 	owner := live.GetAnnotations()[OwnerAnnotation]
 	switch {
 	case owner != "" && owns(r.claim, it.id, owner, live.GetUID(), r.old.UID(it.id)):
 		return nil
-	case owner != "" && owner == r.ref.Legacy:
-		return r.mayTakeOverLegacy(ctx, it, owner)
 	case owner != "": // I11: never adopt an object another inventory owns
 		return terminal(&NotOwnedError{Object: Describe(it.id), Owner: owner})
-	case owner == "" && !r.opts.Adopt && !r.recorded(it.id, live):
+	case !r.opts.Adopt && !r.recorded(it.id, live):
 		if m := foreignManager(live, r.fieldManager()); m != "" {
 			return terminal(fmt.Errorf("%w: %s has no %s annotation and %s manages it; allow adoption (Sync spec.adopt, converge apply --adopt) to take it over",
 				ErrNotAdopted, Describe(it.id), OwnerAnnotation, m))
@@ -184,12 +231,21 @@ func (r *applyRun) recorded(id object.ObjMetadata, live *unstructured.Unstructur
 	return r.claim.Recorded(live.GetUID(), r.old.UID(id))
 }
 
+// apply sends the apply v decided, over the object seen showed: the memo's decision
+// (applyRecalled) or a judgement on the API server's answer (send).
+func (r *applyRun) apply(ctx context.Context, it *item, seen sight, v decision) decision {
+	if seen.from == fromMemo {
+		return r.applyRecalled(ctx, it, seen.cached, v.out)
+	}
+	return r.send(ctx, it, v.over, v.out)
+}
+
 // send applies it for real over live (nil: a create), on the condition that the object is
-// still the one read (precondition), and runs the AfterApply crash point. stale reports
-// that it was not: created, deleted or replaced since the read.
-func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstructured, out outcome) (_ outcome, stale bool, _ error) {
+// still the one read (precondition), and runs the AfterApply crash point. The decision is
+// stale when it was not: created, deleted or replaced since the read.
+func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstructured, out outcome) decision {
 	if err := r.gate.pass(ctx); err != nil {
-		return failed(out, err), false, err
+		return decision{out: failed(out, err), err: err}
 	}
 	pre := precondition{absent: true}
 	if live != nil {
@@ -200,10 +256,36 @@ func (r *applyRun) send(ctx context.Context, it *item, live *unstructured.Unstru
 		// A create that meets an existing object conflicts, on its field managers or its
 		// precondition: either way the object must be read (and its owner checked) again.
 		changed := isPreconditionFailed(err) || pre.absent && apierrors.IsConflict(err)
-		return failed(out, err), changed, nil
+		return decision{out: failed(out, err), stale: changed}
 	}
 	o, err := r.sent(it, applied, out)
-	return o, false, err
+	return decision{out: o, err: err}
+}
+
+// applyRecalled is the apply of the memo's decision, over cached (nil: a new object). It
+// lands only on the object the cache showed (its UID), or creates one that the survey listed
+// as missing (precondition): a cache that missed a delete and a recreate by another set, or
+// an object created since the survey, fails the apply, and the object is read from the API
+// server and its owner checked on its word (I11). It never forces conflicts (unless the run
+// opted in): a conflict sends the object to that read too, and the judgement decides whether
+// the field was drift or another apply manager's (I7, I11). Any failure is stale.
+func (r *applyRun) applyRecalled(ctx context.Context, it *item, cached *metav1.PartialObjectMetadata, out outcome) decision {
+	if err := r.gate.pass(ctx); err != nil {
+		return decision{out: failed(out, err), err: err}
+	}
+	pre := precondition{absent: true}
+	if cached != nil {
+		pre = precondition{uid: cached.GetUID()}
+	}
+	applied, err := r.e.apply(ctx, it.obj, applyAs{manager: r.fieldManager(), force: r.opts.ForceConflicts}, pre)
+	if err != nil {
+		return decision{out: out, stale: true}
+	}
+	if cached != nil && applied.GetResourceVersion() == cached.GetResourceVersion() {
+		out.change.Action = ActionUnchanged // the server had nothing to change
+	}
+	o, err := r.sent(it, applied, out)
+	return decision{out: o, err: err}
 }
 
 // sent records that applied is the server's answer to the apply of it and runs the
@@ -217,124 +299,6 @@ func (r *applyRun) sent(it *item, applied metav1.Object, out outcome) (outcome, 
 		}
 	}
 	return out, nil
-}
-
-// fromCache is the watch-mode path of applyOne: it decides from the watch cache (metadata
-// only) and the memo what to send, and sends at most one request. ok is false when the cache
-// cannot decide or the request failed: then the caller takes the full path (API server read,
-// ownership check, dry-run, and an apply only when the dry-run shows a change), which also
-// reports the failure.
-//
-//   - listed as missing by the API server (survey): a new object, applied at once without
-//     reading the cache;
-//   - ours, at the resourceVersion and desired hash the memo recorded: nothing to send;
-//   - ours, and the memo recorded another desired hash (a new commit): applied at once;
-//   - ours otherwise (a restart, a status update, an out-of-band edit): the full path, since
-//     only the full live object can show whether an apply would change anything (after a
-//     restart the survey has listed it; its managedFields usually spare the dry-run, see
-//     appliedAsDesired).
-//
-// The apply here never forces conflicts (unless the caller opted in): a conflict sends the
-// object down the full path, which decides whether the field was drift or another apply
-// manager's (I7, I11). Objects the cache shows as someone else's or unowned, or missing while
-// inventoried, also take the full path, so ownership is always decided on the API server's
-// word.
-func (r *applyRun) fromCache(ctx context.Context, it *item, hash [32]byte, out outcome) (
-	_ outcome, cached *metav1.PartialObjectMetadata, ok bool, _ error) {
-	if r.missing(it.id) {
-		// The API server just listed it as missing: applied at once, as without the cache
-		// (its informer is started after the run, so a cold apply does not stream back a watch
-		// event for every object it creates).
-		out.change.Action = ActionCreated
-		return r.fromCacheApply(ctx, it, nil, out)
-	}
-	m, known := r.memoOf(it)
-	if !it.stored && !known {
-		// New, and not listed (alone of its kind in its namespace): the full path reads it
-		// with a GET, which the cache could not spare, and reading the cache would start (and
-		// wait for) its kind's informer in the middle of the run.
-		return out, nil, false, nil
-	}
-	cached, err := r.e.cache.cachedLive(ctx, it.gvk, client.ObjectKey{Namespace: it.id.Namespace, Name: it.id.Name})
-	switch {
-	case err != nil:
-		return out, nil, false, nil
-	case cached == nil: // the API server has not confirmed it (I11: no adoption on a stale cache)
-		return out, nil, false, nil
-	case cached.GetAnnotations()[OwnerAnnotation] != r.ref.ID:
-		return out, cached, false, nil
-	case known && m.hit(hash, cached.GetResourceVersion()):
-		out.change.Action, out.uid, out.ready, out.rv = ActionUnchanged, cached.GetUID(), true, cached.GetResourceVersion()
-		out.generation = cached.GetGeneration()
-		return out, cached, true, nil
-	case known && m.hash != hash:
-		out.change.Action = ActionConfigured
-	default:
-		return out, cached, false, nil
-	}
-	return r.fromCacheApply(ctx, it, cached, out)
-}
-
-// fromCacheApply is fromCache's apply of it, over cached (nil: a new object).
-// Its apply lands only on the object the cache showed (its UID), or creates one that the
-// survey listed as missing (precondition): a cache that missed a delete and a recreate by
-// another set, or an object created since the survey, fails the apply, and the full path
-// reads the object and checks its owner on the API server's word (I11).
-func (r *applyRun) fromCacheApply(ctx context.Context, it *item, cached *metav1.PartialObjectMetadata, out outcome) (
-	outcome, *metav1.PartialObjectMetadata, bool, error) {
-	if err := r.gate.pass(ctx); err != nil {
-		return failed(out, err), cached, true, err
-	}
-	pre := precondition{absent: true}
-	if cached != nil {
-		pre = precondition{uid: cached.GetUID()}
-	}
-	applied, err := r.e.apply(ctx, it.obj, applyAs{manager: r.fieldManager(), force: r.opts.ForceConflicts}, pre)
-	if err != nil {
-		return out, cached, false, nil
-	}
-	if cached != nil && applied.GetResourceVersion() == cached.GetResourceVersion() {
-		out.change.Action = ActionUnchanged // the server had nothing to change
-	}
-	out, err = r.sent(it, applied, out)
-	return out, cached, true, err
-}
-
-// remember records the live object an apply or a verification produced, or forgets the
-// object when the run did not establish it. What the memo already holds (a no-op) is not
-// written again.
-func (r *applyRun) remember(it *item, hash [32]byte, out outcome) {
-	if out.rv == "" || out.change.Action == ActionFailed {
-		r.e.memo.forget(it.id)
-		return
-	}
-	if m, known := r.memoOf(it); known && m == (memoEntry{hash: hash, resourceVersion: out.rv}) {
-		return
-	}
-	r.e.memo.remember(it.id, hash, out.rv)
-}
-
-// memoOf returns what the memo recorded of it when the run first asked: once per item,
-// since the survey and the watch path both ask, and each lookup in a map of 50,000 objects
-// costs a few cache misses. An entry read early is as safe to decide on as one read later:
-// it is only ever a true record (this desired object left the live object at that
-// resourceVersion), and a hit also needs the watch cache to show that very resourceVersion
-// now. Each item is handled by one goroutine at a time (the stage's survey, then its apply).
-func (r *applyRun) memoOf(it *item) (memoEntry, bool) {
-	if r.e.memo == nil {
-		return memoEntry{}, false
-	}
-	if !it.memoRead {
-		it.memo, it.memoKnown = r.e.memo.get(it.id)
-		it.memoRead = true
-	}
-	return it.memo, it.memoKnown
-}
-
-// memoKnows reports whether the memo has an entry for it (memoOf).
-func (r *applyRun) memoKnows(it *item) bool {
-	_, known := r.memoOf(it)
-	return known
 }
 
 // dryRun server-side dry-runs it. On an immutable-field rejection it recreates the object
@@ -430,10 +394,16 @@ func failed(out outcome, err error) outcome {
 	return out
 }
 
-// fieldManager is the field manager of the run: ApplyOptions.FieldManager or FieldManager.
+// fieldManager is the field manager of the run (fieldManagerOf).
 func (r *applyRun) fieldManager() string {
-	if r.opts.FieldManager != "" {
-		return r.opts.FieldManager
+	return fieldManagerOf(r.opts)
+}
+
+// fieldManagerOf is the field manager of a run with opts: ApplyOptions.FieldManager or
+// FieldManager.
+func fieldManagerOf(opts ApplyOptions) string {
+	if opts.FieldManager != "" {
+		return opts.FieldManager
 	}
 	return FieldManager
 }

@@ -3,33 +3,41 @@
 // inventory, prunes what left the set with UID preconditions, computes kstatus readiness, and
 // returns a Result per object. Dry-run is the same Apply with DryRun set.
 //
-// One Apply:
+// One Apply (Engine.applySet in apply.go, each step naming its function):
 //
-//  1. validate: copy the input's metadata (the rest is shared, read-only); every kind resolves (or is defined by a CRD of the
+//  1. validate (startRun, run_inventory.go; prepare, stage.go): copy the input's metadata
+//     (the rest is shared, read-only); every kind resolves (or is defined by a CRD of the
 //     set); namespaced objects get DefaultNamespace or fail; cluster-scoped ones lose their
 //     namespace; server-owned metadata (resourceVersion, uid, managedFields, ...) is
 //     stripped; the owner annotation config.k8s.io/owning-inventory=<ID> is set; no
-//     duplicates. Any error: nothing is written.
+//     duplicates. Any error: nothing is written. Then load the inventory (loadInventory):
+//     read from the API server, or, with the watch of the inventory heads, the read the
+//     engine remembers when the watch shows it current (heads.go; its writes then pass
+//     the gate that asks the API server first).
 //  2. refuse a prune larger than PruneBudget, or of everything when the set is empty and
-//     AllowEmpty is false (nothing is written).
-//  3. write ahead: stored inventory ∪ desired (I2). A failed write stops the run.
-//  4. apply by stage (CRDs, Namespaces, ClusterRoles; then *Class kinds; then the rest),
-//     in parallel within a stage, after waiting for the CRDs to be Established. Per chunk of
-//     500 objects, one LIST per kind and namespace answers what per-object GETs would
-//     (survey). Per object: the live object (listed, or a GET), ownership check, server-side
-//     dry-run, and an apply only when the dry-run result differs from the live object (so a
-//     converged set issues no writes, I7); an object listed as missing is applied at once.
-//     In watch mode the watch cache and the memo decide first (fromCache): an unchanged
-//     object costs no request.
-//  5. prune (old − new) only when every apply succeeded, in reverse order, each delete with a
-//     UID precondition; objects not carrying our annotation, annotated
+//     AllowEmpty is false (checkPrune; nothing is written).
+//  3. write ahead (writeAhead): stored inventory ∪ desired (I2). A failed write stops the run.
+//  4. apply by stage (applyStages: CRDs, Namespaces, ClusterRoles; then *Class kinds; then
+//     the rest), in parallel within a stage, after waiting for the CRDs to be Established.
+//     Per chunk of 500 objects, one LIST per kind and namespace answers what per-object GETs
+//     would (survey.go). Per object, applyOne (apply_one.go) takes fluxcd/pkg/ssa's four
+//     steps: get the live object from the run's live view (live_view.go: listed, the survey's
+//     answer else a GET; in watch mode watched, the watch cache and the memo first, so an
+//     unchanged object costs no request), judge whether an apply would change it (judge:
+//     ownership, then managedFields, else a server-side dry-run, compare), apply only then
+//     (so a converged set issues no writes, I7), and record (the memo). An object listed as
+//     missing is applied at once.
+//  5. prune (old − new, prune.go) only when every apply succeeded, in reverse order, each
+//     delete with a UID precondition; objects not carrying our annotation, annotated
 //     converge.dev/prune: disabled, or recreated by someone else are left alone and dropped
 //     from the inventory; failed deletes stay in it (I1, I3).
-//  6. record the inventory (new with UIDs ∪ what could not be pruned), skipped when unchanged.
-//  7. optionally wait for kstatus readiness, judged on an object read at the generation the
-//     apply returned or newer (a lagging cache is InProgress, not Current). Kinds with CEL
-//     health expressions (ApplyOptions.HealthExprs, compiled before step 1) are judged by
-//     them instead; ApplyOptions.HealthChecks adds objects that are only waited for.
+//  6. record the inventory (recordInventory: new with UIDs ∪ what could not be pruned),
+//     skipped when unchanged; a read the run left unwritten is remembered (heads.go).
+//  7. optionally wait for kstatus readiness (waitReady, wait.go), judged on an object read at
+//     the generation the apply returned or newer (a lagging cache is InProgress, not
+//     Current). Kinds with CEL health expressions (ApplyOptions.HealthExprs, compiled before
+//     step 1) are judged by them instead; ApplyOptions.HealthChecks adds objects that are
+//     only waited for.
 //
 // Deletion: Delete deletes the inventory's objects (same checks as a prune) and then the
 // ConfigMap; Abandon releases them instead (owner annotation removed with a JSON patch that

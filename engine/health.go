@@ -72,6 +72,23 @@ func CompileHealthExprs(exprs []HealthExpr) (*HealthRules, error) {
 	if len(exprs) == 0 {
 		return &HealthRules{}, nil
 	}
+	env, err := healthEnv()
+	if err != nil {
+		return nil, err
+	}
+	rules := &HealthRules{byKind: map[schema.GroupKind]*healthRule{}}
+	var errs []error
+	for i, x := range exprs {
+		errs = append(errs, rules.compile(env, i, x)...)
+	}
+	if len(errs) > 0 {
+		return nil, terminal(errors.Join(errs...))
+	}
+	return rules, nil
+}
+
+// healthEnv is the CEL environment of health expressions.
+func healthEnv() (*cel.Env, error) {
 	opts := []cel.EnvOption{
 		cel.HomogeneousAggregateLiterals(),
 		cel.DefaultUTCTimeZone(true),
@@ -88,52 +105,47 @@ func CompileHealthExprs(exprs []HealthExpr) (*HealthRules, error) {
 	if err != nil {
 		return nil, fmt.Errorf("healthCheckExprs: CEL environment: %w", err)
 	}
-	rules := &HealthRules{byKind: map[schema.GroupKind]*healthRule{}}
+	return env, nil
+}
+
+// compile adds the rule of x, the i-th expression, to h, or returns why it cannot.
+func (h *HealthRules) compile(env *cel.Env, i int, x HealthExpr) []error {
+	name := fmt.Sprintf("healthCheckExprs[%d] (%s %s)", i, x.APIVersion, x.Kind)
+	gv, err := schema.ParseGroupVersion(x.APIVersion)
+	switch {
+	case x.APIVersion == "" || x.Kind == "":
+		return []error{fmt.Errorf("%s: apiVersion and kind are required", name)}
+	case err != nil:
+		return []error{fmt.Errorf("%s.apiVersion: %w", name, err)}
+	case x.Current == "":
+		return []error{fmt.Errorf("%s.current: required", name)}
+	}
+	gk := schema.GroupKind{Group: gv.Group, Kind: x.Kind}
+	if prev, ok := h.byKind[gk]; ok {
+		return []error{fmt.Errorf("%s: %s is already judged by healthCheckExprs[%d]", name, gk, prev.index)}
+	}
+	r := &healthRule{index: i}
 	var errs []error
-	for i, x := range exprs {
-		name := fmt.Sprintf("healthCheckExprs[%d] (%s %s)", i, x.APIVersion, x.Kind)
-		gv, err := schema.ParseGroupVersion(x.APIVersion)
-		switch {
-		case x.APIVersion == "" || x.Kind == "":
-			errs = append(errs, fmt.Errorf("%s: apiVersion and kind are required", name))
-			continue
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s.apiVersion: %w", name, err))
-			continue
-		case x.Current == "":
-			errs = append(errs, fmt.Errorf("%s.current: required", name))
+	for _, f := range []struct {
+		field, src string
+		into       **healthProgram
+	}{
+		{"current", x.Current, &r.current},
+		{"inProgress", x.InProgress, &r.inProgress},
+		{"failed", x.Failed, &r.failed},
+	} {
+		if f.src == "" {
 			continue
 		}
-		gk := schema.GroupKind{Group: gv.Group, Kind: x.Kind}
-		if prev, ok := rules.byKind[gk]; ok {
-			errs = append(errs, fmt.Errorf("%s: %s is already judged by healthCheckExprs[%d]", name, gk, prev.index))
+		p, err := compileHealth(env, f.field, f.src)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s.%s: %w", name, f.field, err))
 			continue
 		}
-		r := &healthRule{index: i}
-		for _, f := range []struct {
-			field, src string
-			into       **healthProgram
-		}{
-			{"current", x.Current, &r.current},
-			{"inProgress", x.InProgress, &r.inProgress},
-			{"failed", x.Failed, &r.failed},
-		} {
-			if f.src == "" {
-				continue
-			}
-			p, err := compileHealth(env, f.field, f.src)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s.%s: %w", name, f.field, err))
-				continue
-			}
-			*f.into = p
-		}
-		rules.byKind[gk] = r
+		*f.into = p
 	}
-	if len(errs) > 0 {
-		return nil, terminal(errors.Join(errs...))
-	}
-	return rules, nil
+	h.byKind[gk] = r
+	return errs
 }
 
 // compileHealth compiles one expression and requires a bool result (or dyn, checked when

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
 
@@ -53,16 +52,16 @@ func (r *applyRun) mayTakeOverLegacy(ctx context.Context, it *item, owner string
 	return nil
 }
 
-// untracked is the entry an object the run may not take over keeps: none (another's, on the
-// API server's word: not ours to track or prune), except for an object under our legacy ID
-// (contested, or its sibling could not be read), which keeps the entry it had, with the UID
-// it had: dropping it would tell the other inventory of that ID that this one gave it up,
-// and that one's migration would take it.
-func (r *applyRun) untracked(it *item, live *unstructured.Unstructured) (track bool, uid types.UID) {
-	if owner := live.GetAnnotations()[OwnerAnnotation]; owner != "" && owner == r.ref.Legacy {
-		return r.old.Has(it.id), r.old.UID(it.id)
+// legacyOwner judges an object that carries the inventory's legacy ID without being ours by
+// owns (mayTakeOverLegacy). A refused object keeps the inventory entry it had, with the UID
+// it had: dropping it would tell the other inventory of that ID that this one gave it up, and
+// that one's migration would take it.
+func (r *applyRun) legacyOwner(ctx context.Context, it *item, owner string, out outcome) (_ outcome, ok bool) {
+	if err := r.mayTakeOverLegacy(ctx, it, owner); err != nil {
+		out.track, out.uid = r.old.Has(it.id), r.old.UID(it.id)
+		return failed(out, err), false
 	}
-	return false, ""
+	return out, true
 }
 
 // siblingRead is what the other inventory that shared the run's legacy ID lists, read once

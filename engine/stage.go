@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
@@ -78,10 +79,12 @@ type item struct {
 	skip bool
 	// stored says the run's stored inventory (applyRun.old) holds the object.
 	stored bool
-	// memo is what the watch path's memo recorded of the object when the run first asked
-	// (applyRun.memoOf): memoKnown says it had an entry, memoRead that it was asked.
+	// memo is what the watched view's memo recorded of the object when the run first asked
+	// (watchedView.memoOf): memoKnown says it had an entry, memoRead that it was asked.
 	memo                memoEntry
 	memoKnown, memoRead bool
+	// hash is the desired object's hash (hashObject), for the memo: set by the watched view.
+	hash [sha256.Size]byte
 }
 
 // annotation returns the annotation key of the item's object, read in place (GetAnnotations
@@ -108,8 +111,10 @@ var serverFields = []string{"resourceVersion", "uid", "creationTimestamp", "gene
 // its metadata copied once (a no-op reconcile of 50,000 objects spent a seventh of its CPU
 // here, reading the same fields several times).
 func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, *inventory.Inventory, error) {
+	p := &preparer{e: e, set: set, opts: opts, scopes: map[schema.GroupVersionKind]scope{},
+		desired: inventory.NewSized(len(set.Objects))}
 	// The set's CRDs are looked for only when a kind is unknown to the API server.
-	crds := sync.OnceValue(func() []*unstructured.Unstructured {
+	p.crds = sync.OnceValue(func() []*unstructured.Unstructured {
 		var crds []*unstructured.Unstructured
 		for _, o := range set.Objects {
 			if o != nil && o.GroupVersionKind().GroupKind() == crdGK {
@@ -118,95 +123,15 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, *inventory.Invent
 		}
 		return crds
 	})
-	scopes := map[schema.GroupVersionKind]scope{}
-	desired := inventory.NewSized(len(set.Objects))
 	items := make([]*item, 0, len(set.Objects))
 	var errs []error
 	for i, in := range set.Objects {
-		origin := ""
-		if i < len(set.Origins) {
-			origin = set.Origins[i]
-		}
-		if in == nil {
-			errs = append(errs, terminal(fmt.Errorf("object %d: apiVersion, kind and metadata.name are required", i)))
+		it, err := p.item(i, in)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		apiVersion, kind, name := in.GetAPIVersion(), in.GetKind(), in.GetName()
-		if apiVersion == "" || kind == "" || name == "" {
-			errs = append(errs, terminal(fmt.Errorf("object %d: apiVersion, kind and metadata.name are required", i)))
-			continue
-		}
-		u, md := ownMetadata(in)
-		gvk := schema.FromAPIVersionAndKind(apiVersion, kind)
-		sc, ok := scopes[gvk]
-		if !ok {
-			sc = e.scope(gvk, crds)
-			scopes[gvk] = sc
-		}
-		if sc.err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", describeAt(origin, idOf(u)), sc.err))
-			continue
-		}
-		ns, _ := md["namespace"].(string) // as GetNamespace reads it
-		switch {
-		case !sc.namespaced:
-			delete(md, "namespace")
-			ns = ""
-		case opts.TargetNamespace != "":
-			ns = opts.TargetNamespace
-			md["namespace"] = ns
-		case ns == "":
-			if opts.DefaultNamespace == "" {
-				errs = append(errs, terminal(fmt.Errorf("%s: namespaced kind %s has no namespace and no default namespace is set",
-					describeAt(origin, idOf(u)), gvk.Kind)))
-				continue
-			}
-			ns = opts.DefaultNamespace
-			md["namespace"] = ns
-		}
-		for _, f := range serverFields {
-			delete(md, f)
-		}
-		if err := checkStringMaps(md); err != nil {
-			errs = append(errs, terminal(fmt.Errorf("%s: %w", describeAt(origin, idOf(u)), err)))
-			continue
-		}
-		// The annotations (checked: strings or null) in a map of our own with our owner
-		// annotation, null values as "" as GetAnnotations reads them, set directly:
-		// SetAnnotations would copy them twice more.
-		ann, _ := md["annotations"].(map[string]any)
-		own := make(map[string]any, len(ann)+1)
-		for k, v := range ann {
-			if v == nil {
-				v = ""
-			}
-			own[k] = v
-		}
-		if set.Inventory.ID != "" { // none: a dry-run without inventory keeps the live owner
-			own[OwnerAnnotation] = set.Inventory.ID
-		}
-		md["annotations"] = own
-		if sc := e.opts.Scope; sc.Key != "" && e.cache != nil && set.Inventory.ID != "" {
-			// The label of the engine's watch cache (Options.Scope), over the set's own, which
-			// are copied as written (checkStringMaps refused a value that is not a string;
-			// GetLabels would read such a map as none, dropping them all).
-			switch lab := md["labels"].(type) {
-			case nil:
-				md["labels"] = map[string]any{sc.Key: sc.Value}
-			case map[string]any:
-				l := make(map[string]any, len(lab)+1)
-				maps.Copy(l, lab)
-				l[sc.Key] = sc.Value
-				md["labels"] = l
-			}
-		}
-		id := object.ObjMetadata{Namespace: ns, Name: name, GroupKind: gvk.GroupKind()}
-		if !desired.AddNew(inventory.Entry{Object: id}) {
-			errs = append(errs, terminal(fmt.Errorf("%s: duplicate object in the set", describeAt(origin, id))))
-			continue
-		}
-		items = append(items, &item{obj: u, gvk: gvk, id: id, key: objectKey(id), stage: stageOf(id.GroupKind),
-			pending: sc.pending, origin: origin, skip: ann[ReconcileAnnotation] == ReconcileDisabled})
+		items = append(items, it)
 	}
 	if len(errs) > 0 {
 		return nil, nil, errors.Join(errs...)
@@ -218,7 +143,120 @@ func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, *inventory.Invent
 		}
 		return strings.Compare(a.key, b.key)
 	})
-	return items, desired, nil
+	return items, p.desired, nil
+}
+
+// preparer is what prepare shares across the objects of one set.
+type preparer struct {
+	e       *Engine
+	set     Set
+	opts    ApplyOptions
+	crds    func() []*unstructured.Unstructured // the set's CRDs
+	scopes  map[schema.GroupVersionKind]scope   // per kind, resolved once
+	desired *inventory.Inventory                // the IDs so far: a second one is a duplicate
+}
+
+// item copies and validates the i-th object of the set, in (prepare).
+func (p *preparer) item(i int, in *unstructured.Unstructured) (*item, error) {
+	origin := ""
+	if i < len(p.set.Origins) {
+		origin = p.set.Origins[i]
+	}
+	if in == nil {
+		return nil, terminal(fmt.Errorf("object %d: apiVersion, kind and metadata.name are required", i))
+	}
+	apiVersion, kind, name := in.GetAPIVersion(), in.GetKind(), in.GetName()
+	if apiVersion == "" || kind == "" || name == "" {
+		return nil, terminal(fmt.Errorf("object %d: apiVersion, kind and metadata.name are required", i))
+	}
+	u, md := ownMetadata(in)
+	gvk := schema.FromAPIVersionAndKind(apiVersion, kind)
+	sc, ok := p.scopes[gvk]
+	if !ok {
+		sc = p.e.scope(gvk, p.crds)
+		p.scopes[gvk] = sc
+	}
+	if sc.err != nil {
+		return nil, fmt.Errorf("%s: %w", describeAt(origin, idOf(u)), sc.err)
+	}
+	ns, err := p.namespace(md, sc.namespaced)
+	if err != nil {
+		return nil, terminal(fmt.Errorf("%s: namespaced kind %s %w", describeAt(origin, idOf(u)), gvk.Kind, err))
+	}
+	for _, f := range serverFields {
+		delete(md, f)
+	}
+	if err := checkStringMaps(md); err != nil {
+		return nil, terminal(fmt.Errorf("%s: %w", describeAt(origin, idOf(u)), err))
+	}
+	skip := p.ownLabels(md)
+	id := object.ObjMetadata{Namespace: ns, Name: name, GroupKind: gvk.GroupKind()}
+	if !p.desired.AddNew(inventory.Entry{Object: id}) {
+		return nil, terminal(fmt.Errorf("%s: duplicate object in the set", describeAt(origin, id)))
+	}
+	return &item{obj: u, gvk: gvk, id: id, key: objectKey(id), stage: stageOf(id.GroupKind),
+		pending: sc.pending, origin: origin, skip: skip}, nil
+}
+
+// errNoNamespace completes the error of a namespaced object without a namespace.
+var errNoNamespace = errors.New("has no namespace and no default namespace is set")
+
+// namespace sets the namespace of the object whose metadata is md (its own copy) and returns
+// it: none for a cluster-scoped kind, TargetNamespace whatever the object says, else the
+// object's own or DefaultNamespace.
+func (p *preparer) namespace(md map[string]any, namespaced bool) (string, error) {
+	ns, _ := md["namespace"].(string) // as GetNamespace reads it
+	switch {
+	case !namespaced:
+		delete(md, "namespace")
+		ns = ""
+	case p.opts.TargetNamespace != "":
+		ns = p.opts.TargetNamespace
+		md["namespace"] = ns
+	case ns == "":
+		if p.opts.DefaultNamespace == "" {
+			return "", errNoNamespace
+		}
+		ns = p.opts.DefaultNamespace
+		md["namespace"] = ns
+	}
+	return ns, nil
+}
+
+// ownLabels gives the object whose metadata is md (its own copy, labels and annotations
+// checked) our owner annotation and the label of the engine's watch cache, and reports
+// whether the object's reconcile is disabled (ReconcileAnnotation).
+func (p *preparer) ownLabels(md map[string]any) (skip bool) {
+	// The annotations (checked: strings or null) in a map of our own with our owner
+	// annotation, null values as "" as GetAnnotations reads them, set directly:
+	// SetAnnotations would copy them twice more.
+	ann, _ := md["annotations"].(map[string]any)
+	own := make(map[string]any, len(ann)+1)
+	for k, v := range ann {
+		if v == nil {
+			v = ""
+		}
+		own[k] = v
+	}
+	if p.set.Inventory.ID != "" { // none: a dry-run without inventory keeps the live owner
+		own[OwnerAnnotation] = p.set.Inventory.ID
+	}
+	md["annotations"] = own
+	if sc := p.e.opts.Scope; sc.Key != "" && p.e.cache != nil && p.set.Inventory.ID != "" {
+		// The label of the engine's watch cache (Options.Scope), over the set's own, which
+		// are copied as written (checkStringMaps refused a value that is not a string;
+		// GetLabels would read such a map as none, dropping them all).
+		switch lab := md["labels"].(type) {
+		case nil:
+			md["labels"] = map[string]any{sc.Key: sc.Value}
+		case map[string]any:
+			l := make(map[string]any, len(lab)+1)
+			maps.Copy(l, lab)
+			l[sc.Key] = sc.Value
+			md["labels"] = l
+		}
+	}
+	return ann[ReconcileAnnotation] == ReconcileDisabled
 }
 
 // checkStringMaps refuses labels or annotations that are not a map of strings (YAML's

@@ -129,11 +129,11 @@ func TestStaleCachePruneDeletesOnlyWhatIsOurs(t *testing.T) {
 // "not found": the object keeps its owner, this set reports the overlap and does not
 // inventory or prune it (I11, I1).
 //
-// An object that the cache does not show and the old inventory does not hold, applied
-// straight away with the shared field manager "converge", which already owns the other
-// set's owner annotation, would be silently taken over, and the next run that dropped the
-// object would delete the other set's object. Absence is confirmed by the API server (the
-// survey) before such an apply.
+// Without the survey, an apply of an object that the cache does not show and the old
+// inventory does not hold, straight away with the shared field manager "converge" (which
+// already owns the other set's owner annotation), silently rewrites that annotation, and the
+// next run that drops the object deletes the other set's object. The watched view creates at
+// once only what the API server listed as missing (the survey).
 func TestStaleCacheNeverAdopts(t *testing.T) {
 	h, stale := newStaleHarness(t)
 	opts := testOpts()

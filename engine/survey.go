@@ -104,8 +104,8 @@ func (r *applyRun) surveyable(it *item) (g surveyKey, isNew, ok bool) {
 		return g, false, false
 	}
 	isNew = !it.stored
-	if !isNew && r.viaCache() && r.memoKnows(it) {
-		return g, false, false // the watch path decides it from the cache and the memo
+	if !isNew && r.listed.known != nil && r.listed.known(it) {
+		return g, false, false // the watched view decides it from the cache and the memo
 	}
 	return surveyKey{it.gvk, it.id.Namespace}, isNew, true
 }
@@ -194,28 +194,6 @@ func (r *applyRun) surveyGroup(ctx context.Context, g surveyKey, w *surveyWanted
 		}
 	}
 	return listed
-}
-
-// surveyedLive returns the survey's answer for id when the full path may use it instead of a GET.
-// After the watch path declined the object, only a live object listed at the very
-// resourceVersion the cache shows is used: a "missing" answer may be older than what made the
-// watch path decline (the cache has seen the object since, or its direct apply failed), and
-// acting on it could adopt another set's object (I11).
-func (r *applyRun) surveyedLive(id object.ObjMetadata, viaCache bool, cached *metav1.PartialObjectMetadata) (*unstructured.Unstructured, bool) {
-	live, ok := r.surveyed[id]
-	if !ok {
-		return nil, false
-	}
-	if viaCache && (live == nil || cached == nil || cached.GetResourceVersion() != live.GetResourceVersion()) {
-		return nil, false
-	}
-	return live, true
-}
-
-// missing reports whether the survey listed id as not existing.
-func (r *applyRun) missing(id object.ObjMetadata) bool {
-	live, ok := r.surveyed[id]
-	return ok && live == nil
 }
 
 // listNames returns the names of the objects of gvk in namespace ns ("" for cluster-scoped

@@ -68,8 +68,9 @@ func TestStaleListingIsReadAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := object.ObjMetadata{Namespace: h.ns, Name: "cm-00", GroupKind: schema.GroupKind{Kind: "ConfigMap"}}
-	r := &applyRun{e: h.eng, ref: h.ref, claim: inventory.Claim{ID: h.ref.ID}, opts: opts, old: old, items: items,
-		surveyed: map[object.ObjMetadata]*unstructured.Unstructured{id: listed}}
+	r := &applyRun{e: h.eng, ref: h.ref, claim: inventory.Claim{ID: h.ref.ID}, opts: opts, old: old, items: items}
+	r.view, r.listed = h.eng.newLiveView(h.ref.ID, opts)
+	r.listed.surveyed = map[object.ObjMetadata]*unstructured.Unstructured{id: listed}
 	var it *item
 	for _, i := range items {
 		if i.id == id {
@@ -114,8 +115,9 @@ func TestListedMissingIsCheckedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := object.ObjMetadata{Namespace: h.ns, Name: "taken", GroupKind: schema.GroupKind{Kind: "ConfigMap"}}
-	r := &applyRun{e: h.eng, ref: h.ref, claim: inventory.Claim{ID: h.ref.ID}, opts: opts, old: &inventory.Inventory{}, items: items,
-		surveyed: map[object.ObjMetadata]*unstructured.Unstructured{id: nil}}
+	r := &applyRun{e: h.eng, ref: h.ref, claim: inventory.Claim{ID: h.ref.ID}, opts: opts, old: &inventory.Inventory{}, items: items}
+	r.view, r.listed = h.eng.newLiveView(h.ref.ID, opts)
+	r.listed.surveyed = map[object.ObjMetadata]*unstructured.Unstructured{id: nil}
 	out, err := r.applyOne(h.ctx, items[0])
 	if err != nil {
 		t.Fatal(err)

@@ -47,15 +47,35 @@ func (e *Engine) wait(ctx context.Context, w waitSet, f waitFor, prog *progress)
 			delete(w.byMeta, id) // its expressions read the whole object
 		}
 	}
+	latest, finished, pollErr := e.poll(ctx, w, f.once, timeout, prog)
+	health, errs := healthReport(ids, latest, f.once)
+	switch {
+	case pollErr != nil:
+		errs = append(errs, fmt.Errorf("wait: %w", pollErr))
+	case f.once && finished:
+	case !finished && ctx.Err() != nil:
+		errs = append(errs, fmt.Errorf("wait: %w", ctx.Err()))
+	case !finished:
+		errs = append([]error{fmt.Errorf("wait: timeout after %s, %d of %d objects not Current",
+			timeout, len(errs), len(ids))}, errs...)
+	}
+	return health, errors.Join(errs...)
+}
+
+// poll polls kstatus for w.ids until all are Current, one is Failed, (once) each was read,
+// or timeout passes, and returns the last status of each object read, whether the wait
+// settled (finished) before it ended, and the poller's error.
+func (e *Engine) poll(ctx context.Context, w waitSet, once bool, timeout time.Duration, prog *progress) (
+	latest map[object.ObjMetadata]*event.ResourceStatus, finished bool, pollErr error) {
+	ids := w.ids
 	set := make(fluxobject.ObjMetadataSet, 0, len(ids))
 	for _, id := range ids {
 		set = append(set, toFlux(id))
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	latest := make(map[object.ObjMetadata]*event.ResourceStatus, len(ids))
-	var pollErr error
-	finished, current := false, 0
+	latest = make(map[object.ObjMetadata]*event.ResourceStatus, len(ids))
+	current := 0
 	for ev := range e.newPoller(w).Poll(wctx, set, polling.PollOptions{PollInterval: e.opts.PollInterval}) {
 		switch ev.Type {
 		case event.ErrorEvent:
@@ -75,12 +95,18 @@ func (e *Engine) wait(ctx context.Context, w waitSet, f waitFor, prog *progress)
 				prog.set(current)
 			}
 			// Settled: every object is Current, or one Failed, or (once) each was read.
-			if current == len(ids) || ev.Resource.Status == status.FailedStatus || (f.once && len(latest) == len(ids)) {
+			if current == len(ids) || ev.Resource.Status == status.FailedStatus || (once && len(latest) == len(ids)) {
 				finished = true
 				cancel()
 			}
 		}
 	}
+	return latest, finished, pollErr
+}
+
+// healthReport is the health of each of ids from its last status (latest), and an error for
+// each that is not Current (once: only for the Failed ones).
+func healthReport(ids []object.ObjMetadata, latest map[object.ObjMetadata]*event.ResourceStatus, once bool) ([]ObjectHealth, []error) {
 	health := make([]ObjectHealth, 0, len(ids))
 	var errs []error
 	for _, id := range ids {
@@ -94,21 +120,11 @@ func (e *Engine) wait(ctx context.Context, w waitSet, f waitFor, prog *progress)
 			h.Message = "not read before the wait ended"
 		}
 		health = append(health, h)
-		if h.Status != status.CurrentStatus.String() && (!f.once || h.Status == status.FailedStatus.String()) {
+		if h.Status != status.CurrentStatus.String() && (!once || h.Status == status.FailedStatus.String()) {
 			errs = append(errs, fmt.Errorf("%s: wait: status %s: %s", Describe(id), h.Status, h.Message))
 		}
 	}
-	switch {
-	case pollErr != nil:
-		errs = append(errs, fmt.Errorf("wait: %w", pollErr))
-	case f.once && finished:
-	case !finished && ctx.Err() != nil:
-		errs = append(errs, fmt.Errorf("wait: %w", ctx.Err()))
-	case !finished:
-		errs = append([]error{fmt.Errorf("wait: timeout after %s, %d of %d objects not Current",
-			timeout, len(errs), len(ids))}, errs...)
-	}
-	return health, errors.Join(errs...)
+	return health, errs
 }
 
 // cutShort reports whether rs is the error of a read the wait's own end cut short: its
