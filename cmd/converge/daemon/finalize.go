@@ -62,49 +62,54 @@ func (r *reconciler) finalize(ctx context.Context, s *v1alpha1.Sync) (ctrl.Resul
 	if wait, res, err := r.awaitDependents(ctx, s); wait {
 		return res, err // dependents are deleted first (depends.go)
 	}
-	res, err := r.cleanup(ctx, s)
-	if err != nil {
-		reason := reasonDeleteFail
-		if s.Spec.DeletionPolicy == v1alpha1.DeletionPolicyOrphan {
-			reason = reasonAbandonFail
-		}
-		denied := deniedErr(err)
-		left := r.deletionGrace() - time.Since(s.DeletionTimestamp.Time)
-		if !denied || left > 0 {
-			msg := fmt.Sprintf("deletion policy %s: %v", s.Spec.DeletionPolicy, err)
-			r.events.Event(s, corev1.EventTypeWarning, reason, truncate(msg, 1024))
-			r.deletionStatus(ctx, s, reason, msg)
-			if denied {
-				// Retried on our own clock, not the rate limiter's (whose back-off grows
-				// to minutes), so the grace ends on time.
-				logr.FromContextOrDiscard(ctx).Info("deletion refused, will retry", "err", err)
-				return ctrl.Result{RequeueAfter: min(max(left, 100*time.Millisecond), 10*time.Second)}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("finalize %s/%s: %w", s.Namespace, s.Name, err)
-		}
-		msg := fmt.Sprintf("deletion policy %s not carried out, permission denied for %s since %s; left behind: %s; last error: %v",
-			s.Spec.DeletionPolicy, r.engines.identity(s), r.deletionGrace(), leftBehind(s, res), err)
-		logr.FromContextOrDiscard(ctx).Info("finalizer dropped without cleanup", "err", err)
-		r.events.Event(s, corev1.EventTypeWarning, reasonCleanupAbandoned, truncate(msg, 1024))
-		r.deletionStatus(ctx, s, reasonCleanupAbandoned, msg)
-		// The status write moved the resourceVersion the finalizer patch is locked on. The
-		// re-read may find a Sync re-created under the same name (I14): its finalizer is not
-		// ours to drop, and this one is gone already.
-		if err := r.live.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
-			return ctrl.Result{}, r.forgetIfGone(client.ObjectKeyFromObject(s), err)
-		}
-		if s.UID != uid {
-			return ctrl.Result{}, nil
+	if res, err := r.cleanup(ctx, s); err != nil {
+		if giveUp, result, err := r.cleanupFailed(ctx, s, uid, res, err); !giveUp {
+			return result, err
 		}
 	}
 	if err := r.crash.call(r.crash.BeforeFinalizerRemoval, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	err = r.patchFinalizers(ctx, s, func(s *v1alpha1.Sync) { controllerutil.RemoveFinalizer(s, v1alpha1.Finalizer) })
+	err := r.patchFinalizers(ctx, s, func(s *v1alpha1.Sync) { controllerutil.RemoveFinalizer(s, v1alpha1.Finalizer) })
 	if err = client.IgnoreNotFound(err); err == nil {
 		r.forget(client.ObjectKeyFromObject(s))
 	}
 	return ctrl.Result{}, err
+}
+
+// cleanupFailed records a deletion policy that could not be carried out (err; res is what
+// the cleanup got to) and says whether to give up and drop the finalizer: only when it was
+// refused with 401 or 403 for the whole deletion grace. Otherwise the result is the retry:
+// on the daemon's own clock for a refusal (the rate limiter's back-off grows to minutes, and
+// the grace must end on time), with back-off for any other failure. Giving up re-reads the
+// Sync, which may have been re-created under its name (I14): then the result is to stop.
+func (r *reconciler) cleanupFailed(ctx context.Context, s *v1alpha1.Sync, uid types.UID, res *engine.Result, err error) (giveUp bool, _ ctrl.Result, _ error) {
+	reason := reasonDeleteFail
+	if s.Spec.DeletionPolicy == v1alpha1.DeletionPolicyOrphan {
+		reason = reasonAbandonFail
+	}
+	denied := deniedErr(err)
+	left := r.deletionGrace() - time.Since(s.DeletionTimestamp.Time)
+	if !denied || left > 0 {
+		msg := fmt.Sprintf("deletion policy %s: %v", s.Spec.DeletionPolicy, err)
+		r.events.Event(s, corev1.EventTypeWarning, reason, truncate(msg, 1024))
+		r.deletionStatus(ctx, s, reason, msg)
+		if denied {
+			logr.FromContextOrDiscard(ctx).Info("deletion refused, will retry", "err", err)
+			return false, ctrl.Result{RequeueAfter: min(max(left, 100*time.Millisecond), 10*time.Second)}, nil
+		}
+		return false, ctrl.Result{}, fmt.Errorf("finalize %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	msg := fmt.Sprintf("deletion policy %s not carried out, permission denied for %s since %s; left behind: %s; last error: %v",
+		s.Spec.DeletionPolicy, r.engines.identity(s), r.deletionGrace(), leftBehind(s, res), err)
+	logr.FromContextOrDiscard(ctx).Info("finalizer dropped without cleanup", "err", err)
+	r.events.Event(s, corev1.EventTypeWarning, reasonCleanupAbandoned, truncate(msg, 1024))
+	r.deletionStatus(ctx, s, reasonCleanupAbandoned, msg)
+	// The status write moved the resourceVersion the finalizer patch is locked on.
+	if err := r.live.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
+		return false, ctrl.Result{}, r.forgetIfGone(client.ObjectKeyFromObject(s), err)
+	}
+	return s.UID == uid, ctrl.Result{}, nil
 }
 
 // cleanup carries out the deletion policy with the Sync's identity: Delete deletes the
