@@ -98,18 +98,13 @@ func pruneContested(c Change, m inventory.Migration, owner string, removing bool
 	return c, keep
 }
 
-// notRecordedError is the error of an object that carries ref's legacy ID (ref.Legacy) in
-// its owner annotation while ref's inventory ConfigMap does not record it with its UID.
-// Taking it over on the annotation's word would let anyone who can write that value hand an
-// object to this inventory, so the error says how a person takes it over (adoption) or lets
-// it go. It matches ErrNotAdopted.
+// notRecordedError is the error of an object that carries ref's legacy ID while ref's
+// inventory does not record it with its UID: anyone may write that annotation, so a person
+// adopts the object or lets it go. It matches ErrNotAdopted.
 func notRecordedError(id object.ObjMetadata, owner string, ref inventory.Ref) error {
-	kubectl := kubectlUnannotate(id)
-	return fmt.Errorf("%w: %s carries %s=%s, the ID an earlier version of Converge gave this inventory, "+
-		"but the inventory ConfigMap %s does not record this object with its UID (the inventory was lost before the upgrade, "+
-		"or someone else wrote the annotation); to take it over, allow adoption (Sync spec.adopt, converge apply --adopt), "+
-		"or remove the annotation by hand: %s",
-		ErrNotAdopted, Describe(id), inventory.OwnerAnnotation, owner, ref, kubectl)
+	return fmt.Errorf("%w: %s carries %s=%s, this inventory's legacy ID, but %s does not record it; "+
+		"adopt it (Sync spec.adopt, converge apply --adopt) or remove the annotation: %s",
+		ErrNotAdopted, Describe(id), inventory.OwnerAnnotation, owner, ref, kubectlUnannotate(id))
 }
 
 // kubectlUnannotate is the kubectl command that removes the owner annotation from id.

@@ -295,9 +295,8 @@ func TestLostLegacyInventory(t *testing.T) {
 	a := configMap(h.ns, "a", map[string]any{"v": "2"})
 	_, err := h.eng.Apply(h.ctx, h.set(a), testOpts())
 	want := "ConfigMap " + h.ns + "/a: apply: not adopted: ConfigMap " + h.ns + "/a carries config.k8s.io/owning-inventory=" + h.ref.Legacy +
-		", the ID an earlier version of Converge gave this inventory, but the inventory ConfigMap " + h.ns + "/app-inventory" +
-		" does not record this object with its UID (the inventory was lost before the upgrade, or someone else wrote the annotation);" +
-		" to take it over, allow adoption (Sync spec.adopt, converge apply --adopt), or remove the annotation by hand:" +
+		", this inventory's legacy ID, but " + h.ns + "/app-inventory does not record it;" +
+		" adopt it (Sync spec.adopt, converge apply --adopt) or remove the annotation:" +
 		" kubectl annotate configmap a -n " + h.ns + " config.k8s.io/owning-inventory-"
 	if err == nil || err.Error() != want {
 		t.Fatalf("Apply error:\n got %v\nwant %s", err, want)

@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -217,5 +216,5 @@ func (c *Coordinator) shutdown() {
 	if c.replica != nil {
 		_ = c.leases.removeOwn(ctx, c.bound(), c.replica)
 	}
-	c.log.Info(fmt.Sprintf("released %d shards", len(held)))
+	c.log.Info("released shards", "count", len(held))
 }
