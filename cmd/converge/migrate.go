@@ -28,7 +28,7 @@ type migrateFlags struct {
 }
 
 // errPartial is the "error" of a migration that left fields untranslated: exit code 1.
-var errPartial = errors.New("some fields were not translated")
+var errPartial = errors.New("not translated")
 
 func newMigrateCommand(kube *kubeFlags) *cobra.Command {
 	var f migrateFlags
@@ -154,7 +154,7 @@ func (f *migrateFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string, r
 		return fail(err)
 	}
 	if len(plan.NotTranslated) > 0 && !f.allowPartial {
-		return &exitError{code: exitCodeChanges, err: errPartial}
+		return &exitError{code: exitCodeChanges, err: fmt.Errorf("%d fields %w (--allow-partial accepts them)", len(plan.NotTranslated), errPartial)}
 	}
 	return nil
 }
