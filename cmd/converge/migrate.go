@@ -251,7 +251,7 @@ func (p *migrationPlan) text(all bool) string {
 			fmt.Fprintf(&b, "Sync %s/%s would be applied (dry run)\n", md["namespace"], md["name"])
 		}
 		for _, s := range p.Suspend {
-			fmt.Fprintf(&b, "%s would be suspended once its Sync is Ready and lists every object it applied (dry run)\n", s)
+			fmt.Fprintf(&b, "%s: would be %s once its Sync is Ready and lists every object it applied (dry run)\n", s, suspendedWords(s))
 		}
 	}
 	for _, h := range p.HandOvers {

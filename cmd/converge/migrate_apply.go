@@ -46,7 +46,7 @@ type handOverResult struct {
 func (h handOverResult) line() string {
 	switch {
 	case h.Suspended:
-		return fmt.Sprintf("Sync %s applied, Ready and listing every object; %s suspended", h.Sync, h.From)
+		return fmt.Sprintf("Sync %s applied, Ready and listing every object; %s %s", h.Sync, h.From, suspendedWords(h.From))
 	case h.Error != "":
 		return fmt.Sprintf("Sync %s: %s; %s left running", h.Sync, h.Error, h.From)
 	}
@@ -169,4 +169,12 @@ func (h *handover) suspendOld(ctx context.Context, old *unstructured.Unstructure
 		return fmt.Errorf("suspend %s: %w", describeObject(old), err)
 	}
 	return nil
+}
+
+// suspendedWords says what suspending the old object did.
+func suspendedWords(from string) string {
+	if strings.HasPrefix(from, argoApplication.kind+" ") {
+		return "automated sync turned off"
+	}
+	return "suspended"
 }

@@ -311,7 +311,7 @@ func TestMigrateDryRunWritesNothing(t *testing.T) {
 
 	cliRun(t, "migrate", "flux", "-n", ns, "--apply", "--dry-run").expect(t, "dry run", 0, []string{"kind: Sync", "name: app"},
 		[]string{"Sync " + ns + "/app would be applied (dry run)",
-			"Kustomization " + ns + "/app would be suspended once its Sync is Ready and lists every object it applied (dry run)"})
+			"Kustomization " + ns + "/app: would be suspended once its Sync is Ready and lists every object it applied (dry run)"})
 	assertNoSync(t, ns, "app")
 	if after := getOld(t, ns, kustomizationsV1, "app"); after.GetResourceVersion() != before.GetResourceVersion() {
 		t.Errorf("the dry run changed the Kustomization: %v", after.Object["spec"])
