@@ -36,7 +36,13 @@ func translateApplication(app *unstructured.Unstructured) (*migration, error) {
 	s := newSync(app, m.From)
 	s.Spec.Interval = metav1.Duration{Duration: argoInterval}
 	s.Spec.Wait = true // Argo CD reports an Application Healthy once its objects are
+	// Argo CD deletes an Application's objects with it only under its resources finalizer.
 	s.Spec.DeletionPolicy = v1alpha1.DeletionPolicyOrphan
+	for _, f := range app.GetFinalizers() {
+		if strings.HasPrefix(f, "resources-finalizer.argocd.argoproj.io") {
+			s.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete
+		}
+	}
 	ok := translateArgoSource(r, m, s, spec)
 	dst := r.object(spec, "spec", "destination")
 	server, name := r.str(dst, "spec.destination", "server"), r.str(dst, "spec.destination", "name")
@@ -62,6 +68,8 @@ func translateApplication(app *unstructured.Unstructured) (*migration, error) {
 	}
 	if ok {
 		m.Sync = s
+	} else {
+		m.Warnings = nil // about a Sync that is not made
 	}
 	m.NotTranslated = r.skip
 	return m, nil
@@ -137,9 +145,6 @@ func translateArgoPolicy(r *specReader, m *migration, s *v1alpha1.Sync, spec map
 	}
 	s.Spec.Prune = r.boolean(auto, "spec.syncPolicy.automated", "prune")
 	s.Spec.AllowEmpty = r.boolean(auto, "spec.syncPolicy.automated", "allowEmpty")
-	if s.Spec.Prune {
-		s.Spec.DeletionPolicy = v1alpha1.DeletionPolicyDelete
-	}
 	// selfHeal: a Sync always corrects drift on its interval.
 	r.rest(auto, "spec.syncPolicy.automated", reasonNoSyncKey, "prune", "allowEmpty", "selfHeal", "enabled")
 	opts, _ := pol["syncOptions"].([]any)

@@ -368,3 +368,60 @@ spec:
 		[]string{"spec.namePrefix: x-", "nothing applied: some fields are not translated"})
 	assertNoSync(t, ns, "patched")
 }
+
+// argoApps are Applications: one that translates with a few fields that do not (kustomize
+// images and namePrefix, a CreateNamespace sync option, ignoreDifferences, a project), one
+// deploying to another cluster, one with several sources and one rendering a Helm chart.
+const argoApps = `apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {name: guestbook, namespace: NS, finalizers: [resources-finalizer.argocd.argoproj.io]}
+spec:
+  project: team-a
+  source:
+    repoURL: https://git.example.com/org/apps.git
+    targetRevision: v1.4.0
+    path: guestbook/overlays/prod
+    kustomize: {images: ["web=web:1.4.0"], namePrefix: prod-}
+  destination: {name: in-cluster, namespace: guestbook}
+  syncPolicy:
+    automated: {prune: true, selfHeal: true, allowEmpty: true}
+    syncOptions: [ServerSideApply=true, CreateNamespace=true]
+  ignoreDifferences: [{group: apps, kind: Deployment, jsonPointers: [/spec/replicas]}]
+status:
+  resources: [{group: apps, version: v1, kind: Deployment, namespace: guestbook, name: web}]
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {name: remote, namespace: NS}
+spec:
+  source: {repoURL: https://git.example.com/org/apps.git, targetRevision: HEAD, path: remote}
+  destination: {server: https://prod.example.com:6443, namespace: web}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {name: multi, namespace: NS}
+spec:
+  sources: [{repoURL: https://git.example.com/a.git, path: a}, {repoURL: https://git.example.com/b.git, path: b}]
+  destination: {server: https://kubernetes.default.svc}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {name: chart, namespace: NS}
+spec:
+  source: {repoURL: https://charts.example.com, chart: podinfo, targetRevision: 6.5.0, helm: {releaseName: podinfo}}
+  destination: {server: https://kubernetes.default.svc, namespace: podinfo}`
+
+// TestMigrateArgoCDPrintsSyncs: the Sync printed for an Application with one git source,
+// field by field (golden files), and the fields and Applications not translated, exit 1.
+func TestMigrateArgoCDPrintsSyncs(t *testing.T) {
+	installMigrateCRDs(t)
+	ns := env.Namespace(t)
+	createDocs(t, ns, argoApps)
+
+	r := cliRun(t, "migrate", "argocd", "-n", ns)
+	if r.code != 1 {
+		t.Errorf("exit code %d, want 1 (fields not translated); stderr:\n%s", r.code, r.stderr)
+	}
+	golden(t, "migrate/argocd.yaml", ns, r.stdout)
+	golden(t, "migrate/argocd-stderr.txt", ns, r.stderr)
+}
