@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -188,7 +189,33 @@ func newMigrationPlan(migs []*migration, f *migrateFlags) *migrationPlan {
 			p.Suspend = append(p.Suspend, m.From)
 		}
 	}
+	p.Warnings = append(p.Warnings, unmetDependencies(migs)...)
 	return p
+}
+
+// unmetDependencies warns of each dependsOn naming no Sync of this migration: the Sync
+// waits (DependencyNotReady) until a Sync of that name exists and is Ready.
+func unmetDependencies(migs []*migration) []string {
+	made := map[string]bool{}
+	for _, m := range migs {
+		if m.Sync != nil {
+			made[m.Sync.Namespace+"/"+m.Sync.Name] = true
+		}
+	}
+	var out []string
+	for _, m := range migs {
+		if m.Sync == nil {
+			continue
+		}
+		for _, d := range m.Sync.Spec.DependsOn {
+			ns := cmp.Or(d.Namespace, m.Sync.Namespace)
+			if !made[ns+"/"+d.Name] {
+				out = append(out, fmt.Sprintf("%s: dependsOn %s/%s is not part of this migration: the Sync waits until a Sync of that name is Ready (migrate it too)",
+					m.From, ns, d.Name))
+			}
+		}
+	}
+	return out
 }
 
 // syncObject is the Sync as a user writes it: no status, no creation timestamp.

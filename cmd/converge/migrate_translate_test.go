@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
@@ -75,5 +76,34 @@ func TestMigrateArgoRevision(t *testing.T) {
 		if (len(m.Warnings) > 0) != tc.warn {
 			t.Errorf("%q: warnings %q, want some: %v", tc.rev, m.Warnings, tc.warn)
 		}
+	}
+}
+
+// TestMigrateSourceInAnotherNamespace: a Kustomization whose GitRepository is in another
+// namespace translates, but the Secrets the source names must be copied into the Sync's
+// namespace: each is listed as not translated, with the namespaces.
+func TestMigrateSourceInAnotherNamespace(t *testing.T) {
+	ks := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+		"metadata": map[string]any{"name": "app", "namespace": "apps"},
+		"spec": map[string]any{"sourceRef": map[string]any{"kind": "GitRepository", "name": "repo", "namespace": "flux-system"},
+			"interval": "5m", "prune": true},
+	}}
+	src := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+		"metadata": map[string]any{"name": "repo", "namespace": "flux-system"},
+		"spec":     map[string]any{"url": "ssh://git@example.com/org/apps.git", "secretRef": map[string]any{"name": "ssh-key"}},
+	}}
+	m, err := translateKustomization(ks, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Sync == nil || m.Sync.Spec.Source.Git.SecretRef.Name != "ssh-key" || m.Sync.Namespace != "apps" {
+		t.Fatalf("Sync: %+v", m.Sync)
+	}
+	want := []untranslated{{Object: "GitRepository flux-system/repo", Field: "spec.secretRef", Value: "ssh-key",
+		Reason: "the Secret is in namespace flux-system and a Sync reads Secrets in its own namespace apps: copy it there"}}
+	if diff := cmp.Diff(want, m.NotTranslated); diff != "" {
+		t.Errorf("not translated (-want +got):\n%s", diff)
 	}
 }
