@@ -134,7 +134,10 @@ func (f *migrateFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string, r
 	if err != nil {
 		return fail(err)
 	}
-	plan := newMigrationPlan(migs, f)
+	plan, err := newMigrationPlan(migs, f)
+	if err != nil {
+		return fail(err)
+	}
 	c, err := newSyncClient(cfg)
 	if err != nil {
 		return fail(err)
@@ -176,7 +179,7 @@ type migrationPlan struct {
 	migs []*migration
 }
 
-func newMigrationPlan(migs []*migration, f *migrateFlags) *migrationPlan {
+func newMigrationPlan(migs []*migration, f *migrateFlags) (*migrationPlan, error) {
 	p := &migrationPlan{DryRun: f.dryRun, Syncs: []map[string]any{}, NotTranslated: []untranslated{}, Suspend: []string{}, migs: migs}
 	for _, m := range migs {
 		p.NotTranslated = append(p.NotTranslated, m.NotTranslated...)
@@ -184,13 +187,17 @@ func newMigrationPlan(migs []*migration, f *migrateFlags) *migrationPlan {
 		if m.Sync == nil {
 			continue
 		}
-		p.Syncs = append(p.Syncs, syncObject(m))
+		u, err := syncObject(m)
+		if err != nil {
+			return nil, err
+		}
+		p.Syncs = append(p.Syncs, u)
 		if f.dryRun && f.suspendSource {
 			p.Suspend = append(p.Suspend, m.From)
 		}
 	}
 	p.Warnings = append(p.Warnings, unmetDependencies(migs)...)
-	return p
+	return p, nil
 }
 
 // unmetDependencies warns of each dependsOn naming no Sync of this migration: the Sync
@@ -219,16 +226,16 @@ func unmetDependencies(migs []*migration) []string {
 }
 
 // syncObject is the Sync as a user writes it: no status, no creation timestamp.
-func syncObject(m *migration) map[string]any {
+func syncObject(m *migration) (map[string]any, error) {
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(m.Sync)
-	if err != nil { // a typed Sync always converts
-		panic(err)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.From, err)
 	}
 	delete(u, "status")
 	if md, ok := u["metadata"].(map[string]any); ok {
 		delete(md, "creationTimestamp")
 	}
-	return u
+	return u, nil
 }
 
 // write prints the plan: -o yaml writes the Syncs to out (ready for kubectl apply -f -) and

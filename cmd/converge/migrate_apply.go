@@ -83,7 +83,11 @@ func (h *handover) run(ctx context.Context, p *migrationPlan, progress io.Writer
 }
 
 func (h *handover) handOver(ctx context.Context, m *migration, r *handOverResult, progress io.Writer) error {
-	u := &unstructured.Unstructured{Object: syncObject(m)}
+	obj, err := syncObject(m)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: obj}
 	if err := h.c.Patch(ctx, u, client.Apply, client.FieldOwner(engine.FieldManager)); err != nil { //nolint:staticcheck // see dryRun
 		return fmt.Errorf("apply: %w", err)
 	}
