@@ -148,6 +148,11 @@ func (f *migrateFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string, r
 		err = h.dryRun(ctx, plan)
 	case f.apply && (len(plan.NotTranslated) == 0 || f.allowPartial):
 		err = h.run(ctx, plan, cmd.ErrOrStderr())
+		for _, r := range plan.HandOvers {
+			if r.Suspended {
+				plan.Suspend = append(plan.Suspend, r.From)
+			}
+		}
 	case f.apply:
 		plan.Result = "nothing applied: some fields are not translated (--allow-partial applies the rest)"
 	}
