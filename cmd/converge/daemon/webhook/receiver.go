@@ -107,7 +107,7 @@ type Config struct {
 	// REST is the daemon's connection to the API server: each Sync's Secret is read with it,
 	// impersonating the user the Sync acts as.
 	REST *rest.Config
-	// User names the user a Sync acts as ("" is the daemon's own identity).
+	// User names the user a Sync acts as ("" is the daemon's own identity); required.
 	User func(*v1alpha1.Sync) string
 	Log  logr.Logger
 	// Options bound what a caller may cost (zero: DefaultOptions()).
@@ -116,6 +116,9 @@ type Config struct {
 
 // New returns the Receiver of c.
 func New(c Config) (*Receiver, error) {
+	if c.User == nil {
+		return nil, errors.New("webhook: no Config.User: whose rights a Secret is read with is unknown")
+	}
 	if c.Options == (Options{}) {
 		c.Options = DefaultOptions()
 	}
