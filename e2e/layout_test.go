@@ -31,6 +31,11 @@ var rules = map[string][]string{
 	binaryPkg + "/daemon/shard": {module + "/sources", module + "/inventory"},
 	// The write guard is a transport and nothing else.
 	binaryPkg + "/daemon/fence": {module},
+	// The webhook receiver reads a Sync and its Secret and patches one annotation: it never
+	// renders, applies or keeps an inventory, and metrics are the daemon's.
+	binaryPkg + "/daemon/webhook": {module + "/engine", module + "/sources", module + "/inventory", binaryPkg + "/daemon/shard", binaryPkg + "/daemon/notify", "github.com/prometheus"},
+	// The HTTP server of the webhook and /metrics knows no Sync, no cluster.
+	binaryPkg + "/daemon/httpserve": {module, "k8s.io", "sigs.k8s.io"},
 }
 
 // transitive are the rules checked against every dependency, not only the direct imports:
@@ -53,8 +58,8 @@ type pkg struct {
 
 // binaryPkg is the one binary, package main: nothing imports it. Its daemon package is
 // imported by it alone (the daemon is run by `converge run`, never by a library), the
-// daemon's own packages (shard, fence, notify) by the daemon alone; its internal packages
-// hold what its CLI verbs and the daemon share.
+// daemon's own packages (shard, fence, notify, webhook, httpserve) by the daemon and each
+// other alone; its internal packages hold what its CLI verbs and the daemon share.
 const binaryPkg = module + "/cmd/converge"
 
 // cmdImportAllowed reports whether importer may import imp, a package under cmd.
@@ -62,7 +67,7 @@ func cmdImportAllowed(importer, imp string) bool {
 	switch {
 	case imp == binaryPkg+"/daemon":
 		return importer == binaryPkg
-	case strings.HasPrefix(imp, binaryPkg+"/daemon/"): // its parts: shard, fence, notify
+	case strings.HasPrefix(imp, binaryPkg+"/daemon/"): // its parts: shard, fence, notify, webhook, httpserve
 		return importer == binaryPkg+"/daemon" || strings.HasPrefix(importer, binaryPkg+"/daemon/")
 	case strings.HasPrefix(imp, binaryPkg+"/internal/"):
 		return importer == binaryPkg || strings.HasPrefix(importer, binaryPkg+"/")

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon/webhook"
 	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
 	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/e2e/cluster"
@@ -224,12 +225,12 @@ func TestDaemonStatusSurvivesConflicts(t *testing.T) {
 // TestDaemonWebhookTriggersReconcile checks a signed push webhook makes a new commit land at
 // once although the interval is an hour, the request is mirrored to lastHandledRequest, and an
 // unsigned or wrongly signed request is refused. The secret is the Sync's own
-// (spec.webhook.secretRef); webhook_test.go covers the tenant cases.
+// (spec.webhook.secretRef); daemon/webhook's tests cover the tenant cases.
 func TestDaemonWebhookTriggersReconcile(t *testing.T) {
 	f := newFixture(t)
 	rev1 := f.publish(map[string]string{"b.yaml": cmB})
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-webhook", Namespace: f.ns},
-		StringData: map[string]string{webhookTokenKey: "s3cret\n"}}
+		StringData: map[string]string{webhook.TokenKey: "s3cret\n"}}
 	if err := f.c.Create(context.Background(), secret); err != nil {
 		t.Fatal(err)
 	}

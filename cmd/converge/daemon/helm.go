@@ -74,7 +74,7 @@ func (r *reconciler) helm(ctx context.Context, s *v1alpha1.Sync, src *sources.So
 	if h.Values != nil && read+len(h.Values.Raw) > maxValuesBytes {
 		return secretValues, false, fmt.Errorf("spec.source.helm: the Helm values (valuesFrom and values) pass %d MiB, the most one Sync may have", maxValuesBytes>>20)
 	}
-	src.Helm.Values = mergeValues(base, src.Helm.Values)
+	src.Helm.Values = sources.MergeValues(base, src.Helm.Values)
 	return secretValues, false, nil
 }
 

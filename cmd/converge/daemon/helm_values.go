@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/yaml"
-
-	"helm.sh/helm/v3/pkg/strvals"
 
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/status/v1alpha1"
@@ -61,10 +58,10 @@ func (r *reconciler) valuesFrom(ctx context.Context, s *v1alpha1.Sync) (vals map
 		}
 		if ref.TargetPath != "" {
 			if secret { // as set: without its quotes; as a template may print it: trimmed
-				secretValues = appendLeaves(secretValues, targetValue(string(data)))
+				secretValues = sources.AppendLeaves(secretValues, sources.TargetValue(string(data)))
 				secretValues = append(secretValues, strings.TrimSpace(string(data)))
 			}
-			if err := setTargetPath(vals, ref.TargetPath, string(data)); err != nil {
+			if err := sources.SetTargetPath(vals, ref.TargetPath, string(data)); err != nil {
 				return nil, secretValues, read, fmt.Errorf("%s: targetPath %q: %w", field, ref.TargetPath, err)
 			}
 		} else {
@@ -79,53 +76,18 @@ func (r *reconciler) valuesFrom(ctx context.Context, s *v1alpha1.Sync) (vals map
 				return nil, secretValues, read, fmt.Errorf("%s: %s key %q: %w", field, obj, key, valuesYAMLError(err, secret))
 			}
 			if secret {
-				secretValues = appendLeaves(secretValues, doc)
+				secretValues = sources.AppendLeaves(secretValues, doc)
 			}
-			vals = mergeValues(vals, doc)
+			vals = sources.MergeValues(vals, doc)
 		}
 		// What the values hold, not only what was read: a targetPath's list indexes make
 		// slots of their own.
-		if valuesSize(vals, maxValuesBytes) > maxValuesBytes {
+		if sources.ValuesSize(vals, maxValuesBytes) > maxValuesBytes {
 			return nil, secretValues, read, fmt.Errorf("%s: the Helm values pass %d MiB, the most one Sync may have", field, maxValuesBytes>>20)
 		}
 	}
 	return vals, secretValues, read, nil
 }
-
-// valuesSize estimates the bytes of v as JSON, stopping once past limit.
-func valuesSize(v any, limit int) int {
-	n := 0
-	var walk func(any)
-	walk = func(v any) {
-		if n > limit {
-			return
-		}
-		switch v := v.(type) {
-		case map[string]any:
-			for k, x := range v {
-				n += len(k) + 4
-				walk(x)
-			}
-		case []any:
-			for _, x := range v {
-				n++
-				walk(x)
-			}
-		case string:
-			n += len(v) + 2
-		default:
-			n += 5
-		}
-	}
-	walk(v)
-	return n
-}
-
-// maxTargetIndex bounds a list index of a targetPath: strvals allocates every slot up to it.
-const maxTargetIndex = 999
-
-// targetIndex finds the list indexes of a targetPath.
-var targetIndex = regexp.MustCompile(`\[(\d+)\]`)
 
 // valuesKey reads key of the ConfigMap (data, then binaryData) or Secret name of s's
 // namespace, as s's user.
@@ -167,94 +129,4 @@ func valuesYAMLError(err error, secret bool) error {
 		return fmt.Errorf("not a YAML mapping of values (line %s; the parser's message is withheld: it would quote the Secret)", m[1])
 	}
 	return fmt.Errorf("not a YAML mapping of values (the parser's message is withheld: it would quote the Secret)")
-}
-
-// mergeValues merges src over dst, map by map (any other value of src replaces dst's), as
-// Flux merges valuesFrom and values; it returns dst.
-func mergeValues(dst, src map[string]any) map[string]any {
-	if dst == nil {
-		dst = map[string]any{}
-	}
-	for k, v := range src {
-		if sm, ok := v.(map[string]any); ok {
-			if dm, ok := dst[k].(map[string]any); ok {
-				dst[k] = mergeValues(dm, sm)
-				continue
-			}
-		}
-		dst[k] = v
-	}
-	return dst
-}
-
-// setTargetPath sets value at path (Helm's --set syntax: a.b[0].c, \. for a dot in a key)
-// in vals, typed as Flux's targetPath types it: a value in single or double quotes is the
-// string inside them; else true, false, null and integers are typed as --set types them,
-// and anything else is a string. Unlike --set, a comma or a brace in the value is not
-// syntax: the whole value is set.
-func setTargetPath(vals map[string]any, path, value string) error {
-	for _, m := range targetIndex.FindAllStringSubmatch(path, -1) {
-		if i, err := strconv.Atoi(m[1]); err != nil || i > maxTargetIndex {
-			return fmt.Errorf("list index %s: at most %d", m[1], maxTargetIndex)
-		}
-	}
-	typed := targetValue(value)
-	// strvals parses the path; the reader hands it the value as is ("v" is never read).
-	return strvals.ParseIntoFile(path+"=v", vals, func([]rune) (any, error) { return typed, nil })
-}
-
-// targetValue types a targetPath value (setTargetPath).
-func targetValue(v string) any {
-	if n := len(v); n >= 2 && (v[0] == '"' && v[n-1] == '"' || v[0] == '\'' && v[n-1] == '\'') {
-		return v[1 : n-1]
-	}
-	switch {
-	case strings.EqualFold(v, "true"):
-		return true
-	case strings.EqualFold(v, "false"):
-		return false
-	case strings.EqualFold(v, "null"):
-		return nil
-	case v == "0":
-		return int64(0)
-	}
-	if v != "" && v[0] != '0' {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			return n
-		}
-	}
-	return v
-}
-
-// appendLeaves appends the scalar values of a values tree, as text, to out: a template
-// that fails may quote one of them alone.
-func appendLeaves(out []string, v any) []string {
-	switch v := v.(type) {
-	case map[string]any:
-		for _, x := range v {
-			out = appendLeaves(out, x)
-		}
-	case []any:
-		for _, x := range v {
-			out = appendLeaves(out, x)
-		}
-	case nil:
-	case string:
-		out = append(out, v)
-		if strings.Contains(v, "\n") {
-			// toYaml re-indents a multi-line value: each line may be printed alone.
-			for _, line := range strings.Split(v, "\n") {
-				if line = strings.TrimSpace(line); line != "" {
-					out = append(out, line)
-				}
-			}
-		}
-	case float64:
-		// YAML numbers decode as float64; a template prints them as JSON and toYaml do
-		// (12345678), or as int does, not as fmt does (1.2345678e+07).
-		out = append(out, fmt.Sprint(v), strconv.FormatFloat(v, 'f', -1, 64))
-	default:
-		out = append(out, fmt.Sprint(v))
-	}
-	return out
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -299,34 +298,5 @@ func TestDaemonHelmValuesAliasesBounded(t *testing.T) {
 	}
 	if _, err := f.configMap("app-values"); err == nil {
 		t.Error("the chart was applied")
-	}
-}
-
-// TestValuesFromBoundsWhatPathsAllocate: a targetPath list index past 999 is refused
-// before strvals allocates its slots (each [65536] allocated a 1 MiB list: 35 in a 247-
-// character path took 35 MiB from a 1-byte value), and the values' size counts the slots a
-// path makes.
-func TestValuesFromBoundsWhatPathsAllocate(t *testing.T) {
-	vals := map[string]any{}
-	if err := setTargetPath(vals, "a[1000]", "1"); err == nil || !strings.Contains(err.Error(), "at most 999") {
-		t.Errorf("index 1000: %v, want refused", err)
-	}
-	if err := setTargetPath(vals, "a[999][999][999]", "1"); err != nil {
-		t.Fatal(err)
-	}
-	if n := valuesSize(vals, maxValuesBytes); n < 3*1000 {
-		t.Errorf("values of three lists of 1,000 slots estimated at %d bytes", n)
-	}
-}
-
-// TestSecretLeavesRedactedAsTemplatesPrint: a Secret's number is hidden as toYaml and int
-// print it (12345678), not only as fmt does (1.2345678e+07), and each line of a multi-line
-// value on its own (without it: a chart's fail (toYaml .Values.db) showed the PIN).
-func TestSecretLeavesRedactedAsTemplatesPrint(t *testing.T) {
-	got := appendLeaves(nil, map[string]any{"pin": float64(12345678), "key": "-----BEGIN KEY-----\nAbCdEfGh\n-----END KEY-----\n"})
-	for _, want := range []string{"12345678", "AbCdEfGh", "-----BEGIN KEY-----"} {
-		if !slices.Contains(got, want) {
-			t.Errorf("%q not among the redacted forms %q", want, got)
-		}
 	}
 }

@@ -567,7 +567,7 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, on := range []bool{false, true} {
-		srv := httptest.NewServer(newMetricsServer("", reg, on).handler)
+		srv := httptest.NewServer(newMetricsServer("", reg, on).Handler)
 		resp, err := http.Get(srv.URL + "/debug/pprof/heap")
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon/webhook"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
 	"github.com/converge-dev/converge/sources/helmrepo"
@@ -135,7 +136,7 @@ type Options struct {
 	// QuickStart, when its GitURL is set, is a Sync the daemon creates and owns at start.
 	QuickStart QuickStart
 
-	webhook webhookOptions // zero: defaultWebhookOptions(); tests shorten it
+	webhook webhook.Options // zero: webhook.DefaultOptions(); tests shorten it
 	// alsoWatch adds namespaces to WatchNamespace's (test-only: cross-namespace dependencies
 	// without watching every namespace of the shared test cluster).
 	alsoWatch []string
@@ -177,7 +178,7 @@ func DefaultOptions() Options {
 			RenderSlots: sources.DefaultRenderSlots},
 		RenderCacheSize: sources.DefaultRenderCacheBytes,
 		QuickStart:      DefaultQuickStart(),
-		webhook:         defaultWebhookOptions(),
+		webhook:         webhook.DefaultOptions(),
 	}
 }
 

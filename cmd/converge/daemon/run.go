@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon/webhook"
 	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
@@ -154,16 +155,13 @@ func addServers(mgr ctrl.Manager, reg prometheus.Gatherer, o Options) error {
 		}
 	}
 	if o.WebhookAddr != "" {
-		if o.webhook == (webhookOptions{}) {
-			o.webhook = defaultWebhookOptions()
-		}
-		secrets, err := newImpersonatingSecrets(mgr.GetConfig())
+		hook, err := webhook.New(webhook.Config{Addr: o.WebhookAddr, Syncs: mgr.GetClient(), Client: mgr.GetClient(),
+			REST: mgr.GetConfig(), User: func(s *v1alpha1.Sync) string { return actsAs(s, o.DefaultServiceAccount) },
+			Log: mgr.GetLogger().WithName("webhook"), Options: o.webhook})
 		if err != nil {
 			return err
 		}
-		hook := &webhook{addr: o.WebhookAddr, syncs: mgr.GetClient(), secrets: secrets, defaultSA: o.DefaultServiceAccount, client: mgr.GetClient(),
-			log: mgr.GetLogger().WithName("webhook"), opts: o.webhook}
-		if err := mgr.Add(hook.runnable()); err != nil {
+		if err := mgr.Add(hook.Runnable()); err != nil {
 			return err
 		}
 	}

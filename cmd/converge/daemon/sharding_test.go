@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/cmd/converge/daemon/shard"
+	"github.com/converge-dev/converge/cmd/converge/daemon/webhook"
 	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/fault"
@@ -426,7 +427,7 @@ func TestDaemonShardingWebhookOnAnyReplica(t *testing.T) {
 	f := newFixture(t)
 	rev1 := f.publish(map[string]string{"b.yaml": cmB})
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-webhook", Namespace: f.ns},
-		StringData: map[string]string{webhookTokenKey: "s3cret\n"}}
+		StringData: map[string]string{webhook.TokenKey: "s3cret\n"}}
 	if err := f.c.Create(context.Background(), secret); err != nil {
 		t.Fatal(err)
 	}

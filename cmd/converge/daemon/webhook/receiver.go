@@ -1,4 +1,4 @@
-package daemon
+package webhook
 
 import (
 	"context"
@@ -12,17 +12,19 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon/httpserve"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
-// webhookTokenKey is the key of the Secret named by spec.webhook.secretRef, as in a Flux
+// TokenKey is the key of the Secret named by spec.webhook.secretRef, as in a Flux
 // Receiver's Secret.
-const webhookTokenKey = "token"
+const TokenKey = "token"
 
-// webhookOptions bound what one caller of the webhook may cost the daemon.
-type webhookOptions struct {
+// Options bound what one caller of the webhook may cost the daemon.
+type Options struct {
 	// MaxBodyBytes is the largest body read; a larger one gets 413. The body is streamed
 	// into the signature check, never held: this bounds the time a request costs, not memory.
 	MaxBodyBytes int64
@@ -41,13 +43,13 @@ type webhookOptions struct {
 	// or failed is not remembered. Syncs bounds this memory too.
 	TokenTTL time.Duration
 	// Server bounds slow clients and how many connections are open at once.
-	Server serverLimits
+	Server httpserve.Limits
 }
 
-// defaultWebhookOptions fit GitHub and GitLab push events (GitHub caps payloads at 25 MB but a
+// DefaultOptions fit GitHub and GitLab push events (GitHub caps payloads at 25 MB but a
 // push of a few commits is a few KB; the body is only hashed, never parsed).
-func defaultWebhookOptions() webhookOptions {
-	return webhookOptions{
+func DefaultOptions() Options {
+	return Options{
 		MaxBodyBytes:      1 << 20,
 		MaxConcurrent:     32,
 		APITimeout:        10 * time.Second,
@@ -55,7 +57,7 @@ func defaultWebhookOptions() webhookOptions {
 		DeliveriesPerSync: 256,
 		Syncs:             4096,
 		TokenTTL:          10 * time.Second,
-		Server: serverLimits{
+		Server: httpserve.Limits{
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       15 * time.Second,
 			WriteTimeout:      30 * time.Second,
@@ -66,17 +68,17 @@ func defaultWebhookOptions() webhookOptions {
 	}
 }
 
-// webhook receives git push notifications on POST /hooks/<namespace>/<name> and asks for an
+// Receiver receives git push notifications on POST /hooks/<namespace>/<name> and asks for an
 // immediate reconcile of that Sync by setting its converge.dev/requestedAt annotation.
 //
 // Each Sync is signed by its own Secret (spec.webhook.secretRef, key "token"), read as the
-// Sync's identity (its spec.serviceAccountName, else --default-service-account, as every other
-// read of the Sync's): GitHub requests are checked with X-Hub-Signature-256 (HMAC-SHA256 of the
-// body), GitLab requests with X-Gitlab-Token. A Sync without spec.webhook is never triggered.
-// A missing Sync, a Sync without a secret it may read and a wrong signature get the same
-// answer. The Sync and its secret are found before the body is read: a request for a path
-// without a secret is answered without reading its body.
-type webhook struct {
+// Sync's identity (its spec.serviceAccountName, else --default-service-account: Config.User,
+// as every other read of the Sync's): GitHub requests are checked with X-Hub-Signature-256
+// (HMAC-SHA256 of the body), GitLab requests with X-Gitlab-Token. A Sync without spec.webhook
+// is never triggered. A missing Sync, a Sync without a secret it may read and a wrong
+// signature get the same answer. The Sync and its secret are found before the body is read:
+// a request for a path without a secret is answered without reading its body.
+type Receiver struct {
 	addr string
 	// syncs reads Syncs (the manager's cache: it watches them anyway).
 	syncs client.Reader
@@ -84,27 +86,60 @@ type webhook struct {
 	// identity: the daemon may get Secrets but is not meant to list or watch them. tokens
 	// remembers what it read.
 	secrets secretGetter
-	// defaultSA is --default-service-account (see actsAs).
-	defaultSA string
+	// user names the user a Sync acts as ("" is the daemon's own identity).
+	user func(*v1alpha1.Sync) string
 	// client patches the requestedAt annotation.
 	client client.Writer
 	log    logr.Logger
-	opts   webhookOptions
-	seen   *deliveries   // set by runnable
-	tokens *tokens       // set by runnable
-	slots  chan struct{} // set by runnable: one per request being handled
+	opts   Options
+	seen   *deliveries
+	tokens *tokens
+	slots  chan struct{} // one per request being handled
 }
 
-// runnable serves the hooks on every replica: the annotation reaches the leader. Each
+// Config is what a Receiver reads, writes and serves with.
+type Config struct {
+	// Addr is the address served.
+	Addr string
+	// Syncs reads Syncs; Client patches their requestedAt annotation.
+	Syncs  client.Reader
+	Client client.Writer
+	// REST is the daemon's connection to the API server: each Sync's Secret is read with it,
+	// impersonating the user the Sync acts as.
+	REST *rest.Config
+	// User names the user a Sync acts as ("" is the daemon's own identity); required.
+	User func(*v1alpha1.Sync) string
+	Log  logr.Logger
+	// Options bound what a caller may cost (zero: DefaultOptions()).
+	Options Options
+}
+
+// New returns the Receiver of c.
+func New(c Config) (*Receiver, error) {
+	if c.User == nil {
+		return nil, errors.New("webhook: no Config.User: whose rights a Secret is read with is unknown")
+	}
+	if c.Options == (Options{}) {
+		c.Options = DefaultOptions()
+	}
+	secrets, err := newImpersonatingSecrets(c.REST)
+	if err != nil {
+		return nil, err
+	}
+	o := c.Options
+	return &Receiver{addr: c.Addr, syncs: c.Syncs, secrets: secrets, user: c.User, client: c.Client, log: c.Log, opts: o,
+		seen:   newDeliveries(o.ReplayWindow, o.DeliveriesPerSync, o.Syncs),
+		tokens: newTokens(o.TokenTTL, o.Syncs),
+		slots:  make(chan struct{}, max(o.MaxConcurrent, 1))}, nil
+}
+
+// Runnable serves the hooks on every replica: the annotation reaches the leader. Each
 // replica remembers the deliveries it handled; a load balancer that sends a repeat to
 // another replica triggers one more reconcile, no more.
-func (w *webhook) runnable() httpRunnable {
-	w.seen = newDeliveries(w.opts.ReplayWindow, w.opts.DeliveriesPerSync, w.opts.Syncs)
-	w.tokens = newTokens(w.opts.TokenTTL, w.opts.Syncs)
-	w.slots = make(chan struct{}, max(w.opts.MaxConcurrent, 1))
+func (w *Receiver) Runnable() httpserve.Runnable {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hooks/{namespace}/{name}", w.handle)
-	return httpRunnable{addr: w.addr, handler: mux, limits: w.opts.Server}
+	return httpserve.Runnable{Addr: w.addr, Handler: mux, Limits: w.opts.Server}
 }
 
 // refuse is the one answer to every request that is not authentic, whatever the reason. The
@@ -120,7 +155,7 @@ func tooLarge(rw http.ResponseWriter, limit int64) {
 	http.Error(rw, "body larger than "+strconv.FormatInt(limit, 10)+" bytes", http.StatusRequestEntityTooLarge)
 }
 
-func (w *webhook) handle(rw http.ResponseWriter, req *http.Request) {
+func (w *Receiver) handle(rw http.ResponseWriter, req *http.Request) {
 	select {
 	case w.slots <- struct{}{}:
 		defer func() { <-w.slots }()
@@ -177,7 +212,7 @@ func (w *webhook) handle(rw http.ResponseWriter, req *http.Request) {
 // secretOf reads the Sync and the token of the Secret it names, as the Sync's identity (see
 // tokenOf). It returns a nil secret and the reason (for the log only, never shown to the
 // caller) when there is none.
-func (w *webhook) secretOf(ctx context.Context, key client.ObjectKey) (types.UID, []byte, string) {
+func (w *Receiver) secretOf(ctx context.Context, key client.ObjectKey) (types.UID, []byte, string) {
 	s := &v1alpha1.Sync{}
 	if err := w.syncs.Get(ctx, key, s); err != nil {
 		// Not an error log: any caller can name a namespace outside the cache.
@@ -187,7 +222,7 @@ func (w *webhook) secretOf(ctx context.Context, key client.ObjectKey) (types.UID
 		return "", nil, "the Sync has no spec.webhook.secretRef"
 	}
 	ref := client.ObjectKey{Namespace: key.Namespace, Name: s.Spec.Webhook.SecretRef.Name}
-	user := actsAs(s, w.defaultSA)
+	user := w.user(s)
 	t := w.tokens.get(tokenKey{s.UID, ref.Name, user}, func() (token, bool) { return w.tokenOf(ctx, key, ref, user) })
 	if t.value == nil {
 		return "", nil, t.why
@@ -196,12 +231,12 @@ func (w *webhook) secretOf(ctx context.Context, key client.ObjectKey) (types.UID
 }
 
 // tokenOf reads the token of Secret ref, named by Sync key, from the API server as user (the
-// Sync's identity, as engineSet.secret reads its git Secret), and says whether the answer may
+// Sync's identity, as the daemon reads its git Secret), and says whether the answer may
 // be cached: an error other than NotFound (RBAC, a timeout) is not, and is logged, for the
 // operator. Read as the daemon, a Sync's author could have any Secret of the namespace, even
 // one they may not read, sign requests; a Sync whose identity may not read the Secret is
 // never triggered.
-func (w *webhook) tokenOf(ctx context.Context, key, ref client.ObjectKey, user string) (token, bool) {
+func (w *Receiver) tokenOf(ctx context.Context, key, ref client.ObjectKey, user string) (token, bool) {
 	sec, err := w.secrets.getSecret(ctx, user, ref)
 	if err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -210,9 +245,9 @@ func (w *webhook) tokenOf(ctx context.Context, key, ref client.ObjectKey, user s
 		}
 		return token{why: "cannot read Secret " + ref.Name}, true
 	}
-	value := []byte(strings.TrimSpace(string(sec.Data[webhookTokenKey])))
+	value := []byte(strings.TrimSpace(string(sec.Data[TokenKey])))
 	if len(value) == 0 {
-		return token{why: "Secret " + ref.Name + " has no key " + webhookTokenKey}, true
+		return token{why: "Secret " + ref.Name + " has no key " + TokenKey}, true
 	}
 	return token{value: value}, true
 }
@@ -220,7 +255,7 @@ func (w *webhook) tokenOf(ctx context.Context, key, ref client.ObjectKey, user s
 // request sets the requestedAt annotation of the Sync whose secret signed the request, and
 // only of that one: the patch carries its UID, so a Sync recreated under the same name in
 // between (with another secret) is refused by the API server.
-func (w *webhook) request(ctx context.Context, key client.ObjectKey, uid types.UID) error {
+func (w *Receiver) request(ctx context.Context, key client.ObjectKey, uid types.UID) error {
 	_, patch, err := v1alpha1.ReconcileRequest(uid, time.Now())
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package daemon
+package webhook
 
 import (
 	"bufio"
@@ -21,40 +21,46 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
-// hookFixture is a webhook receiver served against the real API server, with Syncs that
-// are suspended (nothing reconciles them: the test reads the requestedAt annotation).
+// hookFixture is a webhook receiver served against the real API server, in a namespace of
+// its own, with Syncs that are suspended (nothing reconciles them: the test reads the
+// requestedAt annotation).
 type hookFixture struct {
-	*fixture
+	t   *testing.T
+	ns  string
+	c   client.Client
 	url string
 }
 
 // newHookFixture serves a webhook with opts; mutate runs before it serves.
-func newHookFixture(t *testing.T, opts webhookOptions, mutate ...func(*webhook)) *hookFixture {
+func newHookFixture(t *testing.T, opts Options, mutate ...func(*Receiver)) *hookFixture {
 	t.Helper()
-	f := newFixture(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	if err := installSyncCRD(ctx, env.Config, f.c); err != nil {
-		t.Fatal(err)
-	}
-	addr := cluster.FreeAddr()
-	secrets, err := newImpersonatingSecrets(env.Config)
+	cluster.Require(t, env)
+	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hook := &webhook{addr: addr, syncs: f.c, secrets: secrets, client: f.c, log: logr.Discard(), opts: opts}
-	srv := hook.runnable()
+	installSyncCRD(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	addr := cluster.FreeAddr()
+	hook, err := New(Config{Addr: addr, Syncs: c, Client: c, REST: env.Config, User: actsAs(""), Log: logr.Discard(), Options: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := hook.Runnable()
 	for _, m := range mutate {
 		m(hook)
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &hookFixture{fixture: f, url: "http://" + addr + "/hooks/" + f.ns + "/"}
+	ns := env.Namespace(t)
+	return &hookFixture{t: t, ns: ns, c: c, url: "http://" + addr + "/hooks/" + ns + "/"}
 }
 
 // sync creates a suspended Sync, with a webhook Secret holding token unless token is empty;
@@ -63,11 +69,11 @@ func (h *hookFixture) sync(name, token string, mutate ...func(*v1alpha1.Sync)) {
 	h.t.Helper()
 	ctx := context.Background()
 	s := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns}, Spec: v1alpha1.SyncSpec{
-		Source:   v1alpha1.Source{Git: &v1alpha1.GitSource{URL: h.git.RepoURL("app")}},
+		Source:   v1alpha1.Source{Git: &v1alpha1.GitSource{URL: "https://git.example.invalid/app.git"}},
 		Interval: metav1.Duration{Duration: time.Hour}, Suspend: true}}
 	if token != "" {
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-webhook", Namespace: h.ns},
-			StringData: map[string]string{webhookTokenKey: token + "\n"}}
+			StringData: map[string]string{TokenKey: token + "\n"}}
 		if err := h.c.Create(ctx, sec); err != nil {
 			h.t.Fatal(err)
 		}
@@ -140,7 +146,7 @@ func github(secret string, body []byte, delivery string) map[string]string {
 // was accepted), and a missing Sync, a Sync without a secret and a wrong signature or token
 // all get the same answer.
 func TestWebhookSecretPerSync(t *testing.T) {
-	h := newHookFixture(t, defaultWebhookOptions())
+	h := newHookFixture(t, DefaultOptions())
 	h.sync("a", "secret-a")
 	h.sync("b", "secret-b")
 	h.sync("nosecret", "")
@@ -195,10 +201,10 @@ func (c *countingSecrets) getSecret(ctx context.Context, user string, key client
 // it, so anyone could turn requests into Secret reads, and time them against a missing Sync);
 // a rotated token is used once the TTL has passed.
 func TestWebhookSecretReadsBounded(t *testing.T) {
-	opts := defaultWebhookOptions()
+	opts := DefaultOptions()
 	var later atomic.Int64 // how far the token cache's clock is ahead
 	secrets := &countingSecrets{}
-	h := newHookFixture(t, opts, func(w *webhook) {
+	h := newHookFixture(t, opts, func(w *Receiver) {
 		secrets.secretGetter = w.secrets
 		w.secrets = secrets
 		w.tokens.now = func() time.Time { return time.Now().Add(time.Duration(later.Load())) }
@@ -224,7 +230,7 @@ func TestWebhookSecretReadsBounded(t *testing.T) {
 	if err := h.c.Get(context.Background(), client.ObjectKey{Namespace: h.ns, Name: "a-webhook"}, sec); err != nil {
 		t.Fatal(err)
 	}
-	sec.Data = map[string][]byte{webhookTokenKey: []byte("secret-new")}
+	sec.Data = map[string][]byte{TokenKey: []byte("secret-new")}
 	if err := h.c.Update(context.Background(), sec); err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +250,7 @@ func TestWebhookSecretReadsBounded(t *testing.T) {
 // TestWebhookRefusesWithoutTriggering checks a refused request writes nothing: b stays
 // untouched after a request signed with a's secret.
 func TestWebhookRefusesWithoutTriggering(t *testing.T) {
-	h := newHookFixture(t, defaultWebhookOptions())
+	h := newHookFixture(t, DefaultOptions())
 	h.sync("a", "secret-a")
 	h.sync("b", "secret-b")
 	body := []byte(`{}`)
@@ -260,7 +266,7 @@ func TestWebhookRefusesWithoutTriggering(t *testing.T) {
 // GitHub and GitLab, gets 413 and triggers nothing (it was truncated, then failed its
 // signature with 401).
 func TestWebhookBodyOverLimit(t *testing.T) {
-	opts := defaultWebhookOptions()
+	opts := DefaultOptions()
 	opts.MaxBodyBytes = 1024
 	h := newHookFixture(t, opts)
 	h.sync("a", "secret-a")
@@ -303,7 +309,7 @@ func TestWebhookBodyOverLimit(t *testing.T) {
 // delivery ID, the same signed body under a new ID, and a GitLab Idempotency-Key repeat all
 // leave requestedAt as the first delivery set it.
 func TestWebhookIgnoresReplays(t *testing.T) {
-	h := newHookFixture(t, defaultWebhookOptions())
+	h := newHookFixture(t, DefaultOptions())
 	h.sync("a", "secret-a")
 	body := []byte(`{"after":"1111"}`)
 	if code, text := h.post("a", body, github("secret-a", body, "delivery-1")); code != http.StatusAccepted {
@@ -350,7 +356,7 @@ func TestWebhookIgnoresReplays(t *testing.T) {
 // is answered or disconnected by the server (it was held as long as the client liked: the
 // body had no read deadline). The timeouts are short options; the test only waits, boundedly.
 func TestWebhookCutsSlowClients(t *testing.T) {
-	opts := defaultWebhookOptions()
+	opts := DefaultOptions()
 	opts.Server.ReadHeaderTimeout = 300 * time.Millisecond
 	opts.Server.ReadTimeout = 500 * time.Millisecond
 	h := newHookFixture(t, opts)
@@ -386,46 +392,12 @@ func TestWebhookCutsSlowClients(t *testing.T) {
 	}
 }
 
-// TestDeliveriesWindowAndBounds checks the replay memory forgets after its window, per Sync,
-// and releases a delivery that could not be handled.
-func TestDeliveriesWindowAndBounds(t *testing.T) {
-	now := time.Unix(0, 0)
-	d := newDeliveries(time.Hour, 2, 2)
-	d.now = func() time.Time { return now }
-	a, b := types.UID("a"), types.UID("b")
-	steps := []struct {
-		name string
-		uid  types.UID
-		keys []string
-		want bool
-	}{
-		{"first", a, []string{"1"}, true},
-		{"repeat", a, []string{"1"}, false},
-		{"other Sync", b, []string{"1"}, true},
-		{"any key seen", a, []string{"2", "1"}, false},
-		{"no keys", a, nil, true},
-	}
-	for _, s := range steps {
-		if got := d.claim(s.uid, s.keys); got != s.want {
-			t.Errorf("%s: claim %v, want %v", s.name, got, s.want)
-		}
-	}
-	d.release(a, []string{"1"})
-	if !d.claim(a, []string{"1"}) {
-		t.Errorf("a released delivery was refused")
-	}
-	now = now.Add(time.Hour)
-	if !d.claim(a, []string{"1"}) {
-		t.Errorf("a delivery older than the window was refused")
-	}
-}
-
 // TestWebhookPatchNamesTheUID checks the trigger carries the UID of the Sync whose secret was
 // checked: a Sync recreated under the same name in between is not triggered (I14).
 func TestWebhookPatchNamesTheUID(t *testing.T) {
-	h := newHookFixture(t, defaultWebhookOptions())
+	h := newHookFixture(t, DefaultOptions())
 	h.sync("a", "secret-a")
-	hook := &webhook{client: h.c}
+	hook := &Receiver{client: h.c}
 	err := hook.request(context.Background(), client.ObjectKey{Namespace: h.ns, Name: "a"}, types.UID("0b7e5a52-0000-0000-0000-000000000000"))
 	if err == nil {
 		t.Errorf("a trigger for another UID was accepted")

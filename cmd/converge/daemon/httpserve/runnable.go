@@ -1,4 +1,6 @@
-package daemon
+// Package httpserve serves an HTTP handler as a manager Runnable on every replica, with
+// bounds on slow clients and open connections.
+package httpserve
 
 import (
 	"context"
@@ -9,19 +11,19 @@ import (
 	"time"
 )
 
-// httpRunnable is a manager Runnable serving handler on addr on every replica (not only the
+// Runnable is a manager Runnable serving Handler on Addr on every replica (not only the
 // leader) until the manager stops, then shutting down gracefully.
-type httpRunnable struct {
-	addr    string
-	handler http.Handler
-	limits  serverLimits
+type Runnable struct {
+	Addr    string
+	Handler http.Handler
+	Limits  Limits
 }
 
-// serverLimits bound how long a slow client may hold a connection, how large its headers
+// Limits bound how long a slow client may hold a connection, how large its headers
 // may be and how many connections are open at once. A zero field keeps net/http's default
 // (no limit), except ReadHeaderTimeout (10s): the metrics server sets only that one, since a
 // /debug/pprof/profile answer takes 30s.
-type serverLimits struct {
+type Limits struct {
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	MaxHeaderBytes                                            int
 	// MaxConns is how many connections are open at once: one more is closed as soon as it
@@ -31,23 +33,23 @@ type serverLimits struct {
 }
 
 // NeedLeaderElection is false: followers serve too.
-func (h httpRunnable) NeedLeaderElection() bool { return false }
+func (h Runnable) NeedLeaderElection() bool { return false }
 
 // Start serves until ctx ends.
-func (h httpRunnable) Start(ctx context.Context) error {
-	srv := &http.Server{Handler: h.handler, ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout: h.limits.ReadTimeout, WriteTimeout: h.limits.WriteTimeout,
-		IdleTimeout: h.limits.IdleTimeout, MaxHeaderBytes: h.limits.MaxHeaderBytes,
+func (h Runnable) Start(ctx context.Context) error {
+	srv := &http.Server{Handler: h.Handler, ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: h.Limits.ReadTimeout, WriteTimeout: h.Limits.WriteTimeout,
+		IdleTimeout: h.Limits.IdleTimeout, MaxHeaderBytes: h.Limits.MaxHeaderBytes,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
-	if h.limits.ReadHeaderTimeout > 0 {
-		srv.ReadHeaderTimeout = h.limits.ReadHeaderTimeout
+	if h.Limits.ReadHeaderTimeout > 0 {
+		srv.ReadHeaderTimeout = h.Limits.ReadHeaderTimeout
 	}
-	l, err := net.Listen("tcp", h.addr)
+	l, err := net.Listen("tcp", h.Addr)
 	if err != nil {
 		return err
 	}
-	if h.limits.MaxConns > 0 {
-		l = &connLimit{Listener: l, open: make(chan struct{}, h.limits.MaxConns)}
+	if h.Limits.MaxConns > 0 {
+		l = &connLimit{Listener: l, open: make(chan struct{}, h.Limits.MaxConns)}
 	}
 	go func() {
 		<-ctx.Done()

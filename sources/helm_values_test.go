@@ -1,6 +1,8 @@
-package daemon
+package sources
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -24,7 +26,7 @@ func TestSetTargetPath(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vals := map[string]any{"image": map[string]any{"repo": "web"}}
-			if err := setTargetPath(vals, tc.path, tc.value); err != nil {
+			if err := SetTargetPath(vals, tc.path, tc.value); err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tc.want, vals); diff != "" {
@@ -39,7 +41,36 @@ func TestMergeValues(t *testing.T) {
 	dst := map[string]any{"a": map[string]any{"x": 1.0, "y": 1.0}, "b": []any{1.0}, "c": "keep"}
 	src := map[string]any{"a": map[string]any{"y": 2.0, "z": 2.0}, "b": []any{2.0}, "d": map[string]any{"n": nil}}
 	want := map[string]any{"a": map[string]any{"x": 1.0, "y": 2.0, "z": 2.0}, "b": []any{2.0}, "c": "keep", "d": map[string]any{"n": nil}}
-	if diff := cmp.Diff(want, mergeValues(dst, src)); diff != "" {
+	if diff := cmp.Diff(want, MergeValues(dst, src)); diff != "" {
 		t.Errorf("merged (-want +got):\n%s", diff)
+	}
+}
+
+// TestSetTargetPathBoundsWhatItAllocates: a targetPath list index past 999 is refused
+// before strvals allocates its slots (each [65536] allocated a 1 MiB list: 35 in a 247-
+// character path took 35 MiB from a 1-byte value), and the values' size counts the slots a
+// path makes.
+func TestSetTargetPathBoundsWhatItAllocates(t *testing.T) {
+	vals := map[string]any{}
+	if err := SetTargetPath(vals, "a[1000]", "1"); err == nil || !strings.Contains(err.Error(), "at most 999") {
+		t.Errorf("index 1000: %v, want refused", err)
+	}
+	if err := SetTargetPath(vals, "a[999][999][999]", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := ValuesSize(vals, 4<<20); n < 3*1000 {
+		t.Errorf("values of three lists of 1,000 slots estimated at %d bytes", n)
+	}
+}
+
+// TestSecretLeavesRedactedAsTemplatesPrint: a Secret's number is hidden as toYaml and int
+// print it (12345678), not only as fmt does (1.2345678e+07), and each line of a multi-line
+// value on its own (without it: a chart's fail (toYaml .Values.db) showed the PIN).
+func TestSecretLeavesRedactedAsTemplatesPrint(t *testing.T) {
+	got := AppendLeaves(nil, map[string]any{"pin": float64(12345678), "key": "-----BEGIN KEY-----\nAbCdEfGh\n-----END KEY-----\n"})
+	for _, want := range []string{"12345678", "AbCdEfGh", "-----BEGIN KEY-----"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("%q not among the redacted forms %q", want, got)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package daemon
+package webhook
 
 import (
 	"context"
@@ -20,8 +20,8 @@ type secretGetter interface {
 }
 
 // impersonatingSecrets is a secretGetter on one client of the daemon's, each request
-// impersonating its user with the Impersonate-User header, as the engines' clients do
-// (engineSet.newActor): one client and connection pool for every identity, none kept per user.
+// impersonating its user with the Impersonate-User header, as the daemon's engines' clients
+// do: one client and connection pool for every identity, none kept per user.
 type impersonatingSecrets struct{ rest rest.Interface }
 
 func newImpersonatingSecrets(cfg *rest.Config) (impersonatingSecrets, error) {

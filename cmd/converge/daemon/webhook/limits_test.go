@@ -1,4 +1,4 @@
-package daemon
+package webhook
 
 import (
 	"bufio"
@@ -61,7 +61,7 @@ func statusWithin(conn net.Conn, bound time.Duration) (string, error) {
 // allows reading Secrets. Without it: the daemon read the Secret with its own rights and
 // the signed request triggered both Syncs (202).
 func TestWebhookReadsTheSecretAsTheSync(t *testing.T) {
-	h := newHookFixture(t, defaultWebhookOptions(), func(w *webhook) { w.defaultSA = "deployer" })
+	h := newHookFixture(t, DefaultOptions(), func(w *Receiver) { w.user = actsAs("deployer") })
 	h.deployer() // ConfigMaps only
 	h.sync("named", "secret-a", func(s *v1alpha1.Sync) { s.Spec.ServiceAccountName = "deployer" })
 	h.sync("default", "secret-b")
@@ -107,7 +107,7 @@ func TestWebhookReadsTheSecretAsTheSync(t *testing.T) {
 // it: the body was read first, and each answer waited for the server's read timeout
 // (60 s here; the test waited 20 s).
 func TestWebhookAnswersBeforeTheBody(t *testing.T) {
-	opts := defaultWebhookOptions()
+	opts := DefaultOptions()
 	opts.MaxBodyBytes = 1024
 	opts.Server.ReadTimeout = time.Minute
 	h := newHookFixture(t, opts)
@@ -143,7 +143,7 @@ func TestWebhookAnswersBeforeTheBody(t *testing.T) {
 // once the stalled clients go, requests are served again. Without it: there was no cap,
 // and the third request was served (202).
 func TestWebhookCapsConcurrentRequests(t *testing.T) {
-	opts := defaultWebhookOptions()
+	opts := DefaultOptions()
 	opts.MaxConcurrent = 2
 	opts.Server.ReadTimeout = time.Minute
 	h := newHookFixture(t, opts)
@@ -189,7 +189,7 @@ func (h *hookFixture) postHeader(name string, body []byte, headers map[string]st
 // is closed by the server at once; once they are gone, a request is served. Without it:
 // every connection was held until the header timeout (60 s here; the test waited 10 s).
 func TestWebhookCapsConnections(t *testing.T) {
-	opts := defaultWebhookOptions()
+	opts := DefaultOptions()
 	opts.Server.MaxConns = 4
 	opts.Server.ReadHeaderTimeout = time.Minute
 	h := newHookFixture(t, opts)
@@ -246,7 +246,7 @@ func TestWebhookCapsConnections(t *testing.T) {
 // the Idempotency-Key, which the token does not sign, was the only key, and each repeat
 // under a new one set requestedAt again (202).
 func TestWebhookRefusesGitLabReplaysUnderNewKeys(t *testing.T) {
-	h := newHookFixture(t, defaultWebhookOptions())
+	h := newHookFixture(t, DefaultOptions())
 	h.sync("a", "secret-a")
 	body := []byte(`{"object_kind":"push","after":"1111"}`)
 	gitlab := func(key string) map[string]string {
