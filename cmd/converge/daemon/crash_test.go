@@ -201,10 +201,13 @@ func TestS17SpecChangesBetweenRenderAndStatusWrite(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("no second reconcile after the spec change")
 	}
+	// The second reconcile is held until the first one's status and objects are read: it
+	// applies v2 as soon as it is released.
+	var once sync.Once
+	releaseSecond := func() { once.Do(func() { close(release) }) }
+	defer releaseSecond()
 	cur := &v1alpha1.Sync{}
-	err := f.c.Get(ctx, client.ObjectKeyFromObject(s), cur)
-	close(release)
-	if err != nil {
+	if err := f.c.Get(ctx, client.ObjectKeyFromObject(s), cur); err != nil {
 		t.Fatal(err)
 	}
 	if cur.Generation != gen+1 {
@@ -216,6 +219,7 @@ func TestS17SpecChangesBetweenRenderAndStatusWrite(t *testing.T) {
 	if cm, err := f.configMap("a"); err != nil || cm.Data["version"] != "1" {
 		t.Fatalf("configmap a after the first reconcile: %v, %v; want version 1", cm.Data, err)
 	}
+	releaseSecond()
 	s = f.waitSync("Ready at the new generation", readyAt(rev))
 	if cm, err := f.configMap("a"); err != nil || cm.Data["version"] != "2" {
 		t.Errorf("I6: Ready at generation %d but configmap a = %v, %v; want version 2", s.Generation, cm.Data, err)
