@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // TestJudgeWait: Progressing with a growing poll until spec.timeout has passed since the wait
@@ -49,5 +51,34 @@ func TestListNames(t *testing.T) {
 	}
 	if got := listNames(names, 2); got != "a, b and 1 more" {
 		t.Errorf("listNames(2) = %q", got)
+	}
+}
+
+// TestRecheck: a Progressing Sync is judged again when judgeWait says (a fifth of the time
+// waited, at least readinessPollMin, never past the deadline), and at once, not at the
+// interval, when the deadline passed between the judgement and the requeue.
+func TestRecheck(t *testing.T) {
+	now := time.Unix(10000, 0)
+	sync := func(waited time.Duration) *v1alpha1.Sync {
+		s := &v1alpha1.Sync{}
+		s.Generation = 3
+		s.Spec.Timeout = &metav1.Duration{Duration: time.Minute}
+		s.Status.LastAttemptedRevision = "main@sha1:1"
+		s.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReconciling, Status: metav1.ConditionTrue,
+			Reason: reasonProgressing, ObservedGeneration: 3, LastTransitionTime: metav1.NewTime(now.Add(-waited))}}
+		return s
+	}
+	for _, tc := range []struct {
+		waited time.Duration
+		want   time.Duration
+	}{
+		{0, readinessPollMin},
+		{25 * time.Second, 5 * time.Second},
+		{59 * time.Second, time.Second},
+		{2 * time.Minute, 100 * time.Millisecond},
+	} {
+		if got := recheck(sync(tc.waited), "main@sha1:1", now); got != tc.want {
+			t.Errorf("waited %s of 1m: recheck = %s, want %s", tc.waited, got, tc.want)
+		}
 	}
 }

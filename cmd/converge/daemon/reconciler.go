@@ -284,9 +284,11 @@ func (r *reconciler) forgetOutside() {
 
 // reconciled records the metrics of one reconcile, the lead time's with the Sync's state.
 func (r *reconciler) reconciled(s *v1alpha1.Sync, o status.Outcome, start time.Time, writeErr error) {
-	r.states.with(client.ObjectKeyFromObject(s), func(st *syncState) {
-		r.metrics.reconciled(s, o, start, writeErr, &st.lead)
-	})
+	key := client.ObjectKeyFromObject(s)
+	var lead leadClock // only this Sync's reconciles, one at a time, touch it
+	r.states.with(key, func(st *syncState) { lead = st.lead })
+	r.metrics.reconciled(s, o, start, writeErr, &lead)
+	r.states.with(key, func(st *syncState) { st.lead = lead })
 }
 
 // forgetIfGone forgets key when err says its Sync is not found (someone else dropped the

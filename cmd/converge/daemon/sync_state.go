@@ -100,12 +100,13 @@ func (st *syncStates) owner(id string, f func(types.NamespacedName, *syncState))
 }
 
 // observe checks key's state against the UID of the Sync a reconcile just read: the state of
-// another Sync that held the name (deleted and re-created between two reconciles) is
-// forgotten, so nothing of it (its back-off, its identity, its lead time) carries over.
+// another Sync that held the name (deleted and re-created between two reconciles), or one
+// left without a UID by a late write after a forget, is forgotten, so nothing of it (its
+// back-off, its identity, its redactor, its lead time) carries over.
 func (st *syncStates) observe(key types.NamespacedName, uid types.UID) {
 	st.mu.Lock()
 	var old *syncState
-	if s := st.byKey[key]; s != nil && s.uid != "" && s.uid != uid {
+	if s := st.byKey[key]; s != nil && s.uid != uid {
 		o := st.drop(key)
 		old = &o
 	}

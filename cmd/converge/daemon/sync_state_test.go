@@ -55,3 +55,25 @@ func TestSyncStateInventoryOwner(t *testing.T) {
 		t.Errorf("a forgotten Sync still owns b (%v) or has a state (%v)", owns("b"), states.known(key))
 	}
 }
+
+// TestSyncStateWithoutUIDIsNotAdopted: a state written after its Sync was forgotten (a late
+// write with no reconcile's read behind it) is not taken over by the next Sync read under
+// the name: it is forgotten, and what it holds (an identity) released.
+func TestSyncStateWithoutUIDIsNotAdopted(t *testing.T) {
+	states := newSyncStates()
+	var told []syncState
+	states.onForget(func(_ types.NamespacedName, old syncState) { told = append(told, old) })
+	key := types.NamespacedName{Namespace: "ns", Name: "app"}
+	states.observe(key, "uid-a")
+	states.forget(key)
+	states.with(key, func(st *syncState) { st.retries, st.user, st.acting = 7, "sa", true })
+	states.observe(key, "uid-b")
+	states.with(key, func(st *syncState) {
+		if st.retries != 0 || st.acting {
+			t.Errorf("the Sync read as uid-b took over a state left without a UID: %+v", *st)
+		}
+	})
+	if len(told) != 2 || !told[1].acting {
+		t.Errorf("told of forgotten states %+v, want the forget and then the late state with its identity", told)
+	}
+}
