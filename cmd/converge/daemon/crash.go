@@ -8,7 +8,7 @@ import (
 )
 
 // crashPoints are the daemon's test-only crash points (docs/reliability.md "Crash points"),
-// set only by this package's tests, through the unexported Options.crash. A hook that returns an error ends the
+// set only by this package's tests, through the unexported Options.test.crash. A hook that returns an error ends the
 // reconcile at once, as a crash would: nothing further is applied or written. A test makes
 // it a real crash by also stopping the daemon, then starts a new one on a cold cache. Nil
 // hooks are skipped.

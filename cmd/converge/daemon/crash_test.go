@@ -71,13 +71,13 @@ func (f *fixture) ownedInventoried(s *v1alpha1.Sync) {
 // crashed reconcile (I6), then starts a new daemon on a cold cache, which converges (I4, I7).
 func TestDaemonCrashPoints(t *testing.T) {
 	points := map[string]func(o *Options, hook func() error){
-		"after render":          func(o *Options, h func() error) { o.crash.AfterRender = func(*v1alpha1.Sync) error { return h() } },
-		"after the write-ahead": func(o *Options, h func() error) { o.crash.Engine.AfterWriteAhead = h },
+		"after render":          func(o *Options, h func() error) { o.test.crash.AfterRender = func(*v1alpha1.Sync) error { return h() } },
+		"after the write-ahead": func(o *Options, h func() error) { o.test.crash.Engine.AfterWriteAhead = h },
 		"after the first apply": func(o *Options, h func() error) {
-			o.crash.Engine.AfterApply = func(int, string) error { return h() }
+			o.test.crash.Engine.AfterApply = func(int, string) error { return h() }
 		},
 		"before the status write": func(o *Options, h func() error) {
-			o.crash.BeforeStatusWrite = func(*v1alpha1.Sync) error { return h() }
+			o.test.crash.BeforeStatusWrite = func(*v1alpha1.Sync) error { return h() }
 		},
 	}
 	for name, set := range points {
@@ -124,7 +124,7 @@ func TestDaemonCrashInFinalizer(t *testing.T) {
 	}
 	hook, fired := crashOnce()
 	stop := f.startStoppableDaemon(env.Config, func(o *Options) {
-		o.crash.BeforeFinalizerRemoval = func(*v1alpha1.Sync) error { return hook() }
+		o.test.crash.BeforeFinalizerRemoval = func(*v1alpha1.Sync) error { return hook() }
 	})
 	s := f.createSync(time.Hour)
 	f.waitSync("Ready", readyAt(rev))
@@ -177,7 +177,7 @@ func TestS17SpecChangesBetweenRenderAndStatusWrite(t *testing.T) {
 	calls := 0
 	var gen int64
 	f.startDaemon(env.Config, func(o *Options) {
-		o.crash.AfterRender = func(s *v1alpha1.Sync) error {
+		o.test.crash.AfterRender = func(s *v1alpha1.Sync) error {
 			calls++ // reconciles of one Sync never run concurrently
 			switch calls {
 			case 1: // the spec changes under the running reconcile

@@ -133,7 +133,7 @@ func TestDaemonCrashMidAbandon(t *testing.T) {
 	rev := f.publish(map[string]string{"a.yaml": cmNamed("a", "NS"), "b.yaml": cmNamed("b", "NS"), "c.yaml": cmNamed("c", "NS")})
 	hook, fired := crashOnce()
 	stop := f.startStoppableDaemon(env.Config, func(o *Options) {
-		o.crash.Engine.AfterAbandon = func(int, string) error { return hook() }
+		o.test.crash.Engine.AfterAbandon = func(int, string) error { return hook() }
 	})
 	s := f.createSync(time.Hour)
 	f.waitSync("Ready", readyAt(rev))

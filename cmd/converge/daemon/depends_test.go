@@ -241,7 +241,7 @@ func TestDaemonCrossNamespaceDependencies(t *testing.T) {
 	f := newFixture(t)
 	other := env.Namespace(t)
 	rev := f.publish(map[string]string{"infra/infra.yaml": cmNamed("infra", other), "app/app.yaml": cmNamed("app", "NS")})
-	stop := f.startStoppableDaemon(env.Config, func(o *Options) { o.NoCrossNamespaceRefs = true; o.alsoWatch = []string{other} })
+	stop := f.startStoppableDaemon(env.Config, func(o *Options) { o.NoCrossNamespaceRefs = true; o.test.alsoWatch = []string{other} })
 	f.createSync(time.Hour, syncNamed("app", "app"), dependsOn(other+"/infra"), hourly)
 	s := f.waitSyncNamed("app", "refusing the cross-namespace dependency", both(stalled, readyFalse(reasonDependencyNotReady,
 		"spec.dependsOn[0]: Sync "+other+"/infra is in another namespace: cross-namespace references are refused (converge run --no-cross-namespace-refs)")))
@@ -251,7 +251,7 @@ func TestDaemonCrossNamespaceDependencies(t *testing.T) {
 	f.absent("refused", "app")
 
 	stop()
-	f.startDaemon(env.Config, func(o *Options) { o.alsoWatch = []string{other} })
+	f.startDaemon(env.Config, func(o *Options) { o.test.alsoWatch = []string{other} })
 	f.waitSyncNamed("app", "waiting for the missing dependency", readyFalse(reasonDependencyNotReady,
 		"dependency "+other+"/infra not found"))
 	synctest.Create(t, f.c, synctest.NewSync(other, f.git.RepoURL("app"), time.Hour, syncNamed("infra", "infra")))

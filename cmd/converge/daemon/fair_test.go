@@ -47,7 +47,7 @@ func TestDaemonNamespaceShare(t *testing.T) {
 	other := env.Namespace(t)
 	rev := f.publish(map[string]string{"other/cm.yaml": noNamespace})
 	f.startDaemon(env.Config, func(o *Options) {
-		o.Concurrency, o.FetchTimeout, o.alsoWatch = 2, time.Minute, []string{other}
+		o.Concurrency, o.FetchTimeout, o.test.alsoWatch = 2, time.Minute, []string{other}
 	})
 	// The other namespace is a tenant already (a suspended Sync): the daemon keeps a worker
 	// for it. A namespace that is the only one holding Syncs uses every worker.

@@ -48,7 +48,7 @@ func TestDaemonDropsTheOutcomeOfAReplacedSync(t *testing.T) {
 	f.startDaemon(env.Config, func(o *Options) {
 		// The first reconcile stays in its wait (held here, after the wait ended, for as
 		// long as the test needs) while the Sync is replaced.
-		o.crash.BeforeStatusWrite = func(s *v1alpha1.Sync) error {
+		o.test.crash.BeforeStatusWrite = func(s *v1alpha1.Sync) error {
 			if calls.Add(1) == 1 {
 				held <- s
 				<-release
@@ -165,7 +165,7 @@ func TestDaemonSummaryTellsTheLastChange(t *testing.T) {
 	rev1 := f.publish(map[string]string{"a.yaml": cmA, "b.yaml": cmB})
 	var reconciles atomic.Int64
 	count := func(o *Options) {
-		o.crash.AfterRender = func(*v1alpha1.Sync) error { reconciles.Add(1); return nil }
+		o.test.crash.AfterRender = func(*v1alpha1.Sync) error { reconciles.Add(1); return nil }
 	}
 	stop := f.startStoppableDaemon(env.Config, count)
 	s := f.createSync(2 * time.Second) // a no-op reconcile about every 2 s once converged

@@ -46,7 +46,7 @@ func TestDaemonLockdownRefusesCrossNamespaceRefs(t *testing.T) {
 	other := env.Namespace(t)
 	f.deployer()
 	rev := f.publish(map[string]string{"infra/infra.yaml": cmNamed("infra", "NS"), "app/app.yaml": cmNamed("app", "NS")})
-	f.startDaemon(env.Config, func(o *Options) { o.DefaultServiceAccount = "deployer"; o.alsoWatch = []string{other} })
+	f.startDaemon(env.Config, func(o *Options) { o.DefaultServiceAccount = "deployer"; o.test.alsoWatch = []string{other} })
 	f.createSync(time.Hour, syncNamed("infra", "infra"), hourly)
 	f.waitSyncNamed("infra", "Ready", readyAt(rev))
 

@@ -136,13 +136,19 @@ type Options struct {
 	// QuickStart, when its GitURL is set, is a Sync the daemon creates and owns at start.
 	QuickStart QuickStart
 
+	// test holds what only this package's tests set.
+	test testOptions
+}
+
+// testOptions are the daemon's settings that only its tests change.
+type testOptions struct {
 	webhook webhook.Options // zero: webhook.DefaultOptions(); tests shorten it
-	// alsoWatch adds namespaces to WatchNamespace's (test-only: cross-namespace dependencies
-	// without watching every namespace of the shared test cluster).
+	// alsoWatch adds namespaces to WatchNamespace's (cross-namespace dependencies without
+	// watching every namespace of the shared test cluster).
 	alsoWatch []string
-	crash     crashPoints // test-only
-	// skipShardRelease (test-only) stops a sharded daemon without releasing its Leases, as
-	// a SIGKILL would.
+	crash     crashPoints
+	// skipShardRelease stops a sharded daemon without releasing its Leases, as a SIGKILL
+	// would.
 	skipShardRelease bool
 }
 
@@ -178,7 +184,7 @@ func DefaultOptions() Options {
 			RenderSlots: sources.DefaultRenderSlots},
 		RenderCacheSize: sources.DefaultRenderCacheBytes,
 		QuickStart:      DefaultQuickStart(),
-		webhook:         webhook.DefaultOptions(),
+		test:            testOptions{webhook: webhook.DefaultOptions()},
 	}
 }
 

@@ -39,7 +39,7 @@ func TestDaemonReadinessHoldsNoWorker(t *testing.T) {
 	f := newFixture(t)
 	other := env.Namespace(t)
 	rev := f.publish(map[string]string{"slow/web.yaml": neverReady, "other/cm.yaml": noNamespace})
-	f.startDaemon(env.Config, func(o *Options) { o.Concurrency = 1; o.alsoWatch = []string{other} })
+	f.startDaemon(env.Config, func(o *Options) { o.Concurrency = 1; o.test.alsoWatch = []string{other} })
 	f.createSync(time.Hour, func(s *v1alpha1.Sync) {
 		s.Spec.Path, s.Spec.Timeout = "slow", &metav1.Duration{Duration: time.Hour}
 	})
@@ -96,7 +96,7 @@ func TestDaemonWaitingWritesOnce(t *testing.T) {
 	f.publish(map[string]string{"web.yaml": neverReady})
 	var judged atomic.Int32
 	f.startDaemon(env.Config, func(o *Options) {
-		o.crash.BeforeStatusWrite = func(*v1alpha1.Sync) error { judged.Add(1); return nil }
+		o.test.crash.BeforeStatusWrite = func(*v1alpha1.Sync) error { judged.Add(1); return nil }
 	})
 	f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Spec.Timeout = &metav1.Duration{Duration: time.Hour} })
 	s := f.waitSync("Progressing", progressing(f.ns))

@@ -87,7 +87,7 @@ type reconciler struct {
 func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metrics *recorder, o Options) *reconciler {
 	states := newSyncStates()
 	drift := newDriftTrigger(states)
-	engOpts := engine.Options{Hooks: o.crash.Engine}
+	engOpts := engine.Options{Hooks: o.test.crash.Engine}
 	if o.WatchCache && o.DriftReconcile {
 		engOpts.Changed = drift.changed
 	} else {
@@ -105,7 +105,7 @@ func newReconciler(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, metr
 		engines:     engines,
 		drift:       drift,
 		deps:        dependencies{cache: mgr.GetCache(), noCrossNamespace: o.crossNamespaceRefused(), sharded: o.WatchLabelSelector != ""},
-		crash:       o.crash,
+		crash:       o.test.crash,
 		writer:      &status.Writer{Cached: mgr.GetClient(), Live: mgr.GetAPIReader(), Client: conflictCounting{mgr.GetClient(), metrics}, Owner: o.Replica},
 		events:      mgr.GetEventRecorderFor("converge"), //nolint:staticcheck // the events/v1 recorder needs a newer RBAC story
 		states:      states,

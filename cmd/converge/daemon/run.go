@@ -119,7 +119,7 @@ func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, e
 	var cacheOpts cache.Options
 	if o.WatchNamespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.WatchNamespace: {}}
-		for _, ns := range o.alsoWatch {
+		for _, ns := range o.test.alsoWatch {
 			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
@@ -157,7 +157,7 @@ func addServers(mgr ctrl.Manager, reg prometheus.Gatherer, o Options) error {
 	if o.WebhookAddr != "" {
 		hook, err := webhook.New(webhook.Config{Addr: o.WebhookAddr, Syncs: mgr.GetClient(), Client: mgr.GetClient(),
 			REST: mgr.GetConfig(), User: func(s *v1alpha1.Sync) string { return actsAs(s, o.DefaultServiceAccount) },
-			Log: mgr.GetLogger().WithName("webhook"), Options: o.webhook})
+			Log: mgr.GetLogger().WithName("webhook"), Options: o.test.webhook})
 		if err != nil {
 			return err
 		}

@@ -59,7 +59,7 @@ func (o Options) shardConfig() shard.Config {
 		LeaseDuration: o.LeaseDuration,
 		RenewDeadline: o.RenewDeadline,
 		RetryPeriod:   o.RetryPeriod,
-		SkipRelease:   o.skipShardRelease,
+		SkipRelease:   o.test.skipShardRelease,
 	}
 }
 

@@ -43,7 +43,7 @@ func TestShardingMetricsProvenByPrometheus(t *testing.T) {
 		}
 	}
 	f.startShardDaemon("r-a", timings(addrA))
-	b := f.startShardDaemon("r-b", timings(addrB), func(o *Options) { o.skipShardRelease = true })
+	b := f.startShardDaemon("r-b", timings(addrB), func(o *Options) { o.test.skipShardRelease = true })
 	prom := startPrometheus(t, bin, addrA, addrB)
 	m := loadMonitoring(t)
 	holders := f.waitShares("split among two replicas", "r-a", "r-b")

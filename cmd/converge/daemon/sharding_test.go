@@ -286,7 +286,7 @@ func TestDaemonShardingSplitsAndTakesOver(t *testing.T) {
 	names, rev1 := f.shardSyncs("1")
 	a := f.startShardDaemon("r-a")
 	b := f.startShardDaemon("r-b")
-	c := f.startShardDaemon("r-c", func(o *Options) { o.skipShardRelease = true })
+	c := f.startShardDaemon("r-c", func(o *Options) { o.test.skipShardRelease = true })
 	holders := f.waitShares("split among three replicas", "r-a", "r-b", "r-c")
 	f.createShardSyncs(names)
 	f.waitAllReady(names, rev1, 90*time.Second)

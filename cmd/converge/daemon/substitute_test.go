@@ -239,7 +239,7 @@ func (n *noOpCounter) config() *rest.Config {
 
 // options is the daemon option that counts reconciles.
 func (n *noOpCounter) options(o *Options) {
-	o.crash.AfterRender = func(*v1alpha1.Sync) error { n.reconciles.Add(1); return nil }
+	o.test.crash.AfterRender = func(*v1alpha1.Sync) error { n.reconciles.Add(1); return nil }
 }
 
 // requests waits for two reconciles that started after the call (the first after the Ready
