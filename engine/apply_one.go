@@ -71,9 +71,9 @@ func (r *applyRun) unread(it *item, out outcome) (_ outcome, done bool) {
 	case it.pending && r.opts.DryRun:
 		out.change.Action, out.change.Message = ActionCreated, msgCRDPending
 		return out, true
-	case it.skip:
+	case it.skip != "":
 		out.change.Action = ActionSkipped
-		out.change.Message = "reconcile disabled by annotation " + ReconcileAnnotation
+		out.change.Message = "reconcile disabled by annotation " + it.skip
 		out.uid, out.track = r.old.UID(it.id), r.old.Has(it.id)
 		return out, true
 	}
@@ -362,8 +362,7 @@ func (r *applyRun) forceConflicts(live *unstructured.Unstructured) bool {
 
 // forced reports whether it may be recreated on an immutable-field change.
 func (r *applyRun) forced(it *item, live *unstructured.Unstructured) bool {
-	return r.opts.Force || it.annotation(ForceAnnotation) == ForceEnabled ||
-		live.GetAnnotations()[ForceAnnotation] == ForceEnabled
+	return r.opts.Force || it.annotations().forceEnabled() || objectAnnotations(live.GetAnnotations()).forceEnabled()
 }
 
 // keepOwner sets the owner annotation of obj (the run's own copy of its metadata) to owner.

@@ -291,7 +291,11 @@ func (e *Engine) pruneOneFrom(ctx context.Context, src source, pc pruneCall, en 
 	uid := live.GetUID()
 	owner := live.GetAnnotations()[OwnerAnnotation]
 	ours := owns(claim, en.Object, owner, uid, en.UID)
-	if cached && (!ours || live.GetAnnotations()[PruneAnnotation] == PruneDisabled ||
+	kept := objectAnnotations(live.GetAnnotations()).keepOnPrune()
+	if pc.removing {
+		kept = objectAnnotations(live.GetAnnotations()).keepOnDelete()
+	}
+	if cached && (!ours || kept != "" ||
 		(en.UID != "" && en.UID != uid) || live.GetDeletionTimestamp() != nil) {
 		return c, askServer // an entry leaves the inventory only on the API server's word
 	}
@@ -302,8 +306,8 @@ func (e *Engine) pruneOneFrom(ctx context.Context, src source, pc pruneCall, en 
 		c.Message = fmt.Sprintf("not deleted: owning-inventory annotation is %q, not %q; dropped from the inventory",
 			owner, claim.ID)
 		return c, drop
-	case live.GetAnnotations()[PruneAnnotation] == PruneDisabled:
-		c.Message = "not deleted: prune disabled by annotation " + PruneAnnotation + "; dropped from the inventory"
+	case kept != "":
+		c.Message = "not deleted: prune disabled by annotation " + kept + "; dropped from the inventory"
 		return c, drop
 	case en.UID != "" && en.UID != uid:
 		c.Message = fmt.Sprintf("not deleted: recreated by someone else (UID %s, recorded %s); dropped from the inventory", uid, en.UID)

@@ -75,8 +75,9 @@ type item struct {
 	pending bool
 	// pendingErr is set when a pending kind did not resolve after its CRD was applied.
 	pendingErr error
-	// skip says the object carries ReconcileAnnotation: ReconcileDisabled.
-	skip bool
+	// skip names the annotation that disables the object's reconcile (ReconcileAnnotation or
+	// Flux's); "" when none does.
+	skip string
 	// stored says the run's stored inventory (applyRun.old) holds the object.
 	stored bool
 	// memo is what the watched view's memo recorded of the object when the run first asked
@@ -89,6 +90,13 @@ type item struct {
 
 // annotation returns the annotation key of the item's object, read in place (GetAnnotations
 // copies the whole map): prepare gave the object an annotations map of its own, of strings.
+func (it *item) annotations() objectAnnotations {
+	md, _ := it.obj.Object["metadata"].(map[string]any)
+	ann, _ := md["annotations"].(map[string]any)
+	return stringAnnotations(ann)
+}
+
+// annotation is the value of the object's annotation key.
 func (it *item) annotation(key string) string {
 	md, _ := it.obj.Object["metadata"].(map[string]any)
 	ann, _ := md["annotations"].(map[string]any)
@@ -225,8 +233,8 @@ func (p *preparer) namespace(md map[string]any, namespaced bool) (string, error)
 
 // ownLabels gives the object whose metadata is md (its own copy, labels and annotations
 // checked) our owner annotation and the label of the engine's watch cache, and reports
-// whether the object's reconcile is disabled (ReconcileAnnotation).
-func (p *preparer) ownLabels(md map[string]any) (skip bool) {
+// the annotation that disables the object's reconcile, if one does (objectAnnotations).
+func (p *preparer) ownLabels(md map[string]any) (skip string) {
 	// The annotations (checked: strings or null) in a map of our own with our owner
 	// annotation, null values as "" as GetAnnotations reads them, set directly:
 	// SetAnnotations would copy them twice more.
@@ -256,7 +264,18 @@ func (p *preparer) ownLabels(md map[string]any) (skip bool) {
 			md["labels"] = l
 		}
 	}
-	return ann[ReconcileAnnotation] == ReconcileDisabled
+	return stringAnnotations(ann).reconcileDisabled()
+}
+
+// stringAnnotations are the string values of ann (checkStringMaps refused any other).
+func stringAnnotations(ann map[string]any) objectAnnotations {
+	out := make(objectAnnotations, len(ann))
+	for k, v := range ann {
+		if s, ok := v.(string); ok {
+			out[k] = s
+		}
+	}
+	return out
 }
 
 // checkStringMaps refuses labels or annotations that are not a map of strings (YAML's
