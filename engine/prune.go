@@ -291,10 +291,7 @@ func (e *Engine) pruneOneFrom(ctx context.Context, src source, pc pruneCall, en 
 	uid := live.GetUID()
 	owner := live.GetAnnotations()[OwnerAnnotation]
 	ours := owns(claim, en.Object, owner, uid, en.UID)
-	kept := objectAnnotations(live.GetAnnotations()).keepOnPrune()
-	if pc.removing {
-		kept = objectAnnotations(live.GetAnnotations()).keepOnDelete()
-	}
+	kept := pc.keptBy(live.GetAnnotations())
 	if cached && (!ours || kept != "" ||
 		(en.UID != "" && en.UID != uid) || live.GetDeletionTimestamp() != nil) {
 		return c, askServer // an entry leaves the inventory only on the API server's word
@@ -348,6 +345,15 @@ func (e *Engine) pruneOneFrom(ctx context.Context, src source, pc pruneCall, en 
 		c.Err = fmt.Errorf("%s: prune: %w", c.describe(), err)
 		return c, keep
 	}
+}
+
+// keptBy names the annotation that keeps an object with annotations ann from this prune, or
+// from the set's deletion (removing); "" when none does.
+func (pc pruneCall) keptBy(ann map[string]string) string {
+	if pc.removing {
+		return objectAnnotations(ann).keepOnDelete()
+	}
+	return objectAnnotations(ann).keepOnPrune()
 }
 
 // afterDeleteConflict decides what a 409 on a UID-precondition delete means by reading the

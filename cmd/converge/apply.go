@@ -48,12 +48,8 @@ type applyFlags struct {
 	output      string
 }
 
-func newApplyCommand(kube *kubeFlags) *cobra.Command {
-	var f applyFlags
-	cmd := &cobra.Command{
-		Use:   "apply [PATH]",
-		Short: "Apply (or --dry-run) a kustomization, YAML folder or git path with the daemon's engine",
-		Long: `Apply renders PATH (or --git-url/--path) like "converge build" and applies it with
+// applyLong is the long help of "converge apply".
+const applyLong = `Apply renders PATH (or --git-url/--path) like "converge build" and applies it with
 server-side apply through the same engine as the daemon: CRDs and Namespaces first, a
 write-ahead inventory, and with --prune the deletion of what left the set.
 
@@ -94,16 +90,26 @@ On a terminal, stderr shows how far a long run has come ("applying 120/1000", "p
 when stderr is not a terminal (CI logs, pipes) or with -o json|yaml.
 
 Exit codes: 0 nothing to change (dry-run) or applied cleanly; 1 changes found (dry-run only);
-2 an error (bad input, an object failed, the API server refused).`,
-		Example: `  # What would change? (exit 1 when something would)
+2 an error (bad input, an object failed, the API server refused).`
+
+// applyExample are the examples of "converge apply".
+const applyExample = `  # What would change? (exit 1 when something would)
   converge apply ./overlays/prod --dry-run --diff
 
   # Apply and prune, waiting for readiness (the inventory is a ConfigMap "prod" in "apps")
   converge apply ./overlays/prod --prune --inventory apps/prod --wait
 
   # A git path, as a pull-request comment
-  converge apply --git-url https://github.com/org/apps.git --ref main --path deploy --dry-run -o markdown`,
-		Args: cobra.MaximumNArgs(1),
+  converge apply --git-url https://github.com/org/apps.git --ref main --path deploy --dry-run -o markdown`
+
+func newApplyCommand(kube *kubeFlags) *cobra.Command {
+	var f applyFlags
+	cmd := &cobra.Command{
+		Use:     "apply [PATH]",
+		Short:   "Apply (or --dry-run) a kustomization, YAML folder or git path with the daemon's engine",
+		Long:    applyLong,
+		Example: applyExample,
+		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Secret values of --substitute-from-file and decrypted values never reach
 			// the error (run keeps them out of the report).
@@ -198,10 +204,18 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 			return fail(err)
 		}
 	}
+	return f.exit(cmd.Context(), eng, ref, res, rep, applyErr)
+}
+
+// exit is what the apply ends with: the error of a failed run, with how to repair an
+// inventory named after an object of the set or written over by it; exit code 1 for a
+// dry-run that found changes; nil otherwise.
+func (f *applyFlags) exit(ctx context.Context, eng *engine.Engine, ref inventory.Ref, res *engine.Result, rep *report, applyErr error) error {
+	fail := func(err error) error { return &exitError{code: exitCodeError, err: err} }
 	switch {
 	case errors.Is(applyErr, engine.ErrInventoryInSet):
 		msg := fmt.Sprintf("; here, for example --inventory %s/%s-set", ref.Namespace, ref.Name)
-		if _, err := eng.Inventory(cmd.Context(), ref); inventory.IsOverwritten(err) {
+		if _, err := eng.Inventory(ctx, ref); inventory.IsOverwritten(err) {
 			msg += fmt.Sprintf("; an earlier run already wrote the set's ConfigMap over the inventory %s: %s", ref, releaseHint(ref))
 		}
 		return fail(fmt.Errorf("%w%s", applyErr, msg))

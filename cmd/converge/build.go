@@ -45,14 +45,8 @@ type sourceFlags struct {
 	redact *varsubst.Redactor
 }
 
-func newBuildCommand() *cobra.Command {
-	var f sourceFlags
-	f.decryption.build = true
-	var validate bool
-	cmd := &cobra.Command{
-		Use:   "build [PATH|-]",
-		Short: "Render a kustomization, Helm chart or YAML folder, offline, and print it",
-		Long: `Build renders what converge would apply, without a cluster: a folder with a
+// buildLong is the long help of "converge build".
+const buildLong = `Build renders what converge would apply, without a cluster: a folder with a
 kustomization is built with kustomize (remote bases refused unless --allow-remote-bases), a
 folder with Chart.yaml is rendered as a Helm chart (as "helm template": --values, --set,
 --release-name, --namespace; install and upgrade hooks are objects, test, delete and
@@ -83,8 +77,10 @@ CONVERGE_GIT_PASSWORD, or CONVERGE_GIT_TOKEN, for HTTPS; --ssh-key-file and
 SOPS-encrypted objects (a top-level "sops" field) are printed with their encrypted values
 as **SOPS**, as "flux build kustomization" does. With --decryption-key-file (an age
 identity file, repeatable) they are decrypted in memory, which checks the key and the MAC,
-and still printed masked unless --show-secrets.`,
-		Example: `  # Render a local overlay
+and still printed masked unless --show-secrets.`
+
+// buildExample are the examples of "converge build".
+const buildExample = `  # Render a local overlay
   converge build ./overlays/prod
 
   # Render a Helm chart folder with values
@@ -105,8 +101,18 @@ and still printed masked unless --show-secrets.`,
   converge build oci://ghcr.io/stefanprodan/charts/podinfo --version 6.5.4
 
   # One --ref: a branch name, a 40-hex commit, or "branch:", "tag:", "semver:", "commit:"
-  converge build --git-url https://github.com/org/apps.git --ref tag:v1.2.3 --path deploy`,
-		Args: cobra.MaximumNArgs(1),
+  converge build --git-url https://github.com/org/apps.git --ref tag:v1.2.3 --path deploy`
+
+func newBuildCommand() *cobra.Command {
+	var f sourceFlags
+	f.decryption.build = true
+	var validate bool
+	cmd := &cobra.Command{
+		Use:     "build [PATH|-]",
+		Short:   "Render a kustomization, Helm chart or YAML folder, offline, and print it",
+		Long:    buildLong,
+		Example: buildExample,
+		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.decryption.stderr, f.stdin = cmd.ErrOrStderr(), cmd.InOrStdin()
 			b, err := f.load(cmd.Context(), args)

@@ -69,10 +69,7 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 		defer cancel()
 	}
 	clock.ctx = ctx
-	if repo.Ref.Commit != "" && !commitPattern.MatchString(repo.Ref.Commit) {
-		return nil, fmt.Errorf("commit %q: want 40 lowercase hex characters", repo.Ref.Commit)
-	}
-	if err := checkURL(repo.URL, f.cacheDir, opts.AllowLocal); err != nil {
+	if err := f.checkRepository(repo, opts); err != nil {
 		return nil, err
 	}
 	key, err := f.cacheKey(repo)
@@ -139,6 +136,15 @@ func (f *Fetcher) Fetch(ctx context.Context, repo Repository, opts FetchOptions)
 		return nil, fmt.Errorf("fetch %s %s: %w", redact(repo.URL), repo.Ref, err)
 	}
 	return co, nil
+}
+
+// checkRepository refuses, before anything is fetched, a commit that is not 40 lowercase hex
+// characters and a URL checkURL refuses.
+func (f *Fetcher) checkRepository(repo Repository, opts FetchOptions) error {
+	if repo.Ref.Commit != "" && !commitPattern.MatchString(repo.Ref.Commit) {
+		return fmt.Errorf("commit %q: want 40 lowercase hex characters", repo.Ref.Commit)
+	}
+	return checkURL(repo.URL, f.cacheDir, opts.AllowLocal)
 }
 
 // indexSlot returns opts.IndexSlot bound to ctx, or nil.
