@@ -22,10 +22,11 @@ import (
 // --inventory NS/app" runs (with prune, declaring neither): each object stays in both
 // ConfigMaps with its recorded UID, carries the legacy ID and its data unchanged, and is
 // reported, until a person removes it from the Sync's ConfigMap; then the CLI's migration
-// takes it, and only then does the Sync's migration finish. Before, the Sync's run dropped
-// both from app-inventory (a failed take-over untracked one, the prune dropped the other),
-// its next Migrate found nothing left to settle and removed the migration mark, and the
-// CLI's next run took both over on the legacy ID's word.
+// takes it, and only then does the Sync's migration finish. Were contested objects not
+// kept, the Sync's run would drop both from app-inventory (a failed take-over untracking
+// one, the prune dropping the other), its next Migrate would find nothing left to settle
+// and remove the migration mark, and the CLI's next run would take both over on the legacy
+// ID's word.
 func TestContestedStaysInBothInventories(t *testing.T) {
 	h, legacy := legacyHarness(t, Hooks{})
 	x := configMap(h.ns, "x", map[string]any{"v": "one"})
@@ -128,8 +129,9 @@ func TestContestedStaysInBothInventories(t *testing.T) {
 // (without UID) while a migration is marked is not taken for a legacy entry recorded without
 // UID: a Sync declares an object its legacy inventory never recorded that carries the legacy
 // ID (its inventory was lost before the upgrade), the run stops after the write-ahead, and a
-// new engine's full Migrate must not take it over: that needs spec.adopt. Before, the
-// migration recorded its UID and re-annotated it, and the next run applied it as its own.
+// new engine's full Migrate must not take it over: that needs spec.adopt. Were it taken for
+// a legacy entry, the migration would record its UID and re-annotate it, and the next run
+// would apply it as its own.
 func TestMigrateIgnoresWriteAheadOfMarkedInventory(t *testing.T) {
 	var crash atomic.Bool
 	h, legacy := legacyHarness(t, Hooks{AfterWriteAhead: func() error {

@@ -120,8 +120,8 @@ func (h *harness) ownedDuringMigrationInventoried(legacyUIDs map[string]types.UI
 // the dropped one (I8: nothing else), leaves alone an object someone replaced (another UID)
 // and one someone annotated with the legacy ID that the inventory never recorded (I11, I14:
 // the UID decides). The next run finishes the migration and then sends nothing (I7).
-// Before, the one refused patch failed the whole migration: the inventory stayed under the
-// legacy ID and the set could neither be applied nor pruned.
+// Were the migration all or nothing, the one refused patch would fail it whole: the
+// inventory would stay under the legacy ID and the set could be neither applied nor pruned.
 func TestPartialMigrationConverges(t *testing.T) {
 	h, legacy := legacyHarness(t, Hooks{})
 	objs := map[string]*unstructured.Unstructured{}
@@ -189,7 +189,8 @@ func TestPartialMigrationConverges(t *testing.T) {
 // TestPartialMigrationDeleteAndAbandon checks that Delete and Abandon of an inventory
 // whose migration is under way act on the objects left under the legacy ID with their
 // recorded UID, and never on a look-alike (another UID, or never recorded) (I1, I12).
-// Before, the refused migration failed, and the inventory read as another owner's.
+// Were the migration all or nothing, the refused migration would fail, and the inventory
+// would read as another owner's.
 func TestPartialMigrationDeleteAndAbandon(t *testing.T) {
 	for _, policy := range []string{"delete", "abandon"} {
 		t.Run(policy, func(t *testing.T) {
@@ -280,8 +281,8 @@ func TestCrashDuringMigration(t *testing.T) {
 // not taken over silently: the run fails them with a message that names the object, the
 // annotation and its value, and says how to take it over (adoption) or let it go (the
 // kubectl command). With adoption they are taken over; an object carrying another
-// inventory's ID still is not (I11). Before, the message only said the object was owned by
-// the legacy inventory, and adoption could not take it over: it failed forever.
+// inventory's ID still is not (I11). A message saying only that the legacy inventory owns
+// the object, with adoption unable to take it over, would leave it failing forever.
 func TestLostLegacyInventory(t *testing.T) {
 	h, legacy := legacyHarness(t, Hooks{})
 	h.applyLegacy(legacy, configMap(h.ns, "a", map[string]any{"v": "1"}))
@@ -326,8 +327,8 @@ func TestLostLegacyInventory(t *testing.T) {
 // same name, whose restored inventory carries the legacy ID again), and when a run finds the
 // ConfigMap under the legacy ID although the migration was remembered as settled (a Sync
 // whose finalizer was stripped, recreated, with a restored inventory), the next Migrate takes
-// the inventory over. Before, the memory kept every ID forever: Migrate skipped the restored
-// inventory and every run failed on it as another owner's.
+// the inventory over. Were every ID kept in memory forever, Migrate would skip the restored
+// inventory and every run would fail on it as another owner's.
 func TestMigrateMemoForgets(t *testing.T) {
 	for _, how := range []string{"deleted", "finalizer stripped"} {
 		t.Run(how, func(t *testing.T) {

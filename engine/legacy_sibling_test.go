@@ -39,9 +39,9 @@ func (h *harness) ownersBut(names ...string) map[string]string {
 // write-ahead records "" for a new object, and an earlier version killed before it recorded
 // the UID (the old leader stopped during the upgrade) leaves it so. The migration takes the
 // object over (it carries the legacy ID and the other inventory of that ID does not list
-// it), records its UID and finishes; the run that follows applies it as its own. Before,
-// the migration counted it as not ours and finished, and the run failed it "not adopted",
-// dropped it from the inventory and left it with the legacy annotation and no owner.
+// it), records its UID and finishes; the run that follows applies it as its own. Were it
+// counted as not ours, the migration would finish, and the run would fail it "not adopted",
+// drop it from the inventory and leave it with the legacy annotation and no owner.
 func TestMigrateEntryWithoutUID(t *testing.T) {
 	var crash atomic.Bool
 	crash.Store(true)
@@ -159,7 +159,8 @@ func TestMigrateForgedSibling(t *testing.T) {
 // TestAdoptContestedLegacy checks that adoption never takes an object under the legacy ID
 // that the other inventory of that ID lists: a tenant's Sync app with spec.adopt declaring
 // the admin's object (kept by "converge apply --inventory NS/app" of an earlier version)
-// fails it, naming both ConfigMaps, and leaves it as it is. Before, adoption took it over.
+// fails it, naming both ConfigMaps, and leaves it as it is. Adoption on the legacy ID's
+// word would take it over.
 func TestAdoptContestedLegacy(t *testing.T) {
 	h, _ := legacyHarness(t, Hooks{})
 	h.applyLegacy(h.cliLegacyRef(), configMap(h.ns, "a", map[string]any{"v": "admin"}))
@@ -179,8 +180,9 @@ func TestAdoptContestedLegacy(t *testing.T) {
 // TestPendingMigrationRetriesOnlyPending checks a migration whose patch of one object is
 // always refused (a webhook, or RBAC that lets the Sync delete but not patch it): the next
 // Migrate reads and patches only that object, not every entry, and Apply reports it in
-// Result.MigrationPending until the refusal is lifted. Before, every Migrate sent one GET
-// per inventory entry, and nothing but a log line said the migration was stuck.
+// Result.MigrationPending until the refusal is lifted. Without retrying only the pending
+// objects, every Migrate would send one GET per inventory entry; without
+// Result.MigrationPending, nothing but a log line would say the migration is stuck.
 func TestPendingMigrationRetriesOnlyPending(t *testing.T) {
 	h, legacy := legacyHarness(t, Hooks{})
 	var objs []*unstructured.Unstructured
@@ -248,7 +250,8 @@ func TestPendingSummaryBounded(t *testing.T) {
 // characters: its inventory ConfigMap name is cut and hashed, so the "converge apply
 // --inventory" that shared its legacy ID (the ConfigMap of the Sync's full name) cannot be
 // named from the Ref. An object carrying the legacy ID is not adopted on that ID's word: the
-// message says how to let adoption take it. Before, adoption took the CLI's object.
+// message says how to let adoption take it. Adoption on the legacy ID's word would take the
+// CLI's object.
 func TestAdoptLegacyUnknownSibling(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	long := strings.Repeat("l", 240)

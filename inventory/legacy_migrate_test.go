@@ -115,9 +115,10 @@ func TestMigrate(t *testing.T) {
 // (new label, every entry, MigratingAnnotation), every other object is re-annotated, Migrate
 // reports ErrMigrationPending, Lookup's Claim owns the object left behind (its recorded UID
 // with the legacy ID) but not a look-alike the legacy inventory did not record, and the next
-// Migrate finishes: the object is re-annotated and the annotation removed. Before, the
-// migration failed as a whole and left the ConfigMap under the legacy ID, so the set could
-// not be applied, pruned or deleted until every object could be patched.
+// Migrate finishes: the object is re-annotated and the annotation removed. Were the
+// migration all or nothing, it would fail as a whole and leave the ConfigMap under the
+// legacy ID, so the set could not be applied, pruned or deleted until every object could be
+// patched.
 func TestMigratePerObject(t *testing.T) {
 	cluster.Require(t, env)
 	for _, status := range []int{http.StatusConflict, http.StatusForbidden} {

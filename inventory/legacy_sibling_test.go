@@ -56,8 +56,9 @@ func TestSiblingOf(t *testing.T) {
 // keeps the migration mark and reports both as a PendingError whose errors are
 // ContestedErrors naming both ConfigMaps; Lookup's claim owns neither. An object only this
 // inventory lists is migrated, and a ConfigMap under the sibling's name that is not an
-// inventory of the legacy ID contests nothing. Before, both contested objects were ours
-// (one by its copied UID) and the one without UID was left and the migration finished.
+// inventory of the legacy ID contests nothing. Were the sibling not read, both contested
+// objects would be ours (one by its copied UID), the one without UID would be left and the
+// migration would finish.
 func TestMigrateContested(t *testing.T) {
 	cluster.Require(t, env)
 	ctx := testCtx(t)
@@ -140,7 +141,7 @@ func TestMigrateContested(t *testing.T) {
 
 // TestSiblingReadsParts: the other inventory of the legacy ID lists the objects of its part
 // ConfigMaps as much as those of its head, so an object only a part lists is contested too.
-// Before, Sibling read the head's entries only and such an object could be taken over.
+// Were only the head's entries read, such an object could be taken over.
 func TestSiblingReadsParts(t *testing.T) {
 	cluster.Require(t, env)
 	ctx := testCtx(t)

@@ -57,8 +57,8 @@ func leaks(out string, plaintexts ...string) []string {
 // a kustomization too (the render child finds the document as written for the MAC). A
 // wrong key, and a file edited by hand after encryption, fail with exit 2 naming the file
 // and the object; a kustomization that labels the encrypted Secret is decrypted
-// with the MAC verified. Before, build printed the ciphertext and the sops metadata, and
-// the flags did not exist.
+// with the MAC verified. Without decryption, build would print the ciphertext and the sops
+// metadata.
 func TestBuildDecryptsSOPS(t *testing.T) {
 	const plaintext = "build-plaintext-93be"
 	key, wrong := sopsfixture.NewKey(t), sopsfixture.NewKey(t)
@@ -131,7 +131,8 @@ func TestBuildDecryptsSOPS(t *testing.T) {
 // (the engine masks Secrets; the CLI redacts what it decrypted from other kinds), a real
 // apply stores the plaintext, and a dry-run diff of changed values shows neither the old
 // nor the new ones.
-// Before, the ciphertext reached the API server (".sops: field not declared in schema").
+// Without decryption, the ciphertext would reach the API server (".sops: field not declared
+// in schema").
 func TestApplyCLIDecryptsSOPS(t *testing.T) {
 	cluster.Require(t, env)
 	ns := env.Namespace(t)
@@ -212,8 +213,8 @@ func TestApplyCLIDecryptsSOPS(t *testing.T) {
 
 // TestApplyCLIWithholdsDiffOfRenamedDecryptedObject: an encrypted ConfigMap whose name a
 // substitution completes (conf-${ENV}) has its dry-run diff withheld like any decrypted
-// object that is not a Secret: the live side holds the earlier plaintext. Before, the diff
-// was matched by the name before substitution, so it was printed with the plaintext of the
+// object that is not a Secret: the live side holds the earlier plaintext. Were the diff
+// matched by the name before substitution, it would be printed with the plaintext of the
 // earlier apply.
 func TestApplyCLIWithholdsDiffOfRenamedDecryptedObject(t *testing.T) {
 	cluster.Require(t, env)

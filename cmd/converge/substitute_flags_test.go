@@ -159,8 +159,8 @@ func TestApplyYAMLReportRedactsFoldedValue(t *testing.T) {
 
 // TestBuildSubstituteBoundedByFlags: the bytes substitution inserts are bounded by the
 // command's --max-file-size (per object) and --max-total-size (in all), as the error says:
-// a 100-byte value named 40 times passes a --max-file-size of 2000. Before, the bounds were
-// the defaults (8 MiB, 256 MiB) whatever the flags: the object was built.
+// a 100-byte value named 40 times passes a --max-file-size of 2000. Were the bounds the
+// defaults (8 MiB, 256 MiB) whatever the flags, the object would be built.
 func TestBuildSubstituteBoundedByFlags(t *testing.T) {
 	dir := t.TempDir()
 	writeSet(t, dir, "x", map[string]string{"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\n" +

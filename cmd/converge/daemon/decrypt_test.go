@@ -80,8 +80,8 @@ func failedAt(rev string) func(*v1alpha1.Sync) bool {
 // DecryptionFailed naming the Secret and its file, and apply and prune nothing: the objects
 // of the last applied revision stay (I8). The plaintext appears nowhere but in the applied
 // Secret: not in the daemon's logs (verbosity 4), the Sync's events and status, or its
-// cache folder. Before, the ciphertext and the sops field reached the API server as a
-// Secret (Ready=False ApplyFailed at best).
+// cache folder. Without decryption, the ciphertext and the sops field would reach the API
+// server as a Secret (Ready=False ApplyFailed at best).
 func TestDaemonDecryptsSOPS(t *testing.T) {
 	f := newFixture(t)
 	logs := captureLogs(t)

@@ -85,9 +85,10 @@ func bodyCounter(t *testing.T) (url string, whole *atomic.Int32) {
 // TestFenceChecksAgainAtTheBody: a write that passed a fence's check, then was held up until
 // the right to write had gone (a SIGSTOP between the check and the send; a shard lost while
 // the request waited for a connection), is cut when the transport reads its body, and the
-// server receives no complete write (for a shard: shard.TestShardFenceChecksAgainAtTheBody). Before, the check
-// was made once, at RoundTrip: the server received both writes whole (the window of
-// e2e.TestBinaryPausedLeaderIsFenced's once-seen write sent after the resume).
+// server receives no complete write (for a shard:
+// shard.TestShardFenceChecksAgainAtTheBody). Without the check at the body, the server
+// would receive both writes whole (the window of e2e.TestBinaryPausedLeaderIsFenced's
+// once-seen write sent after the resume).
 func TestFenceChecksAgainAtTheBody(t *testing.T) {
 	t.Run("pause", func(t *testing.T) {
 		now := time.Unix(1000, 0)

@@ -51,8 +51,8 @@ func TestPrepareKeepsPerSync(t *testing.T) {
 }
 
 // TestSubstituteBoundedByTheDaemonLimits: what substitution inserts is bounded by the
-// daemon's --max-file-size (per object), as the error says. Before, the bound was the
-// default 8 MiB whatever the flag: a 10,000-byte value substituted under a 1,000-byte
+// daemon's --max-file-size (per object), as the error says. Were the bound the default
+// 8 MiB whatever the flag, a 10,000-byte value would be substituted under a 1,000-byte
 // --max-file-size.
 func TestSubstituteBoundedByTheDaemonLimits(t *testing.T) {
 	r := &reconciler{states: newSyncStates(), render: renderSettings{limits: sources.Limits{MaxFileSize: 1000}}}

@@ -19,8 +19,9 @@ import (
 // expression: shards held and Syncs owned per replica add up, handovers are counted, no
 // shard is unheld once the replicas balanced; a replica stopped without releasing its
 // Leases (as SIGKILL) leaves its shards unheld until the other takes them over. Each Sync's
-// status.owner names the replica holding its shard, before and after the takeover. Before,
-// the dashboard had no Sharding row and the rules no unheld-shards alert.
+// status.owner names the replica holding its shard, before and after the takeover. Without
+// the Sharding row and the unheld-shards alert, neither the dashboard nor the rules would
+// show a shard held by nobody.
 func TestShardingMetricsProvenByPrometheus(t *testing.T) {
 	bin := prometheusBinary(t)
 	f := newFixture(t)

@@ -280,7 +280,7 @@ func checkOneWriterAtATime(t *testing.T, ds ...*shardDaemon) {
 // shards are split 4/4/4, every Sync is Ready and written by exactly one replica. Then one
 // replica stops without releasing anything (as SIGKILL): its Syncs are reconciled by the
 // others at a new commit within the lease duration plus a reconcile, one writer at a time.
-// Before, --sharding did not exist: every replica reconciled (or only one leader did).
+// Without --sharding, every replica reconciles (or only one leader does).
 func TestDaemonShardingSplitsAndTakesOver(t *testing.T) {
 	f := newFixture(t)
 	names, rev1 := f.shardSyncs("1")

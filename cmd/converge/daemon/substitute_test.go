@@ -334,8 +334,8 @@ func TestDaemonSubstituteNoOpWritesNothing(t *testing.T) {
 
 // TestDaemonSecretValueWithTrailingNewline: a Secret value stored with a trailing newline
 // (kubectl create secret --from-file) is substituted without it, and redacted in that form
-// from the status and the logs. Before, only the stored form was redacted and the value
-// showed in the Ready message, the event and its log line.
+// from the status and the logs. Were only the stored form redacted, the value would show in
+// the Ready message, the event and its log line.
 func TestDaemonSecretValueWithTrailingNewline(t *testing.T) {
 	logs := captureLogs(t)
 	f := newFixture(t)

@@ -16,7 +16,7 @@ import (
 // TestDaemonWatchLabelSelector runs two leader-elected daemons, one per shard label, as
 // Flux's static sharding does: each leads (one Lease per selector) and reconciles only the
 // Syncs its selector matches; a Sync relabelled to the other shard is taken over by it.
-// Before, the flag did not exist and both daemons competed for one Lease.
+// Without --watch-label-selector, both daemons would compete for one Lease.
 func TestDaemonWatchLabelSelector(t *testing.T) {
 	f := newFixture(t)
 	rev := f.publish(map[string]string{"in-a/a.yaml": strings.Replace(cmA, "VERSION", "1", 1), "in-b/b.yaml": cmB})

@@ -93,8 +93,8 @@ func TestShardFence(t *testing.T) {
 // TestShardFenceCancelsInFlightWrite: a write sent while its shard is held is cancelled
 // once the shard's holding ends unrenewed, so it cannot stay in flight long after another
 // replica may have taken the shard over (the API server stalled, the connection hung).
-// Before, the fence checked only when the request was sent: the write below, answered after
-// 10 s, succeeded although the shard had run out 9.7 s before.
+// Were the fence checked only when the request is sent, the write below, answered after
+// 10 s, would succeed although the shard ran out 9.7 s earlier.
 func TestShardFenceCancelsInFlightWrite(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
@@ -182,9 +182,9 @@ func TestShardFenceKeepsRenewedWrite(t *testing.T) {
 
 // TestShardRefusedMarksTheReconcile: a write refused by the shard fence marks the
 // reconcile's context, also when the shard is writable again afterwards (a renewal answered
-// late), so the reconcile records no outcome made of the fence's refusals. Before, the
-// status of such a reconcile said ApplyFailed with "shard not held" errors (seen in the
-// 3-replica scale bench).
+// late), so the reconcile records no outcome made of the fence's refusals. Without the
+// mark, the status of such a reconcile would say ApplyFailed with "shard not held" errors
+// (as the 3-replica scale bench shows).
 func TestShardRefusedMarksTheReconcile(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
@@ -251,8 +251,8 @@ func bodyCounter(t *testing.T) (url string, whole *atomic.Int32) {
 
 // TestShardFenceChecksAgainAtTheBody: a write that passed the shard fence's check, then was
 // held up until its shard was lost (the request waited for a connection), is cut when the
-// transport reads its body, and the server receives no complete write. Before, the check was
-// made once, at RoundTrip: the server received the write whole.
+// transport reads its body, and the server receives no complete write. Without the check at
+// the body, the server would receive the write whole.
 func TestShardFenceChecksAgainAtTheBody(t *testing.T) {
 	now := time.Unix(1000, 0)
 	tab := newTable(1, 10*time.Second)

@@ -94,8 +94,8 @@ func logLeases(t *testing.T, cl client.Client) {
 
 // TestShardCountRaceReplicaLease: two replicas of different --shards whose acquiring steps
 // list at the same time (both before either acquired) must not both acquire: shard k of 4
-// and shard k' of 2 share Syncs. Before the fix both acquired (a replica Lease of another
-// count was ignored) and a Sync was reconciled by both.
+// and shard k' of 2 share Syncs. Were a replica Lease of another count ignored, both would
+// acquire and a Sync would be reconciled by both.
 func TestShardCountRaceReplicaLease(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	var mu sync.Mutex
@@ -184,7 +184,8 @@ func TestShardReplicaOfOtherCountStopsAcquiring(t *testing.T) {
 
 // TestShardStepBudget: one step sends no more writes once the next renewal could not be
 // sent within the renew deadline: slow acquires stop instead of running the held shards
-// out. Before the fix a step acquired every shard it wanted however long each took.
+// out. Without the budget, a step would acquire every shard it wanted however long each
+// took.
 func TestShardStepBudget(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	var creates atomic.Int32
@@ -246,7 +247,7 @@ func TestShardObservedAfterList(t *testing.T) {
 
 // TestShardClearRetriedAfterFailure: a release whose clear write failed is cleared again
 // next step; the shards are not left naming a live replica that no longer holds them.
-// Before the fix the table forgot the shards at once and nobody ever took them over.
+// Were the shards forgotten by the table at once, nobody would ever take them over.
 func TestShardClearRetriedAfterFailure(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	var fail atomic.Bool
@@ -289,7 +290,7 @@ func TestShardClearRetriedAfterFailure(t *testing.T) {
 
 // TestShardLostAcquireAnswerCleared: an acquire whose answer was lost leaves a Lease naming
 // this replica, which the table shows free; once above its fair share the replica clears
-// it rather than leave it held by nobody forever. Before the fix it stayed.
+// it rather than leave it held by nobody forever. Without the clear, it would stay so.
 func TestShardLostAcquireAnswerCleared(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	var lose atomic.Bool
@@ -404,9 +405,9 @@ func TestShardDrainBounded(t *testing.T) {
 // TestShardReplicaLeaseDeletedAnswersConflict: the API server answers the renewal of a
 // deleted replica Lease (an update with a resourceVersion) with a conflict, and the re-read
 // with not found. The replica must treat that as a deletion (lose its shards, take a new
-// identity, re-create its Lease) and rejoin. Before, the re-read's not found was returned
-// as a plain error: the replica renewed nothing for ever and never held a shard again
-// (TestBinaryShardsReplicaRecoversFromAPIErrors, against the real API server).
+// identity, re-create its Lease) and rejoin. Were the re-read's not found returned as a
+// plain error, the replica would renew nothing for ever and never hold a shard again
+// (TestBinaryShardsReplicaRecoversFromAPIErrors holds this against the real API server).
 func TestShardReplicaLeaseDeletedAnswersConflict(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	ctx := context.Background()
@@ -446,8 +447,8 @@ func TestShardReplicaLeaseDeletedAnswersConflict(t *testing.T) {
 
 // TestShardOrphansOfLargerCountDeleted: after --shards went down (8 → 4), the shard Leases
 // numbered 4..7 are deleted once no replica of the old count lives and they are free or
-// expired; while the old replica lives nothing is deleted (the rollout may go back). Before,
-// they stayed in the namespace for ever.
+// expired; while the old replica lives nothing is deleted (the rollout may go back).
+// Without the deletion, they would stay in the namespace for ever.
 func TestShardOrphansOfLargerCountDeleted(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	cl := fake.NewClientBuilder().WithScheme(scheme.New()).Build()

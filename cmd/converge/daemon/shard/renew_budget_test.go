@@ -20,10 +20,10 @@ import (
 // TestShardFailedRenewalKeepsBudget: a step whose renewal failed (a 503) still holds shards
 // valid until their deadline, and the next step's renewal can keep them; slow writes of that
 // step (here deletes of the Leases of a larger --shards, 2 s each on an overloaded API
-// server) must stop in time for it to be sent before that deadline. Before the fix a failed
-// renewal lifted the step's budget ("nothing renewed, nothing to keep"): the step deleted all
-// ten Leases, 20 s, and the replica lost its four shards at the next sweep (the test failed
-// with "lost 4 shards").
+// server) must stop in time for it to be sent before that deadline. Were the step's budget
+// lifted by a failed renewal ("nothing renewed, nothing to keep"), the step would delete
+// all ten Leases, 20 s, and the replica would lose its four shards at the next sweep (the
+// test then fails with "lost 4 shards").
 func TestShardFailedRenewalKeepsBudget(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	var failRenew, slowDeletes atomic.Bool

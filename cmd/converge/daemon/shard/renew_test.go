@@ -64,9 +64,9 @@ func stepUntilHeld(t *testing.T, ctx context.Context, c *Coordinator) {
 // TestShardRenewalSlowerThanRetryPeriodKeepsShards (S14 on the Leases, I10): on an
 // overloaded API server a renewal of the replica Lease is answered after more than a retry
 // period but well before the renew deadline of the shards it renews: the replica keeps them
-// (nobody else could take them: the Lease did change). Before the fix every Lease request
-// was cut off after one retry period, so every renewal failed and the replica lost all its
-// shards at the renew deadline (the test failed that way: "lost 2 shards").
+// (nobody else could take them: the Lease did change). Were every Lease request cut off
+// after one retry period, every renewal would fail and the replica would lose all its
+// shards at the renew deadline (the test then fails with "lost 2 shards").
 func TestShardRenewalSlowerThanRetryPeriodKeepsShards(t *testing.T) {
 	ctx := context.Background()
 	c, ft := renewCoordinator(t, "slow", 2)

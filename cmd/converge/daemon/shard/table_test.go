@@ -86,7 +86,8 @@ func TestShardLeaseExpiry(t *testing.T) {
 
 // TestShardReadsBackOff: a Sync whose cache stays behind its live read is requeued less and
 // less often, up to cacheBehindMax, and from the start again once it was read in step.
-// Before, it was requeued every 100 ms for as long as the cache stayed behind.
+// Without the back-off, it would be requeued every 100 ms for as long as the cache stays
+// behind.
 func TestShardReadsBackOff(t *testing.T) {
 	var r reads
 	key := types.NamespacedName{Namespace: "a", Name: "s"}
@@ -139,8 +140,8 @@ func TestShardLeftOfHeld(t *testing.T) {
 }
 
 // TestShardRenewAllKeepsExpired: a renewal cannot revive a shard whose validity ran out
-// before it was sent (another replica may have taken it). Before the fix renewAll extended
-// it.
+// before it was sent (another replica may have taken it). Without the check, renewAll would
+// extend it.
 func TestShardRenewAllKeepsExpired(t *testing.T) {
 	now := time.Unix(1000, 0)
 	tab := newTable(2, 10*time.Second)
