@@ -47,7 +47,7 @@ func newHistoryCommand(kube *kubeFlags) *cobra.Command {
 		Example: `  converge history -n apps web
   converge history -n apps web -o json | jq -r '.[0].revision'`,
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeSyncNames(kube, 0),
+		ValidArgsFunction: completeSyncNames(kube, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0])
 		},
