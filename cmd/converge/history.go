@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -71,7 +70,12 @@ func (o *historyOptions) run(ctx context.Context, out, errOut io.Writer, name st
 		return err
 	}
 	obj, err := api.syncs.Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) && isObjectNotFound(err, name) {
+	if apierrors.IsNotFound(err) {
+		// A missing Sync and a cluster without the Sync API both answer 404 to a get; a
+		// list tells them apart (only on this error path).
+		if _, listErr := api.syncs.Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1}); listErr != nil {
+			return explainSyncs(listErr, "list syncs "+where(ns))
+		}
 		return &exitError{code: 1, err: fmt.Errorf("sync %s/%s not found; converge status -n %s lists the Syncs of %s (-A of every namespace)", ns, name, ns, ns)}
 	}
 	if err != nil {
@@ -106,13 +110,6 @@ func (o *historyOptions) run(ctx context.Context, out, errOut io.Writer, name st
 		return nil
 	}
 	return writeTable(printers.GetNewTabWriter(out), historyColumns(clock()), h, false)
-}
-
-// isObjectNotFound tells a missing Sync from a missing Sync API: both are 404, but only the
-// first names the object in its details.
-func isObjectNotFound(err error, name string) bool {
-	var st apierrors.APIStatus
-	return errors.As(err, &st) && st.Status().Details != nil && st.Status().Details.Name == name
 }
 
 // historyColumns are the columns of `converge history`, kubectl get events' LAST SEEN first.

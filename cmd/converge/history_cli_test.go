@@ -93,6 +93,9 @@ func TestHistoryCommand(t *testing.T) {
 	if code != 1 || out != "" || !strings.Contains(errOut, "sync "+ns+"/missing not found") {
 		t.Errorf("history of a missing Sync: exit %d, stdout %q, stderr %q; want exit 1 and an error naming it", code, out, errOut)
 	}
+	if _, errOut, code := run("history", "web", "--kubeconfig", unreachableKubeconfig(t)); code != 2 || !strings.Contains(errOut, "cannot reach the cluster") {
+		t.Errorf("history on an unreachable cluster: exit %d, stderr %q; want exit 2 and what to check", code, errOut)
+	}
 	if _, errOut, code := run("history", "-n", ns, "web", "-o", "wide"); code != 2 || !strings.Contains(errOut, "allowed formats are table, json, yaml") {
 		t.Errorf("-o wide: exit %d, stderr %q; want exit 2 and the allowed formats", code, errOut)
 	}
