@@ -53,6 +53,9 @@ type Outcome struct {
 	// Summary counts the actions of this reconcile's apply. Write records it only when it
 	// says something new (see SyncStatus.Summary): a no-op keeps the recorded one.
 	Summary *v1alpha1.Summary
+	// Duration is how long the reconcile took, recorded on the history entry this outcome
+	// starts (zero: not known).
+	Duration time.Duration
 }
 
 // ErrReplaced is returned (wrapped) by Write when it dropped an outcome because the Sync it
@@ -242,7 +245,11 @@ func (w *Writer) apply(sync *v1alpha1.Sync, o Outcome) bool {
 	if w.Owner != "" {
 		s.Owner = w.Owner
 	}
-	return !equality.Semantic.DeepEqual(before, *s)
+	if equality.Semantic.DeepEqual(before, *s) {
+		return false // history alone never makes a write (I7)
+	}
+	recordHistory(s, o, now)
+	return true
 }
 
 // summaryOf is the summary to record after o, given the status before it: o's summary when

@@ -53,6 +53,7 @@ inventory, prunes what left the source, and reports readiness.`,
 	root.AddCommand(newStatusCommand(kube))
 	root.AddCommand(newGetCommand(kube))
 	root.AddCommand(newReconcileCommand(kube))
+	root.AddCommand(newHistoryCommand(kube))
 	root.AddCommand(newMigrateCommand(kube))
 	registerFlagCompletions(root, kube)
 	return root

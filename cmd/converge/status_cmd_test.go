@@ -1,11 +1,16 @@
 package main
 
 import (
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/converge-dev/converge/cmd/converge/daemon"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // TestStatusAndReconcileCommands checks `converge reconcile` makes a new commit land although
@@ -27,6 +32,7 @@ func TestStatusAndReconcileCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "app") || !strings.Contains(out, "True") || !strings.Contains(out, rev2) {
 		t.Errorf("status: exit %d, output:\n%s", code, out)
 	}
+	assertHistory(t, f.ns, rev2, rev1)
 	if _, code := cli(t, "status", "-n", f.ns, "missing"); code == 0 {
 		t.Errorf("status of a missing Sync exited 0")
 	}
@@ -50,5 +56,22 @@ func TestStatusAndReconcileCommands(t *testing.T) {
 	}
 	if out, code := cli(t, "status", "-n", f.ns, "-o", "name"); code != 0 || out != "sync.converge.dev/app\n" {
 		t.Errorf("status -o name: exit %d, output %q; want sync.converge.dev/app", code, out)
+	}
+}
+
+// assertHistory checks `converge history -o json` of the Sync app shows the daemon's
+// outcomes: newest Ready at newest with the reconcile's duration, older further down.
+func assertHistory(t *testing.T, ns, newest, older string) {
+	t.Helper()
+	out, code := cli(t, "history", "-n", ns, "app", "-o", "json")
+	var h []v1alpha1.HistoryEntry
+	if err := json.Unmarshal([]byte(out), &h); err != nil || code != 0 || len(h) < 2 {
+		t.Fatalf("history -o json: exit %d, %v; want at least two entries:\n%s", code, err, out)
+	}
+	if h[0].Revision != newest || h[0].Ready != metav1.ConditionTrue || h[0].Duration == nil || h[0].Count < 1 {
+		t.Errorf("newest history entry %+v, want %s Ready with a duration", h[0], newest)
+	}
+	if !slices.ContainsFunc(h[1:], func(e v1alpha1.HistoryEntry) bool { return e.Revision == older && e.Ready == metav1.ConditionTrue }) {
+		t.Errorf("history %+v has no Ready entry of %s", h, older)
 	}
 }

@@ -588,6 +588,11 @@ type SyncStatus struct {
 	// reconciles the Sync. After a handover the new owner's first reconcile rewrites it.
 	// +optional
 	Owner string `json:"owner,omitempty"`
+	// History holds the last distinct outcomes (generation, revision, Ready reason), newest
+	// first, written in the same write as the rest of the status.
+	// +kubebuilder:validation:MaxItems=10
+	// +optional
+	History []HistoryEntry `json:"history,omitempty"`
 }
 
 // InventoryStatus names the inventory ConfigMap and its size.

@@ -226,6 +226,7 @@ func (r *reconciler) record(ctx context.Context, s *v1alpha1.Sync, outcome statu
 		log.Info("outcome dropped: the shard fence refused some of its writes; requeued", "shard", i)
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	outcome.Duration = time.Since(start) // kept on the history entry this outcome starts
 	err := r.writer.Write(ctx, key, outcome)
 	if errors.Is(err, status.ErrReplaced) {
 		// The Sync this reconcile read was deleted and another took its name (I14): the
