@@ -68,7 +68,7 @@ func hmacReceiver(t *testing.T) (url string, got <-chan notified) {
 // notifyingDaemon starts the daemon with local receivers allowed, fast retries, /metrics on
 // addr, and a Sync notifying address through a generic-hmac provider whose key is in a
 // Secret.
-func (f *fixture) notifyingDaemon(address string) (metricsAddr string) {
+func (f *fixture) notifyingDaemon(address string, mutate ...func(*v1alpha1.Sync)) (metricsAddr string) {
 	f.t.Helper()
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "hook"}, Data: map[string][]byte{"token": []byte(notifyKey)}}
 	if err := f.c.Create(context.Background(), sec); err != nil {
@@ -83,6 +83,9 @@ func (f *fixture) notifyingDaemon(address string) (metricsAddr string) {
 	f.createSync(2*time.Second, func(s *v1alpha1.Sync) {
 		s.Spec.Notifications = []v1alpha1.Notification{{Type: "generic-hmac", Address: address,
 			SecretRef: &v1alpha1.LocalObjectReference{Name: "hook"}}}
+		for _, m := range mutate {
+			m(s)
+		}
 	})
 	return metricsAddr
 }
@@ -202,6 +205,32 @@ func TestNotificationReceiverDown(t *testing.T) {
 		t.Errorf("an event shows the receiver's path: %s", ev)
 	}
 	f.waitSync("still Ready", readyAt(rev1))
+}
+
+// TestNotificationSecretReadAsTheSyncIdentity: a Sync acting as a service account that may
+// not read Secrets gets no notification sent with the daemon's rights: the delivery fails
+// (metric, event naming the identity), nothing reaches the receiver, the Sync stays Ready.
+func TestNotificationSecretReadAsTheSyncIdentity(t *testing.T) {
+	f := newFixture(t)
+	f.deployer() // ConfigMaps only
+	rev1 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	url, got := hmacReceiver(t)
+	addr := f.notifyingDaemon(url, func(s *v1alpha1.Sync) { s.Spec.ServiceAccountName = "deployer" })
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+	f.waitMetric(addr, "converge_notifications_total", 1, `provider="generic-hmac"`, `result="failed"`)
+	user := "system:serviceaccount:" + f.ns + ":deployer"
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		ev := f.syncEvents()
+		return strings.Contains(ev, "NotificationFailed") && strings.Contains(ev, "read as "+user) && strings.Contains(ev, "forbidden"), nil
+	})
+	if err != nil {
+		t.Errorf("no NotificationFailed event naming %s: events:\n%s", user, f.syncEvents())
+	}
+	select {
+	case n := <-got:
+		t.Errorf("the receiver got %+v signed with a Secret %s may not read", n, user)
+	default:
+	}
 }
 
 // TestNotificationsCRDRefusesUnknownType: the API server refuses a provider type the
