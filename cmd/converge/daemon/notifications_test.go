@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 
 	"github.com/converge-dev/converge/cmd/converge/daemon/notify"
 	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
@@ -68,24 +69,21 @@ func hmacReceiver(t *testing.T) (url string, got <-chan notified) {
 // notifyingDaemon starts the daemon with local receivers allowed, fast retries, /metrics on
 // addr, and a Sync notifying address through a generic-hmac provider whose key is in a
 // Secret.
-func (f *fixture) notifyingDaemon(address string, mutate ...func(*v1alpha1.Sync)) (metricsAddr string) {
+func (f *fixture) notifyingDaemon(address string, cfg *rest.Config, options ...func(*Options)) (metricsAddr string) {
 	f.t.Helper()
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "hook"}, Data: map[string][]byte{"token": []byte(notifyKey)}}
 	if err := f.c.Create(context.Background(), sec); err != nil {
 		f.t.Fatal(err)
 	}
 	metricsAddr = cluster.FreeAddr()
-	f.startDaemon(env.Config, func(o *Options) {
+	f.startDaemon(cfg, append([]func(*Options){func(o *Options) {
 		o.MetricsAddr = metricsAddr
 		o.ClusterName = "test-cluster"
 		o.notify = notify.Options{AllowLocal: true, MaxAttempts: 2, InitialBackoff: 10 * time.Millisecond, AttemptTimeout: 5 * time.Second}
-	})
+	}}, options...)...)
 	f.createSync(2*time.Second, func(s *v1alpha1.Sync) {
 		s.Spec.Notifications = []v1alpha1.Notification{{Type: "generic-hmac", Address: address,
 			SecretRef: &v1alpha1.LocalObjectReference{Name: "hook"}}}
-		for _, m := range mutate {
-			m(s)
-		}
 	})
 	return metricsAddr
 }
@@ -146,7 +144,7 @@ func TestNotificationsOnTransitionsOnly(t *testing.T) {
 	f := newFixture(t)
 	rev1 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
 	url, got := hmacReceiver(t)
-	addr := f.notifyingDaemon(url)
+	addr := f.notifyingDaemon(url, env.Config)
 	f.waitSync("Ready at the first commit", readyAt(rev1))
 
 	n := receive(t, got, "BecameReady")
@@ -192,7 +190,7 @@ func TestNotificationReceiverDown(t *testing.T) {
 	}
 	gone := "http://" + ln.Addr().String() + "/hook"
 	ln.Close()
-	addr := f.notifyingDaemon(gone)
+	addr := f.notifyingDaemon(gone, env.Config)
 	f.waitSync("Ready at the first commit", readyAt(rev1))
 	f.waitMetric(addr, "converge_notifications_total", 1, `provider="generic-hmac"`, `result="failed"`)
 	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
@@ -215,7 +213,7 @@ func TestNotificationSecretReadAsTheSyncIdentity(t *testing.T) {
 	f.deployer() // ConfigMaps only
 	rev1 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
 	url, got := hmacReceiver(t)
-	addr := f.notifyingDaemon(url, func(s *v1alpha1.Sync) { s.Spec.ServiceAccountName = "deployer" })
+	addr := f.notifyingDaemon(url, env.Config, func(o *Options) { o.DefaultServiceAccount = "deployer" })
 	f.waitSync("Ready at the first commit", readyAt(rev1))
 	f.waitMetric(addr, "converge_notifications_total", 1, `provider="generic-hmac"`, `result="failed"`)
 	user := "system:serviceaccount:" + f.ns + ":deployer"
@@ -230,6 +228,28 @@ func TestNotificationSecretReadAsTheSyncIdentity(t *testing.T) {
 	case n := <-got:
 		t.Errorf("the receiver got %+v signed with a Secret %s may not read", n, user)
 	default:
+	}
+}
+
+// TestNotificationsNoOpReadsNoSecret: once a notifying Sync has sent its BecameReady, its
+// no-op reconciles read no notification Secret and write nothing.
+func TestNotificationsNoOpReadsNoSecret(t *testing.T) {
+	f := newFixture(t)
+	rev1 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	url, got := hmacReceiver(t)
+	n := &noOpCounter{}
+	f.notifyingDaemon(url, n.config(), n.options)
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+	receive(t, got, "BecameReady")
+	all, writes := n.requests(t, 3)
+	for _, r := range all {
+		if strings.Contains(r, "/secrets/hook") {
+			t.Errorf("a no-op reconcile read the notification Secret: %v", all)
+			break
+		}
+	}
+	if len(writes) > 0 {
+		t.Errorf("no-op reconciles of a notifying Sync sent writes: %v", writes)
 	}
 }
 
