@@ -279,3 +279,23 @@ func TestNotificationsCRDRefusesUnknownType(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIServerPrefixes: the API server's address is denied to receivers, except a loopback
+// one when local receivers are allowed (the guard refuses loopback otherwise).
+func TestAPIServerPrefixes(t *testing.T) {
+	for _, tt := range []struct {
+		host       string
+		allowLocal bool
+		want       string
+	}{
+		{"https://10.96.0.1:443", false, "[10.96.0.1/32]"},
+		{"https://[fd00::1]:6443", true, "[fd00::1/128]"},
+		{"https://127.0.0.1:6443", false, "[127.0.0.1/32]"},
+		{"https://127.0.0.1:6443", true, "[]"},
+		{"", false, "[]"},
+	} {
+		if got := fmt.Sprint(apiServerPrefixes(context.Background(), tt.host, tt.allowLocal)); got != tt.want {
+			t.Errorf("apiServerPrefixes(%q, %v) = %s, want %s", tt.host, tt.allowLocal, got, tt.want)
+		}
+	}
+}
