@@ -67,8 +67,12 @@ func notificationFailed(c client.Reader, events record.EventRecorder, m *recorde
 	if c.Get(context.Background(), key, s) != nil {
 		s = &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Name}}
 	}
-	events.Eventf(s, corev1.EventTypeWarning, "NotificationFailed", "%s of revision %s to %s %s: %v",
-		e.Transition, e.Revision, p.Type, p.Address, err)
+	to := string(p.Type)
+	if p.Address != "" {
+		to += " " + p.Address // scheme and host only: the Dispatcher's hooks get no more
+	}
+	events.Eventf(s, corev1.EventTypeWarning, "NotificationFailed", "%s of revision %s to %s: %v",
+		e.Transition, e.Revision, to, err)
 }
 
 // apiServerPrefixes are the API server's addresses as host prefixes, for the dial guard to
