@@ -73,6 +73,7 @@ authoring).`,
 	f.BoolVar(&o.WatchCache, "watch-cache", o.WatchCache, "keep a watch cache of managed kinds so unchanged objects cost no request (needs list/watch RBAC on them)")
 	f.BoolVar(&o.DriftReconcile, "reconcile-on-drift", o.DriftReconcile, "with --watch-cache, reconcile a Sync within seconds when one of its objects is edited or deleted out of band, not only at its interval")
 	f.StringVar(&o.WebhookAddr, "webhook-addr", o.WebhookAddr, "address of the push webhook receiver, POST /hooks/<namespace>/<name>, each Sync signed by the Secret its spec.webhook.secretRef names (off when empty)")
+	f.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "name of this cluster in notifications; keys the commit statuses they set (converge/<cluster>/<namespace>/<name>), needed by github, gitlab and gitea notifications (none when empty)")
 	f.StringVar(&webhookSecretFile, "webhook-secret-file", "", "removed: each Sync names its own webhook Secret in spec.webhook.secretRef")
 	_ = f.MarkHidden("webhook-secret-file")
 	f.StringVar(&o.WatchNamespace, "watch-namespace", o.WatchNamespace, "reconcile only the Syncs of this namespace (default: all namespaces)")

@@ -185,6 +185,11 @@ type SyncSpec struct {
 	// applied. As Flux's Kustomization spec.decryption.
 	// +optional
 	Decryption *Decryption `json:"decryption,omitempty"`
+	// Notifications send this Sync's transitions (became Ready, failed, drifted, rolled
+	// back) to chat webhooks and commit statuses, never on every reconcile.
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	Notifications []Notification `json:"notifications,omitempty"`
 }
 
 // DependencyReference names a Sync this one depends on.

@@ -43,6 +43,7 @@ type recorder struct {
 	leadTime          *prometheus.HistogramVec
 	commitLeadTime    *prometheus.HistogramVec
 	apiRequests       *prometheus.CounterVec
+	notifications     *prometheus.CounterVec
 
 	now func() time.Time
 }
@@ -165,12 +166,15 @@ func (r *recorder) eventMetrics() {
 	r.apiRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "converge_api_requests_total", Help: "Kubernetes API requests of the daemon by verb and HTTP code (\"error\" when no response came).",
 	}, []string{"verb", "code"})
+	r.notifications = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_notifications_total", Help: "Notifications of a Sync's transitions by provider type and result: delivered, failed (after its retries) or dropped (a full queue).",
+	}, withSync("provider", "result"))
 }
 
 func (r *recorder) collectors() []prometheus.Collector {
 	return []prometheus.Collector{r.reconcileDuration, r.reconciles, r.loadDuration, r.objectActions, r.condition,
 		r.suspended, r.interval, r.lastApplied, r.inventory, r.drift, r.pruneRefusals, r.applyConflicts,
-		r.statusConflicts, r.statusFailures, r.leadTime, r.commitLeadTime, r.apiRequests, r.deferrals}
+		r.statusConflicts, r.statusFailures, r.leadTime, r.commitLeadTime, r.apiRequests, r.deferrals, r.notifications}
 }
 
 // partialDeleter is a metric vector whose series forget can drop by Sync.

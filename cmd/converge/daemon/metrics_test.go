@@ -70,6 +70,7 @@ func observeAll(t *testing.T, rec *recorder) {
 		Inventory: &v1alpha1.InventoryStatus{Entries: 3}}, time.Now().Add(-time.Second), errors.New("status write failed"), lead)
 	rec.suspend(s)
 	rec.deferred(s.Namespace)
+	rec.notifications.WithLabelValues(s.Namespace, s.Name, "generic", "delivered").Inc()
 	_ = conflictCounting{Client: conflictClient{}, rec: rec}.Status().Patch(context.Background(), s, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon/notify"
 	"github.com/converge-dev/converge/cmd/converge/daemon/webhook"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
@@ -101,6 +102,11 @@ type Options struct {
 	// finalizer is dropped anyway (defaultDeletionGrace when zero).
 	DeletionGrace time.Duration
 
+	// ClusterName names the cluster in notifications and keys the commit statuses they set
+	// ("converge/<cluster>/<namespace>/<name>", so two clusters deploying one commit keep
+	// their own); "" names none, and a commit-status notification then fails.
+	ClusterName string
+
 	// WebhookAddr is the address of the push webhook receiver ("" disables it).
 	WebhookAddr string
 
@@ -143,8 +149,11 @@ type Options struct {
 // testOptions are the daemon's settings that only its tests change.
 type testOptions struct {
 	webhook webhook.Options // zero: webhook.DefaultOptions(); tests shorten it
-	// alsoWatch adds namespaces to WatchNamespace's (cross-namespace dependencies without
-	// watching every namespace of the shared test cluster).
+	// notify configures the notification Dispatcher (zero: notify.DefaultOptions()); tests
+	// allow local receivers and shorten the retries.
+	notify notify.Options
+	// alsoWatch adds namespaces to WatchNamespace's (cross-namespace dependencies
+	// without watching every namespace of the shared test cluster).
 	alsoWatch []string
 	crash     crashPoints
 	// skipShardRelease stops a sharded daemon without releasing its Leases, as a SIGKILL

@@ -78,6 +78,10 @@ type reconciler struct {
 
 	// kubeVersion is the API server's version for charts that set none (helm.go).
 	kubeVersion *clusterVersion
+
+	// notifier sends the Sync's transitions after its status write (notifications.go); nil:
+	// none.
+	notifier *notifier
 }
 
 // newReconciler wires the reconciler to the manager's clients: the cache for Syncs and
@@ -239,6 +243,7 @@ func (r *reconciler) record(ctx context.Context, s *v1alpha1.Sync, outcome statu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	r.notify(ctx, s, outcome)
 	log.Info("reconciled", "revision", outcome.AttemptedRevision, "ready", outcome.Ready,
 		"reason", outcome.Reason, "duration", time.Since(start).Round(time.Millisecond))
 	return ctrl.Result{RequeueAfter: r.after(s, outcome)}, nil

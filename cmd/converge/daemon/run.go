@@ -70,6 +70,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return fmt.Errorf("controller: %w", err)
 	}
 	r := newReconciler(ctx, mgr, cfg, metrics, o)
+	if err := addNotifier(ctx, mgr, cfg, r, o); err != nil {
+		return fmt.Errorf("notifications: %w", err)
+	}
 	if shards != nil {
 		if err := shards.setup(mgr, cfg, s, r, o); err != nil {
 			return fmt.Errorf("sharding: %w", err)

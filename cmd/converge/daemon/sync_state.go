@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon/notify"
 	"github.com/converge-dev/converge/sources/pipeline"
 	"github.com/converge-dev/converge/sources/varsubst"
 )
@@ -34,6 +35,9 @@ type syncState struct {
 	// acting says whether it acted at all.
 	user   string
 	acting bool
+	// settled is the last settled state notifications compared with (notifications.go);
+	// nil: read it from the status.
+	settled *notify.State
 }
 
 // syncStates is the registry of syncState, keyed by the Sync. One lock guards it; the

@@ -1,0 +1,205 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/cmd/converge/daemon/notify"
+	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
+)
+
+// notifySecretTimeout bounds the read of one notification Secret in a reconcile that has a
+// transition to send.
+const notifySecretTimeout = 5 * time.Second
+
+// notifier sends a Sync's transitions to its spec.notifications after its status write.
+type notifier struct {
+	d       *notify.Dispatcher
+	cluster string
+}
+
+// dispatcherRunnable runs the Dispatcher on every replica, leader or not: a replica that
+// reconciles nothing sends nothing.
+type dispatcherRunnable struct{ *notify.Dispatcher }
+
+func (dispatcherRunnable) NeedLeaderElection() bool { return false }
+
+// addNotifier runs a notify.Dispatcher beside the controller and wires r to it: deliveries
+// are counted in converge_notifications_total, a failure is a Warning event
+// NotificationFailed on the Sync. The API server's address is denied to receivers.
+func addNotifier(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, r *reconciler, o Options) error {
+	opts := o.test.notify
+	opts.Deny = append(opts.Deny, apiServerPrefixes(ctx, cfg.Host, opts.AllowLocal)...)
+	opts.OnDelivered = func(p notify.Provider, e notify.Event) {
+		r.metrics.notifications.WithLabelValues(e.Namespace, e.Name, string(p.Type), "delivered").Inc()
+	}
+	opts.OnDropped = func(p notify.Provider, e notify.Event) {
+		r.metrics.notifications.WithLabelValues(e.Namespace, e.Name, string(p.Type), "dropped").Inc()
+	}
+	opts.OnFailed = func(p notify.Provider, e notify.Event, err error) {
+		notificationFailed(mgr.GetClient(), r.events, r.metrics, p, e, err)
+	}
+	d := notify.New(opts)
+	r.notifier = &notifier{d: d, cluster: o.ClusterName}
+	return mgr.Add(dispatcherRunnable{d})
+}
+
+// notificationFailed counts a failed delivery and records it as a Warning event on the Sync
+// (its UID read from the cache, no API request).
+func notificationFailed(c client.Reader, events record.EventRecorder, m *recorder, p notify.Provider, e notify.Event, err error) {
+	m.notifications.WithLabelValues(e.Namespace, e.Name, string(p.Type), "failed").Inc()
+	s := &v1alpha1.Sync{}
+	key := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
+	if c.Get(context.Background(), key, s) != nil {
+		s = &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Name}}
+	}
+	to := string(p.Type)
+	if p.Address != "" {
+		to += " " + p.Address // scheme and host only: the Dispatcher's hooks get no more
+	}
+	events.Eventf(s, corev1.EventTypeWarning, "NotificationFailed", "%s of revision %s to %s: %v",
+		e.Transition, e.Revision, to, err)
+}
+
+// apiServerPrefixes are the API server's addresses as host prefixes, for the dial guard to
+// refuse: a receiver's address must not reach it. A loopback API server is left out when
+// local receivers are allowed (tests, a receiver beside the daemon); the guard refuses
+// loopback otherwise.
+func apiServerPrefixes(ctx context.Context, host string, allowLocal bool) []netip.Prefix {
+	u, err := url.Parse(host)
+	if err != nil || u.Hostname() == "" {
+		return nil
+	}
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+		addrs = append(addrs, a)
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		resolved, err := net.DefaultResolver.LookupNetIP(ctx, "ip", u.Hostname())
+		if err != nil {
+			ctrl.Log.WithName("notify").Info("API server address not resolved: not denied to receivers by address", "host", u.Hostname(), "error", err.Error())
+		}
+		addrs = append(addrs, resolved...)
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		a = a.Unmap()
+		if allowLocal && a.IsLoopback() {
+			continue
+		}
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out
+}
+
+// stateOf is the notification state of a Sync's status as read before a reconcile.
+func stateOf(s *v1alpha1.Sync) notify.State {
+	st := notify.State{Revision: s.Status.LastAttemptedRevision}
+	if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); c != nil {
+		st.Ready = notify.Ready(c.Status)
+	}
+	return st
+}
+
+// notify sends the transitions from s's last settled state to the outcome just written to
+// each of s's spec.notifications. It never blocks on a receiver (the Dispatcher queues);
+// without notifications it does nothing, and it reads the providers' Secrets (as the Sync's
+// identity) only when there is something to send.
+func (r *reconciler) notify(ctx context.Context, s *v1alpha1.Sync, o status.Outcome) {
+	if r.notifier == nil || len(s.Spec.Notifications) == 0 {
+		return
+	}
+	next := notify.State{Ready: notify.Ready(o.Ready), Revision: o.AttemptedRevision}
+	var transitions []notify.Transition
+	r.states.with(client.ObjectKeyFromObject(s), func(st *syncState) {
+		prev := stateOf(s)
+		if st.settled != nil {
+			prev = *st.settled
+		}
+		transitions = notify.Transitions(prev, next)
+		settled := notify.Settle(prev, next)
+		st.settled = &settled
+	})
+	if len(transitions) == 0 {
+		return
+	}
+	secrets := map[string]*corev1.Secret{}
+	for i, n := range s.Spec.Notifications {
+		p, err := r.notificationProvider(ctx, s, i, n, secrets)
+		for _, tr := range transitions {
+			if !sends(n, tr) {
+				continue
+			}
+			e := notify.Event{Namespace: s.Namespace, Name: s.Name, Transition: tr, Revision: o.AttemptedRevision,
+				Reason: o.Reason, Message: o.Message, Time: time.Now().UTC(), Cluster: r.notifier.cluster}
+			if err != nil {
+				notificationFailed(r.client, r.events, r.metrics, notify.Provider{Name: p.Name, Type: p.Type}, e, err)
+				continue
+			}
+			r.notifier.d.Send(p, e)
+		}
+	}
+}
+
+// sends says whether n sends tr: its spec.notifications[].on, or every transition.
+func sends(n v1alpha1.Notification, tr notify.Transition) bool {
+	if len(n.On) == 0 {
+		return true
+	}
+	for _, on := range n.On {
+		if string(on) == string(tr) {
+			return true
+		}
+	}
+	return false
+}
+
+// notificationProvider builds the provider of s's notification i, its Secret read as the
+// Sync's identity (once per Secret and reconcile: secrets) with Flux's keys: address,
+// token (generic-hmac: the HMAC key), username, password, ca.crt.
+func (r *reconciler) notificationProvider(ctx context.Context, s *v1alpha1.Sync, i int, n v1alpha1.Notification,
+	secrets map[string]*corev1.Secret) (notify.Provider, error) {
+	p := notify.Provider{Name: fmt.Sprintf("%s/%s/notifications/%d", s.Namespace, s.Name, i),
+		Type: notify.Type(n.Type), Address: n.Address, Channel: n.Channel}
+	if n.SecretRef == nil {
+		return p, nil
+	}
+	sec, ok := secrets[n.SecretRef.Name]
+	if !ok {
+		rctx, cancel := context.WithTimeout(ctx, notifySecretTimeout)
+		var err error
+		sec, err = r.engines.secret(rctx, s, n.SecretRef.Name)
+		cancel()
+		if err != nil {
+			return p, fmt.Errorf("spec.notifications[%d].secretRef: Secret %s/%s read as %s: %w",
+				i, s.Namespace, n.SecretRef.Name, r.engines.identity(s), err)
+		}
+		secrets[n.SecretRef.Name] = sec
+	}
+	if a := sec.Data["address"]; len(a) > 0 {
+		p.Address = string(a)
+	}
+	if p.Type == notify.GenericHMAC {
+		p.HMACKey = sec.Data["token"]
+	} else {
+		p.Token = string(sec.Data["token"])
+	}
+	p.Username, p.Password = string(sec.Data["username"]), string(sec.Data["password"])
+	p.CABundle = sec.Data["ca.crt"]
+	return p, nil
+}
