@@ -278,10 +278,10 @@ func (r *reconciler) forget(key types.NamespacedName) {
 // under, and its render. (The engine set registers its
 // hold on the Sync's identity itself.)
 func (r *reconciler) forgetOutside() {
-	r.states.onForget(func(key types.NamespacedName, _ syncState) {
+	r.states.onForget(func(key types.NamespacedName, old syncState) {
 		r.metrics.forget(key)
 		r.writer.Forget(key)
-		r.shards.Forget(key)
+		r.shards.Forget(key, old.uid) // not the live read of a Sync that took the name
 		if r.loader != nil {
 			r.loader.Forget(key.String())
 		}

@@ -70,8 +70,8 @@ type shardGate interface {
 	Begin(ctx context.Context, cached *v1alpha1.Sync) (shard.Turn, error)
 	// Refused reports whether the shard fence refused a write made with ctx, and its shard.
 	Refused(ctx context.Context) (int, bool)
-	// Forget drops what the gate keeps of a Sync gone.
-	Forget(key types.NamespacedName)
+	// Forget drops what the gate keeps of the Sync of a key and UID gone.
+	Forget(key types.NamespacedName, uid types.UID)
 }
 
 // sharding is what --sharding=auto adds to a daemon: the shard table, whose fence wraps the

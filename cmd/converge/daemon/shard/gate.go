@@ -35,7 +35,7 @@ func (Off) Begin(ctx context.Context, cached *v1alpha1.Sync) (Turn, error) {
 func (Off) Refused(context.Context) (int, bool) { return 0, false }
 
 // Forget does nothing: nothing is kept per Sync.
-func (Off) Forget(types.NamespacedName) {}
+func (Off) Forget(types.NamespacedName, types.UID) {}
 
 // Gate starts a replica's reconciles only for the Syncs of the shards it holds, each under
 // its shard (so the fence checks its writes), and reads a Sync live on its first reconcile
@@ -83,8 +83,9 @@ func (g *Gate) Refused(ctx context.Context) (int, bool) {
 	return c.i, shardRefused(ctx)
 }
 
-// Forget drops what the gate keeps of the Sync key (its live reads).
-func (g *Gate) Forget(key types.NamespacedName) { g.reads.forget(key) }
+// Forget drops what the gate keeps of the Sync key of UID uid (its live read): a record of
+// another Sync of the name, read since, is kept. An empty uid drops any record.
+func (g *Gate) Forget(key types.NamespacedName, uid types.UID) { g.reads.forget(key, uid) }
 
 // firstReadOfHolding returns the Sync to reconcile: cached, unless this is its first
 // reconcile since its shard i was acquired. Then the Sync is read from the API server too:
@@ -111,7 +112,7 @@ func (g *Gate) firstReadOfHolding(ctx context.Context, cached *v1alpha1.Sync, i 
 		return nil, after, nil
 	}
 	g.fresh(key)
-	g.reads.record(key, epoch)
+	g.reads.record(key, fresh.UID, epoch)
 	return fresh, 0, nil
 }
 
@@ -124,10 +125,11 @@ type reads struct {
 	m  map[types.NamespacedName]read
 }
 
-// read is one Sync's entry: the holding it was last read live under (0: none yet) and how
-// many times it was requeued since with its cache behind.
+// read is one Sync's entry: the holding it was last read live under (0: none yet), the UID
+// it had then, and how many times it was requeued since with its cache behind.
 type read struct {
 	epoch  uint64
+	uid    types.UID
 	behind int
 }
 
@@ -157,11 +159,12 @@ func (s *reads) stale(key types.NamespacedName, epoch uint64) bool {
 	return s.m[key].epoch != epoch
 }
 
-// record notes that key was read live, in step with the cache, under holding epoch.
-func (s *reads) record(key types.NamespacedName, epoch uint64) {
+// record notes that key, of UID uid, was read live, in step with the cache, under holding
+// epoch.
+func (s *reads) record(key types.NamespacedName, uid types.UID, epoch uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.set(key, read{epoch: epoch})
+	s.set(key, read{epoch: epoch, uid: uid})
 }
 
 // set stores key's entry; s.mu is held.
@@ -172,8 +175,11 @@ func (s *reads) set(key types.NamespacedName, r read) {
 	s.m[key] = r
 }
 
-func (s *reads) forget(key types.NamespacedName) {
+// forget drops key's entry when it is of uid (any entry when uid is empty).
+func (s *reads) forget(key types.NamespacedName, uid types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.m, key)
+	if r, ok := s.m[key]; ok && (uid == "" || r.uid == "" || r.uid == uid) {
+		delete(s.m, key)
+	}
 }

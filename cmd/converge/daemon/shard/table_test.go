@@ -100,9 +100,31 @@ func TestShardReadsBackOff(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("requeues %v, want %v", got, want)
 	}
-	r.record(key, 1)
+	r.record(key, "", 1)
 	if d := r.retryAfter(key); d != cacheBehindFirst {
 		t.Errorf("after a read in step the back-off did not start again: %v", d)
+	}
+}
+
+// TestLiveReadOfARecreatedSyncIsKept: forgetting a Sync gone (its UID) keeps the live read of
+// the Sync that took its name since, so the new Sync's next reconcile does not read it live
+// again; forgetting that one, or with no UID, drops it.
+func TestLiveReadOfARecreatedSyncIsKept(t *testing.T) {
+	var r reads
+	key := types.NamespacedName{Namespace: "ns", Name: "app"}
+	r.record(key, "uid-new", 3)
+	r.forget(key, "uid-old")
+	if r.stale(key, 3) {
+		t.Errorf("forgetting the old Sync dropped the new one's live read")
+	}
+	r.forget(key, "uid-new")
+	if !r.stale(key, 3) {
+		t.Errorf("forgetting the new Sync kept its live read")
+	}
+	r.record(key, "uid-new", 3)
+	r.forget(key, "")
+	if !r.stale(key, 3) {
+		t.Errorf("forgetting with no UID kept the live read")
 	}
 }
 
