@@ -32,9 +32,10 @@ func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "converge",
 		Short: "Keep a Kubernetes cluster equal to what a git repository declares",
-		Long: `Converge is a GitOps apply engine for Kubernetes. It renders kustomizations or plain
-YAML from git or a local folder, applies them with server-side apply, tracks what it owns in an
-inventory, prunes what left the source, and reports readiness.`,
+		Long: `Converge is a GitOps apply engine for Kubernetes. It renders kustomizations, Helm charts
+or plain YAML from git, OCI artifacts, Helm repositories or a local folder, applies them with
+server-side apply, tracks what it owns in an inventory, prunes what left the source, and
+reports readiness.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
