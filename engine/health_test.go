@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/cli-utils/pkg/object"
 
 	"github.com/converge-dev/converge/inventory"
@@ -60,6 +61,15 @@ func healthGroup(h *harness) string {
 	}
 	if err := h.eng.waitEstablished(h.ctx, []string{"gadgets." + group}, nil, time.Minute); err != nil {
 		t.Fatal(err)
+	}
+	// Established comes before discovery serves the kind: wait until the engine's mapper,
+	// which re-discovers on a miss, knows it, or the next Apply may call it unknown.
+	err := wait.PollUntilContextTimeout(h.ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, err := h.eng.mapper.RESTMapping(schema.GroupKind{Group: group, Kind: "Gadget"}, "v1")
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("Gadget of %s never served by discovery: %v", group, err)
 	}
 	return group
 }
