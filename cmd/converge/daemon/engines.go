@@ -175,11 +175,20 @@ func (e *engineSet) dropShard(i int) {
 // tenant who may create Syncs but not read Secrets cannot have the daemon read one for them
 // (and send its credentials to a git host of their choosing).
 func (e *engineSet) secret(ctx context.Context, s *v1alpha1.Sync, name string) (*corev1.Secret, error) {
+	c, err := e.secretsOf(s)
+	if err != nil {
+		return nil, err
+	}
+	return c.Secrets(s.Namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// secretsOf returns the client that reads Secrets as s's identity.
+func (e *engineSet) secretsOf(s *v1alpha1.Sync) (corev1client.CoreV1Interface, error) {
 	a, err := e.actorFor(s)
 	if err != nil {
 		return nil, err
 	}
-	return a.secrets.Secrets(s.Namespace).Get(ctx, name, metav1.GetOptions{})
+	return a.secrets, nil
 }
 
 // actorFor returns the actor of s's user, building it on first use, and records that s acts

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,10 +22,6 @@ import (
 	"github.com/converge-dev/converge/status"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
-
-// notifySecretTimeout bounds the read of one notification Secret in a reconcile that has a
-// transition to send.
-const notifySecretTimeout = 5 * time.Second
 
 // notifier sends a Sync's transitions to its spec.notifications after its status write.
 type notifier struct {
@@ -44,14 +41,22 @@ func (dispatcherRunnable) NeedLeaderElection() bool { return false }
 func addNotifier(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, r *reconciler, o Options) error {
 	opts := o.test.notify
 	opts.Deny = append(opts.Deny, apiServerPrefixes(ctx, cfg.Host, opts.AllowLocal)...)
-	opts.OnDelivered = func(p notify.Provider, e notify.Event) {
-		r.metrics.notifications.WithLabelValues(e.Namespace, e.Name, string(p.Type), "delivered").Inc()
+	// A delivery ending after its Sync was forgotten counts nothing: its series were
+	// deleted with the Sync, and would come back with no Sync to delete them again.
+	known := func(e notify.Event) bool {
+		return r.states.known(types.NamespacedName{Namespace: e.Namespace, Name: e.Name})
 	}
-	opts.OnDropped = func(p notify.Provider, e notify.Event) {
-		r.metrics.notifications.WithLabelValues(e.Namespace, e.Name, string(p.Type), "dropped").Inc()
+	count := func(p notify.Provider, e notify.Event, result string) {
+		if known(e) {
+			r.metrics.notifications.WithLabelValues(e.Namespace, e.Name, string(p.Type), result).Inc()
+		}
 	}
+	opts.OnDelivered = func(p notify.Provider, e notify.Event) { count(p, e, "delivered") }
+	opts.OnDropped = func(p notify.Provider, e notify.Event) { count(p, e, "dropped") }
 	opts.OnFailed = func(p notify.Provider, e notify.Event, err error) {
-		notificationFailed(mgr.GetClient(), r.events, r.metrics, p, e, err)
+		if known(e) {
+			notificationFailed(mgr.GetClient(), r.events, r.metrics, p, e, err)
+		}
 	}
 	d := notify.New(opts)
 	r.notifier = &notifier{d: d, cluster: o.ClusterName}
@@ -117,10 +122,10 @@ func stateOf(s *v1alpha1.Sync) notify.State {
 }
 
 // notify sends the transitions from s's last settled state to the outcome just written to
-// each of s's spec.notifications. It never blocks on a receiver (the Dispatcher queues);
-// without notifications it does nothing, and it reads the providers' Secrets (as the Sync's
-// identity) only when there is something to send.
-func (r *reconciler) notify(ctx context.Context, s *v1alpha1.Sync, o status.Outcome) {
+// each of s's spec.notifications. It never blocks: the Dispatcher queues, and a provider's
+// Secret is read (as the Sync's identity) in a delivery worker, only when there is something
+// to send.
+func (r *reconciler) notify(s *v1alpha1.Sync, o status.Outcome) {
 	if r.notifier == nil || len(s.Spec.Notifications) == 0 {
 		return
 	}
@@ -138,20 +143,15 @@ func (r *reconciler) notify(ctx context.Context, s *v1alpha1.Sync, o status.Outc
 	if len(transitions) == 0 {
 		return
 	}
-	secrets := map[string]*corev1.Secret{}
 	for i, n := range s.Spec.Notifications {
-		p, err := r.notificationProvider(ctx, s, i, n, secrets)
+		p := notify.Provider{Name: fmt.Sprintf("%s/%s/notifications/%d", s.Namespace, s.Name, i),
+			Type: notify.Type(n.Type), Address: n.Address, Channel: n.Channel}
+		resolve := r.notificationSecret(s, i, n)
 		for _, tr := range transitions {
-			if !sends(n, tr) {
-				continue
+			if sends(n, tr) {
+				r.notifier.d.SendResolving(p, resolve, notify.Event{Namespace: s.Namespace, Name: s.Name, Transition: tr,
+					Revision: o.AttemptedRevision, Reason: o.Reason, Message: o.Message, Time: time.Now().UTC(), Cluster: r.notifier.cluster})
 			}
-			e := notify.Event{Namespace: s.Namespace, Name: s.Name, Transition: tr, Revision: o.AttemptedRevision,
-				Reason: o.Reason, Message: o.Message, Time: time.Now().UTC(), Cluster: r.notifier.cluster}
-			if err != nil {
-				notificationFailed(r.client, r.events, r.metrics, notify.Provider{Name: p.Name, Type: p.Type}, e, err)
-				continue
-			}
-			r.notifier.d.Send(p, e)
 		}
 	}
 }
@@ -169,37 +169,39 @@ func sends(n v1alpha1.Notification, tr notify.Transition) bool {
 	return false
 }
 
-// notificationProvider builds the provider of s's notification i, its Secret read as the
-// Sync's identity (once per Secret and reconcile: secrets) with Flux's keys: address,
-// token (generic-hmac: the HMAC key), username, password, ca.crt.
-func (r *reconciler) notificationProvider(ctx context.Context, s *v1alpha1.Sync, i int, n v1alpha1.Notification,
-	secrets map[string]*corev1.Secret) (notify.Provider, error) {
-	p := notify.Provider{Name: fmt.Sprintf("%s/%s/notifications/%d", s.Namespace, s.Name, i),
-		Type: notify.Type(n.Type), Address: n.Address, Channel: n.Channel}
+// notificationSecret completes the provider of s's notification i from its Secret, read
+// as the Sync's identity when the delivery starts, with Flux's keys: address, token
+// (generic-hmac: the HMAC key), username, password, ca.crt. It is nil without a secretRef.
+// The identity's client is taken now, in the reconcile: a delivery after the Sync is gone
+// leaves nothing behind in the daemon's per-Sync state.
+func (r *reconciler) notificationSecret(s *v1alpha1.Sync, i int, n v1alpha1.Notification) notify.Resolve {
 	if n.SecretRef == nil {
+		return nil
+	}
+	ns, name, identity := s.Namespace, n.SecretRef.Name, r.engines.identity(s)
+	secrets, err := r.engines.secretsOf(s)
+	return func(ctx context.Context, p notify.Provider) (notify.Provider, error) {
+		var sec *corev1.Secret
+		if err == nil {
+			sec, err = secrets.Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		}
+		if err != nil {
+			err = fmt.Errorf("spec.notifications[%d].secretRef: Secret %s/%s read as %s: %w", i, ns, name, identity, err)
+			if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsNotFound(err) {
+				err = notify.Permanent(err) // the next transition reads it again
+			}
+			return p, err
+		}
+		if a := sec.Data["address"]; len(a) > 0 {
+			p.Address = string(a)
+		}
+		if p.Type == notify.GenericHMAC {
+			p.HMACKey = sec.Data["token"]
+		} else {
+			p.Token = string(sec.Data["token"])
+		}
+		p.Username, p.Password = string(sec.Data["username"]), string(sec.Data["password"])
+		p.CABundle = sec.Data["ca.crt"]
 		return p, nil
 	}
-	sec, ok := secrets[n.SecretRef.Name]
-	if !ok {
-		rctx, cancel := context.WithTimeout(ctx, notifySecretTimeout)
-		var err error
-		sec, err = r.engines.secret(rctx, s, n.SecretRef.Name)
-		cancel()
-		if err != nil {
-			return p, fmt.Errorf("spec.notifications[%d].secretRef: Secret %s/%s read as %s: %w",
-				i, s.Namespace, n.SecretRef.Name, r.engines.identity(s), err)
-		}
-		secrets[n.SecretRef.Name] = sec
-	}
-	if a := sec.Data["address"]; len(a) > 0 {
-		p.Address = string(a)
-	}
-	if p.Type == notify.GenericHMAC {
-		p.HMACKey = sec.Data["token"]
-	} else {
-		p.Token = string(sec.Data["token"])
-	}
-	p.Username, p.Password = string(sec.Data["username"]), string(sec.Data["password"])
-	p.CABundle = sec.Data["ca.crt"]
-	return p, nil
 }

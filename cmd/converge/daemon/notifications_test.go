@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/cmd/converge/daemon/notify"
 	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
@@ -297,5 +299,85 @@ func TestAPIServerPrefixes(t *testing.T) {
 		if got := fmt.Sprint(apiServerPrefixes(context.Background(), tt.host, tt.allowLocal)); got != tt.want {
 			t.Errorf("apiServerPrefixes(%q, %v) = %s, want %s", tt.host, tt.allowLocal, got, tt.want)
 		}
+	}
+}
+
+// heldSecret is a transport that holds every read of one Secret until released, whatever
+// its context says: a read that hangs.
+type heldSecret struct {
+	path     string
+	released chan struct{}
+	once     sync.Once
+}
+
+func (h *heldSecret) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, h.path) {
+			<-h.released
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+func (h *heldSecret) release() { h.once.Do(func() { close(h.released) }) }
+
+
+// TestNotificationSecretReadHoldsNoReconcileWorker is I15: with one worker, a notification
+// Secret whose read hangs holds a delivery worker, not the reconcile's: a Sync of another
+// namespace is applied meanwhile, and the notification is sent once the read returns.
+func TestNotificationSecretReadHoldsNoReconcileWorker(t *testing.T) {
+	f := newFixture(t)
+	other := env.Namespace(t)
+	rev := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1), "other/cm.yaml": noNamespace})
+	url, got := hmacReceiver(t)
+	held := &heldSecret{path: "/namespaces/" + f.ns + "/secrets/hook", released: make(chan struct{})}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(held.wrap)
+	f.notifyingDaemon(url, cfg, func(o *Options) { o.Concurrency = 1; o.test.alsoWatch = []string{other} })
+	t.Cleanup(held.release) // before the daemon stops: it waits for its delivery workers
+	f.waitSync("Ready at the first commit", readyAt(rev))
+
+	synctest.Create(t, f.c, synctest.NewSync(other, f.git.RepoURL("app"), time.Hour, func(s *v1alpha1.Sync) { s.Spec.Path = "other" }))
+	synctest.Wait(t, f.c, client.ObjectKey{Namespace: other, Name: "app"}, "Ready while a notification Secret read hangs", readyAt(rev))
+	select {
+	case n := <-got:
+		t.Errorf("%+v sent before its Secret was read", n)
+	default:
+	}
+	held.release()
+	if n := receive(t, got, "BecameReady"); n.Transition != "BecameReady" || n.Revision != rev {
+		t.Errorf("notification %+v, want BecameReady at %s", n, rev)
+	}
+}
+
+// TestNotificationOfADeletedSyncLeavesNoSeries: a delivery that ends after its Sync was
+// deleted counts nothing: the Sync's notification series, dropped with it, stay gone.
+func TestNotificationOfADeletedSyncLeavesNoSeries(t *testing.T) {
+	f := newFixture(t)
+	rev := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	answer, asked := make(chan struct{}), make(chan struct{}, 1)
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { asked <- struct{}{} })
+		<-answer
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	var release sync.Once
+	addr := f.notifyingDaemon(srv.URL+"/hook", env.Config)
+	t.Cleanup(func() { release.Do(func() { close(answer) }) }) // before the daemon stops
+	f.waitSync("Ready at the first commit", readyAt(rev))
+	select {
+	case <-asked:
+	case <-time.After(time.Minute):
+		t.Fatal("the receiver was never asked")
+	}
+	f.deleteSync("app", time.Minute)
+	release.Do(func() { close(answer) })
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return f.scrape(addr, "converge_notifications_total") > 0, nil
+	})
+	if err == nil {
+		t.Errorf("the deleted Sync's notification series came back: %v delivered", f.scrape(addr, "converge_notifications_total"))
 	}
 }

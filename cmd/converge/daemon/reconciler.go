@@ -243,7 +243,7 @@ func (r *reconciler) record(ctx context.Context, s *v1alpha1.Sync, outcome statu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	r.notify(ctx, s, outcome)
+	r.notify(s, outcome)
 	log.Info("reconciled", "revision", outcome.AttemptedRevision, "ready", outcome.Ready,
 		"reason", outcome.Reason, "duration", time.Since(start).Round(time.Millisecond))
 	return ctrl.Result{RequeueAfter: r.after(s, outcome)}, nil

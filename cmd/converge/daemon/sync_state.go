@@ -159,7 +159,8 @@ func (st *syncStates) getOrCreate(key types.NamespacedName) *syncState {
 	return s
 }
 
-// known reports whether key has a state (tests).
+// known reports whether key has a state: whether the Sync is one this daemon reconciles and
+// has not forgotten.
 func (st *syncStates) known(key types.NamespacedName) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()

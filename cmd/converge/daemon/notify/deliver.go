@@ -45,14 +45,23 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("status %d: %s", e.Code, e.Body)
 }
 
+// Permanent marks err as final: a delivery whose Resolve or attempt met it is not retried.
+func Permanent(err error) error { return permanent{err} }
+
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
 // retryable reports whether another attempt may succeed: network errors, timeouts, 408,
-// 429 and 5xx. A certificate that does not verify is final. A refused address or redirect, an invalid provider, a revision with no commit
-// and other 4xx answers are final.
+// 429 and 5xx. A certificate that does not verify is final, and so are a Permanent error, a
+// refused address or redirect, an invalid provider, a revision with no commit and other 4xx
+// answers.
 func retryable(err error) bool {
 	var se *StatusError
 	var ce *tls.CertificateVerificationError
+	var pe permanent
 	switch {
-	case errors.As(err, &ce):
+	case errors.As(err, &ce), errors.As(err, &pe):
 		return false
 	case errors.Is(err, ErrInvalid), errors.Is(err, ErrNoCommit), errors.Is(err, ErrLocal), errors.Is(err, errRedirect):
 		return false

@@ -55,9 +55,16 @@ func DefaultOptions() Options {
 		MaxElapsed: 2 * time.Minute, InitialBackoff: time.Second, MaxBackoff: 30 * time.Second}
 }
 
+// Resolve completes a provider in a delivery worker just before the delivery's first
+// attempt, within one attempt's timeout: the daemon reads a provider's Secret there, so a
+// slow read holds a delivery worker, never a reconcile. An error is retried as a failed
+// attempt is, unless Permanent.
+type Resolve func(ctx context.Context, p Provider) (Provider, error)
+
 // delivery is one event for one provider, with its retry state.
 type delivery struct {
 	p       Provider
+	resolve Resolve // nil once p is complete
 	e       Event
 	attempt int       // attempts made
 	first   time.Time // when the first attempt started
@@ -109,10 +116,16 @@ func New(opts Options) *Dispatcher {
 // stopped. To make room it drops the oldest delivery of e's namespace when the namespace
 // holds its share of the queue, else the oldest of a full queue.
 func (d *Dispatcher) Send(p Provider, e Event) bool {
+	return d.SendResolving(p, nil, e)
+}
+
+// SendResolving is Send of a provider that resolve completes in a worker (its Secret read):
+// p, as given, is what the hooks name until then.
+func (d *Dispatcher) SendResolving(p Provider, resolve Resolve, e Event) bool {
 	if e.Time.IsZero() {
 		e.Time = time.Now() // every attempt sends the same body (and HMAC signature)
 	}
-	return d.enqueue(&delivery{p: p, e: e})
+	return d.enqueue(&delivery{p: p, resolve: resolve, e: e})
 }
 
 // Dropped counts the deliveries dropped since New: from a full queue, or past a
@@ -250,6 +263,15 @@ func (d *Dispatcher) backoff(n int) time.Duration {
 
 // send builds the request and makes one attempt.
 func (d *Dispatcher) send(ctx context.Context, x *delivery) error {
+	if x.resolve != nil {
+		rctx, cancel := context.WithTimeout(ctx, d.opts.AttemptTimeout)
+		p, err := x.resolve(rctx, x.p)
+		cancel()
+		if err != nil {
+			return err
+		}
+		x.p, x.resolve = p, nil
+	}
 	t, err := x.p.target()
 	if err != nil {
 		return err
