@@ -2,13 +2,12 @@ package daemon
 
 import (
 	"errors"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/converge-dev/converge/cmd/converge/daemon/fence/fencetest"
 )
 
 type countingRT struct{ calls int }
@@ -57,31 +56,6 @@ func TestPauseFence(t *testing.T) {
 	}
 }
 
-// pausingRT stands for a process stopped between the fence's check and the send: it runs
-// pause (which moves the fence's clock past its deadline), then sends with next.
-type pausingRT struct {
-	pause func()
-	next  http.RoundTripper
-}
-
-func (p pausingRT) RoundTrip(req *http.Request) (*http.Response, error) {
-	p.pause()
-	return p.next.RoundTrip(req)
-}
-
-// bodyCounter is an API server stand-in that counts the writes whose body it received
-// whole.
-func bodyCounter(t *testing.T) (url string, whole *atomic.Int32) {
-	whole = &atomic.Int32{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if b, err := io.ReadAll(r.Body); err == nil && int64(len(b)) == r.ContentLength {
-			whole.Add(1)
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL, whole
-}
-
 // TestFenceChecksAgainAtTheBody: a write that passed a fence's check, then was held up until
 // the right to write had gone (a SIGSTOP between the check and the send; a shard lost while
 // the request waited for a connection), is cut when the transport reads its body, and the
@@ -94,8 +68,8 @@ func TestFenceChecksAgainAtTheBody(t *testing.T) {
 		now := time.Unix(1000, 0)
 		f := newPauseFence(10*time.Second, func(error) {})
 		f.now, f.last = func() time.Time { return now }, now
-		url, whole := bodyCounter(t)
-		rt := f.wrap(pausingRT{pause: func() { now = now.Add(20 * time.Second) }, next: http.DefaultTransport})
+		url, whole := fencetest.BodyCounter(t)
+		rt := f.wrap(fencetest.PausingRT{Pause: func() { now = now.Add(20 * time.Second) }, Next: http.DefaultTransport})
 		req, _ := http.NewRequest(http.MethodPatch, url+"/api/v1/namespaces/x/configmaps/y", strings.NewReader(`{"data":{"v":"2"}}`))
 		if resp, err := rt.RoundTrip(req); err == nil {
 			_ = resp.Body.Close()

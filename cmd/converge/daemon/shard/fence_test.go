@@ -7,9 +7,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/converge-dev/converge/cmd/converge/daemon/fence/fencetest"
 )
 
 // TestShardFence: a write made for a shard goes out only while the shard is held and
@@ -224,31 +225,6 @@ func TestShardRefusedMarksTheReconcile(t *testing.T) {
 	}
 }
 
-// pausingRT stands for a process stopped between the fence's check and the send: it runs
-// pause (which moves the fence's clock past its deadline), then sends with next.
-type pausingRT struct {
-	pause func()
-	next  http.RoundTripper
-}
-
-func (p pausingRT) RoundTrip(req *http.Request) (*http.Response, error) {
-	p.pause()
-	return p.next.RoundTrip(req)
-}
-
-// bodyCounter is an API server stand-in that counts the writes whose body it received
-// whole.
-func bodyCounter(t *testing.T) (url string, whole *atomic.Int32) {
-	whole = &atomic.Int32{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if b, err := io.ReadAll(r.Body); err == nil && int64(len(b)) == r.ContentLength {
-			whole.Add(1)
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL, whole
-}
-
 // TestShardFenceChecksAgainAtTheBody: a write that passed the shard fence's check, then was
 // held up until its shard was lost (the request waited for a connection), is cut when the
 // transport reads its body, and the server receives no complete write. Without the check at
@@ -258,8 +234,8 @@ func TestShardFenceChecksAgainAtTheBody(t *testing.T) {
 	tab := newTable(1, 10*time.Second)
 	tab.now = func() time.Time { return now }
 	tab.renewed(0, now)
-	url, whole := bodyCounter(t)
-	rt := tab.Wrap(pausingRT{pause: func() { now = now.Add(20 * time.Second) }, next: http.DefaultTransport})
+	url, whole := fencetest.BodyCounter(t)
+	rt := tab.Wrap(fencetest.PausingRT{Pause: func() { now = now.Add(20 * time.Second) }, Next: http.DefaultTransport})
 	call := &shardCall{i: 0}
 	req, _ := http.NewRequestWithContext(context.WithValue(context.Background(), shardKey{}, call),
 		http.MethodPatch, url+"/api/v1/namespaces/x/configmaps/y", strings.NewReader(`{"data":{"v":"2"}}`))
