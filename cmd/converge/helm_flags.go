@@ -76,7 +76,7 @@ func (h *helmFlags) options(src sources.Source) (*sources.HelmOptions, error) {
 		if err := yaml.Unmarshal(data, &v); err != nil {
 			return nil, fmt.Errorf("--values %s: %w", file, err)
 		}
-		opts.Values = mergeValues(opts.Values, v)
+		opts.Values = sources.MergeValues(opts.Values, v)
 	}
 	for _, kv := range h.set {
 		if err := strvals.ParseInto(kv, opts.Values); err != nil {
@@ -97,22 +97,4 @@ func isChartFolder(dir string) bool {
 		}
 	}
 	return true
-}
-
-// mergeValues merges b over a, maps key by key, as helm merges its values files.
-func mergeValues(a, b map[string]any) map[string]any {
-	out := make(map[string]any, len(a)+len(b))
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		if bm, ok := v.(map[string]any); ok {
-			if am, ok := out[k].(map[string]any); ok {
-				out[k] = mergeValues(am, bm)
-				continue
-			}
-		}
-		out[k] = v
-	}
-	return out
 }

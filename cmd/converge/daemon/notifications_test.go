@@ -321,7 +321,6 @@ func (h *heldSecret) wrap(rt http.RoundTripper) http.RoundTripper {
 
 func (h *heldSecret) release() { h.once.Do(func() { close(h.released) }) }
 
-
 // TestNotificationSecretReadHoldsNoReconcileWorker is I15: with one worker, a notification
 // Secret whose read hangs holds a delivery worker, not the reconcile's: a Sync of another
 // namespace is applied meanwhile, and the notification is sent once the read returns.
