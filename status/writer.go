@@ -56,6 +56,10 @@ type Outcome struct {
 	// Duration is how long the reconcile took, recorded on the history entry this outcome
 	// starts (zero: not known).
 	Duration time.Duration
+	// RollbackKnown says the reconcile learned whether the Sync is rolled back (it read its
+	// source's head); then RolledBack is what status.rolledBack becomes, nil clearing it.
+	RollbackKnown bool
+	RolledBack    *v1alpha1.RolledBack
 }
 
 // ErrReplaced is returned (wrapped) by Write when it dropped an outcome because the Sync it
@@ -240,6 +244,9 @@ func (w *Writer) apply(sync *v1alpha1.Sync, o Outcome) bool {
 	}
 	if o.Inventory != nil {
 		s.Inventory = o.Inventory
+	}
+	if o.RollbackKnown {
+		s.RolledBack = o.RolledBack
 	}
 	s.Summary = summaryOf(before, o)
 	if w.Owner != "" {

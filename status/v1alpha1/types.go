@@ -136,6 +136,15 @@ type SyncSpec struct {
 	// +kubebuilder:default=false
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+	// Rollback pins the Sync to an earlier revision of its source while reconciles, drift
+	// correction and pruning go on; `converge rollback` sets it, `converge resume` lifts it.
+	// +optional
+	Rollback *Rollback `json:"rollback,omitempty"`
+	// AutoRollback applies the last revision that was Ready again when a new revision fails
+	// its health checks within spec.timeout, until the source has another new revision
+	// (status.rolledBack says so). Never across the removal of a CRD.
+	// +optional
+	AutoRollback bool `json:"autoRollback,omitempty"`
 	// DeletionPolicy is Delete (prune the inventory when the Sync is deleted) or Orphan
 	// (leave the objects in the cluster).
 	// +kubebuilder:validation:Enum=Delete;Orphan
@@ -582,6 +591,10 @@ type SyncStatus struct {
 	// LastHandledRequest mirrors the converge.dev/requestedAt annotation once handled.
 	// +optional
 	LastHandledRequest string `json:"lastHandledRequest,omitempty"`
+	// RolledBack is set while the Sync applies an earlier revision than its source's: an
+	// automatic rollback away from a revision that failed, or spec.rollback.
+	// +optional
+	RolledBack *RolledBack `json:"rolledBack,omitempty"`
 	// Inventory names the inventory ConfigMap of this Sync and keeps a recovery copy of it.
 	// +optional
 	Inventory *InventoryStatus `json:"inventory,omitempty"`

@@ -114,7 +114,7 @@ func apiServerPrefixes(ctx context.Context, host string, allowLocal bool) []neti
 
 // stateOf is the notification state of a Sync's status as read before a reconcile.
 func stateOf(s *v1alpha1.Sync) notify.State {
-	st := notify.State{Revision: s.Status.LastAttemptedRevision}
+	st := notify.State{Revision: s.Status.LastAttemptedRevision, RolledBackFrom: rolledBackFrom(s, status.Outcome{})}
 	if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); c != nil {
 		st.Ready = notify.Ready(c.Status)
 	}
@@ -129,7 +129,7 @@ func (r *reconciler) notify(s *v1alpha1.Sync, o status.Outcome) {
 	if r.notifier == nil || len(s.Spec.Notifications) == 0 {
 		return
 	}
-	next := notify.State{Ready: notify.Ready(o.Ready), Revision: o.AttemptedRevision}
+	next := notify.State{Ready: notify.Ready(o.Ready), Revision: o.AttemptedRevision, RolledBackFrom: rolledBackFrom(s, o)}
 	var transitions []notify.Transition
 	r.states.with(client.ObjectKeyFromObject(s), func(st *syncState) {
 		prev := stateOf(s)

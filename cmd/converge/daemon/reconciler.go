@@ -243,6 +243,10 @@ func (r *reconciler) record(ctx context.Context, s *v1alpha1.Sync, outcome statu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if rollbackStarted(s, outcome) {
+		rb := outcome.RolledBack
+		r.events.Eventf(s, corev1.EventTypeWarning, reasonRolledBack, "rolled back from %s to %s: %s", rb.From, rb.To, rb.Reason)
+	}
 	r.notify(s, outcome)
 	log.Info("reconciled", "revision", outcome.AttemptedRevision, "ready", outcome.Ready,
 		"reason", outcome.Reason, "duration", time.Since(start).Round(time.Millisecond))
@@ -325,10 +329,19 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (status.Outcome
 	if names, details := notCurrent(res.Health); len(names) > 0 {
 		// Applied, not all Current yet: recorded, judged again by a later reconcile; no
 		// worker waits (applyOptions: CheckOnce).
-		return r.waiting(s, o, bundle.Revision, waitState{pending: names, details: details, timeout: opts.Timeout}), nil
+		o = r.waiting(s, o, bundle.Revision, waitState{pending: names, details: details, timeout: opts.Timeout})
+		if rb := autoRollback(s, o); rb != nil {
+			o.RolledBack = rb
+			o.Message += "; rolling back to " + rb.To + " (spec.autoRollback)"
+		}
+		return o, nil
 	}
 	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
 	o.Message = "Applied revision " + bundle.Revision + verified(bundle.Signatures)
+	if rb := o.RolledBack; rb != nil {
+		o.Reason = reasonRolledBack
+		o.Message += fmt.Sprintf(" (rolled back from %s: %s)", rb.From, rb.Reason)
+	}
 	if res.MigrationPending != "" {
 		// Ready stays True (the revision is applied); a person must lift a refusal or settle
 		// an object two legacy inventories list. The message is stable across runs: no churn.
@@ -360,7 +373,14 @@ func (r *reconciler) build(ctx context.Context, s *v1alpha1.Sync, o *status.Outc
 	r.states.with(client.ObjectKeyFromObject(s), func(st *syncState) {
 		st.lead.loaded = commitTime{bundle.Revision, bundle.CommitTime}
 	})
-	o.AttemptedRevision = bundle.Revision
+	o.AttemptedRevision, o.RollbackKnown = bundle.Revision, true
+	if p := pin(s, bundle.Revision); p != nil {
+		var f *failure
+		if bundle, f = r.rollBack(ctx, s, o, src, p); f != nil {
+			return nil, f
+		}
+		err = nil // the head's render error is not the revision applied
+	}
 	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty) {
 		return nil, ofSource(reasonBuildFailed, err) // bad input waits for a new revision
 	}

@@ -22,6 +22,8 @@ func (r *reconciler) after(s *v1alpha1.Sync, o status.Outcome) time.Duration {
 	switch {
 	case o.Ready == metav1.ConditionUnknown && o.Reason == reasonProgressing:
 		return recheck(s, o.AttemptedRevision, time.Now())
+	case rollbackStarted(s, o) && o.AttemptedRevision == o.RolledBack.From:
+		return minInterval // the failed head recorded: apply the revision rolled back to now
 	case o.Ready == metav1.ConditionFalse && !o.Stalled:
 		return r.next(s, true)
 	}

@@ -1,0 +1,161 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/sources/oci"
+	"github.com/converge-dev/converge/status"
+	"github.com/converge-dev/converge/status/v1alpha1"
+)
+
+// Reasons of a Sync that applies an earlier revision than its source's head.
+const (
+	// reasonRolledBack: Ready at the revision a rollback applies.
+	reasonRolledBack = "RolledBack"
+	// reasonRollbackRefused: the rollback would delete a CRD, or names a revision the source
+	// cannot be pinned to.
+	reasonRollbackRefused = "RollbackRefused"
+)
+
+// pin is the rollback s is under while its source's head is at head: spec.rollback until
+// lifted (by its removal, or with until NewRevision by a head other than its from), else an
+// automatic rollback away from head. Nil: head is applied.
+func pin(s *v1alpha1.Sync, head string) *v1alpha1.RolledBack {
+	if rb := s.Spec.Rollback; rb != nil {
+		if rb.Until == v1alpha1.RollbackUntilNewRevision && rb.From != "" && rb.From != head {
+			return nil
+		}
+		return &v1alpha1.RolledBack{From: head, To: rb.Revision, Reason: "spec.rollback"}
+	}
+	if rb := s.Status.RolledBack; s.Spec.AutoRollback && rb != nil && rb.Automatic && rb.From == head && rb.To != "" {
+		p := *rb
+		return &p
+	}
+	return nil
+}
+
+// autoRollback is the automatic rollback o starts: s has spec.autoRollback, o is the
+// failure of its source's head to become healthy within spec.timeout, and s was Ready at an
+// earlier revision, which no rollback from this head tried yet. Nil otherwise.
+func autoRollback(s *v1alpha1.Sync, o status.Outcome) *v1alpha1.RolledBack {
+	last := s.Status.LastAppliedRevision
+	switch {
+	case !s.Spec.AutoRollback, !o.WaitOver, o.Reason != reasonHealthCheck, o.RolledBack != nil,
+		last == "", last == o.AttemptedRevision:
+		return nil
+	case s.Status.RolledBack != nil && s.Status.RolledBack.From == o.AttemptedRevision:
+		return nil // tried (or refused) already: a new revision lifts it
+	}
+	return &v1alpha1.RolledBack{From: o.AttemptedRevision, To: last, Automatic: true, Reason: truncate(o.Message, 512)}
+}
+
+// revisionForm splits a revision as status.lastAppliedRevision names it: "<name>@<algo>:<hex>"
+// or "<algo>:<hex>".
+var revisionForm = regexp.MustCompile(`^(?:([^@]+)@)?(sha1|sha256):([0-9a-f]{40}|[0-9a-f]{64})$`)
+
+// pinned is src fetching revision instead of its head: a git commit (keeping the branch that
+// names it), or an OCI digest.
+func pinned(src sources.Source, revision string) (sources.Source, error) {
+	m := revisionForm.FindStringSubmatch(revision)
+	switch {
+	case m == nil:
+		return src, fmt.Errorf("spec.rollback: revision %q is not of the form <branch>@sha1:<commit> or <tag>@sha256:<digest>", revision)
+	case src.Git.URL != "" && m[2] == "sha1" && len(m[3]) == 40:
+		branch := m[1]
+		if branch == "" {
+			branch = src.Git.Ref.Branch
+		}
+		src.Git.Ref.Branch, src.Git.Ref.Tag, src.Git.Ref.SemVer, src.Git.Ref.Commit = branch, "", "", m[3]
+		return src, nil
+	case src.OCI.URL != "" && m[2] == "sha256" && len(m[3]) == 64:
+		src.OCI.Ref = oci.Ref{Digest: "sha256:" + m[3]}
+		return src, nil
+	case src.Git.URL == "" && src.OCI.URL == "":
+		return src, errors.New("spec.rollback: only git and OCI sources are rolled back by revision; pin a chart's version in spec.source instead")
+	}
+	return src, fmt.Errorf("spec.rollback: revision %q does not name a %s of this source", revision, map[bool]string{true: "git commit", false: "OCI digest"}[src.Git.URL != ""])
+}
+
+// crdsDropped names the CRDs s's inventory records that objects (the revision a rollback
+// applies) do not declare: pruning one deletes every custom resource of its kinds.
+func crdsDropped(s *v1alpha1.Sync, objects []*unstructured.Unstructured) []string {
+	if s.Status.Inventory == nil {
+		return nil
+	}
+	declared := map[string]bool{}
+	for _, u := range objects {
+		if u.GetKind() == "CustomResourceDefinition" && u.GroupVersionKind().Group == "apiextensions.k8s.io" {
+			declared[u.GetName()] = true
+		}
+	}
+	var dropped []string
+	for _, e := range s.Status.Inventory.Objects {
+		id, err := object.ParseObjMetadata(e.ID)
+		if err == nil && id.GroupKind.Kind == "CustomResourceDefinition" && id.GroupKind.Group == "apiextensions.k8s.io" && !declared[id.Name] {
+			dropped = append(dropped, id.Name)
+		}
+	}
+	slices.Sort(dropped)
+	return dropped
+}
+
+// rollBack fetches and renders the revision p rolls s back to instead of its source's head,
+// and records it in o: the revision attempted, and status.rolledBack. It refuses a revision
+// whose objects lack a CRD the Sync applies.
+func (r *reconciler) rollBack(ctx context.Context, s *v1alpha1.Sync, o *status.Outcome, src sources.Source,
+	p *v1alpha1.RolledBack) (*sources.Bundle, *failure) {
+	o.RolledBack = p // a failure below keeps the pin: the head is not applied meanwhile
+	psrc, err := pinned(src, p.To)
+	if err != nil {
+		return nil, terminal(reasonRollbackRefused, err)
+	}
+	bundle, err := r.render.load(ctx, r.loader, psrc, client.ObjectKeyFromObject(s))
+	if bundle == nil {
+		return nil, retryable(fetchFailReason(err), fmt.Errorf("rolling back to %s: %w", p.To, err))
+	}
+	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty) {
+		return nil, ofSource(reasonBuildFailed, fmt.Errorf("rolling back to %s: %w", p.To, err))
+	}
+	if dropped := crdsDropped(s, bundle.Objects); len(dropped) > 0 {
+		refused := *p
+		refused.To, refused.Reason = "", "refused: "+p.To+" lacks CRD "+strings.Join(dropped, ", ")
+		o.RolledBack = &refused
+		return nil, terminal(reasonRollbackRefused, fmt.Errorf("not rolled back from %s to %s: it does not declare CRD %s, which the Sync applies, and pruning a CRD deletes its custom resources",
+			p.From, p.To, strings.Join(dropped, ", ")))
+	}
+	p.To, o.AttemptedRevision = bundle.Revision, bundle.Revision
+	return bundle, nil
+}
+
+// rolledBackFrom is the revision a Sync does not apply because it is rolled back, after o
+// (read from s's status when o did not learn it); empty when it applies its head.
+func rolledBackFrom(s *v1alpha1.Sync, o status.Outcome) string {
+	rb := s.Status.RolledBack
+	if o.RollbackKnown {
+		rb = o.RolledBack
+	}
+	if rb == nil || rb.To == "" {
+		return ""
+	}
+	return rb.From
+}
+
+// rollbackStarted says o rolls s back where its status did not: a new rollback, or one to
+// another revision.
+func rollbackStarted(s *v1alpha1.Sync, o status.Outcome) bool {
+	if !o.RollbackKnown || o.RolledBack == nil || o.RolledBack.To == "" {
+		return false
+	}
+	old := s.Status.RolledBack
+	return old == nil || old.From != o.RolledBack.From || old.To != o.RolledBack.To
+}

@@ -1,0 +1,144 @@
+package daemon
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/status/v1alpha1"
+)
+
+// rolledBackTo reports a Sync Ready at rev by a rollback away from from.
+func rolledBackTo(rev, from string) func(*v1alpha1.Sync) bool {
+	return func(s *v1alpha1.Sync) bool {
+		r := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+		return readyAt(rev)(s) && r.Reason == reasonRolledBack && s.Status.RolledBack != nil &&
+			s.Status.RolledBack.From == from && s.Status.RolledBack.To == rev
+	}
+}
+
+// notRolledBack reports a Sync Ready at rev that applies its head, not rolled back.
+func notRolledBack(rev string) func(*v1alpha1.Sync) bool {
+	return func(s *v1alpha1.Sync) bool {
+		r := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+		return readyAt(rev)(s) && r.Reason == reasonSucceeded && s.Status.RolledBack == nil
+	}
+}
+
+func (f *fixture) wantVersion(name, want string) {
+	f.t.Helper()
+	cm, err := f.configMap(name)
+	if err != nil || cm.Data["version"] != want {
+		f.t.Errorf("ConfigMap %s: %v %v, want version %s", name, cm.Data, err, want)
+	}
+}
+
+// TestAutoRollback: a commit whose Deployment never becomes ready fails its health checks
+// after spec.timeout; with spec.autoRollback the Sync applies the last Ready revision again
+// (its ConfigMap back, the Deployment pruned), Ready with reason RolledBack, a RolledBack
+// event, both outcomes in the history; the next commit is applied normally.
+func TestAutoRollback(t *testing.T) {
+	f := newFixture(t)
+	cm := func(v string) string { return strings.Replace(cmA, "VERSION", v, 1) }
+	rev1 := f.publish(map[string]string{"a.yaml": cm("1")})
+	f.startDaemon(env.Config)
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) {
+		s.Spec.AutoRollback, s.Spec.Prune = true, true
+		s.Spec.Timeout = &metav1.Duration{Duration: 3 * time.Second}
+	})
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+
+	rev2 := f.publish(map[string]string{"a.yaml": cm("2"), "web.yaml": neverReady})
+	f.requestReconcile("app")
+	s := f.waitSync("rolled back to the first commit", rolledBackTo(rev1, rev2))
+	f.wantVersion("a", "1")
+	if r := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(r.Message, "rolled back from "+rev2) ||
+		!strings.Contains(s.Status.RolledBack.Reason, "Deployment "+f.ns+"/web") {
+		t.Errorf("Ready %q, rolledBack %+v: want both to name %s and why it failed", r.Message, s.Status.RolledBack, rev2)
+	}
+	if err := f.c.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "web"}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the failed revision's Deployment is still there: %v", err)
+	}
+	seen := map[string]string{}
+	for _, h := range s.Status.History {
+		seen[h.Revision+" "+h.Reason] = string(h.Ready)
+	}
+	if seen[rev2+" "+reasonHealthCheck] != "False" || seen[rev1+" "+reasonRolledBack] != "True" {
+		t.Errorf("history %v: want %s HealthCheckFailed and %s RolledBack", seen, rev2, rev1)
+	}
+	if ev := f.syncEvents(); !strings.Contains(ev, "RolledBack") || !strings.Contains(ev, "rolled back from "+rev2+" to "+rev1) {
+		t.Errorf("no RolledBack event: %s", ev)
+	}
+
+	rev3 := f.publish(map[string]string{"a.yaml": cm("3"), "web.yaml": ""})
+	f.requestReconcile("app")
+	f.waitSync("the next commit applied", notRolledBack(rev3))
+	f.wantVersion("a", "3")
+}
+
+// TestRollbackPin: spec.rollback applies the revision it names while the source is at a
+// later one, until it is removed; with until NewRevision the next commit lifts it.
+func TestRollbackPin(t *testing.T) {
+	f := newFixture(t)
+	cm := func(v string) string { return strings.Replace(cmA, "VERSION", v, 1) }
+	rev1 := f.publish(map[string]string{"a.yaml": cm("1")})
+	f.startDaemon(env.Config)
+	f.createSync(time.Hour)
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+	rev2 := f.publish(map[string]string{"a.yaml": cm("2")})
+	f.requestReconcile("app")
+	f.waitSync("Ready at the second commit", notRolledBack(rev2))
+
+	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.Rollback = &v1alpha1.Rollback{Revision: rev1} })
+	f.waitSync("pinned to the first commit", rolledBackTo(rev1, rev2))
+	f.wantVersion("a", "1")
+	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.Rollback = nil })
+	f.waitSync("the pin lifted", notRolledBack(rev2))
+	f.wantVersion("a", "2")
+
+	f.updateSync("app", func(s *v1alpha1.Sync) {
+		s.Spec.Rollback = &v1alpha1.Rollback{Revision: rev1, Until: v1alpha1.RollbackUntilNewRevision, From: rev2}
+	})
+	f.waitSync("pinned until a new commit", rolledBackTo(rev1, rev2))
+	rev3 := f.publish(map[string]string{"a.yaml": cm("3")})
+	f.requestReconcile("app")
+	f.waitSync("the new commit lifted the pin", notRolledBack(rev3))
+	f.wantVersion("a", "3")
+}
+
+// TestRollbackRefusedAcrossACRDRemoval: a rollback to a revision without a CRD the Sync
+// applies is refused (RollbackRefused naming the CRD), and the CRD stays; so is a revision
+// that is not one of the source's.
+func TestRollbackRefusedAcrossACRDRemoval(t *testing.T) {
+	f := newFixture(t)
+	rev1 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	f.startDaemon(env.Config)
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Spec.Prune = true })
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+	rev2 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "2", 1), "crd.yaml": rollbackCRD})
+	f.requestReconcile("app")
+	f.waitSync("Ready with the CRD", notRolledBack(rev2))
+
+	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.Rollback = &v1alpha1.Rollback{Revision: rev1} })
+	f.waitSync("the rollback refused", readyFalse(reasonRollbackRefused, "gadgets.rollback.example.com"))
+	f.wantVersion("a", "2")
+	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.Rollback = &v1alpha1.Rollback{Revision: "v9@sha256:" + strings.Repeat("0", 64)} })
+	f.waitSync("a digest refused for a git source", readyFalse(reasonRollbackRefused, "does not name a git commit"))
+}
+
+const rollbackCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.rollback.example.com}
+spec:
+  group: rollback.example.com
+  names: {kind: Gadget, plural: gadgets}
+  scope: Namespaced
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+`
