@@ -128,7 +128,9 @@ func TestRollbackRefusedAcrossACRDRemoval(t *testing.T) {
 	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.Rollback = &v1alpha1.Rollback{Revision: rev1} })
 	f.waitSync("the rollback refused", readyFalse(reasonRollbackRefused, "gadgets.rollback.example.com"))
 	f.wantVersion("a", "2")
-	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.Rollback = &v1alpha1.Rollback{Revision: "v9@sha256:" + strings.Repeat("0", 64)} })
+	f.updateSync("app", func(s *v1alpha1.Sync) {
+		s.Spec.Rollback = &v1alpha1.Rollback{Revision: "v9@sha256:" + strings.Repeat("0", 64)}
+	})
 	f.waitSync("a digest refused for a git source", readyFalse(reasonRollbackRefused, "does not name a git commit"))
 }
 
