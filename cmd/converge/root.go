@@ -55,6 +55,7 @@ reports readiness.`,
 	root.AddCommand(newGetCommand(kube))
 	root.AddCommand(newReconcileCommand(kube))
 	root.AddCommand(newHistoryCommand(kube))
+	root.AddCommand(newRollbackCommand(kube))
 	root.AddCommand(newMigrateCommand(kube))
 	registerFlagCompletions(root, kube)
 	return root

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/converge-dev/converge/status/v1alpha1"
+)
+
+const rollbackLong = `Pin a Sync to an earlier revision of its source while GitOps stays on: the daemon applies
+that revision (and prunes what it does not declare, within spec.pruneBudget), corrects drift
+and reports as usual, with Ready reason RolledBack and status.rolledBack naming the revision
+it does not apply. The pin is spec.rollback, visible in the Sync and reviewable like any
+spec change.
+
+Without --to, the revision is the newest one status.history recorded as Ready other than
+the one the Sync attempts now. A git source is pinned to a commit ("main@sha1:<commit>"), an
+OCI source to a digest ("v1@sha256:<digest>"); a Helm repository chart is pinned by its
+version in spec.source instead.
+
+The pin holds until converge resume removes it, or, with --until-new-revision, until the
+source has a revision other than the one it is at now. A rollback that would delete a CRD
+the Sync applies is refused by the daemon (reason RollbackRefused).
+
+spec.autoRollback: true makes the daemon roll back by itself when a new revision fails its
+health checks within spec.timeout.`
+
+// rollbackOptions are the flags of `converge rollback`.
+type rollbackOptions struct {
+	kube  *kubeFlags
+	to    string
+	until bool
+}
+
+func newRollbackCommand(kube *kubeFlags) *cobra.Command {
+	o := &rollbackOptions{kube: kube}
+	cmd := &cobra.Command{
+		Use:   "rollback SYNC",
+		Short: "Pin a Sync to an earlier revision (the last Ready one by default) while reconciles go on",
+		Long:  rollbackLong,
+		Example: `  converge rollback -n apps web
+  converge rollback -n apps web --to main@sha1:3f2a…  --until-new-revision
+  converge resume -n apps web     # lift the pin`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeSyncNames(kube, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd.Context(), cmd.OutOrStdout(), args[0])
+		},
+	}
+	cmd.Flags().StringVar(&o.to, "to", "", "the revision to apply, as status.history names it (default: the last Ready revision before the current one)")
+	cmd.Flags().BoolVar(&o.until, "until-new-revision", false, "lift the pin when the source has a new revision, instead of at converge resume")
+	return cmd
+}
+
+func (o *rollbackOptions) run(ctx context.Context, out io.Writer, name string) error {
+	ns := o.kube.namespace()
+	api, err := newSyncAPI(o.kube, 0)
+	if err != nil {
+		return err
+	}
+	s, err := api.sync(ctx, ns, name)
+	if err != nil {
+		return err
+	}
+	from := s.Status.LastAttemptedRevision
+	if rb := s.Status.RolledBack; rb != nil && rb.From != "" {
+		from = rb.From // already rolled back: the head is what it does not apply
+	}
+	to := o.to
+	if to == "" {
+		if to = lastReady(s.Status.History, s.Status.LastAttemptedRevision); to == "" {
+			return &exitError{code: 1, err: fmt.Errorf("sync %s/%s: status.history records no Ready revision other than %q; name one with --to", ns, name, s.Status.LastAttemptedRevision)}
+		}
+	}
+	rb := v1alpha1.Rollback{Revision: to, Until: v1alpha1.RollbackUntilResume}
+	if o.until {
+		if from == "" {
+			return &exitError{code: 1, err: errors.New("--until-new-revision: the Sync has attempted no revision yet to compare with")}
+		}
+		rb.Until, rb.From = v1alpha1.RollbackUntilNewRevision, from
+	}
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"rollback": rb}})
+	if err != nil {
+		return err
+	}
+	if _, err := api.syncs.Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "converge-cli"}); err != nil {
+		return explainSyncs(err, "patch sync "+ns+"/"+name)
+	}
+	lift := "converge resume -n " + ns + " " + name + " lifts it"
+	if o.until {
+		lift = "the source's next revision lifts it (or converge resume)"
+	}
+	_, err = fmt.Fprintf(out, "sync %s/%s pinned to %s (its source is at %s); %s\n", ns, name, to, orNone(from), lift)
+	return err
+}
+
+// lastReady is the revision of the newest Ready entry of history other than current.
+func lastReady(history []v1alpha1.HistoryEntry, current string) string {
+	for _, h := range history { // newest first
+		if h.Ready == metav1.ConditionTrue && h.Revision != "" && h.Revision != current {
+			return h.Revision
+		}
+	}
+	return ""
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no revision yet"
+	}
+	return s
+}
