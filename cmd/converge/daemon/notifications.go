@@ -179,9 +179,12 @@ func (r *reconciler) notificationSecret(s *v1alpha1.Sync, i int, n v1alpha1.Noti
 		return nil
 	}
 	ns, name, identity := s.Namespace, n.SecretRef.Name, r.engines.identity(s)
-	secrets, err := r.engines.secretsOf(s)
+	secrets, clientErr := r.engines.secretsOf(s)
+	// Called by several delivery workers at once (one delivery per transition): it writes
+	// only its own variables.
 	return func(ctx context.Context, p notify.Provider) (notify.Provider, error) {
 		var sec *corev1.Secret
+		err := clientErr
 		if err == nil {
 			sec, err = secrets.Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 		}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -144,3 +145,40 @@ spec:
   versions:
   - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
 `
+
+// TestRolledBackIsNotified: an automatic rollback sends the failing revision's Failed and a
+// RolledBack naming it (from one reconcile), then BecameReady at the revision rolled back to; the rollback's next
+// reconciles send nothing more.
+func TestRolledBackIsNotified(t *testing.T) {
+	f := newFixture(t)
+	rev1 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	url, got := hmacReceiver(t)
+	f.notifyingDaemon(url, env.Config)
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+	receive(t, got, "BecameReady")
+	f.updateSync("app", func(s *v1alpha1.Sync) {
+		s.Spec.AutoRollback, s.Spec.Prune = true, true
+		s.Spec.Timeout = &metav1.Duration{Duration: 3 * time.Second}
+	})
+	f.waitSync("Ready at the new generation", readyAt(rev1))
+	rev2 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "2", 1), "web.yaml": neverReady})
+	f.waitSync("rolled back", rolledBackTo(rev1, rev2))
+
+	var sent []string
+	for len(sent) < 3 {
+		n := receive(t, got, "the rollback's notifications")
+		sent = append(sent, n.Transition+" "+n.Revision)
+	}
+	// The first two leave one reconcile together, to two delivery workers: in either order.
+	slices.Sort(sent[:2])
+	want := []string{"Failed " + rev2, "RolledBack " + rev2, "BecameReady " + rev1}
+	if !slices.Equal(sent, want) {
+		t.Errorf("sent %v, want %v", sent, want)
+	}
+	f.waitSync("still rolled back", rolledBackTo(rev1, rev2))
+	select {
+	case n := <-got:
+		t.Errorf("a reconcile of the rollback sent %+v", n)
+	case <-time.After(3 * time.Second): // the Sync's interval is 2 s
+	}
+}
