@@ -135,14 +135,20 @@ type pruneCall struct {
 	// (dropped, left as it is for the other inventory of the legacy ID), as the person who
 	// deleted the set gave up everything it listed. An Apply's prune keeps it.
 	removing bool
+	// known are the candidates pruneOrder read from the API server: the first read of each
+	// from the API server is that one.
+	known map[object.ObjMetadata]*metav1.PartialObjectMetadata
 }
 
-// prune deletes candidates in reverse dependency order, stopping after a stage with a
-// failed delete (a Namespace must not take down what we were denied to delete).
+// prune deletes candidates in reverse apply order (pruneOrder: by kind, then by wave and
+// depends-on), one group after another, stopping after a group with a failed delete (a
+// Namespace must not take down what we were denied to delete).
 func (e *Engine) prune(ctx context.Context, pc pruneCall, candidates []inventory.Entry) pruneResult {
 	var all pruneResult
 	pc.progress.stage(StagePrune, len(candidates))
-	for _, stage := range pruneStages(candidates) {
+	stages, known := e.pruneOrder(ctx, pc, candidates)
+	pc.known = known
+	for _, stage := range stages {
 		pr := e.pruneStage(ctx, pc, stage)
 		all.changes = append(all.changes, pr.changes...)
 		all.dropped = append(all.dropped, pr.dropped...)
@@ -275,7 +281,10 @@ func (e *Engine) pruneOneFrom(ctx context.Context, src source, pc pruneCall, en 
 	}
 	c = Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped}
 	log := logr.FromContextOrDiscard(ctx).WithValues("object", c.ID)
-	live, err := e.getByID(ctx, reader, en.Object)
+	live, err := pc.known[en.Object], error(nil)
+	if cached || live == nil {
+		live, err = e.getByID(ctx, reader, en.Object)
+	}
 	if cached && (err != nil || live == nil) {
 		return c, askServer
 	}

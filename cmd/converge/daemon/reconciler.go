@@ -325,7 +325,7 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (status.Outcome
 	if names, details := notCurrent(res.Health); len(names) > 0 {
 		// Applied, not all Current yet: recorded, judged again by a later reconcile; no
 		// worker waits (applyOptions: CheckOnce).
-		return r.waiting(s, o, bundle.Revision, waitState{pending: names, details: details, timeout: opts.Timeout}), nil
+		return r.waiting(s, o, bundle.Revision, waitState{pending: names, details: details, timeout: opts.Timeout, held: res.Held}), nil
 	}
 	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
 	o.Message = "Applied revision " + bundle.Revision + verified(bundle.Signatures)
