@@ -46,12 +46,12 @@ func (p position) compare(q position) int {
 // and wave, one step later.
 func (p position) after() position { return position{stage: p.stage, wave: p.wave, step: p.step + 1} }
 
-// describeWave names the position's wave for messages and reports: "1", "-2", "0 (step 2)".
+// describeWave names the position's wave for messages and reports: "1", "-2", "0, step 2".
 func (p position) describeWave() string {
 	if p.step == 0 {
 		return strconv.Itoa(p.wave)
 	}
-	return fmt.Sprintf("%d (step %d)", p.wave, p.step+1)
+	return fmt.Sprintf("%d, step %d", p.wave, p.step+1)
 }
 
 // orderOf reads the ordering annotations of an object's annotations (a map of strings,

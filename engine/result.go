@@ -40,7 +40,7 @@ type Change struct {
 	Err error
 	// Wave is the object's place in a set whose objects carry ordering annotations
 	// (WaveAnnotation, DependsOnAnnotation): its wave, "1" or "-2", with its step when
-	// depends-on orders objects of one wave, "0 (step 2)". Empty for an unordered set.
+	// depends-on orders objects of one wave, "0, step 2". Empty for an unordered set.
 	Wave string
 }
 
