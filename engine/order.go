@@ -110,7 +110,14 @@ func orderItems(items []*item, targetNamespace string) (bool, error) {
 		byID[it.id] = it
 	}
 	g := graph.New()
-	var dependents []object.ObjMetadata // the graph's vertices that have dependencies
+	var vertices []object.ObjMetadata // every object of an edge, once
+	inGraph := map[object.ObjMetadata]bool{}
+	vertex := func(id object.ObjMetadata) {
+		if !inGraph[id] {
+			inGraph[id] = true
+			vertices = append(vertices, id)
+		}
+	}
 	for _, it := range items {
 		inSet := it.deps[:0:0]
 		for _, d := range it.deps {
@@ -129,21 +136,20 @@ func orderItems(items []*item, targetNamespace string) (bool, error) {
 				continue
 			}
 			g.AddEdge(it.id, dep.id)
+			vertex(it.id)
+			vertex(dep.id)
 			inSet = append(inSet, d)
 		}
 		it.deps = inSet
-		if len(inSet) > 0 {
-			dependents = append(dependents, it.id)
-		}
 	}
-	if g.Size() == 0 {
+	if len(vertices) == 0 {
 		return true, nil
 	}
-	layers, err := g.Sort()
-	if err != nil {
-		return true, terminal(newCycleError(g, dependents, layers))
+	sorted, left := layers(g, vertices)
+	if len(left) > 0 {
+		return true, terminal(newCycleError(g, left))
 	}
-	for _, layer := range layers { // dependencies first: theirs are final when a layer is placed
+	for _, layer := range sorted { // dependencies first: theirs are final when a layer is placed
 		for _, id := range layer {
 			it := byID[id]
 			for _, d := range it.deps {
@@ -156,23 +162,51 @@ func orderItems(items []*item, targetNamespace string) (bool, error) {
 	return true, nil
 }
 
+// layers sorts the vertices of g into layers, dependencies first, each vertex in the layer
+// after its last dependency (Kahn's algorithm), and returns the vertices it could not place:
+// those in a cycle or depending on one. cli-utils' Graph.Sort finds the same layers in time
+// quadratic in the vertices (4.5 s for 10,000 objects that depend on another, at every
+// reconcile); this is linear in the edges.
+func layers(g *graph.Graph, vertices []object.ObjMetadata) (sorted [][]object.ObjMetadata, left []object.ObjMetadata) {
+	waiting := make(map[object.ObjMetadata]int, len(vertices)) // dependencies not placed yet
+	var layer []object.ObjMetadata
+	for _, v := range vertices {
+		if n := len(g.Dependencies(v)); n > 0 {
+			waiting[v] = n
+		} else {
+			layer = append(layer, v)
+		}
+	}
+	for len(layer) > 0 {
+		sorted = append(sorted, layer)
+		var next []object.ObjMetadata
+		for _, v := range layer {
+			for _, d := range g.Dependents(v) {
+				if waiting[d]--; waiting[d] == 0 {
+					delete(waiting, d)
+					next = append(next, d)
+				}
+			}
+		}
+		layer = next
+	}
+	for _, v := range vertices {
+		if waiting[v] > 0 {
+			left = append(left, v)
+		}
+	}
+	return sorted, left
+}
+
 // cycleError names the objects of each depends-on cycle of a set.
 type cycleError struct{ cycles [][]object.ObjMetadata }
 
-// newCycleError finds the cycles of g among the dependents its sort could not place (those
-// not in sorted): each walk along dependencies from such a vertex ends in a cycle.
-func newCycleError(g *graph.Graph, dependents []object.ObjMetadata, sorted []object.ObjMetadataSet) *cycleError {
-	placed := map[object.ObjMetadata]bool{}
-	for _, layer := range sorted {
-		for _, id := range layer {
-			placed[id] = true
-		}
-	}
-	var left []object.ObjMetadata
-	for _, v := range dependents {
-		if !placed[v] {
-			left = append(left, v)
-		}
+// newCycleError finds the cycles among the vertices of g that layers could not place
+// (left): each walk along their dependencies that stays among them ends in a cycle.
+func newCycleError(g *graph.Graph, left []object.ObjMetadata) *cycleError {
+	unplaced := make(map[object.ObjMetadata]bool, len(left))
+	for _, v := range left {
+		unplaced[v] = true
 	}
 	slices.SortFunc(left, func(a, b object.ObjMetadata) int { return strings.Compare(a.String(), b.String()) })
 	ce := &cycleError{}
@@ -182,11 +216,9 @@ func newCycleError(g *graph.Graph, dependents []object.ObjMetadata, sorted []obj
 		seen := map[object.ObjMetadata]int{}
 		for v := start; ; {
 			if i, ok := seen[v]; ok {
-				if !inCycle[v] {
-					ce.cycles = append(ce.cycles, path[i:])
-					for _, c := range path[i:] {
-						inCycle[c] = true
-					}
+				ce.cycles = append(ce.cycles, path[i:])
+				for _, c := range path[i:] {
+					inCycle[c] = true
 				}
 				break
 			}
@@ -195,7 +227,7 @@ func newCycleError(g *graph.Graph, dependents []object.ObjMetadata, sorted []obj
 			}
 			seen[v] = len(path)
 			path = append(path, v)
-			next, ok := firstUnplaced(g.Dependencies(v), placed)
+			next, ok := firstUnplaced(g.Dependencies(v), unplaced)
 			if !ok {
 				break
 			}
@@ -205,12 +237,12 @@ func newCycleError(g *graph.Graph, dependents []object.ObjMetadata, sorted []obj
 	return ce
 }
 
-// firstUnplaced is the first of deps, in their sorted order, that the sort could not place.
-func firstUnplaced(deps object.ObjMetadataSet, placed map[object.ObjMetadata]bool) (object.ObjMetadata, bool) {
+// firstUnplaced is the first of deps, in their sorted order, that layers could not place.
+func firstUnplaced(deps object.ObjMetadataSet, unplaced map[object.ObjMetadata]bool) (object.ObjMetadata, bool) {
 	sorted := slices.Clone(deps)
 	slices.SortFunc(sorted, func(a, b object.ObjMetadata) int { return strings.Compare(a.String(), b.String()) })
 	for _, d := range sorted {
-		if !placed[d] {
+		if unplaced[d] {
 			return d, true
 		}
 	}
