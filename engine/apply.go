@@ -156,7 +156,7 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 		}
 	}
 	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: st.old, claim: st.claim, gate: st.gate, items: items, progress: newProgress(opts.Progress),
-		waves: waves{ordered: st.ordered, rules: rules, current: map[object.ObjMetadata]bool{}}}
+		waves: waves{ordered: st.ordered, rules: rules, current: map[object.ObjMetadata]ObjectHealth{}}}
 	r.view, r.listed = e.newLiveView(set.Inventory.ID, opts)
 	if e.cache != nil && !opts.DryRun {
 		// New objects are applied without reading the cache: the informers of their kinds
@@ -230,8 +230,10 @@ func (r *applyRun) waitReady(ctx context.Context, outs []outcome, rules *HealthR
 	}
 	w.health = rules
 	r.e.addHealthChecks(&w, r.opts.HealthChecks, r.opts.DefaultNamespace)
+	all, w := r.waves.unknown(w)
 	r.progress.stage(StageWait, len(w.ids))
-	return r.e.wait(ctx, w, waitFor{timeout: r.waitTimeout(), once: r.opts.CheckOnce}, r.progress)
+	health, err := r.e.wait(ctx, w, waitFor{timeout: r.waitTimeout(), once: r.opts.CheckOnce}, r.progress)
+	return r.waves.merge(all, health), err
 }
 
 // collect fills res.Changes from outs and returns what to record.

@@ -21,8 +21,9 @@ type waves struct {
 	// until is the deadline of the run's readiness waits, set by the first: ApplyOptions.
 	// Timeout bounds them all, the final wait included.
 	until time.Time
-	// current are the objects a wait of this run found Current: not waited for again.
-	current map[object.ObjMetadata]bool
+	// current are the objects a wait of this run found Current, with that health: not
+	// waited for again, nor read again by the final wait (unknown, merge).
+	current map[object.ObjMetadata]ObjectHealth
 	// index is each item's place in the run's items, built at the first wait.
 	index map[object.ObjMetadata]int
 }
@@ -129,7 +130,7 @@ func (r *applyRun) waitBefore(ctx context.Context, done []outcome, start, end in
 	var failed []string
 	add := func(i int) {
 		it, o := r.items[i], done[i]
-		if _, seen := label[it.id]; seen || r.waves.current[it.id] {
+		if _, seen := label[it.id]; seen || r.waves.isCurrent(it.id) {
 			return
 		}
 		label[it.id] = "wave " + it.pos.describeWave()
@@ -159,7 +160,7 @@ func (r *applyRun) waitBefore(ctx context.Context, done []outcome, start, end in
 			}
 		}
 		for _, d := range it.external {
-			if _, seen := label[d]; !seen && !r.waves.current[d] {
+			if _, seen := label[d]; !seen && !r.waves.isCurrent(d) {
 				label[d] = "dependency of " + Describe(it.id)
 				external = append(external, d)
 			}
@@ -177,7 +178,7 @@ func (r *applyRun) waitBefore(ctx context.Context, done []outcome, start, end in
 	var pending []string
 	for _, h := range health {
 		if h.Status == status.CurrentStatus.String() {
-			r.waves.current[h.Object] = true
+			r.waves.current[h.Object] = h
 			continue
 		}
 		pending = append(pending, Describe(h.Object)+" ("+label[h.Object]+")")
@@ -187,6 +188,49 @@ func (r *applyRun) waitBefore(ctx context.Context, done []outcome, start, end in
 	}
 	return &hold{next: start, health: health, err: err,
 		reason: notApplied + ": waiting for " + listObjects(pending, 5)}
+}
+
+// isCurrent says a wait of this run found id Current.
+func (wv *waves) isCurrent(id object.ObjMetadata) bool {
+	_, ok := wv.current[id]
+	return ok
+}
+
+// unknown narrows w to the objects no wait of this run found Current yet, and returns all
+// of w's objects, for merge.
+func (wv *waves) unknown(w waitSet) ([]object.ObjMetadata, waitSet) {
+	all := w.ids
+	if len(wv.current) == 0 {
+		return all, w
+	}
+	w.ids = make([]object.ObjMetadata, 0, len(all))
+	for _, id := range all {
+		if !wv.isCurrent(id) {
+			w.ids = append(w.ids, id)
+		}
+	}
+	return all, w
+}
+
+// merge is the health of all, in their order: what a wait of this run found Current, and
+// health (the wait of the others) for the rest.
+func (wv *waves) merge(all []object.ObjMetadata, health []ObjectHealth) []ObjectHealth {
+	if len(wv.current) == 0 || len(health) == len(all) {
+		return health
+	}
+	byID := make(map[object.ObjMetadata]ObjectHealth, len(health))
+	for _, h := range health {
+		byID[h.Object] = h
+	}
+	out := make([]ObjectHealth, 0, len(all))
+	for _, id := range all {
+		h, ok := wv.current[id]
+		if !ok {
+			h = byID[id]
+		}
+		out = append(out, h)
+	}
+	return out
 }
 
 // waitTimeout is how long the next readiness wait of the run may take: under CheckOnce the
