@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/cli-utils/pkg/object/dependson"
 	"sigs.k8s.io/cli-utils/pkg/object/graph"
@@ -142,6 +144,12 @@ func orderItems(items []*item, targetNamespace string) (bool, error) {
 		}
 		it.deps = inSet
 	}
+	for _, it := range customResourcesOfDependents(items) {
+		crd := it.deps[len(it.deps)-1]
+		g.AddEdge(it.id, crd)
+		vertex(it.id)
+		vertex(crd)
+	}
 	if len(vertices) == 0 {
 		return true, nil
 	}
@@ -160,6 +168,32 @@ func orderItems(items []*item, targetNamespace string) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// customResourcesOfDependents makes each custom resource of the set depend on its CRD when
+// that CRD depends on something (a conversion webhook's Deployment, say): the CRD is then
+// applied after it, and so must its custom resources be, as the stages would otherwise
+// apply them first. It appends the CRD to their deps and returns them.
+func customResourcesOfDependents(items []*item) []*item {
+	defines := map[schema.GroupKind]object.ObjMetadata{}
+	for _, it := range items {
+		if it.id.GroupKind == crdGK && len(it.deps) > 0 && it.obj != nil {
+			group, _, _ := unstructured.NestedString(it.obj.Object, "spec", "group")
+			kind, _, _ := unstructured.NestedString(it.obj.Object, "spec", "names", "kind")
+			defines[schema.GroupKind{Group: group, Kind: kind}] = it.id
+		}
+	}
+	if len(defines) == 0 {
+		return nil
+	}
+	var out []*item
+	for _, it := range items {
+		if crd, ok := defines[it.id.GroupKind]; ok && !slices.Contains(it.deps, crd) {
+			it.deps = append(it.deps, crd)
+			out = append(out, it)
+		}
+	}
+	return out
 }
 
 // layers sorts the vertices of g into layers, dependencies first, each vertex in the layer

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"os"
 	"strconv"
@@ -316,4 +317,28 @@ func TestWatchOrderedNoOpSendsNothing(t *testing.T) {
 	h.rt.Reset()
 	h.apply(opts, objs...)
 	t.Logf("no-op of %d ordered objects: %d requests, %s", n, h.rt.Count(), time.Since(start))
+}
+
+// TestCRDDependingOnAnObject checks a CRD that depends on an object of a later stage (the
+// Deployment of its conversion webhook, here a ConfigMap): the CRD is applied after it, and
+// its custom resources after the CRD, all in one run. Without the custom resources following
+// their CRD, they were applied first and failed on a kind not served.
+func TestCRDDependingOnAnObject(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	group := strings.ReplaceAll(h.ns, "-", "") + ".waves.test"
+	crd := annotate(gadgetCRD(group), DependsOnAnnotation, "/namespaces/"+h.ns+"/ConfigMap/webhook")
+	t.Cleanup(func() { _ = h.plain.Delete(context.Background(), gadgetCRD(group)) })
+	opts := testOpts()
+	opts.Timeout = 20 * time.Second
+	res := h.apply(opts, configMap(h.ns, "webhook", nil), crd, gadget(group, h.ns, "g1"))
+	var order []string
+	for _, c := range res.Changes {
+		order = append(order, c.Object.GroupKind.Kind+" "+c.Wave)
+	}
+	if got := strings.Join(order, ", "); got != "ConfigMap 0, CustomResourceDefinition 0, step 2, Gadget 0, step 3" {
+		t.Errorf("apply order %q", got)
+	}
+	if h.live(group+"/v1", "Gadget", h.ns, "g1") == nil {
+		t.Fatal("the custom resource was not applied")
+	}
 }
