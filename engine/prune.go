@@ -39,7 +39,8 @@ func DefaultDeleteOptions() DeleteOptions {
 }
 
 // Delete deletes every object of the inventory of ref that is still ours (owns)
-// with the recorded UID (I1), in reverse dependency order, one stage at a time. After each
+// with the recorded UID (I1), in reverse apply order (pruneOrder: by kind, then wave and
+// depends-on), one group at a time. After each
 // stage it records the confirmed deletions in the inventory, so a crash resumes where it
 // stopped; it stops at a stage with a failed delete, whose objects stay in the inventory
 // (I3). It deletes the inventory ConfigMap once the inventory is empty (I12).
@@ -55,7 +56,9 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 		return res, err
 	}
 	pc := pruneCall{ref: ref, claim: claim, concurrency: opts.Concurrency, deleted: new(atomic.Int64), removing: true}
-	for _, stage := range pruneStages(inv.Entries()) {
+	stages, known := e.pruneOrder(ctx, pc, inv.Entries())
+	pc.known = known
+	for _, stage := range stages {
 		pr := e.pruneStage(ctx, pc, stage)
 		res.Pruned = append(res.Pruned, pr.changes...)
 		if pr.abort != nil {

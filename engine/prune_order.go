@@ -12,7 +12,8 @@ import (
 	"github.com/converge-dev/converge/inventory"
 )
 
-// pruneOrder groups the prune candidates of an Apply in the order they are deleted: the
+// pruneOrder groups the prune candidates of an Apply (or the objects of a Delete) in the
+// order they are deleted: the
 // reverse of the apply order. By kind first (pruneRank: Namespaces last), then, inside a
 // kind's rank, the higher waves before the lower ones and a dependent before what it depends
 // on (DependsOnAnnotation), as the live objects' annotations say: the inventory records no

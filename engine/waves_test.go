@@ -342,3 +342,27 @@ func TestCRDDependingOnAnObject(t *testing.T) {
 		t.Fatal("the custom resource was not applied")
 	}
 }
+
+// TestDeleteInReverseOrder checks that deleting a whole set goes in reverse apply order too:
+// the higher wave first, a dependent before what it depends on. Before: by name.
+func TestDeleteInReverseOrder(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	h := newHarness(t, Hooks{AfterPrune: func(_ int, id string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, strings.Split(id, "_")[1])
+		return nil
+	}})
+	h.apply(testOpts(),
+		waveOf(configMap(h.ns, "a-early", nil), "0"),
+		waveOf(configMap(h.ns, "z-late", nil), "1"),
+		configMap(h.ns, "b-base", nil),
+		annotate(configMap(h.ns, "c-user", nil), DependsOnAnnotation, "/namespaces/"+h.ns+"/ConfigMap/b-base"))
+	if _, err := h.eng.Delete(h.ctx, h.ref, DeleteOptions{Concurrency: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(order, " "), "z-late c-user a-early b-base"; got != want {
+		t.Fatalf("delete order %q, want %q", got, want)
+	}
+}
