@@ -366,3 +366,34 @@ func TestDeleteInReverseOrder(t *testing.T) {
 		t.Fatalf("delete order %q, want %q", got, want)
 	}
 }
+
+// TestPruneOrderReadsAgainWhatChanged checks I1 across pruneOrder's early read: an object
+// another inventory takes over while the prune deletes a higher wave is not deleted, although
+// the read the order was computed from still showed it ours. Without the resourceVersion
+// precondition on a delete decided on that read, it was deleted.
+func TestPruneOrderReadsAgainWhatChanged(t *testing.T) {
+	var h *harness
+	taken := false
+	h = newHarness(t, Hooks{AfterPrune: func(_ int, id string) error {
+		if taken || !strings.Contains(id, "_z-late_") {
+			return nil
+		}
+		taken = true
+		u := h.liveCM("a-early")
+		annotate(u, OwnerAnnotation, "someone-else")
+		return h.plain.Update(h.ctx, u)
+	}})
+	opts := testOpts()
+	opts.Concurrency = 1
+	h.apply(opts, waveOf(configMap(h.ns, "a-early", nil), "0"), waveOf(configMap(h.ns, "z-late", nil), "1"), configMap(h.ns, "keep", nil))
+	res := h.apply(opts, configMap(h.ns, "keep", nil))
+	if !taken {
+		t.Fatal("the hook never ran")
+	}
+	if h.liveCM("a-early") == nil {
+		t.Fatalf("I1: the object taken over by another inventory was deleted: %+v", res.Pruned)
+	}
+	if h.liveCM("z-late") != nil {
+		t.Error("the higher wave was not pruned")
+	}
+}
