@@ -145,12 +145,18 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 		return res, err
 	}
 	res.MigrationPending = e.migrationPending(set.Inventory, st.claim)
+	if st.ordered {
+		if err := e.findDependencies(ctx, items, opts.DefaultNamespace); err != nil {
+			return res, err
+		}
+	}
 	if !opts.DryRun {
 		if err := e.writeAhead(ctx, set.Inventory, &st, len(items)); err != nil {
 			return res, err
 		}
 	}
-	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: st.old, claim: st.claim, gate: st.gate, items: items, progress: newProgress(opts.Progress)}
+	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: st.old, claim: st.claim, gate: st.gate, items: items, progress: newProgress(opts.Progress),
+		waves: waves{ordered: st.ordered, rules: rules, current: map[object.ObjMetadata]ObjectHealth{}}}
 	r.view, r.listed = e.newLiveView(set.Inventory.ID, opts)
 	if e.cache != nil && !opts.DryRun {
 		// New objects are applied without reading the cache: the informers of their kinds
@@ -158,7 +164,7 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 		// reports) find them.
 		defer e.cache.watchKinds(ctx, items)
 	}
-	outs, abort := r.applyStages(ctx)
+	outs, held, abort := r.applyStages(ctx)
 	if err := r.gate.moved(); err != nil {
 		// A write was held back because the inventory moved (the recreate of an object
 		// reports it as that object's failure): start over now, not after the readiness wait.
@@ -168,7 +174,10 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 	if abort != nil {
 		return res, errors.Join(append(rec.errs, abort)...)
 	}
-	if abort := r.prune(ctx, res, rec, st.candidates); abort != nil {
+	if held != nil {
+		// An earlier wave is not Ready: the later ones wait, and so does the prune.
+		r.holdResult(res, rec, held)
+	} else if abort := r.prune(ctx, res, rec, st.candidates); abort != nil {
 		return res, errors.Join(append(rec.errs, abort)...)
 	}
 	if opts.DryRun {
@@ -177,7 +186,7 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 	if res.Inventory, err = r.recordInventory(ctx, &st, rec); err != nil {
 		return res, errors.Join(append(rec.errs, err)...)
 	}
-	if opts.Wait || len(opts.HealthChecks) > 0 {
+	if held == nil && (opts.Wait || len(opts.HealthChecks) > 0) {
 		var err error
 		if res.Health, err = r.waitReady(ctx, outs, rules); err != nil {
 			rec.errs = append(rec.errs, err)
@@ -221,15 +230,20 @@ func (r *applyRun) waitReady(ctx context.Context, outs []outcome, rules *HealthR
 	}
 	w.health = rules
 	r.e.addHealthChecks(&w, r.opts.HealthChecks, r.opts.DefaultNamespace)
+	all, w := r.waves.unknown(w)
 	r.progress.stage(StageWait, len(w.ids))
-	return r.e.wait(ctx, w, waitFor{timeout: r.opts.Timeout, once: r.opts.CheckOnce}, r.progress)
+	health, err := r.e.wait(ctx, w, waitFor{timeout: r.waitTimeout(), once: r.opts.CheckOnce}, r.progress)
+	return r.waves.merge(all, health), err
 }
 
 // collect fills res.Changes from outs and returns what to record.
 func (r *applyRun) collect(res *Result, outs []outcome) *record {
 	rec := &record{tracked: make([]inventory.Entry, 0, len(outs))}
 	res.Changes = slices.Grow(res.Changes, len(outs))
-	for _, o := range outs {
+	for i, o := range outs {
+		if r.waves.ordered {
+			o.change.Wave = r.items[i].pos.describeWave()
+		}
 		res.Changes = append(res.Changes, o.change)
 		if o.change.Err != nil {
 			rec.errs = append(rec.errs, o.change.Err)
@@ -344,44 +358,13 @@ type applyRun struct {
 	sizes surveySizes
 	// legacySibling is what the other inventory of the legacy ID lists (legacy.go).
 	legacySibling siblingRead
+	// waves is the state of an ordered set's waits between positions (waves.go).
+	waves waves
 }
 
 // surveyChunk is how many items share one survey: its answer is never older than one
 // chunk's applies.
 const surveyChunk = 500
-
-// applyStages applies the items stage by stage, in parallel within a stage. It returns one
-// outcome per item (in item order) and a non-nil error only when a hook aborted the run.
-func (r *applyRun) applyStages(ctx context.Context) ([]outcome, error) {
-	outs := make([]outcome, len(r.items))
-	r.progress.stage(StageApply, len(r.items))
-	start := 0
-	for stage := 0; stage < numStages; stage++ {
-		end := start
-		for end < len(r.items) && r.items[end].stage == stage {
-			end++
-		}
-		if stage > stageDefinitions && end > start && !r.opts.DryRun {
-			r.establish(ctx, outs[:start], r.items[start:end])
-		}
-		if stage == stageClasses && r.opts.DryRun {
-			r.newNamespaces = newNamespaces(outs[:start])
-		}
-		// Objects are surveyed chunk by chunk, so the LIST's answer is never older than one
-		// chunk's applies (the race with another set creating the same object stays as short
-		// as a GET's would be, give or take a chunk).
-		shares := r.surveyShares(r.items[start:end])
-		for cs := start; cs < end; cs += surveyChunk {
-			ce := min(cs+surveyChunk, end)
-			r.listed.surveyed = r.survey(ctx, r.items[cs:ce], shares)
-			if err := r.applyRange(ctx, outs, cs, ce); err != nil {
-				return outs[:ce], err
-			}
-		}
-		start = end
-	}
-	return outs, nil
-}
 
 // applyRange applies items[start:end] with bounded concurrency into outs[start:end]. Its
 // workers take the items in turn, rather than a goroutine per item: a fresh goroutine grows

@@ -19,6 +19,14 @@
 //  3. write ahead (writeAhead): stored inventory ∪ desired (I2). A failed write stops the run.
 //  4. apply by stage (applyStages: CRDs, Namespaces, ClusterRoles; then *Class kinds; then
 //     the rest), in parallel within a stage, after waiting for the CRDs to be Established.
+//     A set whose objects carry ordering annotations (order.go: WaveAnnotation or Argo CD's
+//     sync-wave, DependsOnAnnotation) is applied by position within each stage: wave, then
+//     depends-on step; before a position the run waits for the lower waves and the
+//     position's dependencies to be Current (waitBefore, waves.go, through step 7's
+//     readiness path), and stops there when they are not (Result.Held: the later positions
+//     are not applied, step 5 is skipped). A cycle, a wave that is not an integer or a
+//     dependency neither in the set nor in the cluster fails step 1 (findDependencies:
+//     before the write-ahead).
 //     Per chunk of 500 objects, one LIST per kind and namespace answers what per-object GETs
 //     would (survey.go). Per object, applyOne (apply_one.go) takes fluxcd/pkg/ssa's four
 //     steps: get the live object from the run's live view (live_view.go: listed, the survey's
@@ -27,7 +35,8 @@
 //     ownership, then managedFields, else a server-side dry-run, compare), apply only then
 //     (so a converged set issues no writes, I7), and record (the memo). An object listed as
 //     missing is applied at once.
-//  5. prune (old − new, prune.go) only when every apply succeeded, in reverse order, each
+//  5. prune (old − new, prune.go) only when every apply succeeded, in reverse order (by kind,
+//     then wave and depends-on as the live objects say: prune_order.go), each
 //     delete with a UID precondition; objects not carrying our annotation, annotated
 //     converge.dev/prune: disabled, or recreated by someone else are left alone and dropped
 //     from the inventory; failed deletes stay in it (I1, I3).

@@ -39,10 +39,11 @@ func DefaultDeleteOptions() DeleteOptions {
 }
 
 // Delete deletes every object of the inventory of ref that is still ours (owns)
-// with the recorded UID (I1), in reverse dependency order, one stage at a time. After each
-// stage it records the confirmed deletions in the inventory, so a crash resumes where it
-// stopped; it stops at a stage with a failed delete, whose objects stay in the inventory
-// (I3). It deletes the inventory ConfigMap once the inventory is empty (I12).
+// with the recorded UID (I1), in reverse apply order (pruneOrder: by kind, then wave and
+// depends-on), one group at a time. After each group it records the confirmed deletions in
+// the inventory, so a crash resumes where it stopped; it stops at a group with a failed
+// delete, whose objects stay in the inventory (I3). It deletes the inventory ConfigMap once
+// the inventory is empty (I12).
 //
 // When the ConfigMap does not exist, it deletes what opts.Recover lists instead, with the
 // same checks, and writes no ConfigMap: the copy stays where the caller keeps it until
@@ -55,7 +56,9 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 		return res, err
 	}
 	pc := pruneCall{ref: ref, claim: claim, concurrency: opts.Concurrency, deleted: new(atomic.Int64), removing: true}
-	for _, stage := range pruneStages(inv.Entries()) {
+	stages, known := e.pruneOrder(ctx, pc, inv.Entries())
+	pc.known = known
+	for _, stage := range stages {
 		pr := e.pruneStage(ctx, pc, stage)
 		res.Pruned = append(res.Pruned, pr.changes...)
 		if pr.abort != nil {
@@ -135,14 +138,20 @@ type pruneCall struct {
 	// (dropped, left as it is for the other inventory of the legacy ID), as the person who
 	// deleted the set gave up everything it listed. An Apply's prune keeps it.
 	removing bool
+	// known are the candidates pruneOrder read from the API server (no watch cache): each
+	// is decided on that read first (fromKnown).
+	known map[object.ObjMetadata]*metav1.PartialObjectMetadata
 }
 
-// prune deletes candidates in reverse dependency order, stopping after a stage with a
-// failed delete (a Namespace must not take down what we were denied to delete).
+// prune deletes candidates in reverse apply order (pruneOrder: by kind, then by wave and
+// depends-on), one group after another, stopping after a group with a failed delete (a
+// Namespace must not take down what we were denied to delete).
 func (e *Engine) prune(ctx context.Context, pc pruneCall, candidates []inventory.Entry) pruneResult {
 	var all pruneResult
 	pc.progress.stage(StagePrune, len(candidates))
-	for _, stage := range pruneStages(candidates) {
+	stages, known := e.pruneOrder(ctx, pc, candidates)
+	pc.known = known
+	for _, stage := range stages {
 		pr := e.pruneStage(ctx, pc, stage)
 		all.changes = append(all.changes, pr.changes...)
 		all.dropped = append(all.dropped, pr.dropped...)
@@ -237,8 +246,15 @@ func (e *Engine) pruneOne(ctx context.Context, pc pruneCall, en inventory.Entry)
 			e.memo.forget(en.Object)
 		}
 	}()
-	if e.cache != nil {
-		c, v := e.pruneOneFrom(ctx, fromCache, pc, en)
+	first := fromServer
+	switch {
+	case e.cache != nil:
+		first = fromCache
+	case pc.known[en.Object] != nil:
+		first = fromKnown
+	}
+	if first != fromServer {
+		c, v := e.pruneOneFrom(ctx, first, pc, en)
 		if v != askServer {
 			return c, v == drop
 		}
@@ -253,6 +269,10 @@ type source int
 const (
 	fromServer source = iota // the API server (uncached client)
 	fromCache                // the watch cache: one DELETE with a resourceVersion precondition
+	// fromKnown: pruneOrder's read from the API server, made before the prune's first delete;
+	// decided on as a cached read is (a DELETE with a resourceVersion precondition, the API
+	// server asked again on any doubt), since the object may have changed since.
+	fromKnown
 )
 
 // verdict is what pruneOneFrom decided about an inventory entry.
@@ -264,18 +284,21 @@ const (
 	askServer                // the cached view cannot decide: read the API server (fromCache only)
 )
 
-// pruneOneFrom is pruneOne reading from src. From the cache, it answers askServer when the
-// cached view was not found, out of date, or would drop the entry: an entry leaves the
-// inventory only on the API server's word.
+// pruneOneFrom is pruneOne reading from src. From the cache (or pruneOrder's earlier read),
+// it answers askServer when that view was not found, out of date, or would drop the entry:
+// an entry leaves the inventory only on the API server's word.
 func (e *Engine) pruneOneFrom(ctx context.Context, src source, pc pruneCall, en inventory.Entry) (c Change, v verdict) {
-	claim, cached := pc.claim, src == fromCache
+	claim, cached := pc.claim, src != fromServer
 	var reader client.Reader = e.client
-	if cached {
+	if src == fromCache {
 		reader = e.cache
 	}
 	c = Change{ID: en.Object.String(), Object: en.Object, Action: ActionSkipped}
 	log := logr.FromContextOrDiscard(ctx).WithValues("object", c.ID)
-	live, err := e.getByID(ctx, reader, en.Object)
+	live, err := pc.known[en.Object], error(nil)
+	if src != fromKnown {
+		live, err = e.getByID(ctx, reader, en.Object)
+	}
 	if cached && (err != nil || live == nil) {
 		return c, askServer
 	}

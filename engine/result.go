@@ -38,6 +38,10 @@ type Change struct {
 	// Err is the error of a failed object, already prefixed with the object's origin and
 	// name ("apps/web.yaml:3: ConfigMap apps/web: apply: …").
 	Err error
+	// Wave is the object's place in a set whose objects carry ordering annotations
+	// (WaveAnnotation, DependsOnAnnotation): its wave, "1" or "-2", with its step when
+	// depends-on orders objects of one wave, "0, step 2". Empty for an unordered set.
+	Wave string
 }
 
 // describe names the change's object for messages, after its origin when known.
@@ -78,6 +82,12 @@ type Result struct {
 	// message) so that a person can lift the refusal or settle the contested objects.
 	// Removed in v0.2 with the migration.
 	MigrationPending string
+	// Held is set when the run stopped before a wave (or a depends-on step) because what it
+	// waits for was not Ready: it names the objects not applied and those waited for, with
+	// their waves. Health then holds the objects waited for; the ones not applied are in
+	// Changes as skipped, nothing was pruned, and the inventory keeps every object. Under
+	// CheckOnce a caller applies again later to go on.
+	Held string
 	// Left lists the objects of the inventory that left the set and stay because
 	// ApplyOptions.Prune is off (they stay in the inventory too, so a later run with Prune
 	// deletes them).

@@ -27,6 +27,9 @@ type start struct {
 	// stored is the inventory stored once written ahead; wrote says the run wrote it.
 	stored *inventory.Inventory
 	wrote  bool
+	// ordered says an item carries an ordering annotation (order.go): the run applies wave
+	// by wave.
+	ordered bool
 }
 
 // startRun validates set for a run with opts and loads the inventory it starts from
@@ -38,7 +41,7 @@ func (e *Engine) startRun(ctx context.Context, set Set, opts ApplyOptions, remem
 	if err := validateRef(set.Inventory); err != nil && !noInventory {
 		return nil, start{}, err
 	}
-	items, desired, err := e.prepare(set, opts)
+	items, desired, ordered, err := e.prepareOrdered(set, opts)
 	if err != nil {
 		return nil, start{}, err
 	}
@@ -53,7 +56,7 @@ func (e *Engine) startRun(ctx context.Context, set Set, opts ApplyOptions, remem
 			return nil, start{}, err
 		}
 	}
-	st.desired, st.stored = desired, st.old
+	st.desired, st.stored, st.ordered = desired, st.old, ordered
 	if opts.Prune {
 		if err := checkPrune(len(items), st.candidates.Len(), opts); err != nil {
 			return nil, start{}, err

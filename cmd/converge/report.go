@@ -34,6 +34,8 @@ type objectReport struct {
 	Message   string `json:"message,omitempty"`
 	Diff      string `json:"diff,omitempty"`
 	Health    string `json:"health,omitempty"`
+	// Wave is the object's wave when the set orders its objects (engine.Change.Wave).
+	Wave string `json:"wave,omitempty"`
 }
 
 type summary struct {
@@ -95,7 +97,7 @@ func (r *report) dropDiffs() {
 
 func objectOf(c engine.Change) objectReport {
 	return objectReport{Kind: c.Object.GroupKind.Kind, Namespace: c.Object.Namespace, Name: c.Object.Name,
-		Action: string(c.Action), Message: c.Message, Diff: c.Diff}
+		Action: string(c.Action), Message: c.Message, Diff: c.Diff, Wave: c.Wave}
 }
 
 // redact passes the texts of the report that may quote a value (the error, each object's
@@ -155,6 +157,9 @@ func (r *report) text() string {
 	}
 	for _, o := range r.Objects {
 		fmt.Fprintf(&b, "%s %s", o.ref(), verb(o.Action))
+		if o.Wave != "" {
+			fmt.Fprintf(&b, " in wave %s", o.Wave)
+		}
 		if o.Message != "" {
 			fmt.Fprintf(&b, ": %s", o.Message)
 		}

@@ -39,6 +39,9 @@ type waitState struct {
 	expired bool
 	now     time.Time
 	timeout time.Duration // the Sync's spec.timeout, or the engine's default
+	// held names the objects of later waves the engine did not apply yet and what they
+	// wait for (engine.Result.Held); empty when every object was applied.
+	held string
 }
 
 // waitVerdict is what to record and when to look again.
@@ -60,14 +63,18 @@ func judgeWait(w waitState) waitVerdict {
 		since = w.now
 	}
 	elapsed := w.now.Sub(since)
+	held := ""
+	if w.held != "" {
+		held = "; " + w.held
+	}
 	if w.expired || elapsed >= w.timeout {
 		return waitVerdict{ready: metav1.ConditionFalse, reason: reasonHealthCheck,
-			message: fmt.Sprintf("%s not Current within spec.timeout (%s): %s",
-				countObjects(len(w.details)), w.timeout, strings.Join(w.details, "; "))}
+			message: fmt.Sprintf("%s not Current within spec.timeout (%s): %s%s",
+				countObjects(len(w.details)), w.timeout, strings.Join(w.details, "; "), held)}
 	}
 	poll := min(max(readinessPollMin, elapsed/5), readinessPollMax, w.timeout-elapsed)
 	return waitVerdict{ready: metav1.ConditionUnknown, reason: reasonProgressing, poll: poll,
-		message: fmt.Sprintf("waiting for %s: %s", countObjects(len(w.pending)), listNames(w.pending, 10))}
+		message: fmt.Sprintf("waiting for %s: %s%s", countObjects(len(w.pending)), listNames(w.pending, 10), held)}
 }
 
 // recheck is when to judge the readiness of s at revision again, as judgeWait said when it

@@ -82,3 +82,19 @@ func TestRecheck(t *testing.T) {
 		}
 	}
 }
+
+// TestJudgeWaitHeld: a run that stopped before a later wave says what it did not apply, in
+// both the Progressing and the HealthCheckFailed message.
+func TestJudgeWaitHeld(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	held := "ConfigMap a/late (wave 1) not applied: waiting for Deployment a/web (wave 0)"
+	w := waitState{pending: []string{"Deployment a/web"}, details: []string{"Deployment a/web InProgress: not available"},
+		since: t0, now: t0.Add(time.Second), timeout: time.Minute, held: held}
+	if got := judgeWait(w).message; got != "waiting for 1 object: Deployment a/web; "+held {
+		t.Errorf("Progressing message %q", got)
+	}
+	w.now = t0.Add(time.Minute)
+	if got := judgeWait(w).message; got != "1 object not Current within spec.timeout (1m0s): Deployment a/web InProgress: not available; "+held {
+		t.Errorf("HealthCheckFailed message %q", got)
+	}
+}

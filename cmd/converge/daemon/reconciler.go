@@ -329,7 +329,7 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (status.Outcome
 	if names, details := notCurrent(res.Health); len(names) > 0 {
 		// Applied, not all Current yet: recorded, judged again by a later reconcile; no
 		// worker waits (applyOptions: CheckOnce).
-		o = r.waiting(s, o, bundle.Revision, waitState{pending: names, details: details, timeout: opts.Timeout})
+		o = r.waiting(s, o, bundle.Revision, waitState{pending: names, details: details, timeout: opts.Timeout, held: res.Held})
 		if rb := autoRollback(s, o); rb != nil {
 			o.RolledBack = rb
 			o.Message += "; rolling back to " + rb.To + " (spec.autoRollback)"
