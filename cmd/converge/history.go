@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
@@ -51,41 +49,25 @@ func newHistoryCommand(kube *kubeFlags) *cobra.Command {
 			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0])
 		},
 	}
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
-		[]cobra.Completion{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	addRowOutputFlag(cmd, &o.output)
 	return cmd
 }
 
 // run reads the Sync name of the namespace of --namespace and prints its history.
 func (o *historyOptions) run(ctx context.Context, out, errOut io.Writer, name string) error {
-	switch o.output {
-	case "table", "json", "yaml":
-	default:
-		return fmt.Errorf("--output %q: allowed formats are table, json, yaml", o.output)
+	if err := checkRowFormat(o.output); err != nil {
+		return err
 	}
 	ns := o.kube.namespace()
 	api, err := newSyncAPI(o.kube, 0)
 	if err != nil {
 		return err
 	}
-	obj, err := api.syncs.Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		// A missing Sync and a cluster without the Sync API both answer 404 to a get; a
-		// list tells them apart (only on this error path).
-		if _, listErr := api.syncs.Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1}); listErr != nil {
-			return explainSyncs(listErr, "list syncs "+where(ns))
-		}
-		return &exitError{code: 1, err: fmt.Errorf("sync %s/%s not found; converge status -n %s lists the Syncs of %s (-A of every namespace)", ns, name, ns, ns)}
-	}
-	if err != nil {
-		return explainSyncs(err, "get sync "+ns+"/"+name)
-	}
-	syncs, err := typedSyncs([]unstructured.Unstructured{*obj})
+	s, err := getSync(ctx, api, ns, name)
 	if err != nil {
 		return err
 	}
-	h := syncs[0].Status.History
+	h := s.Status.History
 	if h == nil {
 		h = []v1alpha1.HistoryEntry{}
 	}
