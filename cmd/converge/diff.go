@@ -22,7 +22,9 @@ applied its revision, which its next reconcile corrects.
 
 It is the dry-run of converge apply --dry-run --diff --inventory on the Sync's inventory, run
 with the kubeconfig's credentials (a secretRef of the source is read with them too), and
-prints the same report: lines for people, or -o json|yaml|markdown.
+prints the same report: lines for people, or -o json|yaml|markdown. The git URL is the Sync
+author's: a file:// URL or one on this machine or its link is refused, as the daemon refuses
+it, unless --allow-local-git.
 
 The CLI renders git sources; a Sync with spec.source.helm, oci or helmRepository, spec.postBuild
 or spec.decryption is refused with how to render it by hand.
@@ -32,8 +34,9 @@ Exit codes, as converge apply --dry-run and kubectl diff: 0 no difference; 1 dif
 
 // diffOptions are the flags of `converge diff`.
 type diffOptions struct {
-	kube   *kubeFlags
-	output string
+	kube       *kubeFlags
+	allowLocal bool
+	output     string
 }
 
 func newDiffCommand(kube *kubeFlags) *cobra.Command {
@@ -57,6 +60,7 @@ func newDiffCommand(kube *kubeFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json, yaml or markdown (default: lines for people)")
+	addAllowLocalGitFlag(cmd, &o.allowLocal)
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
 		[]cobra.Completion{"json", "yaml", "markdown"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
@@ -82,7 +86,7 @@ func (o *diffOptions) run(cmd *cobra.Command, name string) error {
 	if err != nil {
 		return err
 	}
-	bundle, err := loadSyncSource(ctx, c, s)
+	bundle, err := loadSyncSource(ctx, c, s, o.allowLocal)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,13 +36,13 @@ func inspectFixture(t *testing.T) (*fixture, string) {
 // FILE out without a fetch.
 func TestTreeCommand(t *testing.T) {
 	f, _ := inspectFixture(t)
-	out, errOut, code := run("tree", "-n", f.ns, "app")
+	out, errOut, code := run("tree", "--allow-local-git", "-n", f.ns, "app")
 	if code != 0 || errOut != "" {
 		t.Fatalf("tree: exit %d, stderr %q", code, errOut)
 	}
 	golden(t, "tree-table.txt", f.ns, out)
 
-	out, errOut, code = run("tree", "-n", f.ns, "app", "-o", "json")
+	out, errOut, code = run("tree", "--allow-local-git", "-n", f.ns, "app", "-o", "json")
 	var rows []treeObject
 	if err := json.Unmarshal([]byte(out), &rows); err != nil || code != 0 || errOut != "" {
 		t.Fatalf("tree -o json: exit %d, %v, stderr %q:\n%s", code, err, errOut, out)
@@ -53,6 +54,17 @@ func TestTreeCommand(t *testing.T) {
 	if len(rows) != 2 || rows[0] != want[0] || rows[1] != want[1] {
 		t.Errorf("tree -o json:\n%+v\nwant\n%+v", rows, want)
 	}
+	// The Sync's URL is on loopback: refused without --allow-local-git, as by the daemon.
+	out, errOut, code = run("tree", "-n", f.ns, "app", "-o", "json")
+	rows = nil
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || code != 0 || len(rows) != 2 || rows[0].File != "" ||
+		!strings.Contains(errOut, "warning: FILE left empty") || !strings.Contains(errOut, "--allow-local-git") {
+		t.Errorf("tree of a loopback source without --allow-local-git: exit %d, %v, stderr %q; want rows without FILE and why:\n%s", code, err, errOut, out)
+	}
+	if _, errOut, code := run("diff", "-n", f.ns, "app"); code != 2 || !strings.Contains(errOut, "--allow-local-git") {
+		t.Errorf("diff of a loopback source without --allow-local-git: exit %d, stderr %q; want 2 and the flag named", code, errOut)
+	}
+
 	out, _, code = run("tree", "-n", f.ns, "app", "-o", "yaml", "--files=false")
 	rows = nil
 	if err := yaml.Unmarshal([]byte(out), &rows); err != nil || code != 0 || len(rows) != 2 || rows[0].File != "" || rows[0].Health != "Current" {
@@ -112,7 +124,7 @@ func TestEventsCommand(t *testing.T) {
 func TestSuspendTraceDiffResume(t *testing.T) {
 	f, rev := inspectFixture(t)
 	ctx := context.Background()
-	if out, errOut, code := run("diff", "-n", f.ns, "app"); code != 0 || errOut != "" {
+	if out, errOut, code := run("diff", "--allow-local-git", "-n", f.ns, "app"); code != 0 || errOut != "" {
 		t.Errorf("diff of a Sync in step: exit %d, stderr %q; want 0:\n%s", code, errOut, out)
 	}
 
@@ -134,7 +146,7 @@ func TestSuspendTraceDiffResume(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	out, errOut, code = run("trace", "-n", f.ns, "configmap/a")
+	out, errOut, code = run("trace", "--allow-local-git", "-n", f.ns, "configmap/a")
 	for _, want := range []string{"Object:", "ConfigMap/a", "Sync:", f.ns + "/app", "Inventoried:", "Revision:", rev,
 		"File:", "a.yaml:1", "Field managers:", "kubectl-edit (Update", "data.version", "converge (Apply"} {
 		if code != 0 || !strings.Contains(out, want) {
@@ -142,19 +154,19 @@ func TestSuspendTraceDiffResume(t *testing.T) {
 			break
 		}
 	}
-	out, _, code = run("trace", "-n", f.ns, "ConfigMap/a", "-o", "json", "--files=false")
+	out, _, code = run("trace", "--allow-local-git", "-n", f.ns, "ConfigMap/a", "-o", "json", "--files=false")
 	var tr traceResult
 	if err := json.Unmarshal([]byte(out), &tr); err != nil || code != 0 || tr.Sync == nil || tr.Sync.Name != "app" ||
 		!tr.Sync.Suspended || tr.Revision != rev || tr.Inventoried == nil || !*tr.Inventoried || len(tr.FieldManagers) < 2 ||
-		tr.FieldManagers[0].Manager != "kubectl-edit" || tr.Source == nil || tr.Source.Ref != "branch:main" {
+		!hasManager(tr.FieldManagers, "kubectl-edit", "data.version") || tr.Source == nil || tr.Source.Ref != "branch:main" {
 		t.Errorf("trace -o json: exit %d, %v:\n%s", code, err, out)
 	}
 
-	out, errOut, code = run("diff", "-n", f.ns, "app")
+	out, errOut, code = run("diff", "--allow-local-git", "-n", f.ns, "app")
 	if code != exitCodeChanges || !strings.Contains(out, "ConfigMap/"+f.ns+"/a") || !strings.Contains(out, "edited") {
 		t.Errorf("diff after an edit: exit %d, stderr %q; want exit 1 and the ConfigMap's diff:\n%s", code, errOut, out)
 	}
-	out, _, code = run("diff", "-n", f.ns, "app", "-o", "json")
+	out, _, code = run("diff", "--allow-local-git", "-n", f.ns, "app", "-o", "json")
 	var rep report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitCodeChanges || rep.Summary.Configured != 1 || rep.Revision != rev {
 		t.Errorf("diff -o json: exit %d, %v; want 1 configured at %s:\n%s", code, err, rev, out)
@@ -170,7 +182,7 @@ func TestSuspendTraceDiffResume(t *testing.T) {
 	if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "a"}, cm); err != nil || cm.Data["version"] != "1" {
 		t.Errorf("after resume the edit stays: version %q (%v)", cm.Data["version"], err)
 	}
-	if out, errOut, code := run("diff", "-n", f.ns, "app"); code != 0 {
+	if out, errOut, code := run("diff", "--allow-local-git", "-n", f.ns, "app"); code != 0 {
 		t.Errorf("diff after resume: exit %d, stderr %q; want 0:\n%s", code, errOut, out)
 	}
 }
@@ -202,6 +214,32 @@ func TestTraceUnowned(t *testing.T) {
 	}
 }
 
+// TestDiffRefusesSourceItCannotRender checks diff of a Sync whose source the CLI does not
+// render (an OCI artifact) exits 2 and says how to render it by hand, and tree lists its
+// objects without FILE, saying why.
+func TestDiffRefusesSourceItCannotRender(t *testing.T) {
+	installSyncCRD(t)
+	ns := env.Namespace(t)
+	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &v1alpha1.Sync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "oci"},
+		Spec: v1alpha1.SyncSpec{Source: v1alpha1.Source{OCI: &v1alpha1.OCISource{URL: "oci://registry.example/app"}}}}
+	if err := c.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := run("diff", "-n", ns, "oci")
+	if code != 2 || out != "" || !strings.Contains(errOut, "sync "+ns+"/oci: the CLI renders the git sources of Syncs") ||
+		!strings.Contains(errOut, "converge apply --dry-run") {
+		t.Errorf("diff of an OCI Sync: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, errOut, code = run("tree", "-n", ns, "oci")
+	if code != 0 || out != "" || errOut != "Sync "+ns+"/oci owns no objects.\n" {
+		t.Errorf("tree of a Sync without objects: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
 // TestInspectionVerbsMissingSync checks each verb about one Sync names the namespace it
 // searched and how to list the Syncs; diff exits 2 (1 means differences), the others 1.
 func TestInspectionVerbsMissingSync(t *testing.T) {
@@ -214,4 +252,14 @@ func TestInspectionVerbsMissingSync(t *testing.T) {
 			t.Errorf("%s of a missing Sync: exit %d, stdout %q, stderr %q; want exit %d and %q", verb, code, out, errOut, wantCode, want)
 		}
 	}
+}
+
+// hasManager reports whether ms has the manager name owning field.
+func hasManager(ms []fieldManager, name, field string) bool {
+	for _, m := range ms {
+		if m.Manager == name && slices.Contains(m.Fields, field) {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -64,16 +65,24 @@ func syncSource(ctx context.Context, c client.Client, s *v1alpha1.Sync) (sources
 	return sources.Source{Git: repo, Path: s.Spec.Path}, nil
 }
 
+// addAllowLocalGitFlag registers --allow-local-git, bound to allow.
+func addAllowLocalGitFlag(cmd *cobra.Command, allow *bool) {
+	cmd.Flags().BoolVar(allow, "allow-local-git", false,
+		"let the Sync's git URL be file:// or on this machine or its link (refused otherwise, as by the daemon)")
+}
+
 // loadSyncSource fetches and renders the Sync s's source (syncSource) as `converge build`
-// renders a --git-url: isolated, no remote bases.
-func loadSyncSource(ctx context.Context, c client.Client, s *v1alpha1.Sync) (*sources.Bundle, error) {
+// renders a --git-url: isolated, no remote bases. The URL is the Sync author's choice, not the
+// user's, so a file:// URL or an address on this machine or its link is refused, as the daemon
+// refuses it, unless allowLocal (--allow-local-git).
+func loadSyncSource(ctx context.Context, c client.Client, s *v1alpha1.Sync, allowLocal bool) (*sources.Bundle, error) {
 	src, err := syncSource(ctx, c, s)
 	if err != nil {
 		return nil, err
 	}
 	opts := sources.DefaultLoadOptions()
 	opts.Fetch.Timeout = syncSourceFetchTimeout
-	opts.Fetch.AllowLocal = true // the CLI's user owns the disk it reads
+	opts.Fetch.AllowLocal = allowLocal
 	opts.Render.Isolate = true
 	b, err := sources.NewLoader(defaultCacheDir()).Load(ctx, src, opts)
 	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty && b != nil) {

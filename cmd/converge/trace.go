@@ -84,9 +84,10 @@ type fieldManager struct {
 
 // traceOptions are the flags of `converge trace`.
 type traceOptions struct {
-	kube   *kubeFlags
-	output string
-	files  bool
+	kube       *kubeFlags
+	allowLocal bool
+	output     string
+	files      bool
 }
 
 func newTraceCommand(kube *kubeFlags) *cobra.Command {
@@ -104,6 +105,7 @@ func newTraceCommand(kube *kubeFlags) *cobra.Command {
 	}
 	addRowOutputFlag(cmd, &o.output)
 	cmd.Flags().BoolVar(&o.files, "files", true, "render the owning Sync's source to show the object's FILE (a git fetch)")
+	addAllowLocalGitFlag(cmd, &o.allowLocal)
 	return cmd
 }
 
@@ -246,7 +248,7 @@ func (o *traceOptions) traceSync(ctx context.Context, errOut io.Writer, c client
 	recorded := inv.Has(id)
 	t.Inventoried = &recorded
 	if o.files {
-		if b, err := loadSyncSource(ctx, c, s); err != nil {
+		if b, err := loadSyncSource(ctx, c, s, o.allowLocal); err != nil {
 			fmt.Fprintf(errOut, "warning: file left out: %v\n", err)
 		} else {
 			t.File = originsByID(c, s, b)[id]

@@ -38,9 +38,10 @@ exit code 1; other errors exit 2.`
 
 // treeOptions are the flags of `converge tree`.
 type treeOptions struct {
-	kube   *kubeFlags
-	output string
-	files  bool
+	kube       *kubeFlags
+	allowLocal bool
+	output     string
+	files      bool
 }
 
 // treeObject is one row of `converge tree`.
@@ -70,6 +71,7 @@ func newTreeCommand(kube *kubeFlags) *cobra.Command {
 	}
 	addRowOutputFlag(cmd, &o.output)
 	cmd.Flags().BoolVar(&o.files, "files", true, "render the Sync's source to show each object's FILE (a git fetch)")
+	addAllowLocalGitFlag(cmd, &o.allowLocal)
 	return cmd
 }
 
@@ -96,7 +98,7 @@ func (o *treeOptions) run(ctx context.Context, out, errOut io.Writer, name strin
 	ids := syncObjectIDs(s, inv)
 	var files map[object.ObjMetadata]string
 	if o.files && len(ids) > 0 {
-		if b, err := loadSyncSource(ctx, c, s); err != nil {
+		if b, err := loadSyncSource(ctx, c, s, o.allowLocal); err != nil {
 			fmt.Fprintf(errOut, "warning: FILE left empty: %v\n", err)
 		} else {
 			files = originsByID(c, s, b)
