@@ -18,7 +18,9 @@ the head of its spec.source.git.ref when it applied none) and dry-runs it on the
 the Sync's inventory and options, as flux diff kustomization does: every object that would be
 created or configured (with a unified diff; Secret values masked) and every object that would
 be pruned. Nothing is written. It shows drift: what changed in the cluster since the Sync
-applied its revision, which its next reconcile corrects.
+applied its revision, which its next reconcile corrects. --latest renders the head of the
+Sync's ref instead: what its next reconcile would apply and prune (a suspended Sync's pending
+commits, for example).
 
 It is the dry-run of converge apply --dry-run --diff --inventory on the Sync's inventory, run
 with the kubeconfig's credentials (a secretRef of the source is read with them too), and
@@ -36,6 +38,7 @@ Exit codes, as converge apply --dry-run and kubectl diff: 0 no difference; 1 dif
 type diffOptions struct {
 	kube       *kubeFlags
 	allowLocal bool
+	latest     bool
 	output     string
 }
 
@@ -46,7 +49,8 @@ func newDiffCommand(kube *kubeFlags) *cobra.Command {
 		Short: "Show how the cluster differs from a Sync's revision (a server-side dry-run; exit 1 on differences)",
 		Long:  diffLong,
 		Example: `  converge diff -n apps web
-  converge diff -n apps web -o json | jq '.summary'`,
+  converge diff -n apps web -o json | jq '.summary'
+  converge diff -n apps web --latest   # what the next reconcile would change`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeSyncNames(kube, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -61,6 +65,7 @@ func newDiffCommand(kube *kubeFlags) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json, yaml or markdown (default: lines for people)")
 	addAllowLocalGitFlag(cmd, &o.allowLocal)
+	cmd.Flags().BoolVar(&o.latest, "latest", false, "render the head of spec.source.git.ref instead of the last applied revision: what the next reconcile applies")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
 		[]cobra.Completion{"json", "yaml", "markdown"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
@@ -86,7 +91,7 @@ func (o *diffOptions) run(cmd *cobra.Command, name string) error {
 	if err != nil {
 		return err
 	}
-	bundle, err := loadSyncSource(ctx, c, s, o.allowLocal)
+	bundle, err := loadSyncSource(ctx, c, s, o.allowLocal, o.latest)
 	if err != nil {
 		return err
 	}

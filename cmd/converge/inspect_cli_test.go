@@ -119,8 +119,9 @@ func TestEventsCommand(t *testing.T) {
 
 // TestSuspendTraceDiffResume checks a round trip: suspend sets spec.suspend; an edit by
 // another field manager then stays, and trace names the Sync, its revision, file and both
-// managers; diff exits 0 before the edit and 1 after it, naming the ConfigMap; resume lifts
-// spec.suspend and its reconcile corrects the edit, after which diff exits 0 again.
+// managers; diff exits 0 before the edit and 1 after it, naming the ConfigMap; diff --latest
+// shows the prune a commit made while suspended brings; resume lifts spec.suspend and its
+// reconcile applies that commit and corrects the edit, after which diff exits 0 again.
 func TestSuspendTraceDiffResume(t *testing.T) {
 	f, rev := inspectFixture(t)
 	ctx := context.Background()
@@ -172,9 +173,22 @@ func TestSuspendTraceDiffResume(t *testing.T) {
 		t.Errorf("diff -o json: exit %d, %v; want 1 configured at %s:\n%s", code, err, rev, out)
 	}
 
+	// A commit made while suspended: diff stays at the applied revision; --latest shows what
+	// the next reconcile does, b pruned from the inventory.
+	rev2 := f.publish(map[string]string{"b.yaml": ""})
+	out, _, code = run("diff", "--allow-local-git", "-n", f.ns, "app", "-o", "json", "--latest")
+	rep = report{}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitCodeChanges || rep.Revision != rev2 ||
+		rep.Summary.Pruned != 1 || len(rep.Pruned) != 1 || rep.Pruned[0].Name != "b" || rep.Summary.Configured != 1 {
+		t.Errorf("diff --latest: exit %d, %v; want b pruned and a configured at %s:\n%s", code, err, rev2, out)
+	}
+	if _, err := f.configMap("b"); err != nil {
+		t.Errorf("diff --latest deleted b: %v", err)
+	}
+
 	out, errOut, code = run("resume", "-n", f.ns, "app", "--timeout", "90s")
-	if code != 0 || !strings.Contains(out, "False") || !strings.Contains(out, rev) {
-		t.Errorf("resume: exit %d, stderr %q:\n%s", code, errOut, out)
+	if code != 0 || !strings.Contains(out, "False") || !strings.Contains(out, rev2) {
+		t.Errorf("resume: exit %d, stderr %q; want Ready at %s:\n%s", code, errOut, rev2, out)
 	}
 	if err := f.c.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "app"}, &s); err != nil || s.Spec.Suspend || s.Status.LastHandledRequest == "" {
 		t.Errorf("after resume: spec.suspend=%v, lastHandledRequest %q (%v)", s.Spec.Suspend, s.Status.LastHandledRequest, err)

@@ -29,11 +29,11 @@ var errUnsupportedSource = errors.New("the CLI renders the git sources of Syncs,
 
 // syncSource is what the CLI renders of the Sync s: its git repository, spec.path, and the
 // commit of its last applied revision (the head of spec.source.git.ref when it applied
-// none). A secretRef is read with the kubeconfig's credentials, not the Sync's identity:
+// none, or with latest). A secretRef is read with the kubeconfig's credentials, not the Sync's identity:
 // the user runs the command, so what they may read is what they may render. Helm, OCI,
 // chart repositories, substitution and decryption are the daemon's alone for now
 // (errUnsupportedSource).
-func syncSource(ctx context.Context, c client.Client, s *v1alpha1.Sync) (sources.Source, error) {
+func syncSource(ctx context.Context, c client.Client, s *v1alpha1.Sync, latest bool) (sources.Source, error) {
 	g := s.Spec.Source.Git
 	if g == nil || s.Spec.Source.Helm != nil || s.Spec.PostBuild != nil || s.Spec.Decryption != nil {
 		return sources.Source{}, fmt.Errorf("sync %s/%s: %w", s.Namespace, s.Name, errUnsupportedSource)
@@ -42,7 +42,7 @@ func syncSource(ctx context.Context, c client.Client, s *v1alpha1.Sync) (sources
 	if ref == (git.Ref{}) {
 		ref.Branch = "main"
 	}
-	if m := revisionCommit.FindStringSubmatch(s.Status.LastAppliedRevision); m != nil {
+	if m := revisionCommit.FindStringSubmatch(s.Status.LastAppliedRevision); m != nil && !latest {
 		// The branch (or tag) stays: the revision then reads as the daemon's "main@sha1:…".
 		ref.SemVer, ref.Commit = "", m[1]
 		if name, _, ok := strings.Cut(s.Status.LastAppliedRevision, "@"); ok && ref.Branch == "" && ref.Tag == "" {
@@ -75,8 +75,8 @@ func addAllowLocalGitFlag(cmd *cobra.Command, allow *bool) {
 // renders a --git-url: isolated, no remote bases. The URL is the Sync author's choice, not the
 // user's, so a file:// URL or an address on this machine or its link is refused, as the daemon
 // refuses it, unless allowLocal (--allow-local-git).
-func loadSyncSource(ctx context.Context, c client.Client, s *v1alpha1.Sync, allowLocal bool) (*sources.Bundle, error) {
-	src, err := syncSource(ctx, c, s)
+func loadSyncSource(ctx context.Context, c client.Client, s *v1alpha1.Sync, allowLocal, latest bool) (*sources.Bundle, error) {
+	src, err := syncSource(ctx, c, s, latest)
 	if err != nil {
 		return nil, err
 	}

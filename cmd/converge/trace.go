@@ -248,7 +248,7 @@ func (o *traceOptions) traceSync(ctx context.Context, errOut io.Writer, c client
 	recorded := inv.Has(id)
 	t.Inventoried = &recorded
 	if o.files {
-		if b, err := loadSyncSource(ctx, c, s, o.allowLocal); err != nil {
+		if b, err := loadSyncSource(ctx, c, s, o.allowLocal, false); err != nil {
 			fmt.Fprintf(errOut, "warning: file left out: %v\n", err)
 		} else {
 			t.File = originsByID(c, s, b)[id]

@@ -98,7 +98,7 @@ func (o *treeOptions) run(ctx context.Context, out, errOut io.Writer, name strin
 	ids := syncObjectIDs(s, inv)
 	var files map[object.ObjMetadata]string
 	if o.files && len(ids) > 0 {
-		if b, err := loadSyncSource(ctx, c, s, o.allowLocal); err != nil {
+		if b, err := loadSyncSource(ctx, c, s, o.allowLocal, false); err != nil {
 			fmt.Fprintf(errOut, "warning: FILE left empty: %v\n", err)
 		} else {
 			files = originsByID(c, s, b)
