@@ -32,7 +32,7 @@ KIND is a kind or resource as kubectl takes it (Deployment, deployment, deployme
 a namespaced object is looked up in -n's namespace.
 
 FILE is found by rendering the Sync's source at its last applied revision, as converge tree
-does; --files=false skips that fetch. -o json and -o yaml print the trace as an object.
+does (a file:// or loopback URL only with --allow-local-git); --files=false skips that fetch. -o json and -o yaml print the trace as an object.
 
 An object no inventory owns is an error with exit code 1 that says so, as is an object that
 does not exist; other errors exit 2.`

@@ -28,8 +28,8 @@ Failed, Terminating, NotFound, Unknown) and kstatus MESSAGE, and FILE, the file 
 was rendered from.
 
 FILE is not stored in the cluster: tree renders the Sync's source at the revision it last
-applied, as converge diff does (git sources only, with the kubeconfig's credentials), and
-matches the objects. --files=false skips that fetch; when the source cannot be rendered, FILE
+applied, as converge diff does (git sources only, with the kubeconfig's credentials; a
+file:// or loopback URL only with --allow-local-git), and matches the objects. --files=false skips that fetch; when the source cannot be rendered, FILE
 stays empty and stderr says why. HEALTH is kstatus alone: spec.healthCheckExprs are the
 daemon's judgement (converge status shows its verdict).
 
