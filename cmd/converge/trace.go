@@ -128,10 +128,7 @@ func (o *traceOptions) run(ctx context.Context, out, errOut io.Writer, arg strin
 	t := &traceResult{Object: traceObject{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Namespace: u.GetNamespace(),
 		Name: u.GetName(), UID: string(u.GetUID())}, FieldManagers: fieldManagers(u)}
 	id := object.UnstructuredToObjMetadata(u)
-	t.Health, _, err = health(ctx, c, id)
-	if err != nil {
-		return explain(err, nil)
-	}
+	t.Health, _ = healthOf(u)
 	t.InventoryID = u.GetAnnotations()[inventory.OwnerAnnotation]
 	if t.InventoryID == "" {
 		return &exitError{code: exitCodeNotFound, err: fmt.Errorf("%s %s is not managed by Converge: it has no %s annotation, "+

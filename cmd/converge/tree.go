@@ -179,11 +179,17 @@ func health(ctx context.Context, c client.Client, id object.ObjMetadata) (string
 	if err != nil {
 		return "", "", fmt.Errorf("get %s %s: %w", id.GroupKind.Kind, nsName(id.Namespace, id.Name), err)
 	}
+	st, msg := healthOf(u)
+	return st, msg, nil
+}
+
+// healthOf is the kstatus status and message of u; Unknown when kstatus cannot read it.
+func healthOf(u *unstructured.Unstructured) (string, string) {
 	res, err := status.Compute(u)
 	if err != nil {
-		return string(status.UnknownStatus), err.Error(), nil
+		return string(status.UnknownStatus), err.Error()
 	}
-	return string(res.Status), res.Message, nil
+	return string(res.Status), res.Message
 }
 
 // originsByID maps the objects of b, rendered from s's source, to the file each came from,
