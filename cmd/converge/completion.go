@@ -13,9 +13,10 @@ import (
 )
 
 // Dynamic shell completion (cobra's __complete, behind `converge completion bash|zsh|fish`):
-// Sync names for status, get and reconcile; namespaces for -n; contexts for --context. A
-// completion asks the cluster at most once, bounded by completionTimeout: with the cluster
-// unreachable it offers nothing, at once, and prints no error into the user's command line.
+// Sync names for status, get, reconcile and the verbs about one Sync (history, tree, events,
+// suspend, resume, diff); namespaces for -n; contexts for --context. A completion asks the
+// cluster at most once, bounded by completionTimeout: with the cluster unreachable it offers
+// nothing, at once, and prints no error into the user's command line.
 
 // completionTimeout bounds the request a completion makes.
 const completionTimeout = 3 * time.Second

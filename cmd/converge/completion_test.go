@@ -8,7 +8,7 @@ import (
 )
 
 // TestCompletion runs cobra's completion requests as a shell does (`converge __complete
-// ARGS... PREFIX`): Sync names for status, get and reconcile, namespaces for -n, contexts for
+// ARGS... PREFIX`): Sync names for status, get, reconcile and the verbs about one Sync, namespaces for -n, contexts for
 // --context. With the cluster unreachable a completion offers nothing, returns at once, and
 // writes no error.
 func TestCompletion(t *testing.T) {
@@ -25,6 +25,12 @@ func TestCompletion(t *testing.T) {
 		{[]string{"get", "pods", "--kubeconfig", kc, "-n", ns, ""}, ":4\n"},
 		{[]string{"reconcile", "--kubeconfig", kc, "-n", ns, "a"}, "api\n:4\n"},
 		{[]string{"reconcile", "--kubeconfig", kc, "-n", ns, "api", ""}, ":4\n"},
+		{[]string{"tree", "--kubeconfig", kc, "-n", ns, "w"}, "web\n:4\n"},
+		{[]string{"events", "--kubeconfig", kc, "-n", ns, ""}, "api\nweb\n:4\n"},
+		{[]string{"suspend", "--kubeconfig", kc, "-n", ns, "a"}, "api\n:4\n"},
+		{[]string{"resume", "--kubeconfig", kc, "-n", ns, "web", ""}, ":4\n"},
+		{[]string{"diff", "--kubeconfig", kc, "-n", ns, "w"}, "web\n:4\n"},
+		{[]string{"tree", "--kubeconfig", kc, "-n", ns, "web", "-o", ""}, "table\njson\nyaml\n:4\n"},
 		{[]string{"status", "--kubeconfig", kc, "-n", ns}, ns + "\n:4\n"},
 		{[]string{"status", "--kubeconfig", kc, "--context", ""}, "converge-local\n:4\n"},
 	} {

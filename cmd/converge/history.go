@@ -49,29 +49,25 @@ func newHistoryCommand(kube *kubeFlags) *cobra.Command {
 			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0])
 		},
 	}
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
-		[]cobra.Completion{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	addRowOutputFlag(cmd, &o.output)
 	return cmd
 }
 
 // run reads the Sync name of the namespace of --namespace and prints its history.
 func (o *historyOptions) run(ctx context.Context, out, errOut io.Writer, name string) error {
-	switch o.output {
-	case "table", "json", "yaml":
-	default:
-		return fmt.Errorf("--output %q: allowed formats are table, json, yaml", o.output)
+	if err := checkRowFormat(o.output); err != nil {
+		return err
 	}
 	ns := o.kube.namespace()
 	api, err := newSyncAPI(o.kube, 0)
 	if err != nil {
 		return err
 	}
-	sync, err := api.sync(ctx, ns, name)
+	s, err := getSync(ctx, api, ns, name)
 	if err != nil {
 		return err
 	}
-	h := sync.Status.History
+	h := s.Status.History
 	if h == nil {
 		h = []v1alpha1.HistoryEntry{}
 	}

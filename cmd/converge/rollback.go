@@ -65,7 +65,7 @@ func (o *rollbackOptions) run(ctx context.Context, out io.Writer, name string) e
 	if err != nil {
 		return err
 	}
-	s, err := api.sync(ctx, ns, name)
+	s, err := getSync(ctx, api, ns, name)
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,10 @@ func TestRollbackCommand(t *testing.T) {
 	if rb := web().Spec.Rollback; rb == nil || *rb != (v1alpha1.Rollback{Revision: rev2, Until: v1alpha1.RollbackUntilNewRevision, From: rev2}) {
 		t.Errorf("spec.rollback %+v, want %s until NewRevision from %s", rb, rev2, rev2)
 	}
+	cliRun(t, "resume", "-n", ns, "web", "--wait=false").expect(t, "resume lifts the pin", 0, nil, nil)
+	if rb := web().Spec.Rollback; rb != nil {
+		t.Errorf("spec.rollback %+v after converge resume, want none", rb)
+	}
 	cliRun(t, "rollback", "-n", ns, "fresh").expect(t, "no Ready revision", 1, nil,
 		[]string{"records no Ready revision", "name one with --to"})
 	cliRun(t, "rollback", "-n", ns, "missing").expect(t, "a missing Sync", 1, nil,

@@ -56,6 +56,12 @@ reports readiness.`,
 	root.AddCommand(newReconcileCommand(kube))
 	root.AddCommand(newHistoryCommand(kube))
 	root.AddCommand(newRollbackCommand(kube))
+	root.AddCommand(newTreeCommand(kube))
+	root.AddCommand(newEventsCommand(kube))
+	root.AddCommand(newTraceCommand(kube))
+	root.AddCommand(newSuspendCommand(kube))
+	root.AddCommand(newResumeCommand(kube))
+	root.AddCommand(newDiffCommand(kube))
 	root.AddCommand(newMigrateCommand(kube))
 	registerFlagCompletions(root, kube)
 	return root

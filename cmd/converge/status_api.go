@@ -50,28 +50,6 @@ func newSyncAPI(kube *kubeFlags, timeout time.Duration) (*syncAPI, error) {
 }
 
 // where names the namespace ns ("" for every namespace) in messages.
-// sync reads Sync ns/name. A Sync that does not exist is an exitError of code 1 naming
-// where to look, as kubectl's; a cluster without the Sync API is said so.
-func (a *syncAPI) sync(ctx context.Context, ns, name string) (*v1alpha1.Sync, error) {
-	obj, err := a.syncs.Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		// A missing Sync and a cluster without the Sync API both answer 404 to a get; a
-		// list tells them apart (only on this error path).
-		if _, listErr := a.syncs.Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1}); listErr != nil {
-			return nil, explainSyncs(listErr, "list syncs "+where(ns))
-		}
-		return nil, &exitError{code: 1, err: fmt.Errorf("sync %s/%s not found; converge status -n %s lists the Syncs of %s (-A of every namespace)", ns, name, ns, ns)}
-	}
-	if err != nil {
-		return nil, explainSyncs(err, "get sync "+ns+"/"+name)
-	}
-	syncs, err := typedSyncs([]unstructured.Unstructured{*obj})
-	if err != nil {
-		return nil, err
-	}
-	return &syncs[0], nil
-}
-
 func where(ns string) string {
 	if ns == "" {
 		return "in every namespace"

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/cmd/converge/daemon"
+	"github.com/converge-dev/converge/inventory"
+	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/status/v1alpha1"
+)
+
+const treeLong = `Tree lists the objects a Sync owns, as flux tree kustomization does: the entries of its
+inventory (the ConfigMap <sync>-inventory; the recovery copy in status.inventory when that is
+lost), each with its KIND, NAMESPACE/NAME, HEALTH (kstatus, read now: Current, InProgress,
+Failed, Terminating, NotFound, Unknown) and kstatus MESSAGE, and FILE, the file of the source it
+was rendered from.
+
+FILE is not stored in the cluster: tree renders the Sync's source at the revision it last
+applied, as converge diff does (git sources only, with the kubeconfig's credentials; a
+file:// or loopback URL only with --allow-local-git), and matches the objects. --files=false skips that fetch; when the source cannot be rendered, FILE
+stays empty and stderr says why. HEALTH is kstatus alone: spec.healthCheckExprs are the
+daemon's judgement (converge status shows its verdict).
+
+-o json and -o yaml print the objects as a list. A Sync that does not exist is an error with
+exit code 1; other errors exit 2.`
+
+// treeOptions are the flags of `converge tree`.
+type treeOptions struct {
+	kube       *kubeFlags
+	allowLocal bool
+	output     string
+	files      bool
+}
+
+// treeObject is one row of `converge tree`.
+type treeObject struct {
+	Group     string `json:"group,omitempty"`
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Health    string `json:"health"`
+	Message   string `json:"message,omitempty"`
+	File      string `json:"file,omitempty"`
+}
+
+func newTreeCommand(kube *kubeFlags) *cobra.Command {
+	o := &treeOptions{kube: kube}
+	cmd := &cobra.Command{
+		Use:   "tree SYNC",
+		Short: "List the objects a Sync owns with their health and the file they came from",
+		Long:  treeLong,
+		Example: `  converge tree -n apps web
+  converge tree -n apps web -o json | jq -r '.[] | select(.health != "Current") | .name'`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeSyncNames(kube, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0])
+		},
+	}
+	addRowOutputFlag(cmd, &o.output)
+	cmd.Flags().BoolVar(&o.files, "files", true, "render the Sync's source to show each object's FILE (a git fetch)")
+	addAllowLocalGitFlag(cmd, &o.allowLocal)
+	return cmd
+}
+
+func (o *treeOptions) run(ctx context.Context, out, errOut io.Writer, name string) error {
+	if err := checkRowFormat(o.output); err != nil {
+		return err
+	}
+	api, err := newSyncAPI(o.kube, 0)
+	if err != nil {
+		return err
+	}
+	s, err := getSync(ctx, api, o.kube.namespace(), name)
+	if err != nil {
+		return err
+	}
+	c, eng, err := o.kube.clientAndEngine()
+	if err != nil {
+		return err
+	}
+	inv, err := eng.Inventory(ctx, daemon.InventoryRef(s))
+	if err != nil {
+		return explain(fmt.Errorf("sync %s/%s: read its inventory: %w", s.Namespace, s.Name, err), nil)
+	}
+	ids := syncObjectIDs(s, inv)
+	var files map[object.ObjMetadata]string
+	if o.files && len(ids) > 0 {
+		if b, err := loadSyncSource(ctx, c, s, o.allowLocal, false); err != nil {
+			fmt.Fprintf(errOut, "warning: FILE left empty: %v\n", err)
+		} else {
+			files = originsByID(c, s, b)
+		}
+	}
+	rows := make([]treeObject, 0, len(ids))
+	for _, id := range ids {
+		row := treeObject{Group: id.GroupKind.Group, Kind: id.GroupKind.Kind, Namespace: id.Namespace, Name: id.Name, File: files[id]}
+		row.Health, row.Message, err = health(ctx, c, id)
+		if err != nil {
+			return explain(err, nil)
+		}
+		rows = append(rows, row)
+	}
+	if len(rows) == 0 && o.output == "table" {
+		fmt.Fprintf(errOut, "Sync %s/%s owns no objects.\n", s.Namespace, s.Name)
+		return nil
+	}
+	return printRows(out, o.output, treeColumns(), rows)
+}
+
+// treeColumns are the columns of `converge tree`.
+func treeColumns() []column[treeObject] {
+	return []column[treeObject]{
+		{"KIND", true, func(r treeObject) string { return r.Kind }},
+		{"NAMESPACE/NAME", true, func(r treeObject) string { return nsName(r.Namespace, r.Name) }},
+		{"HEALTH", true, func(r treeObject) string { return r.Health }},
+		{"FILE", true, func(r treeObject) string { return r.File }},
+		{"MESSAGE", true, func(r treeObject) string { return cut(firstLine(r.Message), maxTableMessage) }},
+	}
+}
+
+// nsName is namespace/name, or name for a cluster-scoped object.
+func nsName(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+// syncObjectIDs are the objects of inv sorted by kind, namespace and name; the recovery copy of
+// s's status when inv is empty (its ConfigMap was lost).
+func syncObjectIDs(s *v1alpha1.Sync, inv *inventory.Inventory) []object.ObjMetadata {
+	var ids []object.ObjMetadata
+	for _, e := range inv.Entries() {
+		ids = append(ids, e.Object)
+	}
+	if len(ids) == 0 && s.Status.Inventory != nil {
+		for _, e := range s.Status.Inventory.Objects {
+			if id, err := object.ParseObjMetadata(e.ID); err == nil {
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.SortFunc(ids, func(a, b object.ObjMetadata) int {
+		return cmp.Or(cmp.Compare(a.GroupKind.Kind, b.GroupKind.Kind), cmp.Compare(a.GroupKind.Group, b.GroupKind.Group),
+			cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return ids
+}
+
+// health reads the object id and judges it with kstatus: its status and message. An object
+// that is gone is NotFound, one whose kind the cluster no longer serves too.
+func health(ctx context.Context, c client.Client, id object.ObjMetadata) (string, string, error) {
+	mapping, err := c.RESTMapper().RESTMapping(id.GroupKind)
+	if meta.IsNoMatchError(err) {
+		return string(status.NotFoundStatus), "the cluster serves no kind " + id.GroupKind.String(), nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("%s: %w", id, err)
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(mapping.GroupVersionKind)
+	err = c.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, u)
+	if apierrors.IsNotFound(err) {
+		return string(status.NotFoundStatus), "not in the cluster", nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("get %s %s: %w", id.GroupKind.Kind, nsName(id.Namespace, id.Name), err)
+	}
+	st, msg := healthOf(u)
+	return st, msg, nil
+}
+
+// healthOf is the kstatus status and message of u; Unknown when kstatus cannot read it.
+func healthOf(u *unstructured.Unstructured) (string, string) {
+	res, err := status.Compute(u)
+	if err != nil {
+		return string(status.UnknownStatus), err.Error()
+	}
+	return string(res.Status), res.Message
+}
+
+// originsByID maps the objects of b, rendered from s's source, to the file each came from,
+// keyed as the inventory keys them: a namespaced object without a namespace gets the
+// namespace the daemon applies it in (spec.targetNamespace, else the default namespace).
+func originsByID(c client.Client, s *v1alpha1.Sync, b *sources.Bundle) map[object.ObjMetadata]string {
+	opts := daemon.ApplyOptions(s)
+	files := make(map[object.ObjMetadata]string, len(b.Objects))
+	for i, u := range b.Objects {
+		if i >= len(b.Origins) || b.Origins[i] == "" {
+			continue
+		}
+		id := object.UnstructuredToObjMetadata(u)
+		if mapping, err := c.RESTMapper().RESTMapping(id.GroupKind); err == nil && mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			id.Namespace = cmp.Or(opts.TargetNamespace, id.Namespace, opts.DefaultNamespace)
+		}
+		files[id] = b.Origins[i]
+	}
+	return files
+}
