@@ -297,6 +297,9 @@ func (r *applyRun) applyRecalled(ctx context.Context, it *item, cached *metav1.P
 		pre = precondition{uid: cached.GetUID()}
 	}
 	applied, err := r.e.apply(ctx, it.obj, applyAs{manager: r.fieldManager(), force: r.opts.ForceConflicts}, pre)
+	if err == nil {
+		applied, err = r.handOverRecalled(ctx, it, applied)
+	}
 	if err != nil {
 		return decision{out: out, stale: true}
 	}

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -226,4 +227,40 @@ func ownerOp(live *unstructured.Unstructured, owner string) jsonOp {
 		return jsonOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{OwnerAnnotation: owner}}
 	}
 	return jsonOp{Op: "add", Path: "/metadata/annotations/" + strings.ReplaceAll(OwnerAnnotation, "/", "~1"), Value: owner}
+}
+
+// handOverRecalled completes the apply of the memo's decision (applyRecalled), which read
+// nothing: the apply's answer, applied, is the first sight of the object's managedFields
+// this run has. When they show something to hand over (a commit applied over an object a
+// manager newly on the list wrote, a tracking label put back), the object is read, handed
+// over, and applied again, so the fields the source dropped go now rather than at the next
+// read. Otherwise applied is returned as it is, at no cost.
+func (r *applyRun) handOverRecalled(ctx context.Context, it *item, applied *metav1.PartialObjectMetadata) (*metav1.PartialObjectMetadata, error) {
+	md, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&applied.ObjectMeta)
+	if err != nil {
+		return nil, err
+	}
+	if ops, err := handOverOps(it, &unstructured.Unstructured{Object: map[string]any{"metadata": md}},
+		r.opts.TakeOverManagers, r.fieldManager(), r.ref.ID); err != nil || len(ops) == 0 {
+		return applied, err
+	}
+	live, err := r.e.get(ctx, it.obj)
+	if err != nil {
+		return nil, err
+	}
+	if live == nil || live.GetUID() != applied.GetUID() {
+		return nil, fmt.Errorf("hand-over: %s was deleted or replaced since its apply", Describe(it.id))
+	}
+	if _, _, err := r.handOver(ctx, it, live); err != nil {
+		return nil, err
+	}
+	return r.e.apply(ctx, it.obj, applyAs{manager: r.fieldManager(), force: r.opts.ForceConflicts}, precondition{uid: live.GetUID()})
+}
+
+// memoKey is what the memo hashes with each desired object besides the object itself: the
+// run's field manager and the managers it takes over. A memo entry says an apply would change
+// nothing; once the list changes, an object the memo trusted must be read again, so that the
+// fields of a manager newly on the list are handed over.
+func memoKey(opts ApplyOptions) string {
+	return fieldManagerOf(opts) + "\x00" + strings.Join(opts.TakeOverManagers, "\x00")
 }
