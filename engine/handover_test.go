@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/fault"
@@ -87,9 +88,14 @@ func TestHandOverOnAdoption(t *testing.T) {
 
 	fluxLabels := []string{"kustomize.toolkit.fluxcd.io/name", "app", "kustomize.toolkit.fluxcd.io/namespace", "flux-system"}
 	h.ssa(withLabels(fluxDeployment(h.ns, envVar("A", "1"), envVar("B", "2")), fluxLabels...), "kustomize-controller")
-	h.update("Deployment", "web", "autoscaler", func(u *unstructured.Unstructured) {
+	// The deployment controller writes the Deployment too: update on the latest read.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u := h.live("apps/v1", "Deployment", h.ns, "web")
 		_ = unstructured.SetNestedField(u.Object, int64(3), "spec", "replicas")
-	})
+		return h.plain.Update(h.ctx, u, client.FieldOwner("autoscaler"))
+	}); err != nil {
+		t.Fatal(err)
+	}
 	kubectl := annotate(configMap(h.ns, "kubectl", map[string]any{"a": "1", "old": "x"}),
 		lastAppliedAnnotation, `{"apiVersion":"v1","kind":"ConfigMap"}`)
 	if err := h.plain.Create(h.ctx, kubectl, client.FieldOwner("kubectl-client-side-apply")); err != nil {
@@ -99,6 +105,7 @@ func TestHandOverOnAdoption(t *testing.T) {
 		h.ssa(annotate(withLabels(configMap(h.ns, name, map[string]any{"a": "1"}), argoInstanceLabel, "app"),
 			"argocd.argoproj.io/tracking-id", "app:/ConfigMap:"+h.ns+"/"+name), "argocd-controller")
 	}
+	h.deploymentsSettled()
 	before := map[string]*unstructured.Unstructured{"web": h.live("apps/v1", "Deployment", h.ns, "web")}
 	for _, name := range []string{"kubectl", "argo", "argo-declared"} {
 		before[name] = h.liveCM(name)
