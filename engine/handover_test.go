@@ -1,11 +1,15 @@
 package engine
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -82,7 +86,16 @@ func hasManager(u *unstructured.Unstructured, manager string) bool {
 // in the cluster co-owned by kustomize-controller and kubectl, and so did Flux's labels,
 // Argo CD's tracking annotation and kubectl's last-applied-configuration.
 func TestHandOverOnAdoption(t *testing.T) {
+	for _, watch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("watch=%v", watch), func(t *testing.T) { testHandOverOnAdoption(t, watch) })
+	}
+}
+
+func testHandOverOnAdoption(t *testing.T, watch bool) {
 	h := newHarness(t, Hooks{})
+	if watch {
+		h.useWatchEngine(Options{})
+	}
 	opts := testOpts()
 	opts.Adopt = true
 
@@ -222,7 +235,16 @@ func TestHandOverCrashBeforeApply(t *testing.T) {
 // Without it: the annotations were ignored: IfNotPresent objects were updated, ignored ones
 // created, applied and pruned, and a misspelt value went unnoticed.
 func TestSSAPolicies(t *testing.T) {
+	for _, watch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("watch=%v", watch), func(t *testing.T) { testSSAPolicies(t, watch) })
+	}
+}
+
+func testSSAPolicies(t *testing.T, watch bool) {
 	h := newHarness(t, Hooks{})
+	if watch {
+		h.useWatchEngine(Options{})
+	}
 	opts := testOpts()
 	opts.Adopt = true
 	h.ssa(withLabels(configMap(h.ns, "merge", map[string]any{"a": "1", "theirs": "x"}), "kustomize.toolkit.fluxcd.io/name", "app"),
@@ -252,6 +274,15 @@ func TestSSAPolicies(t *testing.T) {
 	h.update("ConfigMap", "kept", "kubectl-annotate", func(u *unstructured.Unstructured) {
 		annotate(u, SSAAnnotation, SSAIgnore)
 	})
+	if watch { // a live annotation counts from when the watch cache shows it
+		rv := h.liveCM("kept").GetResourceVersion()
+		if err := wait.PollUntilContextTimeout(h.ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			c, err := h.eng.cache.cachedLive(ctx, set("1")[3].GroupVersionKind(), client.ObjectKey{Namespace: h.ns, Name: "kept"})
+			return err == nil && c != nil && c.GetResourceVersion() == rv, nil
+		}); err != nil {
+			t.Fatal("the watch cache never showed the annotation")
+		}
+	}
 	res := h.apply(opts, set("2")...)
 	for _, name := range []string{"once", "once-converge", "kept"} {
 		if v, _, _ := unstructured.NestedString(h.liveCM(name).Object, "data", "v"); v != "1" {
