@@ -100,8 +100,8 @@ func (a objectAnnotations) reconcileDisabled() string {
 // is then SSAOverride.
 func (a objectAnnotations) ssaPolicy() (policy, key string, err error) {
 	for _, key := range []string{SSAAnnotation, FluxSSAAnnotation} {
-		v, ok := a[key]
-		if !ok {
+		v := a[key]
+		if v == "" { // unset, or empty as Flux reads it
 			continue
 		}
 		for _, p := range []string{SSAOverride, SSAMerge, SSAIfNotPresent, SSAIgnore} {

@@ -1,6 +1,9 @@
 package engine
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
 
 // The per-object apply policy (SSAAnnotation, Flux's FluxSSAAnnotation), as Flux's
 // kustomize-controller honours it:
@@ -20,7 +23,7 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // policyErr is the error of an unknown apply policy on the desired object, or nil.
 func (it *item) policyErr() error {
-	_, _, err := it.annotations().ssaPolicy()
+	_, _, err := it.ssaPolicy()
 	if err != nil {
 		return terminal(err)
 	}
@@ -29,7 +32,7 @@ func (it *item) policyErr() error {
 
 // ifNotPresent says the desired object is created when missing and never changed after.
 func (it *item) ifNotPresent() bool {
-	p, _, _ := it.annotations().ssaPolicy()
+	p, _, _ := it.ssaPolicy()
 	return p == SSAIfNotPresent
 }
 
@@ -37,7 +40,7 @@ func (it *item) ifNotPresent() bool {
 // judged ours (or as the watch cache shows it, for the memo's decision), as it is (done): the live object's SSAIgnore, the desired object's
 // SSAIfNotPresent, or an unknown policy on the live object (failed).
 func livePolicy(it *item, live metav1.Object, out outcome) (_ outcome, done bool) {
-	p, key, err := objectAnnotations(live.GetAnnotations()).ssaPolicy()
+	p, key, err := liveSSAPolicy(live)
 	switch {
 	case err != nil:
 		return failed(out, terminal(err)), true
@@ -55,9 +58,37 @@ func livePolicy(it *item, live metav1.Object, out outcome) (_ outcome, done bool
 // notPatched is out for an existing object whose desired copy says SSAIfNotPresent: skipped,
 // tracked at live's UID, not waited for.
 func notPatched(it *item, out outcome, live metav1.Object) outcome {
-	_, key, _ := it.annotations().ssaPolicy()
+	_, key, _ := it.ssaPolicy()
 	out.change.Action = ActionSkipped
 	out.change.Message = "exists; not changed (annotation " + key + ": " + SSAIfNotPresent + ")"
 	out.uid, out.rv, out.generation = live.GetUID(), live.GetResourceVersion(), live.GetGeneration()
 	return out
+}
+
+// ssaPolicy is the desired object's apply policy (objectAnnotations.ssaPolicy), read in place:
+// it is asked for every object of every run.
+func (it *item) ssaPolicy() (policy, key string, err error) {
+	c, f := it.annotation(SSAAnnotation), it.annotation(FluxSSAAnnotation)
+	if c == "" && f == "" {
+		return SSAOverride, "", nil
+	}
+	return objectAnnotations{SSAAnnotation: c, FluxSSAAnnotation: f}.ssaPolicy()
+}
+
+// liveSSAPolicy is the apply policy of a live object, read without copying its annotations.
+func liveSSAPolicy(live metav1.Object) (policy, key string, err error) {
+	var ann map[string]string
+	if u, ok := live.(*unstructured.Unstructured); ok {
+		md, _ := u.Object["metadata"].(map[string]any)
+		raw, _ := md["annotations"].(map[string]any)
+		c, _ := raw[SSAAnnotation].(string)
+		f, _ := raw[FluxSSAAnnotation].(string)
+		if c == "" && f == "" {
+			return SSAOverride, "", nil
+		}
+		ann = map[string]string{SSAAnnotation: c, FluxSSAAnnotation: f}
+	} else {
+		ann = live.GetAnnotations()
+	}
+	return objectAnnotations(ann).ssaPolicy()
 }

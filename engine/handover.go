@@ -40,7 +40,7 @@ import (
 // an object whose apply policy is SSAMerge, and in a dry-run. Managers not on the list (an
 // HPA's kube-controller-manager, a mutating webhook) keep their fields; so do subresource
 // entries (kubectl scale). The patch only edits metadata: no object is deleted or recreated,
-// and a Deployment's generation does not change.
+// and a Deployment's generation moves only for its annotations (its Pods are not replaced).
 
 // DefaultTakeOverManagers are the field managers whose fields a run takes over by default:
 // Flux's controllers, Argo CD's, and kubectl's (client-side and server-side apply, edit,
@@ -114,10 +114,13 @@ func (r *applyRun) handOver(ctx context.Context, it *item, live *unstructured.Un
 // handOverOps is the JSON patch that hands live over to manager for the inventory owner (see
 // above), or nil when there is nothing to hand over.
 func handOverOps(it *item, live *unstructured.Unstructured, takeOver []string, manager, owner string) ([]jsonOp, error) {
-	if p, _, _ := it.annotations().ssaPolicy(); p == SSAMerge {
+	if !handOverNeeded(it, live, takeOver, manager) {
 		return nil, nil
 	}
-	if p, _, _ := objectAnnotations(live.GetAnnotations()).ssaPolicy(); p == SSAMerge {
+	if p, _, _ := it.ssaPolicy(); p == SSAMerge {
+		return nil, nil
+	}
+	if p, _, _ := liveSSAPolicy(live); p == SSAMerge {
 		return nil, nil
 	}
 	var ops []jsonOp
@@ -146,6 +149,47 @@ func handOverOps(it *item, live *unstructured.Unstructured, takeOver []string, m
 		{Op: "test", Path: "/metadata/uid", Value: string(live.GetUID())},
 		{Op: "test", Path: "/metadata/resourceVersion", Value: live.GetResourceVersion()},
 	}, ops...), nil
+}
+
+// handOverNeeded reports whether live may have anything to hand over: a tracking label or
+// annotation the desired object does not declare, or a main-resource entry of a listed
+// manager. It reads live's metadata in place, decoding and copying nothing: every object a
+// run reads is asked, and a run that changes nothing reads them all.
+func handOverNeeded(it *item, live *unstructured.Unstructured, takeOver []string, manager string) bool {
+	md, _ := live.Object["metadata"].(map[string]any)
+	if present(it, "labels", md, trackingLabels) || present(it, "annotations", md, trackingAnnotations) ||
+		present(it, "labels", md, []string{argoInstanceLabel}) {
+		return true
+	}
+	entries, _ := md["managedFields"].([]any)
+	for _, e := range entries {
+		m, _ := e.(map[string]any)
+		name, _ := m["manager"].(string)
+		sub, _ := m["subresource"].(string)
+		if sub == "" && !ownManager(name, manager) && listed(name, takeOver) {
+			return true
+		}
+	}
+	return false
+}
+
+// present reports whether the live metadata md carries in field (labels or annotations) one
+// of keys that the desired object of it does not declare.
+func present(it *item, field string, md map[string]any, keys []string) bool {
+	live, _ := md[field].(map[string]any)
+	if len(live) == 0 {
+		return false
+	}
+	desired, _ := it.obj.Object["metadata"].(map[string]any)
+	declared, _ := desired[field].(map[string]any)
+	for _, k := range keys {
+		if _, ok := live[k]; ok {
+			if _, ok := declared[k]; !ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // takenOver lists, as exact ssa.FieldManager matches, the main-resource entries of live
