@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -332,6 +333,58 @@ func TestListedManagers(t *testing.T) {
 	} {
 		if got := listed(tc.manager, DefaultTakeOverManagers()); got != tc.want {
 			t.Errorf("listed(%q) = %v, want %v", tc.manager, got, tc.want)
+		}
+	}
+}
+
+// TestHandOverOps: the hand-over patch, judged from the live object alone. A listed
+// manager's entry is renamed and tracking keys the source does not declare are removed, with
+// uid and resourceVersion tests first and the owner annotation last; nothing is sent for an
+// object with nothing to hand over, for Merge, or for a manager not listed or a subresource
+// entry; a declared key is kept.
+func TestHandOverOps(t *testing.T) {
+	entry := func(manager, op, sub string) map[string]any {
+		return map[string]any{"manager": manager, "operation": op, "subresource": sub, "apiVersion": "v1",
+			"fieldsType": "FieldsV1", "fieldsV1": map[string]any{"f:data": map[string]any{"f:k": map[string]any{}}}}
+	}
+	live := func(labels map[string]any, entries ...map[string]any) *unstructured.Unstructured {
+		mf := make([]any, len(entries))
+		for i, e := range entries {
+			mf[i] = e
+		}
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+				"labels": labels, "managedFields": mf}}}
+	}
+	desired := func(ann map[string]any, labels map[string]any) *item {
+		return &item{obj: &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "a", "namespace": "ns", "annotations": ann, "labels": labels}}}}
+	}
+	flux := map[string]any{"kustomize.toolkit.fluxcd.io/name": "app"}
+	for _, tc := range []struct {
+		name    string
+		it      *item
+		live    *unstructured.Unstructured
+		wantOps []string // op path, in order
+	}{
+		{"nothing to hand over", desired(nil, nil), live(nil, entry("converge", "Apply", ""), entry("kube-controller-manager", "Update", "")), nil},
+		{"subresource entry", desired(nil, nil), live(nil, entry("kubectl", "Update", "scale")), nil},
+		{"Flux applied it", desired(nil, nil), live(flux, entry("kustomize-controller", "Apply", "")), []string{
+			"test /metadata/uid", "test /metadata/resourceVersion", "replace /metadata/managedFields",
+			"remove /metadata/labels/kustomize.toolkit.fluxcd.io~1name", "add /metadata/annotations"}},
+		{"the source declares the label", desired(nil, flux), live(flux), nil},
+		{"Merge", desired(map[string]any{FluxSSAAnnotation: "merge"}, nil), live(flux, entry("kustomize-controller", "Apply", "")), nil},
+	} {
+		ops, err := handOverOps(tc.it, tc.live, DefaultTakeOverManagers(), "converge", "inv")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var got []string
+		for _, op := range ops {
+			got = append(got, op.Op+" "+op.Path)
+		}
+		if !slices.Equal(got, tc.wantOps) {
+			t.Errorf("%s: ops %v, want %v", tc.name, got, tc.wantOps)
 		}
 	}
 }
