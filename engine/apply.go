@@ -50,8 +50,8 @@ type ApplyOptions struct {
 	// the other tool's managedFields entries are rewritten, its tracking labels and
 	// annotations removed, in one JSON patch per object that needs it (handover.go), so a
 	// field later removed from the source is removed from the cluster. Managers not listed
-	// keep their fields. Empty means none; DefaultApplyOptions lists
-	// DefaultTakeOverManagers.
+	// keep their fields. Empty means none (the old tools' tracking labels and annotations
+	// are removed all the same); DefaultApplyOptions lists DefaultTakeOverManagers.
 	TakeOverManagers []string
 	// ForceConflicts takes ownership of fields another field manager owns. Without it such
 	// conflicts fail the object.
