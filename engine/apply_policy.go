@@ -19,7 +19,9 @@ import (
 //
 // An unknown value on the desired object fails that object before anything is read (the
 // rest of the set is applied; the run then prunes nothing); on the live object it fails the
-// object once read.
+// object once read. With the watch cache, an annotation added to the live object counts
+// from when the cache shows it: a run decided from the memo in between applies as before.
+// Only annotations are read (Flux also matches labels).
 
 // policyErr is the error of an unknown apply policy on the desired object, or nil.
 func (it *item) policyErr() error {
