@@ -45,6 +45,14 @@ type ApplyOptions struct {
 	// carry the inventory's legacy ID (inventory.Ref.Legacy) without being recorded in its
 	// ConfigMap (an inventory lost before the upgrade); never objects of another inventory.
 	Adopt bool
+	// TakeOverManagers are the field managers whose fields move to the run's field manager
+	// when the run applies an object it owns or adopts (a name, or a prefix ending in "*"):
+	// the other tool's managedFields entries are rewritten, its tracking labels and
+	// annotations removed, in one JSON patch per object that needs it (handover.go), so a
+	// field later removed from the source is removed from the cluster. Managers not listed
+	// keep their fields. Empty means none (the old tools' tracking labels and annotations
+	// are removed all the same); DefaultApplyOptions lists DefaultTakeOverManagers.
+	TakeOverManagers []string
 	// ForceConflicts takes ownership of fields another field manager owns. Without it such
 	// conflicts fail the object.
 	ForceConflicts bool
@@ -110,9 +118,10 @@ const (
 )
 
 // DefaultApplyOptions prunes, waits up to five minutes for readiness, applies 8 objects at
-// a time, and neither forces nor dry-runs.
+// a time, takes over the fields of DefaultTakeOverManagers, and neither forces nor dry-runs.
 func DefaultApplyOptions() ApplyOptions {
-	return ApplyOptions{Prune: true, Wait: true, Timeout: 5 * time.Minute, Concurrency: 8}
+	return ApplyOptions{Prune: true, Wait: true, Timeout: 5 * time.Minute, Concurrency: 8,
+		TakeOverManagers: DefaultTakeOverManagers()}
 }
 
 // Apply makes the cluster match set: it validates the objects, writes the inventory ahead

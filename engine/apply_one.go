@@ -68,12 +68,18 @@ func (r *applyRun) unread(it *item, out outcome) (_ outcome, done bool) {
 	switch {
 	case it.pendingErr != nil:
 		return failed(out, it.pendingErr), true
+	case it.policyErr() != nil:
+		out.uid = r.old.UID(it.id)
+		return failed(out, it.policyErr()), true
 	case it.pending && r.opts.DryRun:
 		out.change.Action, out.change.Message = ActionCreated, msgCRDPending
 		return out, true
 	case it.skip != "":
 		out.change.Action = ActionSkipped
 		out.change.Message = "reconcile disabled by annotation " + it.skip
+		if it.skip == SSAAnnotation || it.skip == FluxSSAAnnotation {
+			out.change.Message = "apply ignored by annotation " + it.skip + ": " + SSAIgnore
+		}
 		out.uid, out.track = r.old.UID(it.id), r.old.Has(it.id)
 		return out, true
 	}
@@ -99,6 +105,11 @@ type decision struct {
 // apply of this very object (appliedAsDesired), else compared with a server-side dry-run.
 func (r *applyRun) judge(ctx context.Context, it *item, seen sight, out outcome) decision {
 	if seen.from == fromMemo {
+		if seen.cached != nil {
+			if o, done := livePolicy(it, seen.cached, out); done {
+				return decision{out: o}
+			}
+		}
 		out.change.Action = seen.action
 		if seen.action == ActionUnchanged {
 			return decision{out: unchanged(out, seen.cached)}
@@ -112,6 +123,14 @@ func (r *applyRun) judge(ctx context.Context, it *item, seen sight, out outcome)
 			return decision{out: out}
 		}
 		out.uid = live.GetUID()
+		if o, done := livePolicy(it, live, out); done {
+			return decision{out: o}
+		}
+		patched, stale, err := r.handOver(ctx, it, live)
+		if err != nil {
+			return decision{out: failed(out, err), stale: stale}
+		}
+		live, seen.live = patched, patched
 		if !r.opts.DryRun && appliedAsDesired(it.obj, live, r.fieldManager()) {
 			// Our last apply of this very object is still what the object holds: applying
 			// would change nothing, so no dry-run is sent. A DryRun still asks the server,
@@ -278,6 +297,9 @@ func (r *applyRun) applyRecalled(ctx context.Context, it *item, cached *metav1.P
 		pre = precondition{uid: cached.GetUID()}
 	}
 	applied, err := r.e.apply(ctx, it.obj, applyAs{manager: r.fieldManager(), force: r.opts.ForceConflicts}, pre)
+	if err == nil {
+		applied, err = r.handOverRecalled(ctx, it, applied)
+	}
 	if err != nil {
 		return decision{out: out, stale: true}
 	}

@@ -68,6 +68,17 @@
 // A DryRun of a Set without an inventory (the zero Ref) is a plain diff: every object is
 // diffed with its owner as it is, and nothing is pruned.
 //
+// Hand-over (handover.go): once an object is judged ours or adoptable, and before it is
+// judged further, the managedFields entries of the managers in
+// ApplyOptions.TakeOverManagers (default DefaultTakeOverManagers: Flux's, Argo CD's,
+// kubectl's) are renamed to the run's apply entry, and the old tools' tracking labels and
+// annotations the desired object does not declare are removed, with our owner annotation set,
+// in one JSON patch tested on the object's UID and resourceVersion. The next apply then owns
+// (and removes) the fields the source dropped. Nothing is sent when nothing is to hand over,
+// in a DryRun, or for SSAMerge; an apply the memo decided without a read hands over what its
+// answer shows (handOverRecalled). Per-object apply policies (SSAAnnotation, Flux's
+// FluxSSAAnnotation; apply_policy.go): IfNotPresent, Ignore, Merge, as Flux honours them.
+//
 // Legacy IDs (removed in v0.2): Migrate (legacy_migrate.go) is a one-shot step its callers
 // run before an Apply or a Delete; it takes an inventory stored under its legacy ID over,
 // object by object. Until every object carries the new ID, one still carrying the legacy ID

@@ -57,7 +57,7 @@ func (e *Engine) newLiveView(owner string, opts ApplyOptions) (view liveView, li
 	if e.memo == nil || e.cache == nil || opts.DryRun || opts.Diff {
 		return listed, listed
 	}
-	w := &watchedView{listed: listed, cache: e.cache, memo: e.memo, owner: owner, manager: fieldManagerOf(opts)}
+	w := &watchedView{listed: listed, cache: e.cache, memo: e.memo, owner: owner, manager: memoKey(opts)}
 	listed.known = w.knows
 	return w, listed
 }
@@ -110,7 +110,7 @@ type watchedView struct {
 	cache   *watchCache
 	memo    *memo
 	owner   string // the run's inventory ID
-	manager string // the run's field manager
+	manager string // the run's field manager and take-over list (memoKey), hashed with each object
 }
 
 func (v *watchedView) get(ctx context.Context, it *item, prev sight) (sight, error) {

@@ -41,6 +41,7 @@ type applyFlags struct {
 	force       bool
 	forceConfl  bool
 	adopt       bool
+	takeOver    []string
 	createNs    bool
 	allowEmpty  bool
 	pruneBudget int
@@ -132,6 +133,8 @@ func newApplyCommand(kube *kubeFlags) *cobra.Command {
 	fl.BoolVar(&f.force, "force", false, "recreate objects whose immutable fields changed")
 	fl.BoolVar(&f.forceConfl, "force-conflicts", false, "take fields owned by other server-side apply managers")
 	fl.BoolVar(&f.adopt, "adopt", false, "take over objects without an owner annotation that another tool (Helm, kubectl apply) manages")
+	fl.StringSliceVar(&f.takeOver, "take-over-managers", engine.DefaultTakeOverManagers(),
+		`field managers (a name, or a prefix ending in "*") whose fields move to --field-manager on the objects applied, so a field removed from the source is removed from the cluster (as a Sync's spec.takeOverManagers; "" for none)`)
 	fl.BoolVar(&f.allowEmpty, "allow-empty", false, "with --prune, let a path that renders no objects prune everything in the inventory (as a Sync's spec.allowEmpty)")
 	fl.IntVar(&f.pruneBudget, "prune-budget", 0, "refuse to prune more than this many objects (0: no limit)")
 	fl.StringVar(&f.fieldMgr, "field-manager", engine.FieldManager, "server-side apply field manager that owns the applied fields")
@@ -176,6 +179,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	opts.Force, opts.ForceConflicts, opts.AllowEmpty, opts.PruneBudget = f.force, f.forceConfl, f.allowEmpty, f.pruneBudget
 	opts.DefaultNamespace, opts.FieldManager = ns, f.fieldMgr
 	opts.Adopt, opts.HealthChecks, opts.HealthExprs = f.adopt, checks, exprs
+	opts.TakeOverManagers = f.takeOver
 	line := newProgressLine(cmd.ErrOrStderr(), showProgress(cmd.ErrOrStderr(), f.output))
 	if line != nil {
 		opts.Progress = line.update

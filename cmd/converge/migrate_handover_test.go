@@ -28,6 +28,12 @@ func applyAsOldTool(t *testing.T, f *fixture, manager string) map[string]string 
 		cm.SetNamespace(f.ns)
 		cm.SetName(name)
 		cm.SetLabels(map[string]string{"app.kubernetes.io/managed-by": manager})
+		if manager == "kustomize-controller" {
+			cm.SetLabels(map[string]string{"app.kubernetes.io/managed-by": manager,
+				"kustomize.toolkit.fluxcd.io/name": "app", "kustomize.toolkit.fluxcd.io/namespace": f.ns})
+		} else {
+			cm.SetAnnotations(map[string]string{"argocd.argoproj.io/tracking-id": "app:/ConfigMap:" + f.ns + "/" + name})
+		}
 		data := map[string]any{"k": "v"}
 		if name == "a" {
 			data = map[string]any{"version": "1"}
@@ -41,8 +47,9 @@ func applyAsOldTool(t *testing.T, f *fixture, manager string) map[string]string 
 	return uids
 }
 
-// assertAdopted fails t unless a and b keep their UIDs and carry the Sync's owner annotation.
-func assertAdopted(t *testing.T, f *fixture, uids map[string]string) {
+// assertAdopted fails t unless a and b keep their UIDs, carry the Sync's owner annotation,
+// and no longer carry the old tool's field manager nor its tracking labels and annotations.
+func assertAdopted(t *testing.T, f *fixture, uids map[string]string, manager string) {
 	t.Helper()
 	for name, uid := range uids {
 		cm := &corev1.ConfigMap{}
@@ -55,13 +62,27 @@ func assertAdopted(t *testing.T, f *fixture, uids map[string]string) {
 		if cm.Annotations[engine.OwnerAnnotation] == "" {
 			t.Errorf("ConfigMap %s not adopted: annotations %v", name, cm.Annotations)
 		}
+		for _, mf := range cm.ManagedFields {
+			if mf.Manager == manager {
+				t.Errorf("ConfigMap %s: %s still manages fields (%s)", name, manager, mf.Operation)
+			}
+		}
+		for _, k := range []string{"kustomize.toolkit.fluxcd.io/name", "kustomize.toolkit.fluxcd.io/namespace"} {
+			if _, ok := cm.Labels[k]; ok {
+				t.Errorf("ConfigMap %s: Flux's tracking label %s stayed", name, k)
+			}
+		}
+		if _, ok := cm.Annotations["argocd.argoproj.io/tracking-id"]; ok {
+			t.Errorf("ConfigMap %s: Argo CD's tracking annotation stayed", name)
+		}
 	}
 }
 
 // TestMigrateFluxHandOver: with a daemon running, --apply waits until the Sync is Ready. A
 // Kustomization whose inventory lists an object the Sync does not render (c) stays running
 // and the missing object is named (exit 2); once its inventory matches what the Sync adopted,
-// the same command suspends it. No object is recreated (UIDs unchanged).
+// the same command suspends it. No object is recreated (UIDs unchanged), and
+// kustomize-controller's fields and Flux's tracking labels are handed over.
 func TestMigrateFluxHandOver(t *testing.T) {
 	f := newFixture(t)
 	installMigrateCRDs(t)
@@ -92,7 +113,7 @@ status:
 	if suspended, _, _ := unstructured.NestedBool(getOld(t, f.ns, kustomizationsV1, "app").Object, "spec", "suspend"); suspended {
 		t.Fatal("the Kustomization was suspended though the Sync does not list c")
 	}
-	assertAdopted(t, f, uids)
+	assertAdopted(t, f, uids, "kustomize-controller")
 
 	ks := getOld(t, f.ns, kustomizationsV1, "app")
 	_ = unstructured.SetNestedSlice(ks.Object, []any{map[string]any{"id": f.ns + "_a__ConfigMap", "v": "v1"},
@@ -105,11 +126,12 @@ status:
 	if suspended, _, _ := unstructured.NestedBool(getOld(t, f.ns, kustomizationsV1, "app").Object, "spec", "suspend"); !suspended {
 		t.Error("the Kustomization was not suspended")
 	}
-	assertAdopted(t, f, uids)
+	assertAdopted(t, f, uids, "kustomize-controller")
 }
 
 // TestMigrateArgoCDHandOver: an Application's automated sync is turned off only once its
-// Sync is Ready and lists every object of status.resources; the objects keep their UIDs.
+// Sync is Ready and lists every object of status.resources; the objects keep their UIDs,
+// and argocd-controller's fields and Argo CD's tracking annotation are handed over.
 func TestMigrateArgoCDHandOver(t *testing.T) {
 	f := newFixture(t)
 	installMigrateCRDs(t)
@@ -139,5 +161,5 @@ status:
 	if diff := cmp.Diff([]any{"ServerSideApply=true"}, app.Object["spec"].(map[string]any)["syncPolicy"].(map[string]any)["syncOptions"]); diff != "" {
 		t.Errorf("the rest of the sync policy changed (-want +got):\n%s", diff)
 	}
-	assertAdopted(t, f, uids)
+	assertAdopted(t, f, uids, "argocd-controller")
 }

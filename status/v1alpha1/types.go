@@ -166,6 +166,20 @@ type SyncSpec struct {
 	// apply) manages; without it they fail with a message naming the tool, untouched.
 	// +optional
 	Adopt bool `json:"adopt,omitempty"`
+	// TakeOverManagers are the field managers whose fields this Sync takes over when it
+	// applies an object it owns or adopts: their managedFields entries become Converge's, so
+	// a field later removed from the source is removed from the cluster (a name, or a prefix
+	// ending in "*"). Managers not listed (an autoscaler, a mutating webhook) keep their
+	// fields. Unset: Flux's (kustomize-controller, helm-controller), Argo CD's
+	// (argocd-controller, argocd-application-controller) and kubectl's (kubectl, kubectl-*,
+	// before-first-apply). An empty list: none. The old tools' tracking labels and
+	// annotations are removed either way, unless the source declares them.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	// +optional
+	TakeOverManagers *[]string `json:"takeOverManagers,omitempty"` // a pointer: an empty list (none) differs from unset
+
 	// Webhook lets a push notification on /hooks/<namespace>/<name> ask for a reconcile now,
 	// signed with this Sync's own Secret. Without it the webhook never triggers this Sync.
 	// +optional

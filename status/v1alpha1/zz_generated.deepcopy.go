@@ -686,6 +686,15 @@ func (in *SyncSpec) DeepCopyInto(out *SyncSpec) {
 		*out = new(Rollback)
 		**out = **in
 	}
+	if in.TakeOverManagers != nil {
+		in, out := &in.TakeOverManagers, &out.TakeOverManagers
+		*out = new([]string)
+		if **in != nil {
+			in, out := *in, *out
+			*out = make([]string, len(*in))
+			copy(*out, *in)
+		}
+	}
 	if in.Webhook != nil {
 		in, out := &in.Webhook, &out.Webhook
 		*out = new(Webhook)

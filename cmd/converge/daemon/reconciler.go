@@ -518,6 +518,9 @@ func applyOptions(s *v1alpha1.Sync) engine.ApplyOptions {
 	opts.CheckOnce = true
 	opts.AllowEmpty, opts.PruneBudget, opts.Force = s.Spec.AllowEmpty, s.Spec.PruneBudget, s.Spec.Force
 	opts.Adopt = s.Spec.Adopt
+	if s.Spec.TakeOverManagers != nil { // unset: the engine's default list; empty: none
+		opts.TakeOverManagers = *s.Spec.TakeOverManagers
+	}
 	opts.DefaultNamespace, opts.TargetNamespace = s.Namespace, s.Spec.TargetNamespace
 	if s.Spec.Source.Helm != nil {
 		// As `helm install -n`: a chart's objects without a namespace go to the release's.
