@@ -113,7 +113,8 @@ data: {k: v}
 
 // TestMigrateFromARunningKustomizeController: a Kustomization applied by the real
 // kustomize-controller is moved to a Sync with `converge migrate flux --apply`: every object
-// keeps its UID, no ReplicaSet or Pod is replaced, the HPA's replicas stay, the Sync is Ready without a field conflict, the Kustomization is suspended, and the
+// keeps its UID, no ReplicaSet or Pod is replaced, the HPA's replicas stay, kustomize-controller
+// owns no field and no Flux tracking label is left, the Sync is Ready without a field conflict, the Kustomization is suspended, and the
 // controller, still running, deletes nothing when the Kustomization is then deleted. The Sync
 // then prunes what leaves the source, except what Flux's prune annotation keeps.
 func TestMigrateFromARunningKustomizeController(t *testing.T) {
@@ -178,6 +179,7 @@ spec:
 	}
 	after := snapshot(t, dc, ns)
 	after.compare(t, before)
+	handedOver(t, dc, ns)
 	s, err := dc.Resource(syncs).Namespace(ns).Get(ctx, "app", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -219,6 +221,34 @@ spec:
 	}
 	if _, err := cms.Get(ctx, "kept", metav1.GetOptions{}); err != nil {
 		t.Errorf("ConfigMap kept (kustomize.toolkit.fluxcd.io/prune: disabled): %v", err)
+	}
+}
+
+// handedOver fails t unless every object of the workload is free of kustomize-controller:
+// no managedFields entry of its manager (its fields are Converge's now) and none of Flux's
+// tracking labels.
+func handedOver(t *testing.T, dc dynamic.Interface, ns string) {
+	t.Helper()
+	for _, o := range objects {
+		ri := dc.Resource(o.gvr).Namespace(ns)
+		if o.namespace == "" {
+			ri = dc.Resource(o.gvr).Namespace("")
+		}
+		u, err := ri.Get(t.Context(), o.name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("%s/%s: %v", o.gvr.Resource, o.name, err)
+			continue
+		}
+		for _, m := range u.GetManagedFields() {
+			if m.Manager == "kustomize-controller" {
+				t.Errorf("%s/%s: kustomize-controller still owns fields (%s)", o.gvr.Resource, o.name, m.Operation)
+			}
+		}
+		for k := range u.GetLabels() {
+			if strings.HasPrefix(k, "kustomize.toolkit.fluxcd.io/") {
+				t.Errorf("%s/%s: Flux's tracking label %s left", o.gvr.Resource, o.name, k)
+			}
+		}
 	}
 }
 
