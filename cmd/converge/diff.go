@@ -79,11 +79,7 @@ func (o *diffOptions) run(cmd *cobra.Command, name string) error {
 		return fmt.Errorf("--output %q: want json, yaml or markdown", o.output)
 	}
 	ctx := cmd.Context()
-	api, err := newSyncAPI(o.kube, 0)
-	if err != nil {
-		return err
-	}
-	s, err := getSync(ctx, api, o.kube.namespace(), name)
+	_, s, err := readSync(ctx, o.kube, name)
 	if err != nil {
 		return err
 	}

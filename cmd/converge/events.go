@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/converge-dev/converge/cmd/converge/daemon"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -75,23 +74,15 @@ func (o *eventsOptions) run(ctx context.Context, out, errOut io.Writer, name str
 	if err := checkRowFormat(o.output); err != nil {
 		return err
 	}
-	api, err := newSyncAPI(o.kube, 0)
+	_, s, err := readSync(ctx, o.kube, name)
 	if err != nil {
 		return err
 	}
-	s, err := getSync(ctx, api, o.kube.namespace(), name)
+	c, ids, err := ownedObjects(ctx, o.kube, s)
 	if err != nil {
 		return err
 	}
-	c, eng, err := o.kube.clientAndEngine()
-	if err != nil {
-		return err
-	}
-	inv, err := eng.Inventory(ctx, daemon.InventoryRef(s))
-	if err != nil {
-		return explain(fmt.Errorf("sync %s/%s: read its inventory: %w", s.Namespace, s.Name, err), nil)
-	}
-	rows, err := syncEvents(ctx, c, s, syncObjectIDs(s, inv))
+	rows, err := syncEvents(ctx, c, s, ids)
 	if err != nil {
 		return explain(err, nil)
 	}

@@ -59,11 +59,7 @@ func (o *historyOptions) run(ctx context.Context, out, errOut io.Writer, name st
 		return err
 	}
 	ns := o.kube.namespace()
-	api, err := newSyncAPI(o.kube, 0)
-	if err != nil {
-		return err
-	}
-	s, err := getSync(ctx, api, ns, name)
+	_, s, err := readSync(ctx, o.kube, name)
 	if err != nil {
 		return err
 	}

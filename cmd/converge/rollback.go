@@ -61,11 +61,7 @@ func newRollbackCommand(kube *kubeFlags) *cobra.Command {
 
 func (o *rollbackOptions) run(ctx context.Context, out io.Writer, name string) error {
 	ns := o.kube.namespace()
-	api, err := newSyncAPI(o.kube, 0)
-	if err != nil {
-		return err
-	}
-	s, err := getSync(ctx, api, ns, name)
+	api, s, err := readSync(ctx, o.kube, name)
 	if err != nil {
 		return err
 	}

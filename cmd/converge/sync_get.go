@@ -10,7 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/printers"
+	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -41,6 +44,30 @@ func getSync(ctx context.Context, api *syncAPI, ns, name string) (*v1alpha1.Sync
 		return nil, err
 	}
 	return &syncs[0], nil
+}
+
+// readSync connects with kube's flags and reads the Sync name of kube's namespace (getSync).
+func readSync(ctx context.Context, kube *kubeFlags, name string) (*syncAPI, *v1alpha1.Sync, error) {
+	api, err := newSyncAPI(kube, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := getSync(ctx, api, kube.namespace(), name)
+	return api, s, err
+}
+
+// ownedObjects reads the IDs of the objects Sync s owns, from its inventory (syncObjectIDs),
+// with a client and an engine of kube's flags, and returns the client for more reads.
+func ownedObjects(ctx context.Context, kube *kubeFlags, s *v1alpha1.Sync) (client.Client, []object.ObjMetadata, error) {
+	c, eng, err := kube.clientAndEngine()
+	if err != nil {
+		return nil, nil, err
+	}
+	inv, err := eng.Inventory(ctx, daemon.InventoryRef(s))
+	if err != nil {
+		return nil, nil, explain(fmt.Errorf("sync %s/%s: read its inventory: %w", s.Namespace, s.Name, err), nil)
+	}
+	return c, syncObjectIDs(s, inv), nil
 }
 
 // syncNotFound is the error of a Sync ns/name that does not exist (exit code 1).

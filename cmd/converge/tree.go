@@ -79,23 +79,14 @@ func (o *treeOptions) run(ctx context.Context, out, errOut io.Writer, name strin
 	if err := checkRowFormat(o.output); err != nil {
 		return err
 	}
-	api, err := newSyncAPI(o.kube, 0)
+	_, s, err := readSync(ctx, o.kube, name)
 	if err != nil {
 		return err
 	}
-	s, err := getSync(ctx, api, o.kube.namespace(), name)
+	c, ids, err := ownedObjects(ctx, o.kube, s)
 	if err != nil {
 		return err
 	}
-	c, eng, err := o.kube.clientAndEngine()
-	if err != nil {
-		return err
-	}
-	inv, err := eng.Inventory(ctx, daemon.InventoryRef(s))
-	if err != nil {
-		return explain(fmt.Errorf("sync %s/%s: read its inventory: %w", s.Namespace, s.Name, err), nil)
-	}
-	ids := syncObjectIDs(s, inv)
 	var files map[object.ObjMetadata]string
 	if o.files && len(ids) > 0 {
 		if b, err := loadSyncSource(ctx, c, s, o.allowLocal, false); err != nil {
