@@ -342,10 +342,14 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (status.Outcome
 // build fetches and renders s's source, then decrypts and substitutes it (prepare), and
 // records the revision it attempts in o. A failure applies and prunes nothing (I8).
 func (r *reconciler) build(ctx context.Context, s *v1alpha1.Sync, o *status.Outcome) (*sources.Bundle, *failure) {
+	if err := checkBuildFields(s); err != nil {
+		return nil, terminal(reasonBuildFailed, err)
+	}
 	src, err := r.source(ctx, s)
 	if err != nil {
 		return nil, retryable(fetchFailReason(err), err)
 	}
+	src.Overlay = overlay(s)
 	helmSecrets, stalls, err := r.helm(ctx, s, &src)
 	if err != nil {
 		return nil, &failure{reason: reasonBuildFailed, err: err, stalls: stalls}
