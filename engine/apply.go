@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fluxcd/pkg/ssa/jsondiff"
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -87,6 +88,10 @@ type ApplyOptions struct {
 	// written back with them at the write-ahead (DryRun only reads it). See inventory's
 	// doc.
 	Recover *inventory.Inventory
+	// Ignore are fields to leave alone (Flux's Kustomization spec.ignore): JSON pointers of
+	// the objects each rule's selector matches, never set against the live object nor shown
+	// as a change (ignore.go). Result.IgnoreUnmatched names the rules that match nothing.
+	Ignore []jsondiff.IgnoreRule
 	// Progress, when set, is called as the run advances (one call per object applied or
 	// pruned and one per stage change). Calls are serialized.
 	Progress func(Progress)
@@ -140,17 +145,23 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 	if err != nil {
 		return res, err
 	}
+	ignore, err := newIgnorer(opts.Ignore)
+	if err != nil {
+		return res, err
+	}
 	items, st, err := e.startRun(ctx, set, opts, remembered)
 	if err != nil {
 		return res, err
 	}
+	ignore.mark(items)
+	res.IgnoreUnmatched = ignore.unmatched(items)
 	res.MigrationPending = e.migrationPending(set.Inventory, st.claim)
 	if !opts.DryRun {
 		if err := e.writeAhead(ctx, set.Inventory, &st, len(items)); err != nil {
 			return res, err
 		}
 	}
-	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: st.old, claim: st.claim, gate: st.gate, items: items, progress: newProgress(opts.Progress)}
+	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: st.old, claim: st.claim, gate: st.gate, items: items, progress: newProgress(opts.Progress), ignore: ignore}
 	r.view, r.listed = e.newLiveView(set.Inventory.ID, opts)
 	if e.cache != nil && !opts.DryRun {
 		// New objects are applied without reading the cache: the informers of their kinds
@@ -344,6 +355,8 @@ type applyRun struct {
 	sizes surveySizes
 	// legacySibling is what the other inventory of the legacy ID lists (legacy.go).
 	legacySibling siblingRead
+	// ignore leaves ApplyOptions.Ignore's fields alone (ignore.go); nil without rules.
+	ignore *ignorer
 }
 
 // surveyChunk is how many items share one survey: its answer is never older than one

@@ -192,6 +192,11 @@ type SyncSpec struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +optional
 	Notifications []Notification `json:"notifications,omitempty"`
+	// Ignore lists fields to leave alone (an autoscaler's spec.replicas, a webhook's
+	// injections), as Flux's Kustomization spec.ignore.
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Ignore []IgnoreRule `json:"ignore,omitempty"`
 	// BuildFields are Flux Kustomization's patches, images, namePrefix, nameSuffix,
 	// commonMetadata and components, for git and OCI sources.
 	BuildFields `json:",inline"`

@@ -328,7 +328,7 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (status.Outcome
 		return r.waiting(s, o, bundle.Revision, waitState{pending: names, details: details, timeout: opts.Timeout}), nil
 	}
 	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
-	o.Message = "Applied revision " + bundle.Revision + verified(bundle.Signatures)
+	o.Message = "Applied revision " + bundle.Revision + verified(bundle.Signatures) + ignoreNote(res)
 	if res.MigrationPending != "" {
 		// Ready stays True (the revision is applied); a person must lift a refusal or settle
 		// an object two legacy inventories list. The message is stable across runs: no churn.
@@ -502,6 +502,7 @@ func applyOptions(s *v1alpha1.Sync) engine.ApplyOptions {
 	opts.CheckOnce = true
 	opts.AllowEmpty, opts.PruneBudget, opts.Force = s.Spec.AllowEmpty, s.Spec.PruneBudget, s.Spec.Force
 	opts.Adopt = s.Spec.Adopt
+	opts.Ignore = ignoreRules(s)
 	opts.DefaultNamespace, opts.TargetNamespace = s.Namespace, s.Spec.TargetNamespace
 	if s.Spec.Source.Helm != nil {
 		// As `helm install -n`: a chart's objects without a namespace go to the release's.
