@@ -8,13 +8,14 @@ import (
 )
 
 // fluxInlineFields are the Kustomization's inline build fields a Sync has under the same
-// names (v1alpha1.BuildFields).
+// names (v1alpha1.BuildFields), and its ignore rules.
 var fluxInlineFields = []string{"patches", "images", "namePrefix", "nameSuffix", "components",
-	"ignoreMissingComponents", "commonMetadata"}
+	"ignoreMissingComponents", "commonMetadata", "ignore"}
 
 // translateFluxInline reads the Kustomization's inline build fields, each into the Sync
 // field of the same name; a key inside them that the Sync's has not is not translated.
 func translateFluxInline(r *specReader, s *v1alpha1.Sync, spec map[string]any) {
+	translateFluxIgnore(r, s, spec)
 	b := &s.Spec.BuildFields
 	b.NamePrefix = r.str(spec, "spec", "namePrefix")
 	b.NameSuffix = r.str(spec, "spec", "nameSuffix")
@@ -85,4 +86,22 @@ func (r *specReader) stringMap(m map[string]any, field, key string) map[string]s
 		out[k] = r.str(o, field+"."+key, k)
 	}
 	return out
+}
+
+// translateFluxIgnore reads the Kustomization's spec.ignore rules (Flux 1.9) into the
+// Sync's, of the same shape.
+func translateFluxIgnore(r *specReader, s *v1alpha1.Sync, spec map[string]any) {
+	for i, rule := range r.objects(spec, "spec", "ignore") {
+		f := fmt.Sprintf("spec.ignore[%d]", i)
+		out := v1alpha1.IgnoreRule{Paths: r.strings(rule, f, "paths")}
+		if t := r.object(rule, f, "target"); t != nil {
+			tf := f + ".target"
+			out.Target = &v1alpha1.PatchSelector{Group: r.str(t, tf, "group"), Version: r.str(t, tf, "version"),
+				Kind: r.str(t, tf, "kind"), Name: r.str(t, tf, "name"), Namespace: r.str(t, tf, "namespace"),
+				LabelSelector: r.str(t, tf, "labelSelector"), AnnotationSelector: r.str(t, tf, "annotationSelector")}
+			r.rest(t, tf, reasonNoSyncKey, "group", "version", "kind", "name", "namespace", "labelSelector", "annotationSelector")
+		}
+		r.rest(rule, f, reasonNoSyncKey, "paths", "target")
+		s.Spec.Ignore = append(s.Spec.Ignore, out)
+	}
 }

@@ -148,6 +148,7 @@ spec:
   ignoreMissingComponents: true
   commonMetadata: {labels: {team: a}, annotations: {owner: ops}}
   patchesStrategicMerge: [{apiVersion: v1, kind: ConfigMap, metadata: {name: x}}]
+  ignore: [{paths: [/spec/replicas], target: {kind: Deployment, name: web}}]
   kubeConfig: {secretRef: {name: remote}}
 status:
   inventory:
@@ -258,6 +259,10 @@ func TestMigrateFluxPrintsSyncs(t *testing.T) {
 	if len(plan.Syncs) > 0 {
 		if diff := cmp.Diff(wantBuild, plan.Syncs[0].Spec.BuildFields); diff != "" {
 			t.Errorf("Sync full: build fields not translated field for field (-want +got):\n%s", diff)
+		}
+		wantIgnore := []v1alpha1.IgnoreRule{{Paths: []string{"/spec/replicas"}, Target: &v1alpha1.PatchSelector{Kind: "Deployment", Name: "web"}}}
+		if diff := cmp.Diff(wantIgnore, plan.Syncs[0].Spec.Ignore); diff != "" {
+			t.Errorf("Sync full: spec.ignore (-want +got):\n%s", diff)
 		}
 	}
 }
