@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fluxcd/pkg/ssa/jsondiff"
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -91,7 +90,7 @@ type ApplyOptions struct {
 	// Ignore are fields to leave alone (Flux's Kustomization spec.ignore): JSON pointers of
 	// the objects each rule's selector matches, never set against the live object nor shown
 	// as a change (ignore.go). Result.IgnoreUnmatched names the rules that match nothing.
-	Ignore []jsondiff.IgnoreRule
+	Ignore []IgnoreRule
 	// Progress, when set, is called as the run advances (one call per object applied or
 	// pruned and one per stage change). Calls are serialized.
 	Progress func(Progress)

@@ -21,6 +21,21 @@ import (
 // value can say what to send. Only paths the desired object sets are touched: a field the
 // render does not set is not ours anyway.
 
+// IgnoreRule names fields to leave alone: Paths, JSON pointers (RFC 6901), of the objects
+// Target selects (nil: every object).
+type IgnoreRule struct {
+	Paths  []string
+	Target *ObjectSelector
+}
+
+// ObjectSelector selects objects as a kustomize patch target or a Flux ignore rule does:
+// Group, Version, Kind, Name and Namespace are regular expressions matched whole, and
+// LabelSelector and AnnotationSelector are selector expressions; empty fields match all.
+type ObjectSelector struct {
+	Group, Version, Kind, Name, Namespace string
+	LabelSelector, AnnotationSelector     string
+}
+
 // ignorer applies a run's compiled rules to its items, keeping each matched item's desired
 // object as rendered so that every attempt starts from it.
 type ignorer struct {
@@ -38,13 +53,18 @@ type ignoreRule struct {
 
 // newIgnorer compiles rules; nil when there are none. A bad rule (a selector that does not
 // compile, a path that is not a JSON pointer) is a terminal error naming it.
-func newIgnorer(rules []jsondiff.IgnoreRule) (*ignorer, error) {
+func newIgnorer(rules []IgnoreRule) (*ignorer, error) {
 	if len(rules) == 0 {
 		return nil, nil
 	}
 	ig := &ignorer{orig: map[*item]*unstructured.Unstructured{}}
 	for i, r := range rules {
-		sel, err := jsondiff.NewSelectorRegex(r.Selector)
+		var js *jsondiff.Selector
+		if t := r.Target; t != nil {
+			js = &jsondiff.Selector{Group: t.Group, Version: t.Version, Kind: t.Kind, Name: t.Name, Namespace: t.Namespace,
+				LabelSelector: t.LabelSelector, AnnotationSelector: t.AnnotationSelector}
+		}
+		sel, err := jsondiff.NewSelectorRegex(js)
 		if err != nil {
 			return nil, terminal(fmt.Errorf("ignore rule %d: target: %w", i, err))
 		}

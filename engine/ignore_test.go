@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fluxcd/pkg/ssa/jsondiff"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -42,7 +41,7 @@ func TestIgnoreLeavesAnotherManagersFieldAlone(t *testing.T) {
 				h = newWatchHarness(t)
 			}
 			opts := testOpts()
-			opts.Ignore = []jsondiff.IgnoreRule{{Paths: []string{"/data/replicas"}, Selector: &jsondiff.Selector{Kind: "ConfigMap", Name: "web"}}}
+			opts.Ignore = []IgnoreRule{{Paths: []string{"/data/replicas"}, Target: &ObjectSelector{Kind: "ConfigMap", Name: "web"}}}
 			render := func(replicas, image string) []*unstructured.Unstructured {
 				return []*unstructured.Unstructured{
 					configMap(h.ns, "web", map[string]any{"replicas": replicas, "image": image}),
@@ -93,10 +92,10 @@ func TestIgnoreLeavesAnotherManagersFieldAlone(t *testing.T) {
 func TestIgnoreRuleMatchingNothingReported(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	opts := testOpts()
-	opts.Ignore = []jsondiff.IgnoreRule{
-		{Paths: []string{"/data/k"}, Selector: &jsondiff.Selector{Kind: "ConfigMap"}},
-		{Paths: []string{"/spec/replicas"}, Selector: &jsondiff.Selector{Kind: "Deployment"}},
-		{Paths: []string{"/data/typo"}, Selector: &jsondiff.Selector{Kind: "ConfigMap"}},
+	opts.Ignore = []IgnoreRule{
+		{Paths: []string{"/data/k"}, Target: &ObjectSelector{Kind: "ConfigMap"}},
+		{Paths: []string{"/spec/replicas"}, Target: &ObjectSelector{Kind: "Deployment"}},
+		{Paths: []string{"/data/typo"}, Target: &ObjectSelector{Kind: "ConfigMap"}},
 	}
 	res := h.apply(opts, configMap(h.ns, "cm", map[string]any{"k": "v"}))
 	if len(res.IgnoreUnmatched) != 2 || !strings.Contains(res.IgnoreUnmatched[0], "ignore rule 1 selects no object") ||
@@ -106,7 +105,7 @@ func TestIgnoreRuleMatchingNothingReported(t *testing.T) {
 	if h.liveCM("cm") == nil {
 		t.Error("the run did not apply")
 	}
-	opts.Ignore = []jsondiff.IgnoreRule{{Paths: []string{"data/k"}}}
+	opts.Ignore = []IgnoreRule{{Paths: []string{"data/k"}}}
 	if _, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "cm", nil)), opts); err == nil || !IsTerminal(err) {
 		t.Errorf("a path that is not a JSON pointer: want a terminal error, got %v", err)
 	}

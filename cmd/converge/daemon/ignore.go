@@ -3,19 +3,17 @@ package daemon
 import (
 	"strings"
 
-	"github.com/fluxcd/pkg/ssa/jsondiff"
-
 	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // ignoreRules is spec.ignore as the engine's rules.
-func ignoreRules(s *v1alpha1.Sync) []jsondiff.IgnoreRule {
-	var out []jsondiff.IgnoreRule
+func ignoreRules(s *v1alpha1.Sync) []engine.IgnoreRule {
+	var out []engine.IgnoreRule
 	for _, r := range s.Spec.Ignore {
-		rule := jsondiff.IgnoreRule{Paths: r.Paths}
+		rule := engine.IgnoreRule{Paths: r.Paths}
 		if t := r.Target; t != nil {
-			rule.Selector = &jsondiff.Selector{Group: t.Group, Version: t.Version, Kind: t.Kind, Name: t.Name,
+			rule.Target = &engine.ObjectSelector{Group: t.Group, Version: t.Version, Kind: t.Kind, Name: t.Name,
 				Namespace: t.Namespace, LabelSelector: t.LabelSelector, AnnotationSelector: t.AnnotationSelector}
 		}
 		out = append(out, rule)
