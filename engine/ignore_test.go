@@ -110,3 +110,24 @@ func TestIgnoreRuleMatchingNothingReported(t *testing.T) {
 		t.Errorf("a path that is not a JSON pointer: want a terminal error, got %v", err)
 	}
 }
+
+// TestWatchNoOpWithIgnoreRules: rules selecting every object cost a converged no-op run no
+// request beyond the inventory read (the memo decides before any rule is looked at), and
+// another manager's change of an ignored field settles back to that cost, the field left
+// as the other manager set it.
+func TestWatchNoOpWithIgnoreRules(t *testing.T) {
+	h := newWatchHarness(t)
+	opts := testOpts()
+	opts.Ignore = []IgnoreRule{{Paths: []string{"/data/v"}, Target: &ObjectSelector{Kind: "ConfigMap"}}}
+	objs := manyCMs(h.ns, "1", 20)
+	h.apply(opts, objs...)
+	h.settle(opts, 1, objs)
+	h.editCM("cm-03", "v", "scaled")
+	res := h.settle(opts, 1, objs)
+	if s := res.Summary(); s.Unchanged != 20 {
+		t.Errorf("no-op summary = %+v, want 20 unchanged", s)
+	}
+	if got := cmData(h, "cm-03", "v"); got != "scaled" {
+		t.Errorf("cm-03 data.v = %q, want the other manager's value", got)
+	}
+}
