@@ -95,6 +95,10 @@ type ApplyOptions struct {
 	// written back with them at the write-ahead (DryRun only reads it). See inventory's
 	// doc.
 	Recover *inventory.Inventory
+	// Ignore are fields to leave alone (Flux's Kustomization spec.ignore): JSON pointers of
+	// the objects each rule's selector matches, never set against the live object nor shown
+	// as a change (ignore.go). Result.IgnoreUnmatched names the rules that match nothing.
+	Ignore []IgnoreRule
 	// Progress, when set, is called as the run advances (one call per object applied or
 	// pruned and one per stage change). Calls are serialized.
 	Progress func(Progress)
@@ -149,10 +153,16 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 	if err != nil {
 		return res, err
 	}
+	ignore, err := newIgnorer(opts.Ignore)
+	if err != nil {
+		return res, err
+	}
 	items, st, err := e.startRun(ctx, set, opts, remembered)
 	if err != nil {
 		return res, err
 	}
+	ignore.mark(items)
+	res.IgnoreUnmatched = ignore.unmatched(items)
 	res.MigrationPending = e.migrationPending(set.Inventory, st.claim)
 	if st.ordered {
 		if err := e.findDependencies(ctx, items, opts.DefaultNamespace); err != nil {
@@ -164,7 +174,7 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 			return res, err
 		}
 	}
-	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: st.old, claim: st.claim, gate: st.gate, items: items, progress: newProgress(opts.Progress),
+	r := &applyRun{e: e, ref: set.Inventory, opts: opts, old: st.old, claim: st.claim, gate: st.gate, items: items, progress: newProgress(opts.Progress), ignore: ignore,
 		waves: waves{ordered: st.ordered, rules: rules, current: map[object.ObjMetadata]ObjectHealth{}}}
 	r.view, r.listed = e.newLiveView(set.Inventory.ID, opts)
 	if e.cache != nil && !opts.DryRun {
@@ -369,6 +379,8 @@ type applyRun struct {
 	legacySibling siblingRead
 	// waves is the state of an ordered set's waits between positions (waves.go).
 	waves waves
+	// ignore leaves ApplyOptions.Ignore's fields alone (ignore.go); nil without rules.
+	ignore *ignorer
 }
 
 // surveyChunk is how many items share one survey: its answer is never older than one

@@ -117,6 +117,7 @@ func (r *applyRun) judge(ctx context.Context, it *item, seen sight, out outcome)
 		return decision{out: out, send: true}
 	}
 	live := seen.live
+	r.ignore.adjust(it, live) // fields to leave alone take live's values (ignore.go)
 	if live != nil {
 		var ok bool
 		if out, ok = r.checkOwner(ctx, it, live, out); !ok {

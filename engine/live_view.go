@@ -162,7 +162,7 @@ func (v *watchedView) recall(ctx context.Context, it *item) (sight, bool) {
 		return sight{cached: cached}, false
 	case known && m.hit(it.hash, cached.GetResourceVersion()):
 		return sight{from: fromMemo, cached: cached, action: ActionUnchanged}, true
-	case known && m.hash != it.hash:
+	case known && m.hash != it.hash && !it.ignored: // ignored fields are sent as live has them
 		return sight{from: fromMemo, cached: cached, action: ActionConfigured}, true
 	}
 	return sight{cached: cached}, false

@@ -68,6 +68,9 @@ type buildInput struct {
 	disk bool
 	// chunkObjects sizes the chunks of a chunked build (chunked.go); 0 never chunks.
 	chunkObjects int
+	// overlay names the inline fields the kustomization was extended with (Overlay), for
+	// messages; "" for none.
+	overlay string
 	// macs are the source's documents with SOPS metadata by their MAC, read on first need
 	// (sopsDocument).
 	macs map[string][]byte
@@ -87,11 +90,15 @@ func prepare(ctx context.Context, root string, u unit, opts RenderOptions, b *bu
 		in.disk = true
 		return in, nil
 	}
-	fsys, err := reach(ctx, root, u.rel, in.file, b, newIgnoredSet(opts.Ignored))
+	edit, err := overlayEdit(ctx, root, u, opts, b)
 	if err != nil {
 		return nil, err
 	}
-	in.fsys, in.dir = fsys, path.Join("/", u.rel)
+	fsys, err := reach(ctx, root, u.rel, in.file, b, newIgnoredSet(opts.Ignored), edit)
+	if err != nil {
+		return nil, err
+	}
+	in.fsys, in.dir, in.overlay = fsys, path.Join("/", u.rel), opts.Overlay.describe()
 	if err := refuseRemote(fsys, in.dir, map[string]bool{}); err != nil {
 		return nil, err
 	}
@@ -164,6 +171,9 @@ func (in *buildInput) krusty() (resmap.ResMap, error) {
 		return nil, &InputError{File: where, Err: fmt.Errorf("%s: %w: refusing to fetch %q (set AllowRemoteBases to load it)", field, ErrRemoteBase, urls[0])}
 	}
 	if err != nil {
+		if in.overlay != "" {
+			return nil, &InputError{File: in.file, Err: fmt.Errorf("kustomize build with %s: %w", in.overlay, err)}
+		}
 		return nil, &InputError{File: in.file, Err: fmt.Errorf("kustomize build: %w", err)}
 	}
 	return m, nil

@@ -65,8 +65,8 @@ func cacheKey(digest, path string, opts RenderOptions) string {
 	// Workers does not change the output, so it is not part of the key. Isolate refuses
 	// URLs in fields that an in-process build would fetch.
 	l := opts.Limits.withDefaults()
-	return fmt.Sprintf("%s\x00%s\x00remote=%t\x00isolate=%t\x00limits=%d/%d/%d/%d/%d\x00ignored=%q\x00helm=%s", digest, filepath.Clean(path), opts.AllowRemoteBases, opts.Isolate,
-		l.MaxFiles, l.MaxFileSize, l.MaxObjects, l.MaxTotalSize, l.MaxRenderOutput, opts.Ignored, helmKey(opts.Helm))
+	return fmt.Sprintf("%s\x00%s\x00remote=%t\x00isolate=%t\x00limits=%d/%d/%d/%d/%d\x00ignored=%q\x00helm=%s\x00overlay=%s", digest, filepath.Clean(path), opts.AllowRemoteBases, opts.Isolate,
+		l.MaxFiles, l.MaxFileSize, l.MaxObjects, l.MaxTotalSize, l.MaxRenderOutput, opts.Ignored, helmKey(opts.Helm), overlayKey(opts.Overlay))
 }
 
 func (c *renderCache) get(key string) (cacheEntry, bool) {

@@ -71,6 +71,10 @@ type childRequest struct {
 	Read     int64  `json:"read"`
 	// Helm, when set, renders the chart folder Unit instead of a kustomization.
 	Helm *HelmOptions `json:"helm,omitempty"`
+	// Overlay is RenderOptions.Overlay, as checked; Generate says the kustomization of Unit
+	// is generated (unit.generate).
+	Overlay  *Overlay `json:"overlay,omitempty"`
+	Generate bool     `json:"generate,omitempty"`
 }
 
 // childResponse ends a render child's answer on its stdout, after its resources (see
@@ -118,7 +122,7 @@ func serveChild(in io.Reader, out io.Writer) int {
 	if !req.AllowRemoteBases {
 		http.DefaultTransport = refusingTransport{}
 	}
-	opts := RenderOptions{AllowRemoteBases: req.AllowRemoteBases, Limits: req.Limits, Ignored: req.Ignored}
+	opts := RenderOptions{AllowRemoteBases: req.AllowRemoteBases, Limits: req.Limits, Ignored: req.Ignored, Overlay: req.Overlay}
 	b := newBudget(req.Rendered, req.Limits)
 	b.bytes.Store(req.Read)
 	var resources [][]byte
@@ -128,7 +132,7 @@ func serveChild(in io.Reader, out io.Writer) int {
 	if req.Helm != nil {
 		resources, origins, err = helmTemplate(req.Root, req.Unit, *req.Helm, newIgnoredSet(req.Ignored), b)
 	} else {
-		resources, ordered, err = kustomize(context.Background(), req.Root, unit{rel: req.Unit, kustomization: req.Kustomization}, opts, b)
+		resources, ordered, err = kustomize(context.Background(), req.Root, unit{rel: req.Unit, kustomization: req.Kustomization, generate: req.Generate}, opts, b)
 	}
 	resp := childResponse{Errors: encodeErrors(err), Read: b.bytes.Load() - req.Read, Ordered: ordered}
 	if err != nil {
@@ -147,7 +151,8 @@ func serveChild(in io.Reader, out io.Writer) int {
 // and the answer is read only up to what b has left.
 func buildIsolated(ctx context.Context, root string, u unit, opts RenderOptions, b *budget) ([]decoded, error) {
 	req := childRequest{Root: root, Unit: u.rel, Kustomization: u.kustomization,
-		AllowRemoteBases: opts.AllowRemoteBases, Limits: b.limits, Ignored: opts.Ignored, Rendered: b.rel, Read: b.bytes.Load()}
+		AllowRemoteBases: opts.AllowRemoteBases, Limits: b.limits, Ignored: opts.Ignored, Rendered: b.rel, Read: b.bytes.Load(),
+		Overlay: opts.Overlay, Generate: u.generate}
 	return runChild(ctx, path.Join(u.rel, u.kustomization), "kustomize build", req, opts, b)
 }
 

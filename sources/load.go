@@ -31,6 +31,8 @@ type Source struct {
 	Path string
 	// Helm, when set, renders Path as a Helm chart folder (RenderOptions.Helm).
 	Helm *HelmOptions
+	// Overlay, when set, extends the kustomize build of Path (RenderOptions.Overlay).
+	Overlay *Overlay
 }
 
 // String describes the source for messages, without credentials.
@@ -170,6 +172,9 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 	}
 	if src.Helm != nil {
 		opts.Render.Helm = src.Helm
+	}
+	if src.Overlay != nil {
+		opts.Render.Overlay = src.Overlay
 	}
 	// The render cache is read only after the fetch succeeded with the caller's own
 	// credentials: a commit the caller could not fetch never reaches it.

@@ -46,18 +46,22 @@ type reacher struct {
 	files int
 	// ign holds the paths that are not part of the source (RenderOptions.Ignored).
 	ign ignoredSet
+	// edit, when set, rewrites the kustomization built (nil data: the folder has none) before
+	// it is copied and followed: RenderOptions.Overlay.
+	edit func([]byte) ([]byte, error)
 }
 
 // reach returns an in-memory file system, rooted at "/", holding what the kustomization of
 // the folder rel (a slash path in the source root) reaches. file names that kustomization in
-// messages. A reference to a path that ign holds is refused (ErrIgnored).
-func reach(ctx context.Context, root, rel, file string, b *budget, ign ignoredSet) (filesys.FileSystem, error) {
+// messages. A reference to a path that ign holds is refused (ErrIgnored). edit, when set,
+// rewrites that kustomization first (reacher.edit).
+func reach(ctx context.Context, root, rel, file string, b *budget, ign ignoredSet, edit func([]byte) ([]byte, error)) (filesys.FileSystem, error) {
 	r, err := os.OpenRoot(root)
 	if err != nil {
 		return nil, fmt.Errorf("%s: open source: %w", file, err)
 	}
 	defer func() { _ = r.Close() }()
-	w := &reacher{ctx: ctx, root: r, mem: filesys.MakeFsInMemory(), b: b, file: file, seen: map[string]bool{}, ign: ign}
+	w := &reacher{ctx: ctx, root: r, mem: filesys.MakeFsInMemory(), b: b, file: file, seen: map[string]bool{}, ign: ign, edit: edit}
 	if err := w.kustomization(rel, 0, ""); err != nil {
 		return nil, err
 	}
@@ -94,6 +98,19 @@ func (w *reacher) kustomization(dir string, depth int, pluginDir string) error {
 			return err
 		}
 		data, name, found = d, p, found+1
+	}
+	if depth == 0 && w.edit != nil && found <= 1 {
+		if found == 0 {
+			name = path.Join(dir, kustomizationFiles[0])
+		}
+		d, err := w.edit(data)
+		if err != nil {
+			return &InputError{File: w.file, Err: err}
+		}
+		if err := w.mem.WriteFile(path.Join("/", name), d); err != nil {
+			return err
+		}
+		data, found = d, 1
 	}
 	if found != 1 {
 		return nil // kustomize reports a missing kustomization, or several

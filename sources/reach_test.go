@@ -178,7 +178,7 @@ func TestKustomizeReachesEveryLoadingField(t *testing.T) {
 		}
 	}
 
-	mem, err := reach(t.Context(), dir, "overlay", "overlay/kustomization.yaml", newBudget("overlay", Limits{}), nil)
+	mem, err := reach(t.Context(), dir, "overlay", "overlay/kustomization.yaml", newBudget("overlay", Limits{}), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

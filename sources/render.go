@@ -43,6 +43,9 @@ type RenderOptions struct {
 	// git-ignored build outputs. A plain folder's walk and a local folder's revision
 	// skip them, and a kustomization that references one is refused (ErrIgnored).
 	Ignored []string
+	// Overlay, when set, extends the kustomization of the rendered folder (or one generated
+	// there) with inline build fields before it is built (see Overlay).
+	Overlay *Overlay
 }
 
 // DefaultRenderOptions returns remote bases refused, in-process builds, one decoder per
@@ -81,6 +84,9 @@ func render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstr
 		return nil, nil, nil, err
 	}
 	opts.Limits = opts.Limits.withDefaults()
+	if opts.Overlay, err = checkOverlay(r, rel, info, opts); err != nil {
+		return nil, nil, nil, err
+	}
 	var units []unit
 	switch {
 	case opts.Helm != nil:
@@ -91,6 +97,11 @@ func render(ctx context.Context, dir, path string, opts RenderOptions) ([]*unstr
 			units = []unit{{rel: rel, kustomization: k}}
 		} else if err == nil {
 			units, err = walk(ctx, r, rel, opts.Limits, newIgnoredSet(opts.Ignored))
+			if err == nil && len(units) > 0 && opts.Overlay != nil {
+				// As Flux: the fields need a kustomization, generated over what a plain
+				// render reads.
+				units = []unit{{rel: rel, kustomization: kustomizationFiles[0], generate: true}}
+			}
 		}
 	default:
 		units = []unit{{rel: rel}}
@@ -192,6 +203,9 @@ type unit struct {
 	kustomization string
 	// chart is set when rel is a Helm chart folder, rendered with these options.
 	chart *HelmOptions
+	// generate: rel has no kustomization; the one built is generated (Overlay), named
+	// kustomization.
+	generate bool
 }
 
 // walk lists the units of the plain folder dir (a slash path in r) in lexical order, at

@@ -47,6 +47,7 @@ type applyFlags struct {
 	pruneBudget int
 	fieldMgr    string
 	output      string
+	ignoreFile  string
 }
 
 // applyLong is the long help of "converge apply".
@@ -139,6 +140,7 @@ func newApplyCommand(kube *kubeFlags) *cobra.Command {
 	fl.IntVar(&f.pruneBudget, "prune-budget", 0, "refuse to prune more than this many objects (0: no limit)")
 	fl.StringVar(&f.fieldMgr, "field-manager", engine.FieldManager, "server-side apply field manager that owns the applied fields")
 	fl.StringVarP(&f.output, "output", "o", "", "output format: json, yaml or markdown (default: lines for people)")
+	fl.StringVar(&f.ignoreFile, "ignore-rules", "", "YAML file of fields to leave alone, the entries of a Sync's spec.ignore ({paths, target})")
 	return cmd
 }
 
@@ -153,6 +155,10 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 		return fail(err)
 	}
 	checks, exprs, err := f.health.options(ns)
+	if err != nil {
+		return fail(err)
+	}
+	ignore, err := readIgnoreRules(f.ignoreFile)
 	if err != nil {
 		return fail(err)
 	}
@@ -178,7 +184,7 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	opts.DryRun, opts.Diff, opts.Prune, opts.Wait, opts.Timeout = f.dryRun, f.diff, f.prune, f.wait, f.timeout
 	opts.Force, opts.ForceConflicts, opts.AllowEmpty, opts.PruneBudget = f.force, f.forceConfl, f.allowEmpty, f.pruneBudget
 	opts.DefaultNamespace, opts.FieldManager = ns, f.fieldMgr
-	opts.Adopt, opts.HealthChecks, opts.HealthExprs = f.adopt, checks, exprs
+	opts.Adopt, opts.HealthChecks, opts.HealthExprs, opts.Ignore = f.adopt, checks, exprs, ignore
 	opts.TakeOverManagers = f.takeOver
 	line := newProgressLine(cmd.ErrOrStderr(), showProgress(cmd.ErrOrStderr(), f.output))
 	if line != nil {
@@ -188,6 +194,9 @@ func (f *applyFlags) run(cmd *cobra.Command, kube *kubeFlags, args []string) err
 	line.clear()
 	if res != nil && res.MigrationPending != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+res.MigrationPending)
+	}
+	for _, u := range ignoreUnmatched(res) {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: --ignore-rules: "+u)
 	}
 	rep := newReport(bundle.Revision, f.dryRun, res, applyErr)
 	if !f.diff {

@@ -41,8 +41,8 @@ Argo CD Applications and prints the equivalent Syncs: same namespace, same name,
 spec.adopt so that each Sync takes over the objects the old tool applied, in place, without
 deleting or recreating one.
 
-A field no Sync field expresses (a Kustomization's patches or images, an Application's
-kustomize settings or ignoreDifferences...) is never dropped silently: it is listed as "not
+A field no Sync field expresses (a Kustomization's kubeConfig or v1beta2
+patchesStrategicMerge, an Application's kustomize settings or ignoreDifferences...) is never dropped silently: it is listed as "not
 translated" on stderr (and in -o json) and the exit code is 1, unless --allow-partial.
 
 --apply applies the Syncs server-side (field manager "converge"). Then, by default

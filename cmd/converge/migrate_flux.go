@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,14 +39,15 @@ type migration struct {
 const (
 	reasonBuild     = "a kustomize build field the Sync does not have: put it in the source's kustomization.yaml"
 	reasonNoSyncKey = "no Sync equivalent"
+	// Flux v1 replaced patchesStrategicMerge and patchesJson6902 with patches.
+	reasonBuildPatches = "Flux v1 replaced it with patches: write it as spec.patches"
 	// A Kustomization's spec.timeout and a Sync's spec.timeout bound the readiness wait.
 	maxSyncTimeout = time.Hour
 )
 
-// fluxBuildFields are the Kustomization fields that change the render: a Sync renders the
-// source's own kustomization.yaml only.
-var fluxBuildFields = []string{"patches", "patchesStrategicMerge", "patchesJson6902", "images",
-	"namePrefix", "nameSuffix", "components", "commonMetadata", "ignoreMissingComponents"}
+// fluxBuildFields are the Kustomization fields that change the render and that a Sync has
+// not: v1beta2's, which Flux's v1 replaced with patches.
+var fluxBuildFields = []string{"patchesStrategicMerge", "patchesJson6902"}
 
 // translateKustomization translates a Flux Kustomization and its source (nil when the
 // source's kind is not one a Sync reads) into a Sync in the Kustomization's namespace, of
@@ -68,11 +70,12 @@ func translateKustomization(ks, src *unstructured.Unstructured) (*migration, err
 	s.Spec.Path = cleanPath(r.str(spec, "spec", "path"))
 	translateFluxApply(r, s, spec)
 	translateFluxBuild(r, s, spec)
+	translateFluxInline(r, s, spec)
 	for _, f := range fluxBuildFields {
-		r.untranslate("spec."+f, spec[f], reasonBuild)
+		r.untranslate("spec."+f, spec[f], reasonBuildPatches)
 	}
 	r.untranslate("spec.kubeConfig", spec["kubeConfig"], "a Sync applies to its own cluster only")
-	r.rest(spec, "spec", reasonNoSyncKey, append(fluxBuildFields, "kubeConfig", "sourceRef", "path",
+	r.rest(spec, "spec", reasonNoSyncKey, append(slices.Concat(fluxBuildFields, fluxInlineFields), "kubeConfig", "sourceRef", "path",
 		"interval", "retryInterval", "timeout", "prune", "wait", "force", "suspend", "targetNamespace",
 		"serviceAccountName", "deletionPolicy", "dependsOn", "healthChecks", "healthCheckExprs",
 		"postBuild", "decryption")...)

@@ -98,8 +98,8 @@ func getOld(t *testing.T, ns string, gvr schema.GroupVersionResource, name strin
 }
 
 // fluxFull is a GitRepository and a Kustomization setting every field a Sync translates,
-// and several it does not (patches, images, namePrefix, components, commonMetadata,
-// kubeConfig; the source's include and recurseSubmodules).
+// and several it does not (v1beta2's patchesStrategicMerge, kubeConfig; the source's include
+// and recurseSubmodules).
 const fluxFull = `apiVersion: source.toolkit.fluxcd.io/v1
 kind: GitRepository
 metadata: {name: repo, namespace: NS}
@@ -134,11 +134,21 @@ spec:
     substitute: {cluster: prod, region: eu-1}
     substituteFrom: [{kind: ConfigMap, name: vars}, {kind: Secret, name: secret-vars, optional: true}]
   decryption: {provider: sops, secretRef: {name: sops-age}}
-  patches: [{patch: "- op: add\n  path: /metadata/labels/x\n  value: y", target: {kind: Deployment}}]
-  images: [{name: web, newTag: "1.2.3"}]
+  patches:
+  - {patch: "- op: add\n  path: /metadata/labels/x\n  value: y", target: {kind: Deployment, labelSelector: app=web}}
+  - patch: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: settings}
+      data: {k: v}
+  images: [{name: web, newTag: "1.2.3"}, {name: db, newName: mirror.example/db, digest: "sha256:0123"}]
   namePrefix: prod-
+  nameSuffix: -eu
   components: [../components/tls]
-  commonMetadata: {labels: {team: a}}
+  ignoreMissingComponents: true
+  commonMetadata: {labels: {team: a}, annotations: {owner: ops}}
+  patchesStrategicMerge: [{apiVersion: v1, kind: ConfigMap, metadata: {name: x}}]
+  ignore: [{paths: [/spec/replicas], target: {kind: Deployment, name: web}}]
   kubeConfig: {secretRef: {name: remote}}
 status:
   inventory:
@@ -225,11 +235,7 @@ func TestMigrateFluxPrintsSyncs(t *testing.T) {
 	want := []string{
 		"GitRepository " + ns + "/repo spec.include",
 		"GitRepository " + ns + "/repo spec.recurseSubmodules",
-		"Kustomization " + ns + "/full spec.patches",
-		"Kustomization " + ns + "/full spec.images",
-		"Kustomization " + ns + "/full spec.namePrefix",
-		"Kustomization " + ns + "/full spec.components",
-		"Kustomization " + ns + "/full spec.commonMetadata",
+		"Kustomization " + ns + "/full spec.patchesStrategicMerge",
 		"Kustomization " + ns + "/full spec.kubeConfig",
 		"Kustomization " + ns + "/bucket spec.sourceRef.kind",
 	}
@@ -240,6 +246,24 @@ func TestMigrateFluxPrintsSyncs(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"full", "oci"}, names); diff != "" {
 		t.Errorf("Syncs (-want +got):\n%s", diff)
+	}
+	wantBuild := v1alpha1.BuildFields{
+		Patches: []v1alpha1.KustomizePatch{
+			{Patch: "- op: add\n  path: /metadata/labels/x\n  value: y", Target: &v1alpha1.PatchSelector{Kind: "Deployment", LabelSelector: "app=web"}},
+			{Patch: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {k: v}\n"},
+		},
+		Images:     []v1alpha1.KustomizeImage{{Name: "web", NewTag: "1.2.3"}, {Name: "db", NewName: "mirror.example/db", Digest: "sha256:0123"}},
+		NamePrefix: "prod-", NameSuffix: "-eu", Components: []string{"../components/tls"}, IgnoreMissingComponents: true,
+		CommonMetadata: &v1alpha1.CommonMetadata{Labels: map[string]string{"team": "a"}, Annotations: map[string]string{"owner": "ops"}},
+	}
+	if len(plan.Syncs) > 0 {
+		if diff := cmp.Diff(wantBuild, plan.Syncs[0].Spec.BuildFields); diff != "" {
+			t.Errorf("Sync full: build fields not translated field for field (-want +got):\n%s", diff)
+		}
+		wantIgnore := []v1alpha1.IgnoreRule{{Paths: []string{"/spec/replicas"}, Target: &v1alpha1.PatchSelector{Kind: "Deployment", Name: "web"}}}
+		if diff := cmp.Diff(wantIgnore, plan.Syncs[0].Spec.Ignore); diff != "" {
+			t.Errorf("Sync full: spec.ignore (-want +got):\n%s", diff)
+		}
 	}
 }
 
@@ -363,9 +387,9 @@ spec:
   sourceRef: {kind: GitRepository, name: repo}
   interval: 5m
   prune: true
-  namePrefix: x-`)
+  patchesJson6902: [{target: {kind: Deployment, name: web}, patch: [{op: remove, path: /spec/replicas}]}]`)
 	cliRun(t, "migrate", "flux", "-n", ns, "patched", "--apply").expect(t, "partial", 1, nil,
-		[]string{"spec.namePrefix: x-", "nothing applied: some fields are not translated"})
+		[]string{"spec.patchesJson6902: ", "nothing applied: some fields are not translated"})
 	assertNoSync(t, ns, "patched")
 }
 

@@ -17,11 +17,14 @@ type Options struct {
 	// Redact are further values the Redactor hides (such as Helm values read from
 	// Secrets), so one Redactor covers everything the caller writes.
 	Redact []string
+	// Metadata, when set, labels and annotates every object last; nil: nothing.
+	Metadata *Metadata
 }
 
 // Result is a prepared Bundle and what a caller needs to write about it.
 type Result struct {
-	// Bundle is the rendered Bundle decrypted, then substituted; nil with an error.
+	// Bundle is the rendered Bundle decrypted, then substituted, then given Metadata; nil
+	// with an error.
 	Bundle *sources.Bundle
 	// Rendered is the Bundle as given, and Decrypted the one after decryption (Rendered
 	// itself when nothing was encrypted or the encrypted objects were kept as they are;
@@ -35,7 +38,7 @@ type Result struct {
 }
 
 // Prepare prepares rendered. As Flux: decrypted first, then substituted (a variable may not
-// reach a ciphertext). rendered is not modified. A failure of decryption is a
+// reach a ciphertext), then given the common metadata. rendered is not modified. A failure of decryption is a
 // *DecryptError; one of substitution names the variable source, the object or the
 // variable. On error Result.Bundle is nil: nothing may be applied or pruned.
 func Prepare(ctx context.Context, rendered *sources.Bundle, opts Options) (Result, error) {
@@ -48,7 +51,7 @@ func Prepare(ctx context.Context, rendered *sources.Bundle, opts Options) (Resul
 	res.Decrypted = decrypted
 	hide := append(sops.Plaintexts(decrypted, rendered), opts.Redact...)
 	if opts.Substitution == nil {
-		res.Bundle, res.Redactor = decrypted, varsubst.NewRedactor(hide)
+		res.Bundle, res.Redactor = opts.Metadata.apply(decrypted), varsubst.NewRedactor(hide)
 		return res, nil
 	}
 	out, sensitive, err := opts.Substitution.run(ctx, decrypted)
@@ -60,6 +63,6 @@ func Prepare(ctx context.Context, rendered *sources.Bundle, opts Options) (Resul
 	if err != nil {
 		return res, err
 	}
-	res.Bundle = out
+	res.Bundle = opts.Metadata.apply(out)
 	return res, nil
 }

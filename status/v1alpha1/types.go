@@ -70,6 +70,8 @@ type SyncList struct {
 }
 
 // SyncSpec is what a user declares.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.source.helm) || !(has(self.patches) || has(self.images) || has(self.namePrefix) || has(self.nameSuffix) || has(self.commonMetadata) || has(self.components))",message="patches, images, namePrefix, nameSuffix, commonMetadata and components change a kustomize build: a Helm chart takes patches and images in spec.source.helm.postRenderers"
 type SyncSpec struct {
 	// Source says where the manifests come from.
 	// +required
@@ -213,6 +215,14 @@ type SyncSpec struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +optional
 	Notifications []Notification `json:"notifications,omitempty"`
+	// Ignore lists fields to leave alone (an autoscaler's spec.replicas, a webhook's
+	// injections), as Flux's Kustomization spec.ignore.
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Ignore []IgnoreRule `json:"ignore,omitempty"`
+	// BuildFields are Flux Kustomization's patches, images, namePrefix, nameSuffix,
+	// commonMetadata and components, for git and OCI sources.
+	BuildFields `json:",inline"`
 }
 
 // DependencyReference names a Sync this one depends on.

@@ -27,7 +27,8 @@ const reasonDecryptionFailed = "DecryptionFailed"
 // it was. On error nothing may be applied or pruned (I8).
 func (r *reconciler) prepare(ctx context.Context, s *v1alpha1.Sync, b *sources.Bundle, helmSecrets []string) (*sources.Bundle, error) {
 	key := client.ObjectKeyFromObject(s)
-	opts := pipeline.Options{Decryption: r.decryption(s), Substitution: r.substitution(s), Redact: helmSecrets}
+	opts := pipeline.Options{Decryption: r.decryption(s), Substitution: r.substitution(s), Redact: helmSecrets,
+		Metadata: commonMetadata(s)}
 	if opts.Substitution != nil {
 		opts.Substitution.Memo = r.memo(key)
 	}

@@ -337,7 +337,7 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (status.Outcome
 		return o, nil
 	}
 	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
-	o.Message = "Applied revision " + bundle.Revision + verified(bundle.Signatures)
+	o.Message = "Applied revision " + bundle.Revision + verified(bundle.Signatures) + ignoreNote(res)
 	if rb := o.RolledBack; rb != nil {
 		o.Reason = reasonRolledBack
 		o.Message += fmt.Sprintf(" (rolled back from %s: %s)", rb.From, rb.Reason)
@@ -355,10 +355,14 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (status.Outcome
 // build fetches and renders s's source, then decrypts and substitutes it (prepare), and
 // records the revision it attempts in o. A failure applies and prunes nothing (I8).
 func (r *reconciler) build(ctx context.Context, s *v1alpha1.Sync, o *status.Outcome) (*sources.Bundle, *failure) {
+	if err := checkBuildFields(s); err != nil {
+		return nil, terminal(reasonBuildFailed, err)
+	}
 	src, err := r.source(ctx, s)
 	if err != nil {
 		return nil, retryable(fetchFailReason(err), err)
 	}
+	src.Overlay = overlay(s)
 	helmSecrets, stalls, err := r.helm(ctx, s, &src)
 	if err != nil {
 		return nil, &failure{reason: reasonBuildFailed, err: err, stalls: stalls}
@@ -521,6 +525,7 @@ func applyOptions(s *v1alpha1.Sync) engine.ApplyOptions {
 	if s.Spec.TakeOverManagers != nil { // unset: the engine's default list; empty: none
 		opts.TakeOverManagers = *s.Spec.TakeOverManagers
 	}
+	opts.Ignore = ignoreRules(s)
 	opts.DefaultNamespace, opts.TargetNamespace = s.Namespace, s.Spec.TargetNamespace
 	if s.Spec.Source.Helm != nil {
 		// As `helm install -n`: a chart's objects without a namespace go to the release's.

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
+)
+
+// TestApplyIgnoreRules: once another manager changed a field, apply --dry-run finds a
+// change (exit 1) without rules and none (exit 0) with --ignore-rules naming the field, and
+// an apply with them leaves it; a rule that selects nothing is warned about.
+func TestApplyIgnoreRules(t *testing.T) {
+	ns := env.Namespace(t)
+	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeSet(t, dir, ns, map[string]string{"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {replicas: \"3\"}\n"})
+	rules := filepath.Join(t.TempDir(), "ignore.yaml")
+	if err := os.WriteFile(rules, []byte("- paths: [/data/replicas]\n  target: {kind: ConfigMap}\n- paths: [/spec/replicas]\n  target: {kind: Deployment}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	apply := []string{"apply", dir, "-n", ns, "--inventory", ns + "/inv"}
+	if out, code := cli(t, apply...); code != 0 {
+		t.Fatalf("apply: exit %d\n%s", code, out)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["replicas"] = "7"
+	if err := c.Update(context.Background(), cm, client.FieldOwner("autoscaler")); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := cli(t, append(apply, "--dry-run")...); code != exitCodeChanges {
+		t.Errorf("dry-run without rules: exit %d, want %d\n%s", code, exitCodeChanges, out)
+	}
+	out, code := cli(t, append(apply, "--dry-run", "--ignore-rules", rules)...)
+	if code != 0 || !strings.Contains(out, "ignore rule 1 selects no object") {
+		t.Errorf("dry-run with rules: exit %d, want 0 and a warning about rule 1\n%s", code, out)
+	}
+	if out, code := cli(t, append(apply, "--ignore-rules", rules)...); code != 0 {
+		t.Fatalf("apply with rules: exit %d\n%s", code, out)
+	}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, cm); err != nil || cm.Data["replicas"] != "7" {
+		t.Errorf("web: data %v (%v), want the other manager's replicas 7", cm.Data, err)
+	}
+}
