@@ -20,8 +20,8 @@ and reports as usual, with Ready reason RolledBack and status.rolledBack naming 
 it does not apply. The pin is spec.rollback, visible in the Sync and reviewable like any
 spec change.
 
-Without --to, the revision is the newest one status.history recorded as Ready other than
-the one the Sync attempts now. A git source is pinned to a commit ("main@sha1:<commit>"), an
+Without --to, the revision is the one the Sync is rolled back to already (status.rolledBack),
+else the newest one status.history recorded as Ready other than the one it attempts now. A git source is pinned to a commit ("main@sha1:<commit>"), an
 OCI source to a digest ("v1@sha256:<digest>"); a Helm repository chart is pinned by its
 version in spec.source instead.
 
@@ -70,6 +70,9 @@ func (o *rollbackOptions) run(ctx context.Context, out io.Writer, name string) e
 		from = rb.From // already rolled back: the head is what it does not apply
 	}
 	to := o.to
+	if rb := s.Status.RolledBack; to == "" && rb != nil && rb.To != "" {
+		to = rb.To // already rolled back (automatically, say): pinned where it is, not further
+	}
 	if to == "" {
 		if to = lastReady(s.Status.History, s.Status.LastAttemptedRevision); to == "" {
 			return &exitError{code: 1, err: fmt.Errorf("sync %s/%s: status.history records no Ready revision other than %q; name one with --to", ns, name, s.Status.LastAttemptedRevision)}
@@ -82,7 +85,8 @@ func (o *rollbackOptions) run(ctx context.Context, out io.Writer, name string) e
 		}
 		rb.Until, rb.From = v1alpha1.RollbackUntilNewRevision, from
 	}
-	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"rollback": rb}})
+	// The UID makes the patch fail on a Sync deleted and re-created since it was read.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": s.UID}, "spec": map[string]any{"rollback": rb}})
 	if err != nil {
 		return err
 	}

@@ -243,7 +243,7 @@ func (r *reconciler) record(ctx context.Context, s *v1alpha1.Sync, outcome statu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if rollbackStarted(s, outcome) {
+	if rollbackApplied(s, outcome) {
 		rb := outcome.RolledBack
 		r.events.Eventf(s, corev1.EventTypeWarning, reasonRolledBack, "rolled back from %s to %s: %s", rb.From, rb.To, rb.Reason)
 	}
@@ -324,17 +324,13 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (status.Outcome
 	}
 	res, opts, f := r.apply(ctx, s, &o, bundle)
 	if f != nil {
-		return r.failed(s, o, f), nil
+		return withAutoRollback(s, r.failed(s, o, f)), nil // an object Failed: HealthCheckFailed at once
 	}
 	if names, details := notCurrent(res.Health); len(names) > 0 {
 		// Applied, not all Current yet: recorded, judged again by a later reconcile; no
 		// worker waits (applyOptions: CheckOnce).
 		o = r.waiting(s, o, bundle.Revision, waitState{pending: names, details: details, timeout: opts.Timeout, held: res.Held})
-		if rb := autoRollback(s, o); rb != nil {
-			o.RolledBack = rb
-			o.Message += "; rolling back to " + rb.To + " (spec.autoRollback)"
-		}
-		return o, nil
+		return withAutoRollback(s, o), nil
 	}
 	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
 	o.Message = "Applied revision " + bundle.Revision + verified(bundle.Signatures) + ignoreNote(res)
@@ -384,6 +380,9 @@ func (r *reconciler) build(ctx context.Context, s *v1alpha1.Sync, o *status.Outc
 			return nil, f
 		}
 		err = nil // the head's render error is not the revision applied
+	} else if rb := s.Status.RolledBack; rb != nil && rb.Automatic && rb.To == "" && rb.From == bundle.Revision {
+		kept := *rb
+		o.RolledBack = &kept // a refused automatic rollback is not tried again for this head
 	}
 	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty) {
 		return nil, ofSource(reasonBuildFailed, err) // bad input waits for a new revision

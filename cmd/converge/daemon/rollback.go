@@ -8,11 +8,13 @@ import (
 	"slices"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/sources/git"
 	"github.com/converge-dev/converge/sources/oci"
 	"github.com/converge-dev/converge/status"
 	"github.com/converge-dev/converge/status/v1alpha1"
@@ -37,11 +39,33 @@ func pin(s *v1alpha1.Sync, head string) *v1alpha1.RolledBack {
 		}
 		return &v1alpha1.RolledBack{From: head, To: rb.Revision, Reason: "spec.rollback"}
 	}
-	if rb := s.Status.RolledBack; s.Spec.AutoRollback && rb != nil && rb.Automatic && rb.From == head && rb.To != "" {
+	if rb := s.Status.RolledBack; s.Spec.AutoRollback && rb != nil && rb.Automatic && rb.From == head && rb.To != "" &&
+		readyAtGeneration(s, rb.To) {
 		p := *rb
 		return &p
 	}
 	return nil
+}
+
+// readyAtGeneration says s's history records revision Ready at s's current generation: an
+// automatic rollback goes back only to what was Ready with the spec as it is now, and a spec
+// change lifts it.
+func readyAtGeneration(s *v1alpha1.Sync, revision string) bool {
+	for _, h := range s.Status.History {
+		if h.Revision == revision && h.Ready == metav1.ConditionTrue && h.Generation == s.Generation {
+			return true
+		}
+	}
+	return false
+}
+
+// withAutoRollback is o, with the automatic rollback it starts (autoRollback) recorded.
+func withAutoRollback(s *v1alpha1.Sync, o status.Outcome) status.Outcome {
+	if rb := autoRollback(s, o); rb != nil {
+		o.RolledBack = rb
+		o.Message += "; rolling back to " + rb.To + " (spec.autoRollback)"
+	}
+	return o
 }
 
 // autoRollback is the automatic rollback o starts: s has spec.autoRollback, o is the
@@ -51,7 +75,7 @@ func autoRollback(s *v1alpha1.Sync, o status.Outcome) *v1alpha1.RolledBack {
 	last := s.Status.LastAppliedRevision
 	switch {
 	case !s.Spec.AutoRollback, !o.WaitOver, o.Reason != reasonHealthCheck, o.RolledBack != nil,
-		last == "", last == o.AttemptedRevision:
+		last == "", last == o.AttemptedRevision, !readyAtGeneration(s, last):
 		return nil
 	case s.Status.RolledBack != nil && s.Status.RolledBack.From == o.AttemptedRevision:
 		return nil // tried (or refused) already: a new revision lifts it
@@ -70,6 +94,8 @@ func pinned(src sources.Source, revision string) (sources.Source, error) {
 	switch {
 	case m == nil:
 		return src, fmt.Errorf("spec.rollback: revision %q is not of the form <branch>@sha1:<commit> or <tag>@sha256:<digest>", revision)
+	case src.Git.URL != "" && src.Git.Verify != nil && src.Git.Verify.Mode != "" && src.Git.Verify.Mode != git.VerifyHEAD:
+		return src, fmt.Errorf("spec.rollback: a source verified by its tag's signature (verify mode %s) cannot be pinned to a commit; pin spec.source.git.ref.tag to the earlier tag instead", src.Git.Verify.Mode)
 	case src.Git.URL != "" && m[2] == "sha1" && len(m[3]) == 40:
 		branch := m[1]
 		if branch == "" {
@@ -89,8 +115,9 @@ func pinned(src sources.Source, revision string) (sources.Source, error) {
 // crdsDropped names the CRDs s's inventory records that objects (the revision a rollback
 // applies) do not declare: pruning one deletes every custom resource of its kinds.
 func crdsDropped(s *v1alpha1.Sync, objects []*unstructured.Unstructured) []string {
-	if s.Status.Inventory == nil {
-		return nil
+	if inv := s.Status.Inventory; inv == nil || inv.Entries > len(inv.Objects) {
+		// Which CRDs the Sync applies is not known from its status: refused, as one may be.
+		return []string{"(status.inventory does not list every object the Sync applies)"}
 	}
 	declared := map[string]bool{}
 	for _, u := range objects {
@@ -114,14 +141,16 @@ func crdsDropped(s *v1alpha1.Sync, objects []*unstructured.Unstructured) []strin
 // whose objects lack a CRD the Sync applies.
 func (r *reconciler) rollBack(ctx context.Context, s *v1alpha1.Sync, o *status.Outcome, src sources.Source,
 	p *v1alpha1.RolledBack) (*sources.Bundle, *failure) {
-	o.RolledBack = p // a failure below keeps the pin: the head is not applied meanwhile
+	// A failure below keeps the pin and the revision attempted: the head is not applied
+	// meanwhile, and the pinned revision's readiness deadline runs on.
+	o.RolledBack, o.AttemptedRevision = p, p.To
 	psrc, err := pinned(src, p.To)
 	if err != nil {
 		return nil, terminal(reasonRollbackRefused, err)
 	}
 	bundle, err := r.render.load(ctx, r.loader, psrc, client.ObjectKeyFromObject(s))
 	if bundle == nil {
-		return nil, retryable(fetchFailReason(err), fmt.Errorf("rolling back to %s: %w", p.To, err))
+		return nil, ofSource(fetchFailReason(err), fmt.Errorf("rolling back to %s: %w", p.To, err))
 	}
 	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty) {
 		return nil, ofSource(reasonBuildFailed, fmt.Errorf("rolling back to %s: %w", p.To, err))
@@ -129,7 +158,7 @@ func (r *reconciler) rollBack(ctx context.Context, s *v1alpha1.Sync, o *status.O
 	if dropped := crdsDropped(s, bundle.Objects); len(dropped) > 0 {
 		refused := *p
 		refused.To, refused.Reason = "", "refused: "+p.To+" lacks CRD "+strings.Join(dropped, ", ")
-		o.RolledBack = &refused
+		o.RolledBack, o.AttemptedRevision = &refused, p.From
 		return nil, terminal(reasonRollbackRefused, fmt.Errorf("not rolled back from %s to %s: it does not declare CRD %s, which the Sync applies, and pruning a CRD deletes its custom resources",
 			p.From, p.To, strings.Join(dropped, ", ")))
 	}
@@ -140,14 +169,20 @@ func (r *reconciler) rollBack(ctx context.Context, s *v1alpha1.Sync, o *status.O
 // rolledBackFrom is the revision a Sync does not apply because it is rolled back, after o
 // (read from s's status when o did not learn it); empty when it applies its head.
 func rolledBackFrom(s *v1alpha1.Sync, o status.Outcome) string {
-	rb := s.Status.RolledBack
+	rb, attempted := s.Status.RolledBack, s.Status.LastAttemptedRevision
 	if o.RollbackKnown {
-		rb = o.RolledBack
+		rb, attempted = o.RolledBack, o.AttemptedRevision
 	}
-	if rb == nil || rb.To == "" {
-		return ""
+	if rb == nil || rb.To == "" || rb.To != attempted {
+		return "" // none, refused, or decided and not applied yet
 	}
 	return rb.From
+}
+
+// rollbackApplied says o is the first outcome that applies the revision a rollback goes back
+// to, where s's status attempted another: the moment to tell (an event), once.
+func rollbackApplied(s *v1alpha1.Sync, o status.Outcome) bool {
+	return rolledBackFrom(s, o) != "" && s.Status.LastAttemptedRevision != o.AttemptedRevision
 }
 
 // rollbackStarted says o rolls s back where its status did not: a new rollback, or one to

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -122,7 +123,7 @@ func TestRollbackRefusedAcrossACRDRemoval(t *testing.T) {
 	f.startDaemon(env.Config)
 	f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Spec.Prune = true })
 	f.waitSync("Ready at the first commit", readyAt(rev1))
-	rev2 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "2", 1), "crd.yaml": rollbackCRD})
+	rev2 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "2", 1), "crd.yaml": gadgetCRD("rollback.example.com")})
 	f.requestReconcile("app")
 	f.waitSync("Ready with the CRD", notRolledBack(rev2))
 
@@ -135,20 +136,25 @@ func TestRollbackRefusedAcrossACRDRemoval(t *testing.T) {
 	f.waitSync("a digest refused for a git source", readyFalse(reasonRollbackRefused, "does not name a git commit"))
 }
 
+// gadgetCRD is the CRD of kind Gadget in group (cluster-scoped: one group per test).
+func gadgetCRD(group string) string {
+	return strings.ReplaceAll(rollbackCRD, "GROUP", group)
+}
+
 const rollbackCRD = `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
-metadata: {name: gadgets.rollback.example.com}
+metadata: {name: gadgets.GROUP}
 spec:
-  group: rollback.example.com
+  group: GROUP
   names: {kind: Gadget, plural: gadgets}
   scope: Namespaced
   versions:
   - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
 `
 
-// TestRolledBackIsNotified: an automatic rollback sends the failing revision's Failed and a
-// RolledBack naming it (from one reconcile), then BecameReady at the revision rolled back to; the rollback's next
-// reconciles send nothing more.
+// TestRolledBackIsNotified: an automatic rollback sends the failing revision's Failed, then,
+// once the revision rolled back to is applied and Ready, RolledBack and BecameReady of it; the
+// rollback's next reconciles send nothing more.
 func TestRolledBackIsNotified(t *testing.T) {
 	f := newFixture(t)
 	rev1 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
@@ -169,9 +175,9 @@ func TestRolledBackIsNotified(t *testing.T) {
 		n := receive(t, got, "the rollback's notifications")
 		sent = append(sent, n.Transition+" "+n.Revision)
 	}
-	// The first two leave one reconcile together, to two delivery workers: in either order.
-	slices.Sort(sent[:2])
-	want := []string{"Failed " + rev2, "RolledBack " + rev2, "BecameReady " + rev1}
+	// The last two leave one reconcile together, to two delivery workers: in either order.
+	slices.Sort(sent[1:])
+	want := []string{"Failed " + rev2, "BecameReady " + rev1, "RolledBack " + rev1}
 	if !slices.Equal(sent, want) {
 		t.Errorf("sent %v, want %v", sent, want)
 	}
@@ -180,5 +186,65 @@ func TestRolledBackIsNotified(t *testing.T) {
 	case n := <-got:
 		t.Errorf("a reconcile of the rollback sent %+v", n)
 	case <-time.After(3 * time.Second): // the Sync's interval is 2 s
+	}
+}
+
+// stalledGadget is a custom resource that kstatus reads as Failed (Stalled=True), and its
+// CRD, without a status subresource, so the source sets the status.
+const stalledGadget = `apiVersion: failed.example.com/v1
+kind: Gadget
+metadata: {name: broken, namespace: NS}
+status:
+  conditions: [{type: Stalled, status: "True", reason: Broken, message: never works}]
+`
+
+// TestAutoRollbackOnAFailedObject: an object that is Failed (not only not ready yet) fails
+// the revision at once, and the automatic rollback applies the last Ready one.
+func TestAutoRollbackOnAFailedObject(t *testing.T) {
+	f := newFixture(t)
+	cm := func(v string) string { return strings.Replace(cmA, "VERSION", v, 1) }
+	rev1 := f.publish(map[string]string{"a.yaml": cm("1"), "crd.yaml": gadgetCRD("failed.example.com")})
+	f.startDaemon(env.Config)
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) {
+		s.Spec.AutoRollback, s.Spec.Prune = true, true
+		s.Spec.Timeout = &metav1.Duration{Duration: time.Hour}
+	})
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+	rev2 := f.publish(map[string]string{"a.yaml": cm("2"), "gadget.yaml": stalledGadget})
+	f.requestReconcile("app")
+	f.waitSync("rolled back from the Failed object", rolledBackTo(rev1, rev2))
+	f.wantVersion("a", "1")
+}
+
+// TestAutoRollbackRefusedOnce: an automatic rollback the CRD guard refuses is refused once for
+// that revision: status.rolledBack keeps the refusal, the Sync stays failed at the head, and no
+// RolledBack event says it went back.
+func TestAutoRollbackRefusedOnce(t *testing.T) {
+	f := newFixture(t)
+	rev1 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	f.startDaemon(env.Config)
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) {
+		s.Spec.AutoRollback, s.Spec.Prune = true, true
+		s.Spec.Timeout = &metav1.Duration{Duration: 2 * time.Second}
+	})
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+	rev2 := f.publish(map[string]string{"crd.yaml": gadgetCRD("refused.example.com"), "web.yaml": neverReady})
+	f.requestReconcile("app")
+	f.waitSync("the rollback refused", readyFalse(reasonRollbackRefused, "gadgets.refused.example.com"))
+	refusedAt := func(s *v1alpha1.Sync) bool {
+		rb := s.Status.RolledBack
+		return rb != nil && rb.From == rev2 && rb.To == "" && s.Status.LastAttemptedRevision == rev2
+	}
+	// Stalled on the refusal until asked again; then the head is applied and fails again,
+	// and the rollback is not tried again for it.
+	f.requestReconcile("app")
+	s := f.waitSync("failed at the head again, the refusal kept", func(s *v1alpha1.Sync) bool {
+		return readyFalse(reasonHealthCheck, "Deployment "+f.ns+"/web")(s) && refusedAt(s)
+	})
+	if ev := f.syncEvents(); strings.Contains(ev, "RolledBack") {
+		t.Errorf("a RolledBack event for a rollback that was refused: %s", ev)
+	}
+	if err := f.c.Get(t.Context(), client.ObjectKey{Name: "gadgets.refused.example.com"}, &apiextensionsv1.CustomResourceDefinition{}); err != nil {
+		t.Errorf("the CRD: %v (status %+v)", err, s.Status.RolledBack)
 	}
 }
