@@ -296,6 +296,9 @@ func listObjects(names []string, limit int) string {
 // completing the namespace of a namespaced one written without it from defaultNamespace.
 // One that does not exist is an error naming it and its dependent; nothing is written then.
 func (e *Engine) findDependencies(ctx context.Context, items []*item, defaultNamespace string) error {
+	if err := boundExternal(items); err != nil {
+		return err
+	}
 	var reader client.Reader = e.client
 	if e.cache != nil {
 		reader = e.cache
@@ -331,6 +334,26 @@ func (e *Engine) findDependencies(ctx context.Context, items []*item, defaultNam
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// MaxExternalDependencies bounds the distinct objects outside a set that its depends-on
+// annotations name: each is read, and waited for, on every run (a repository cannot make a
+// reconcile read an unbounded number of objects of any kind).
+const MaxExternalDependencies = 32
+
+// boundExternal refuses a set whose depends-on annotations name more than
+// MaxExternalDependencies distinct objects outside it (terminal: nothing is applied).
+func boundExternal(items []*item) error {
+	seen := map[object.ObjMetadata]bool{}
+	for _, it := range items {
+		for _, d := range it.external {
+			if seen[d] = true; len(seen) > MaxExternalDependencies {
+				return terminal(fmt.Errorf("%s: the set's %s annotations name more than %d objects outside it (%s is one); nothing was applied or pruned: depend on fewer, or on objects of the set",
+					describeAt(it.origin, it.id), DependsOnAnnotation, MaxExternalDependencies, Describe(d)))
+			}
+		}
+	}
+	return nil
 }
 
 // errMissingDependency marks a dependency findDependencies did not find.

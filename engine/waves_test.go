@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -262,6 +263,26 @@ func TestDependsOnMissing(t *testing.T) {
 	}
 	if h.liveCM("user") != nil || h.liveCM("other") != nil || h.liveCM("old") == nil {
 		t.Fatal("a set with a missing dependency applied or pruned something")
+	}
+}
+
+// TestDependsOnTooManyExternal: a set whose depends-on annotations name more objects outside
+// it than MaxExternalDependencies is refused, terminal, naming the limit, before any of them
+// is read; nothing is applied or pruned.
+func TestDependsOnTooManyExternal(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	opts := testOpts()
+	h.apply(opts, configMap(h.ns, "old", nil))
+	var deps []string
+	for i := range MaxExternalDependencies + 1 {
+		deps = append(deps, fmt.Sprintf("/namespaces/%s/Secret/s%d", h.ns, i))
+	}
+	_, err := h.eng.Apply(h.ctx, h.set(annotate(configMap(h.ns, "user", nil), DependsOnAnnotation, strings.Join(deps, ","))), opts)
+	if err == nil || !IsTerminal(err) || !strings.Contains(err.Error(), fmt.Sprintf("more than %d objects outside it", MaxExternalDependencies)) {
+		t.Fatalf("Apply error %v, want a terminal error naming the limit", err)
+	}
+	if h.liveCM("user") != nil || h.liveCM("old") == nil {
+		t.Fatal("a set over the limit applied or pruned something")
 	}
 }
 
