@@ -49,7 +49,7 @@ func (h *harness) setPhaseIn(group, ns, name, phase string) {
 // says so (Result.Held names both and the wave, Health the Gadget), the ConfigMap is
 // reported skipped and stays in the inventory, and nothing is pruned. Once the Gadget's
 // status says Ready, the next run applies the ConfigMap and then prunes. A dry-run shows
-// each object's wave. Before: the ConfigMap was created in the first run, with the Gadget
+// each object's wave. Without it: the ConfigMap was created in the first run, with the Gadget
 // not Ready, and the old object pruned.
 func TestWaveWaitsForTheLowerWave(t *testing.T) {
 	h := newHarness(t, Hooks{})
@@ -115,7 +115,7 @@ func TestWaveWaitsForTheLowerWave(t *testing.T) {
 // TestWaveNeverReady checks a blocking run (the CLI's): a wave that does not become Ready
 // within the timeout fails the run with an error naming the wave, the object waited for and
 // what was not applied, before the run's own bound; the later wave is not applied and
-// nothing is pruned. Before: no error (Wait off), the later wave applied, the old object
+// nothing is pruned. Without it: no error (Wait off), the later wave applied, the old object
 // pruned.
 func TestWaveNeverReady(t *testing.T) {
 	h := newHarness(t, Hooks{})
@@ -153,7 +153,7 @@ func TestWaveNeverReady(t *testing.T) {
 // TestDependsOnAcrossKindsAndNamespaces checks config.kubernetes.io/depends-on between a
 // ConfigMap of one namespace and a Gadget of another, all of wave 0: the ConfigMap waits for
 // the Gadget to be Ready; a dependency outside the set that exists in the cluster (a Secret
-// created by the test) is waited for and never applied. Before: the ConfigMap was applied at
+// created by the test) is waited for and never applied. Without it: the ConfigMap was applied at
 // once.
 func TestDependsOnAcrossKindsAndNamespaces(t *testing.T) {
 	h := newHarness(t, Hooks{})
@@ -197,7 +197,7 @@ func TestDependsOnAcrossKindsAndNamespaces(t *testing.T) {
 
 // TestPruneInReverseOrder checks that objects leaving the set are deleted in the reverse of
 // their apply order: the higher wave first, and a dependent before what it depends on, as
-// their live annotations say. Before: by name (one at a time): a-early, b-base, c-user,
+// their live annotations say. Without it: by name (one at a time): a-early, b-base, c-user,
 // z-late.
 func TestPruneInReverseOrder(t *testing.T) {
 	var mu sync.Mutex
@@ -224,7 +224,7 @@ func TestPruneInReverseOrder(t *testing.T) {
 }
 
 // TestDependsOnCycle checks that a depends-on cycle is a terminal error naming the objects
-// in it, with nothing applied and nothing pruned. Before: both applied, the old one pruned.
+// in it, with nothing applied and nothing pruned. Without it: both applied, the old one pruned.
 func TestDependsOnCycle(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	opts := testOpts()
@@ -249,7 +249,7 @@ func TestDependsOnCycle(t *testing.T) {
 
 // TestDependsOnMissing checks that a dependency neither in the set nor in the cluster is an
 // error naming the object and its dependency, with nothing applied and nothing pruned.
-// Before: applied, the old one pruned.
+// Without it: applied, the old one pruned.
 func TestDependsOnMissing(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	opts := testOpts()
@@ -287,7 +287,7 @@ func TestDependsOnTooManyExternal(t *testing.T) {
 }
 
 // TestSyncWaveInvalid checks that a sync-wave that is not an integer is a terminal error
-// naming the object and the annotation, with nothing applied. Before: applied as wave 0.
+// naming the object and the annotation, with nothing applied. Without it: applied as wave 0.
 func TestSyncWaveInvalid(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	opts := testOpts()
@@ -365,7 +365,7 @@ func TestCRDDependingOnAnObject(t *testing.T) {
 }
 
 // TestDeleteInReverseOrder checks that deleting a whole set goes in reverse apply order too:
-// the higher wave first, a dependent before what it depends on. Before: by name.
+// the higher wave first, a dependent before what it depends on. Without it: by name.
 func TestDeleteInReverseOrder(t *testing.T) {
 	var mu sync.Mutex
 	var order []string

@@ -13,7 +13,7 @@ import (
 // TestDaemonWaveNotReady: a Sync whose wave 0 never becomes Ready (a health expression
 // keeps ConfigMap gate InProgress) is HealthCheckFailed once spec.timeout passes, naming the
 // object waited for, its wave and the object of wave 1 not applied; that one is never
-// created. Before: the ConfigMap of wave 1 was applied with the first reconcile.
+// created. Without it: the ConfigMap of wave 1 was applied with the first reconcile.
 func TestDaemonWaveNotReady(t *testing.T) {
 	f := newFixture(t)
 	f.publish(map[string]string{
