@@ -24,13 +24,7 @@ func translateFluxInline(r *specReader, s *v1alpha1.Sync, spec map[string]any) {
 	for i, p := range r.objects(spec, "spec", "patches") {
 		f := fmt.Sprintf("spec.patches[%d]", i)
 		kp := v1alpha1.KustomizePatch{Patch: r.str(p, f, "patch")}
-		if t := r.object(p, f, "target"); t != nil {
-			tf := f + ".target"
-			kp.Target = &v1alpha1.PatchSelector{Group: r.str(t, tf, "group"), Version: r.str(t, tf, "version"),
-				Kind: r.str(t, tf, "kind"), Name: r.str(t, tf, "name"), Namespace: r.str(t, tf, "namespace"),
-				LabelSelector: r.str(t, tf, "labelSelector"), AnnotationSelector: r.str(t, tf, "annotationSelector")}
-			r.rest(t, tf, reasonNoSyncKey, "group", "version", "kind", "name", "namespace", "labelSelector", "annotationSelector")
-		}
+		kp.Target = r.selector(p, f)
 		r.rest(p, f, reasonNoSyncKey, "patch", "target")
 		b.Patches = append(b.Patches, kp)
 	}
@@ -45,6 +39,20 @@ func translateFluxInline(r *specReader, s *v1alpha1.Sync, spec map[string]any) {
 			Annotations: r.stringMap(cm, "spec.commonMetadata", "annotations")}
 		r.rest(cm, "spec.commonMetadata", reasonNoSyncKey, "labels", "annotations")
 	}
+}
+
+// selector reads the target of a patch or an ignore rule at field (kustomize's selector);
+// nil when there is none.
+func (r *specReader) selector(m map[string]any, field string) *v1alpha1.PatchSelector {
+	t := r.object(m, field, "target")
+	if t == nil {
+		return nil
+	}
+	tf := field + ".target"
+	r.rest(t, tf, reasonNoSyncKey, "group", "version", "kind", "name", "namespace", "labelSelector", "annotationSelector")
+	return &v1alpha1.PatchSelector{Group: r.str(t, tf, "group"), Version: r.str(t, tf, "version"),
+		Kind: r.str(t, tf, "kind"), Name: r.str(t, tf, "name"), Namespace: r.str(t, tf, "namespace"),
+		LabelSelector: r.str(t, tf, "labelSelector"), AnnotationSelector: r.str(t, tf, "annotationSelector")}
 }
 
 // strings reads a list of strings.
@@ -93,14 +101,7 @@ func (r *specReader) stringMap(m map[string]any, field, key string) map[string]s
 func translateFluxIgnore(r *specReader, s *v1alpha1.Sync, spec map[string]any) {
 	for i, rule := range r.objects(spec, "spec", "ignore") {
 		f := fmt.Sprintf("spec.ignore[%d]", i)
-		out := v1alpha1.IgnoreRule{Paths: r.strings(rule, f, "paths")}
-		if t := r.object(rule, f, "target"); t != nil {
-			tf := f + ".target"
-			out.Target = &v1alpha1.PatchSelector{Group: r.str(t, tf, "group"), Version: r.str(t, tf, "version"),
-				Kind: r.str(t, tf, "kind"), Name: r.str(t, tf, "name"), Namespace: r.str(t, tf, "namespace"),
-				LabelSelector: r.str(t, tf, "labelSelector"), AnnotationSelector: r.str(t, tf, "annotationSelector")}
-			r.rest(t, tf, reasonNoSyncKey, "group", "version", "kind", "name", "namespace", "labelSelector", "annotationSelector")
-		}
+		out := v1alpha1.IgnoreRule{Paths: r.strings(rule, f, "paths"), Target: r.selector(rule, f)}
 		r.rest(rule, f, reasonNoSyncKey, "paths", "target")
 		s.Spec.Ignore = append(s.Spec.Ignore, out)
 	}
