@@ -54,18 +54,13 @@ type eventsOptions struct {
 
 func newEventsCommand(kube *kubeFlags) *cobra.Command {
 	o := &eventsOptions{kube: kube}
-	cmd := &cobra.Command{
-		Use:   "events SYNC",
-		Short: "Print the events of a Sync and of the objects it owns, oldest first",
-		Long:  eventsLong,
-		Example: `  converge events -n apps web
+	cmd := syncVerb(kube, "events SYNC",
+		"Print the events of a Sync and of the objects it owns, oldest first",
+		eventsLong, `  converge events -n apps web
   converge events -n apps web -o json | jq -r '.[] | select(.type == "Warning") | .message'`,
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeSyncNames(kube, 1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0])
-		},
-	}
+		func(cmd *cobra.Command, name string) error {
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), name)
+		})
 	addRowOutputFlag(cmd, &o.output)
 	return cmd
 }

@@ -37,18 +37,13 @@ type historyOptions struct {
 
 func newHistoryCommand(kube *kubeFlags) *cobra.Command {
 	o := &historyOptions{kube: kube}
-	cmd := &cobra.Command{
-		Use:   "history SYNC",
-		Short: "Print the last outcomes of a Sync: revision, result, changes, duration, newest first",
-		Long:  historyLong,
-		Example: `  converge history -n apps web
+	cmd := syncVerb(kube, "history SYNC",
+		"Print the last outcomes of a Sync: revision, result, changes, duration, newest first",
+		historyLong, `  converge history -n apps web
   converge history -n apps web -o json | jq -r '.[0].revision'`,
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeSyncNames(kube, 1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0])
-		},
-	}
+		func(cmd *cobra.Command, name string) error {
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), name)
+		})
 	addRowOutputFlag(cmd, &o.output)
 	return cmd
 }

@@ -41,19 +41,14 @@ type rollbackOptions struct {
 
 func newRollbackCommand(kube *kubeFlags) *cobra.Command {
 	o := &rollbackOptions{kube: kube}
-	cmd := &cobra.Command{
-		Use:   "rollback SYNC",
-		Short: "Pin a Sync to an earlier revision (the last Ready one by default) while reconciles go on",
-		Long:  rollbackLong,
-		Example: `  converge rollback -n apps web
+	cmd := syncVerb(kube, "rollback SYNC",
+		"Pin a Sync to an earlier revision (the last Ready one by default) while reconciles go on",
+		rollbackLong, `  converge rollback -n apps web
   converge rollback -n apps web --to main@sha1:3f2a…  --until-new-revision
   converge resume -n apps web     # lift the pin`,
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeSyncNames(kube, 1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.run(cmd.Context(), cmd.OutOrStdout(), args[0])
-		},
-	}
+		func(cmd *cobra.Command, name string) error {
+			return o.run(cmd.Context(), cmd.OutOrStdout(), name)
+		})
 	cmd.Flags().StringVar(&o.to, "to", "", "the revision to apply, as status.history names it (default: the last Ready revision before the current one)")
 	cmd.Flags().BoolVar(&o.until, "until-new-revision", false, "lift the pin when the source has a new revision, instead of at converge resume")
 	return cmd

@@ -40,34 +40,24 @@ type suspendOptions struct {
 
 func newSuspendCommand(kube *kubeFlags) *cobra.Command {
 	o := &suspendOptions{kube: kube}
-	cmd := &cobra.Command{
-		Use:               "suspend SYNC",
-		Short:             "Stop reconciling a Sync (spec.suspend=true) until converge resume",
-		Long:              suspendLong,
-		Example:           `  converge suspend -n apps web`,
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeSyncNames(kube, 1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.run(cmd.Context(), cmd.OutOrStdout(), args[0], true)
-		},
-	}
+	cmd := syncVerb(kube, "suspend SYNC",
+		"Stop reconciling a Sync (spec.suspend=true) until converge resume",
+		suspendLong, `  converge suspend -n apps web`,
+		func(cmd *cobra.Command, name string) error {
+			return o.run(cmd.Context(), cmd.OutOrStdout(), name, true)
+		})
 	addRowOutputFlag(cmd, &o.output)
 	return cmd
 }
 
 func newResumeCommand(kube *kubeFlags) *cobra.Command {
 	o := &suspendOptions{kube: kube}
-	cmd := &cobra.Command{
-		Use:               "resume SYNC",
-		Short:             "Reconcile a suspended Sync again (spec.suspend=false) and wait for the result",
-		Long:              resumeLong,
-		Example:           `  converge resume -n apps web`,
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeSyncNames(kube, 1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.run(cmd.Context(), cmd.OutOrStdout(), args[0], false)
-		},
-	}
+	cmd := syncVerb(kube, "resume SYNC",
+		"Reconcile a suspended Sync again (spec.suspend=false) and wait for the result",
+		resumeLong, `  converge resume -n apps web`,
+		func(cmd *cobra.Command, name string) error {
+			return o.run(cmd.Context(), cmd.OutOrStdout(), name, false)
+		})
 	addRowOutputFlag(cmd, &o.output)
 	cmd.Flags().BoolVar(&o.wait, "wait", true, "ask for a reconcile and wait until the daemon handled it")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for the daemon")

@@ -46,6 +46,14 @@ func getSync(ctx context.Context, api *syncAPI, ns, name string) (*v1alpha1.Sync
 	return &syncs[0], nil
 }
 
+// syncVerb is the command of a verb about one Sync (history, tree, events, suspend, resume,
+// rollback, diff): one argument, the Sync's name, completed in the shell.
+func syncVerb(kube *kubeFlags, use, short, long, example string, run func(cmd *cobra.Command, name string) error) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Long: long, Example: example,
+		Args: cobra.ExactArgs(1), ValidArgsFunction: completeSyncNames(kube, 1),
+		RunE: func(cmd *cobra.Command, args []string) error { return run(cmd, args[0]) }}
+}
+
 // readSync connects with kube's flags and reads the Sync name of kube's namespace (getSync).
 func readSync(ctx context.Context, kube *kubeFlags, name string) (*syncAPI, *v1alpha1.Sync, error) {
 	api, err := newSyncAPI(kube, 0)

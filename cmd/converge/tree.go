@@ -57,18 +57,13 @@ type treeObject struct {
 
 func newTreeCommand(kube *kubeFlags) *cobra.Command {
 	o := &treeOptions{kube: kube}
-	cmd := &cobra.Command{
-		Use:   "tree SYNC",
-		Short: "List the objects a Sync owns with their health and the file they came from",
-		Long:  treeLong,
-		Example: `  converge tree -n apps web
+	cmd := syncVerb(kube, "tree SYNC",
+		"List the objects a Sync owns with their health and the file they came from",
+		treeLong, `  converge tree -n apps web
   converge tree -n apps web -o json | jq -r '.[] | select(.health != "Current") | .name'`,
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeSyncNames(kube, 1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0])
-		},
-	}
+		func(cmd *cobra.Command, name string) error {
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), name)
+		})
 	addRowOutputFlag(cmd, &o.output)
 	cmd.Flags().BoolVar(&o.files, "files", true, "render the Sync's source to show each object's FILE (a git fetch)")
 	addAllowLocalGitFlag(cmd, &o.allowLocal)
