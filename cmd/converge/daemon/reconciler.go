@@ -288,6 +288,7 @@ func (r *reconciler) forgetOutside() {
 		r.shards.Forget(key, old.uid) // not the live read of a Sync that took the name
 		if r.loader != nil {
 			r.loader.Forget(key.String())
+			r.loader.Forget(pinnedOwner(key).String())
 		}
 	})
 }
@@ -380,9 +381,14 @@ func (r *reconciler) build(ctx context.Context, s *v1alpha1.Sync, o *status.Outc
 			return nil, f
 		}
 		err = nil // the head's render error is not the revision applied
-	} else if rb := s.Status.RolledBack; rb != nil && rb.Automatic && rb.To == "" && rb.From == bundle.Revision {
-		kept := *rb
-		o.RolledBack = &kept // a refused automatic rollback is not tried again for this head
+	} else if rb := s.Status.RolledBack; rb != nil {
+		if r.loader != nil {
+			r.loader.Forget(pinnedOwner(client.ObjectKeyFromObject(s)).String()) // the pin is lifted: its render goes
+		}
+		if rb.Automatic && rb.To == "" && rb.From == bundle.Revision {
+			kept := *rb
+			o.RolledBack = &kept // a refused automatic rollback is not tried again for this head
+		}
 	}
 	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty) {
 		return nil, ofSource(reasonBuildFailed, err) // bad input waits for a new revision

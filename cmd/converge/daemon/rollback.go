@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -148,7 +149,7 @@ func (r *reconciler) rollBack(ctx context.Context, s *v1alpha1.Sync, o *status.O
 	if err != nil {
 		return nil, terminal(reasonRollbackRefused, err)
 	}
-	bundle, err := r.render.load(ctx, r.loader, psrc, client.ObjectKeyFromObject(s))
+	bundle, err := r.render.load(ctx, r.loader, psrc, pinnedOwner(client.ObjectKeyFromObject(s)))
 	if bundle == nil {
 		return nil, ofSource(fetchFailReason(err), fmt.Errorf("rolling back to %s: %w", p.To, err))
 	}
@@ -193,4 +194,11 @@ func rollbackStarted(s *v1alpha1.Sync, o status.Outcome) bool {
 	}
 	old := s.Status.RolledBack
 	return old == nil || old.From != o.RolledBack.From || old.To != o.RolledBack.To
+}
+
+// pinnedOwner is the render-cache owner of the revision a Sync is rolled back to, apart from
+// its head's (key): while pinned, each reconcile loads both, and under one owner each load
+// would evict the other's render and render it again. A Sync's name holds no "/".
+func pinnedOwner(key types.NamespacedName) types.NamespacedName {
+	return types.NamespacedName{Namespace: key.Namespace, Name: key.Name + "/rollback"}
 }
