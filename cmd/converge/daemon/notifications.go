@@ -41,20 +41,22 @@ func (dispatcherRunnable) NeedLeaderElection() bool { return false }
 func addNotifier(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, r *reconciler, o Options) error {
 	opts := o.test.notify
 	opts.Deny = append(opts.Deny, apiServerPrefixes(ctx, cfg.Host, opts.AllowLocal)...)
-	// A delivery ending after its Sync was forgotten counts nothing: its series were
-	// deleted with the Sync, and would come back with no Sync to delete them again.
-	known := func(e notify.Event) bool {
-		return r.states.known(types.NamespacedName{Namespace: e.Namespace, Name: e.Name})
+	// A delivery ending after its Sync was forgotten, or replaced by a Sync that took its
+	// name, counts nothing and records nothing: its series were deleted with the Sync, and
+	// would come back with no Sync to delete them again, or be counted on another. The check
+	// and the count are one step under the registry's lock, so a forget cannot come between.
+	ofSync := func(e notify.Event, f func()) {
+		r.states.current(types.NamespacedName{Namespace: e.Namespace, Name: e.Name}, types.UID(e.UID), f)
 	}
 	count := func(p notify.Provider, e notify.Event, result string) {
-		if known(e) {
-			r.metrics.notifications.WithLabelValues(e.Namespace, e.Name, string(p.Type), result).Inc()
-		}
+		ofSync(e, func() { r.metrics.notifications.WithLabelValues(e.Namespace, e.Name, string(p.Type), result).Inc() })
 	}
 	opts.OnDelivered = func(p notify.Provider, e notify.Event) { count(p, e, "delivered") }
 	opts.OnDropped = func(p notify.Provider, e notify.Event) { count(p, e, "dropped") }
 	opts.OnFailed = func(p notify.Provider, e notify.Event, err error) {
-		if known(e) {
+		var known bool
+		ofSync(e, func() { known = true })
+		if known {
 			notificationFailed(mgr.GetClient(), r.events, r.metrics, p, e, err)
 		}
 	}
@@ -149,8 +151,12 @@ func (r *reconciler) notify(s *v1alpha1.Sync, o status.Outcome) {
 		resolve := r.notificationSecret(s, i, n)
 		for _, tr := range transitions {
 			if sends(n, tr) {
-				r.notifier.d.SendResolving(p, resolve, notify.Event{Namespace: s.Namespace, Name: s.Name, Transition: tr,
-					Revision: o.AttemptedRevision, Reason: o.Reason, Message: o.Message, Time: time.Now().UTC(), Cluster: r.notifier.cluster})
+				revision := o.AttemptedRevision
+				if tr == notify.RolledBack {
+					revision = rolledBackFrom(s, o) // the revision left: its commit status reads failure
+				}
+				r.notifier.d.SendResolving(p, resolve, notify.Event{Namespace: s.Namespace, Name: s.Name, UID: string(s.UID), Transition: tr,
+					Revision: revision, Reason: o.Reason, Message: o.Message, Time: time.Now().UTC(), Cluster: r.notifier.cluster})
 			}
 		}
 	}

@@ -153,7 +153,8 @@ spec:
 `
 
 // TestRolledBackIsNotified: an automatic rollback sends the failing revision's Failed, then,
-// once the revision rolled back to is applied and Ready, RolledBack and BecameReady of it; the
+// once the revision rolled back to is applied and Ready, RolledBack naming the revision left
+// (as notify.Event documents) and BecameReady of the one applied; the
 // rollback's next reconciles send nothing more.
 func TestRolledBackIsNotified(t *testing.T) {
 	f := newFixture(t)
@@ -177,7 +178,7 @@ func TestRolledBackIsNotified(t *testing.T) {
 	}
 	// The last two leave one reconcile together, to two delivery workers: in either order.
 	slices.Sort(sent[1:])
-	want := []string{"Failed " + rev2, "BecameReady " + rev1, "RolledBack " + rev1}
+	want := []string{"Failed " + rev2, "BecameReady " + rev1, "RolledBack " + rev2}
 	if !slices.Equal(sent, want) {
 		t.Errorf("sent %v, want %v", sent, want)
 	}

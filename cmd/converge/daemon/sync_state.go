@@ -167,3 +167,14 @@ func (st *syncStates) known(key types.NamespacedName) bool {
 	_, ok := st.byKey[key]
 	return ok
 }
+
+// current runs f, under the registry's lock, if key's state is of the Sync of uid: not
+// forgotten, and not replaced by a Sync that took the name since. f must not call back into
+// the registry.
+func (st *syncStates) current(key types.NamespacedName, uid types.UID, f func()) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if s := st.byKey[key]; s != nil && s.uid == uid {
+		f()
+	}
+}

@@ -26,6 +26,9 @@ const (
 type Event struct {
 	// Namespace and Name name the Sync.
 	Namespace, Name string
+	// UID identifies the Sync among those that held its name, for the caller's hooks; it is
+	// not sent.
+	UID string
 	// Transition is what happened.
 	Transition Transition
 	// Revision is the source revision the transition is about, as in the Sync status:
