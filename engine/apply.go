@@ -153,7 +153,7 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 	if err != nil {
 		return res, err
 	}
-	ignore, err := newIgnorer(opts.Ignore)
+	ignore, err := newIgnorer(opts.Ignore, e.opts.Scope.Key)
 	if err != nil {
 		return res, err
 	}

@@ -53,7 +53,7 @@ type ignoreRule struct {
 
 // newIgnorer compiles rules; nil when there are none. A bad rule (a selector that does not
 // compile, a path that is not a JSON pointer) is a terminal error naming it.
-func newIgnorer(rules []IgnoreRule) (*ignorer, error) {
+func newIgnorer(rules []IgnoreRule, scopeKey string) (*ignorer, error) {
 	if len(rules) == 0 {
 		return nil, nil
 	}
@@ -72,10 +72,34 @@ func newIgnorer(rules []IgnoreRule) (*ignorer, error) {
 			if !strings.HasPrefix(p, "/") {
 				return nil, terminal(fmt.Errorf("ignore rule %d: path %q is not a JSON pointer (it starts with /)", i, p))
 			}
+			if k := protectedBy(p, scopeKey); k != "" {
+				return nil, terminal(fmt.Errorf("ignore rule %d: path %q would leave %s to the live object: it is what the engine owns and finds its objects by, never ignored", i, p, k))
+			}
 		}
 		ig.rules = append(ig.rules, ignoreRule{index: i, sel: sel, paths: r.Paths})
 	}
 	return ig, nil
+}
+
+// pointerEscaper escapes a key as one JSON-pointer token (RFC 6901).
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+// protectedBy names the field an ignore path p is, contains or lies under among those the
+// engine must set itself: the object's identity, the owner annotation (I11: an object whose
+// apply left it out would be listed with no owner) and the watch cache's scope label
+// (scopeKey, "" without a scope). "" when p touches none.
+func protectedBy(p, scopeKey string) string {
+	protected := []string{"/apiVersion", "/kind", "/metadata/name", "/metadata/namespace", "/metadata/uid",
+		"/metadata/resourceVersion", "/metadata/managedFields", "/metadata/annotations/" + pointerEscaper.Replace(OwnerAnnotation)}
+	if scopeKey != "" {
+		protected = append(protected, "/metadata/labels/"+pointerEscaper.Replace(scopeKey))
+	}
+	for _, f := range protected {
+		if p == f || strings.HasPrefix(f, p+"/") || strings.HasPrefix(p, f+"/") {
+			return f
+		}
+	}
+	return ""
 }
 
 // paths returns the paths of the rules that select obj.
