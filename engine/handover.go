@@ -211,6 +211,9 @@ func takenOver(live *unstructured.Unstructured, takeOver []string, manager strin
 
 // listed reports whether manager is on the list: by name, or by a prefix ending in "*".
 func listed(manager string, list []string) bool {
+	if systemManager(manager) {
+		return false // Kubernetes' own controllers keep their fields, whatever a Sync lists
+	}
 	for _, m := range list {
 		if prefix, ok := strings.CutSuffix(m, "*"); ok && strings.HasPrefix(manager, prefix) || m == manager {
 			return true
@@ -295,6 +298,9 @@ func (r *applyRun) handOverRecalled(ctx context.Context, it *item, applied *meta
 	if live == nil || live.GetUID() != applied.GetUID() {
 		return nil, fmt.Errorf("hand-over: %s was deleted or replaced since its apply", Describe(it.id))
 	}
+	if err := r.mayTakeOver(it, live); err != nil {
+		return nil, err // another inventory took it since the apply (I11): not ours to hand over
+	}
 	if _, _, err := r.handOver(ctx, it, live); err != nil {
 		return nil, err
 	}
@@ -302,9 +308,14 @@ func (r *applyRun) handOverRecalled(ctx context.Context, it *item, applied *meta
 }
 
 // memoKey is what the memo hashes with each desired object besides the object itself: the
-// run's field manager and the managers it takes over. A memo entry says an apply would change
-// nothing; once the list changes, an object the memo trusted must be read again, so that the
-// fields of a manager newly on the list are handed over.
+// run's field manager, the managers it takes over and the fields it leaves alone
+// (ApplyOptions.Ignore). A memo entry says an apply would change nothing; once one of these
+// changes, an object the memo trusted must be read again, so that the fields of a manager
+// newly on the list are handed over, and a field no longer ignored is set again.
 func memoKey(opts ApplyOptions) string {
-	return fieldManagerOf(opts) + "\x00" + strings.Join(opts.TakeOverManagers, "\x00")
+	key := fieldManagerOf(opts) + "\x00" + strings.Join(opts.TakeOverManagers, "\x00")
+	for _, rule := range opts.Ignore {
+		key += fmt.Sprintf("\x00%q %+v", rule.Paths, rule.Target)
+	}
+	return key
 }
