@@ -124,6 +124,9 @@ func (ig *ignorer) unmatched(items []*item) []string {
 	for _, r := range ig.rules {
 		selected, set := 0, false
 		for _, it := range items {
+			if set {
+				break // the rule matches: nothing more to learn from the other objects
+			}
 			if !r.sel.MatchUnstructured(it.obj) {
 				continue
 			}
@@ -131,6 +134,7 @@ func (ig *ignorer) unmatched(items []*item) []string {
 			for _, p := range r.paths {
 				if _, ok := pointerGet(it.obj.Object, p); ok {
 					set = true
+					break
 				}
 			}
 		}
@@ -150,8 +154,18 @@ func (ig *ignorer) mark(items []*item) {
 		return
 	}
 	for _, it := range items {
-		it.ignored = len(ig.paths(it.obj)) > 0
+		it.ignored = ig.selects(it.obj)
 	}
+}
+
+// selects says some rule with paths selects obj: what paths would return is not empty.
+func (ig *ignorer) selects(obj *unstructured.Unstructured) bool {
+	for _, r := range ig.rules {
+		if len(r.paths) > 0 && r.sel.MatchUnstructured(obj) {
+			return true
+		}
+	}
+	return false
 }
 
 // adjust sets it.obj to its desired object as rendered with each ignored field it sets
