@@ -109,9 +109,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	} else if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return nil, err
 	}
+	started := c // the error returns below set c to nil: stop what this call started
 	defer func() {
 		if err != nil {
-			c.Stop()
+			started.Stop()
 		}
 	}()
 	registerForSignals(c)
