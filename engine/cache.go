@@ -25,7 +25,8 @@ import (
 const cacheReadTimeout = 30 * time.Second
 
 // watchCache is a watch cache of the kinds the engine manages, with managedFields stripped
-// so it stays small: metadata only for the apply and prune paths, full objects only for the
+// so it stays small (a fingerprint of the apply managers' field sets is kept instead:
+// fingerprint.go): metadata only for the apply and prune paths, full objects only for the
 // readiness of kinds whose status matters. It is started by Engine.Run. With a changed callback it also reports
 // out-of-band changes of managed objects (Options.Changed).
 type watchCache struct {
@@ -44,7 +45,7 @@ func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client, m
 		HTTPClient:       httpClient,
 		Scheme:           c.Scheme(),
 		Mapper:           c.RESTMapper(),
-		DefaultTransform: cache.TransformStripManagedFields(),
+		DefaultTransform: stripManagedFields,
 	}
 	if scope.Key != "" {
 		opts.DefaultLabelSelector = labels.SelectorFromSet(labels.Set{scope.Key: scope.Value})
@@ -191,7 +192,7 @@ func (w *watchCache) onAdd(gk schema.GroupKind, obj any) {
 }
 
 // onUpdate reports an update of a managed object of kind gk that changed more than its
-// status and was not written by this engine.
+// status, changed what an apply manager owns, and was not written by this engine.
 func (w *watchCache) onUpdate(gk schema.GroupKind, oldObj, newObj any) {
 	o, ok1 := oldObj.(metav1.Object)
 	n, ok2 := newObj.(metav1.Object)
@@ -207,8 +208,12 @@ func (w *watchCache) onUpdate(gk schema.GroupKind, oldObj, newObj any) {
 	}
 	statusOnly := n.GetGeneration() != 0 && n.GetGeneration() == o.GetGeneration() &&
 		maps.Equal(n.GetLabels(), o.GetLabels()) && maps.Equal(n.GetAnnotations(), o.GetAnnotations())
+	// Every apply manager's field set as it was: whatever changed, no field an apply set
+	// (Converge's included) took another value or went away (fingerprint.go).
+	othersOnly := appliedSets(n) == appliedSets(o) && appliedSets(n) != "" &&
+		n.GetAnnotations()[OwnerAnnotation] == o.GetAnnotations()[OwnerAnnotation]
 	id := object.ObjMetadata{GroupKind: gk, Namespace: n.GetNamespace(), Name: n.GetName()}
-	if statusOnly || w.memo.at(id, n.GetResourceVersion()) {
+	if statusOnly || othersOnly || w.memo.at(id, n.GetResourceVersion()) {
 		return
 	}
 	w.changed(owner)
