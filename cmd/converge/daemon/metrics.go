@@ -34,6 +34,7 @@ type recorder struct {
 	interval          *prometheus.GaugeVec
 	lastApplied       *prometheus.GaugeVec
 	inventory         *prometheus.GaugeVec
+	rolledBack        *prometheus.GaugeVec
 	drift             *prometheus.CounterVec
 	pruneRefusals     *prometheus.CounterVec
 	deferrals         *prometheus.CounterVec
@@ -140,6 +141,9 @@ func (r *recorder) stateMetrics() {
 	r.inventory = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "converge_inventory_entries", Help: "Objects in the inventory of a Sync after its last successful apply.",
 	}, syncLabels)
+	r.rolledBack = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "converge_sync_rolled_back", Help: "1 while the Sync applies an earlier revision than its source's (status.rolledBack), else 0.",
+	}, syncLabels)
 }
 
 // eventMetrics defines the counters of rarer events: drift taken back, prune refusals,
@@ -173,7 +177,7 @@ func (r *recorder) eventMetrics() {
 
 func (r *recorder) collectors() []prometheus.Collector {
 	return []prometheus.Collector{r.reconcileDuration, r.reconciles, r.loadDuration, r.objectActions, r.condition,
-		r.suspended, r.interval, r.lastApplied, r.inventory, r.drift, r.pruneRefusals, r.applyConflicts,
+		r.suspended, r.interval, r.lastApplied, r.inventory, r.rolledBack, r.drift, r.pruneRefusals, r.applyConflicts,
 		r.statusConflicts, r.statusFailures, r.leadTime, r.commitLeadTime, r.apiRequests, r.deferrals, r.notifications}
 }
 
@@ -255,6 +259,11 @@ func (r *recorder) reconciled(s *v1alpha1.Sync, o status.Outcome, start time.Tim
 	if o.Inventory != nil {
 		r.inventory.WithLabelValues(ns, name).Set(float64(o.Inventory.Entries))
 	}
+	rolledBack := s.Status.RolledBack != nil
+	if o.RollbackKnown {
+		rolledBack = o.RolledBack != nil
+	}
+	r.rolledBack.WithLabelValues(ns, name).Set(map[bool]float64{false: 0, true: 1}[rolledBack])
 	r.observeLeadTime(s, o, start, now, lead)
 }
 

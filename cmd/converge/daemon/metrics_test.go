@@ -153,6 +153,7 @@ func TestRecorder(t *testing.T) {
 		{"converge_sync_suspended", map[string]float64{key: 1}},
 		{"converge_sync_interval_seconds", map[string]float64{key: 60}},
 		{"converge_inventory_entries", map[string]float64{key: 3}},
+		{"converge_sync_rolled_back", map[string]float64{key: 0}},
 		{"converge_revision_lead_time_seconds", map[string]float64{key: 1}},
 		{"converge_commit_lead_time_seconds", map[string]float64{key: 1}},
 		{"converge_status_write_conflicts_total", map[string]float64{key: 1}},
@@ -181,6 +182,15 @@ func TestRecorder(t *testing.T) {
 	}
 	if got := series(t, reg, "converge_reconciles_total")[key+",result="+reasonBuildFailed]; got != 1 {
 		t.Errorf("BuildFailed reconciles = %v, want 1", got)
+	}
+	// A rollback sets the gauge; a reconcile that does not learn it keeps the status' word.
+	rec.reconciled(s, status.Outcome{Ready: metav1.ConditionTrue, RollbackKnown: true, RolledBack: &v1alpha1.RolledBack{}}, time.Now(), nil, lead)
+	if got := series(t, reg, "converge_sync_rolled_back")[key]; got != 1 {
+		t.Errorf("rolled back = %v after a reconcile that applied an earlier revision, want 1", got)
+	}
+	rec.reconciled(s, status.Outcome{Ready: metav1.ConditionTrue}, time.Now(), nil, lead)
+	if got := series(t, reg, "converge_sync_rolled_back")[key]; got != 0 {
+		t.Errorf("rolled back = %v after a reconcile of a Sync whose status is not rolled back, want 0", got)
 	}
 	// A new configured object at a new revision is not drift.
 	rec.applied(s, "main@sha1:4", &engine.Result{Changes: []engine.Change{cmChange("a", engine.ActionConfigured, nil)}}, nil)
