@@ -42,7 +42,7 @@ func (d demo) start(c *cluster.Cluster) (stop func(), err error) {
 	if err := os.MkdirAll(gitRoot, 0o755); err != nil {
 		return nil, err
 	}
-	srv, err := gitserver.Start(gitRoot, "")
+	srv, err := startGit(c.Dir, gitRoot)
 	if err != nil {
 		return nil, err
 	}
@@ -144,4 +144,25 @@ func publish(dir, examples string) error {
 	}
 	fmt.Printf("published %s as main@sha1:%s; the demo Sync applies it within its 30s interval\n", examples, sha)
 	return nil
+}
+
+// startGit serves gitRoot on the address the last demo of dir used when it is free, else
+// on a new one, and records it: Syncs a user created against the demo's git server keep
+// fetching after the next make run.
+func startGit(dir, gitRoot string) (*gitserver.Server, error) {
+	addrFile := filepath.Join(dir, "git-addr")
+	if last, err := os.ReadFile(addrFile); err == nil {
+		if srv, err := gitserver.Start(gitRoot, strings.TrimSpace(string(last))); err == nil {
+			return srv, nil
+		}
+	}
+	srv, err := gitserver.Start(gitRoot, cluster.FreeAddr())
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(addrFile, []byte(strings.TrimPrefix(srv.URL, "http://")+"\n"), 0o644); err != nil {
+		_ = srv.Close()
+		return nil, err
+	}
+	return srv, nil
 }
