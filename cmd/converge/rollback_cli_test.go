@@ -43,7 +43,8 @@ func TestRollbackCommand(t *testing.T) {
 	if rb := web().Spec.Rollback; rb == nil || *rb != (v1alpha1.Rollback{Revision: rev2, Until: v1alpha1.RollbackUntilNewRevision, From: rev2}) {
 		t.Errorf("spec.rollback %+v, want %s until NewRevision from %s", rb, rev2, rev2)
 	}
-	cliRun(t, "resume", "-n", ns, "web", "--wait=false").expect(t, "resume lifts the pin", 0, nil, nil)
+	cliRun(t, "resume", "-n", ns, "web", "--wait=false").expect(t, "resume lifts the pin", 0, nil,
+		[]string{"sync " + ns + "/web: lifted the rollback pin to " + rev2})
 	if rb := web().Spec.Rollback; rb != nil {
 		t.Errorf("spec.rollback %+v after converge resume, want none", rb)
 	}

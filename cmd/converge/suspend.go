@@ -22,7 +22,7 @@ as they are. It prints the Sync as converge status does (-o json|yaml: the Sync 
 A Sync that does not exist is an error with exit code 1; other errors exit 2.`
 
 const resumeLong = `Resume sets spec.suspend of a Sync to false, lifts a rollback pin (spec.rollback, set by
-converge rollback) and asks the daemon for a reconcile at once, as
+converge rollback, saying so on stderr) and asks the daemon for a reconcile at once, as
 converge reconcile does (the converge.dev/requestedAt annotation), then waits until the daemon
 handled it and prints the Sync as converge status does (-o json|yaml: the Sync object). With
 --wait=false it returns after the change, without asking for a reconcile.
@@ -44,7 +44,7 @@ func newSuspendCommand(kube *kubeFlags) *cobra.Command {
 		"Stop reconciling a Sync (spec.suspend=true) until converge resume",
 		suspendLong, `  converge suspend -n apps web`,
 		func(cmd *cobra.Command, name string) error {
-			return o.run(cmd.Context(), cmd.OutOrStdout(), name, true)
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), name, true)
 		})
 	addRowOutputFlag(cmd, &o.output)
 	return cmd
@@ -56,7 +56,7 @@ func newResumeCommand(kube *kubeFlags) *cobra.Command {
 		"Reconcile a suspended Sync again (spec.suspend=false) and wait for the result",
 		resumeLong, `  converge resume -n apps web`,
 		func(cmd *cobra.Command, name string) error {
-			return o.run(cmd.Context(), cmd.OutOrStdout(), name, false)
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), name, false)
 		})
 	addRowOutputFlag(cmd, &o.output)
 	cmd.Flags().BoolVar(&o.wait, "wait", true, "ask for a reconcile and wait until the daemon handled it")
@@ -65,8 +65,9 @@ func newResumeCommand(kube *kubeFlags) *cobra.Command {
 }
 
 // run sets spec.suspend of the Sync name to suspend and prints it; a resume with --wait
-// then requests a reconcile and waits for it.
-func (o *suspendOptions) run(ctx context.Context, out io.Writer, name string, suspend bool) error {
+// then requests a reconcile and waits for it. A resume that lifts a rollback pin says so on
+// errOut, which keeps -o json|yaml parseable.
+func (o *suspendOptions) run(ctx context.Context, out, errOut io.Writer, name string, suspend bool) error {
 	if err := checkRowFormat(o.output); err != nil {
 		return err
 	}
@@ -75,7 +76,8 @@ func (o *suspendOptions) run(ctx context.Context, out io.Writer, name string, su
 	if err != nil {
 		return err
 	}
-	if _, err := getSync(ctx, api, ns, name); err != nil {
+	before, err := getSync(ctx, api, ns, name)
+	if err != nil {
 		return err
 	}
 	patch := fmt.Appendf(nil, `{"spec":{"suspend":%t}}`, suspend)
@@ -85,6 +87,9 @@ func (o *suspendOptions) run(ctx context.Context, out io.Writer, name string, su
 	obj, err := api.syncs.Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return explainSyncs(err, fmt.Sprintf("sync %s/%s: set spec.suspend=%t", ns, name, suspend))
+	}
+	if rb := before.Spec.Rollback; !suspend && rb != nil {
+		fmt.Fprintf(errOut, "sync %s/%s: lifted the rollback pin to %s (spec.rollback): the source's head is applied again\n", ns, name, rb.Revision)
 	}
 	syncs, err := typedSyncs([]unstructured.Unstructured{*obj})
 	if err != nil {
