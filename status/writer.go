@@ -7,6 +7,7 @@ import (
 	"github.com/converge-dev/converge/status/v1alpha1"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -295,15 +296,26 @@ func (w *Writer) now() time.Time {
 // maxMessage keeps condition messages well below the API's 32768-byte limit.
 const maxMessage = 8192
 
+// truncateMessage cuts msg to maxMessage bytes, on a character boundary, saying it did.
+func truncateMessage(msg string) string {
+	const mark = " …(truncated)"
+	if len(msg) <= maxMessage {
+		return msg
+	}
+	cut := maxMessage - len(mark)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + mark
+}
+
 // setCondition sets one condition; meta.SetStatusCondition keeps lastTransitionTime when the
 // status did not change, so an unchanged outcome compares equal and writes nothing.
 func setCondition(s *v1alpha1.SyncStatus, typ string, st metav1.ConditionStatus, reason, msg string, gen int64, now metav1.Time) {
 	if reason == "" {
 		reason = "Unknown"
 	}
-	if len(msg) > maxMessage {
-		msg = msg[:maxMessage-len(" …(truncated)")] + " …(truncated)"
-	}
+	msg = truncateMessage(msg)
 	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
 		Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: now,
 	})

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/converge-dev/converge/status/v1alpha1"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -24,6 +25,7 @@ import (
 	"github.com/converge-dev/converge/deploy"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/fault"
+	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 var env *cluster.Cluster
@@ -483,5 +485,19 @@ func TestWriteKeepsTheWaitThroughFailures(t *testing.T) {
 	}
 	if got := began(); !got.Equal(clock) {
 		t.Errorf("a new revision's wait began at %v, want %v", got, clock)
+	}
+}
+
+// TestTruncateMessageKeepsCharacters checks that a condition message over maxMessage is cut
+// on a character boundary: a message of multi-byte characters cut at a byte count fell in the
+// middle of one and left invalid UTF-8 in the status.
+func TestTruncateMessageKeepsCharacters(t *testing.T) {
+	long := strings.Repeat("é", maxMessage) // 2 bytes each
+	got := truncateMessage(long)
+	if !utf8.ValidString(got) || len(got) > maxMessage || !strings.HasSuffix(got, " …(truncated)") {
+		t.Errorf("truncated message: valid UTF-8 %v, %d bytes (max %d), suffix %q", utf8.ValidString(got), len(got), maxMessage, got[max(0, len(got)-16):])
+	}
+	if short := "short"; truncateMessage(short) != short {
+		t.Errorf("a short message changed")
 	}
 }
