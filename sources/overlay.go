@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -107,8 +108,56 @@ func checkComponent(r *os.Root, rel, c string, ignoreMissing bool) (bool, error)
 		return false, fmt.Errorf("%q: %w", c, err)
 	case !info.IsDir():
 		return false, fmt.Errorf("%q is not a folder: a component is a folder with a kustomization of kind Component", c)
+	case target == path.Clean(rel):
+		return false, fmt.Errorf("%q is the rendered folder itself: a component is another folder, with a kustomization of kind Component", c)
+	}
+	if err := checkComponentKind(r, target); err != nil {
+		return false, fmt.Errorf("%q %w", c, err)
 	}
 	return true, nil
+}
+
+// maxComponentKustomization bounds the read of a component's kustomization for its kind.
+const maxComponentKustomization = 1 << 20
+
+// checkComponentKind checks that the folder target (through r) holds a kustomization of
+// kind Component, as kustomize requires of a component, so that the error names the Sync's
+// field rather than coming out of the build.
+func checkComponentKind(r *os.Root, target string) error {
+	for _, name := range []string{"kustomization.yaml", "kustomization.yml", "Kustomization"} {
+		f, err := r.Open(path.Join(target, name))
+		switch {
+		case escapes(err):
+			return fmt.Errorf("has a %s that is a link: %w", name, errSymlinkEscape)
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			return fmt.Errorf("has a %s that cannot be read: %w", name, err)
+		}
+		raw, err := io.ReadAll(io.LimitReader(f, maxComponentKustomization+1))
+		_ = f.Close()
+		if err != nil {
+			return fmt.Errorf("has a %s that cannot be read: %w", name, err)
+		}
+		if len(raw) > maxComponentKustomization {
+			return fmt.Errorf("has a %s over %d bytes", name, maxComponentKustomization)
+		}
+		var head struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal(raw, &head); err != nil {
+			return fmt.Errorf("has a %s that is not YAML: %w", name, err)
+		}
+		if head.Kind != "Component" {
+			kind := head.Kind
+			if kind == "" {
+				kind = "Kustomization"
+			}
+			return fmt.Errorf("is a %s, not a Component: a component's kustomization has kind Component", kind)
+		}
+		return nil
+	}
+	return errors.New("has no kustomization (kustomization.yaml, kustomization.yml or Kustomization): a component is a folder with a kustomization of kind Component")
 }
 
 // checkPatch reads p as kustomize's patch transformer does: a JSON6902 patch (a list of

@@ -175,6 +175,38 @@ func TestOverlayComponentOutsideSourceRefused(t *testing.T) {
 	}
 }
 
+// TestOverlayComponentNotAComponentRefused: a component that is the rendered folder itself,
+// a folder with no kustomization, or one whose kustomization is not of kind Component is
+// refused before the build, naming the Sync field and the path, as terminal bad input.
+func TestOverlayComponentNotAComponentRefused(t *testing.T) {
+	dir := writeTree(t, map[string]string{
+		"app/kustomization.yaml": "resources: [settings.yaml]\n", "app/settings.yaml": cm("settings", "apps"),
+		"app/sub/x.yaml": cm("x", "apps"), "plain/x.yaml": cm("y", "apps"),
+		"base/kustomization.yaml": "resources: []\n", "comp/kustomization.yaml": overlayComponent,
+	})
+	for c, want := range map[string]string{".": "the rendered folder itself", "./": "the rendered folder itself", "sub/..": "the rendered folder itself",
+		"../plain": "no kustomization", "../base": "not a Component"} {
+		for _, isolate := range []bool{false, true} {
+			opts := DefaultRenderOptions()
+			opts.Isolate = isolate
+			opts.Overlay = &Overlay{Setting: "spec", Components: []string{c}}
+			_, err := Render(t.Context(), dir, "app", opts)
+			if err == nil {
+				t.Fatalf("component %q rendered", c)
+			}
+			if !IsTerminal(err) || !strings.Contains(err.Error(), "spec.components[0]") || !strings.Contains(err.Error(), fmt.Sprintf("%q", c)) ||
+				!strings.Contains(err.Error(), want) {
+				t.Errorf("component %q: want a terminal error naming spec.components[0], the path and %q, got %v", c, want, err)
+			}
+		}
+	}
+	opts := DefaultRenderOptions()
+	opts.Overlay = &Overlay{Setting: "spec", Components: []string{"../comp"}}
+	if _, err := Render(t.Context(), dir, "app", opts); err != nil {
+		t.Errorf("a Component: %v", err)
+	}
+}
+
 // TestOverlayMalformedPatchNamesField: a patch kustomize cannot read fails the render as
 // terminal bad input naming the Sync field, the render's other patches notwithstanding.
 func TestOverlayMalformedPatchNamesField(t *testing.T) {
