@@ -139,6 +139,17 @@ func (w *watchCache) watchChanges(ctx context.Context, obj client.Object) {
 	}
 }
 
+// watchingKind reports whether the metadata informer of a version of gk runs: reading an
+// object of gk from the cache starts no informer.
+func (w *watchCache) watchingKind(gk schema.GroupKind) bool {
+	found := false
+	w.watched.Range(func(k, _ any) bool {
+		found = k.(schema.GroupVersionKind).GroupKind() == gk
+		return !found
+	})
+	return found
+}
+
 // watchKinds starts the metadata informers of the kinds of items (watchKind).
 func (w *watchCache) watchKinds(ctx context.Context, items []*item) {
 	kinds := map[schema.GroupVersionKind]bool{}

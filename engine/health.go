@@ -241,8 +241,9 @@ func (p *healthProgram) eval(vars map[string]any) (bool, error) {
 // defaultNamespace when empty (and dropped for a cluster-scoped kind), and those already in
 // w (applied objects) are not added twice. Kinds the RESTMapper does not know are kept as
 // given: the wait reports them. Kinds kstatus judges from metadata alone (ConfigMap, Secret,
-// RBAC: readyOnExistence) are read as metadata only, so a health check on a Secret never
-// makes the watch cache hold Secret data.
+// RBAC: readyOnExistence) are read as metadata only, and no object added here is read
+// through the watch cache (waitSet.external): a health check never makes the cache hold
+// Secret data, or every object of a kind the set does not apply.
 func (e *Engine) addHealthChecks(w *waitSet, checks []object.ObjMetadata, defaultNamespace string) {
 	seen := make(map[object.ObjMetadata]bool, len(w.ids)+len(checks))
 	for _, id := range w.ids {
@@ -262,6 +263,10 @@ func (e *Engine) addHealthChecks(w *waitSet, checks []object.ObjMetadata, defaul
 		}
 		seen[id] = true
 		w.ids = append(w.ids, id)
+		if w.external == nil {
+			w.external = map[object.ObjMetadata]bool{}
+		}
+		w.external[id] = true
 		// A Service's type is unknown here: it is read whole (a LoadBalancer waits for its
 		// ingress).
 		stub := &unstructured.Unstructured{}

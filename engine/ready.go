@@ -38,7 +38,7 @@ func (e *Engine) newPoller(w waitSet) *polling.StatusPoller {
 		// poll instead of a GET per object.
 		return polling.NewStatusPoller(e.client, e.mapper, polling.Options{CustomStatusReaders: generic})
 	}
-	r := readinessReader{Reader: e.cache, byMeta: w.byMeta}
+	r := readinessReader{Reader: e.cache, byMeta: w.byMeta, direct: e.client, external: w.external}
 	return polling.NewStatusPoller(r, e.mapper, polling.Options{
 		CustomStatusReaders:  generic,
 		ClusterReaderFactory: pollengine.ClusterReaderFactoryFunc(clusterreader.NewDirectClusterReader),
@@ -61,10 +61,16 @@ func atGeneration(applied map[object.ObjMetadata]int64, health *HealthRules) sta
 }
 
 // readinessReader is the poller's reader: objects in byMeta are read as metadata only and
-// handed to kstatus without spec or status.
+// handed to kstatus without spec or status. Objects in external, which the set does not
+// apply (spec.healthChecks, depends-on outside the set), are read from the API server
+// (direct) with a GET each: through the watch cache, a health check of any kind would start
+// an informer holding every object of that kind in the cluster for the life of the daemon
+// (a Sync naming one Pod would cache them all).
 type readinessReader struct {
 	client.Reader
-	byMeta map[object.ObjMetadata]bool
+	byMeta   map[object.ObjMetadata]bool
+	direct   client.Reader
+	external map[object.ObjMetadata]bool
 }
 
 func (r readinessReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -73,12 +79,17 @@ func (r readinessReader) Get(ctx context.Context, key client.ObjectKey, obj clie
 		return r.Reader.Get(ctx, key, obj, opts...)
 	}
 	gvk := u.GroupVersionKind()
-	if !r.byMeta[object.ObjMetadata{GroupKind: gvk.GroupKind(), Namespace: key.Namespace, Name: key.Name}] {
-		return r.Reader.Get(ctx, key, obj, opts...)
+	id := object.ObjMetadata{GroupKind: gvk.GroupKind(), Namespace: key.Namespace, Name: key.Name}
+	reader := r.Reader
+	if r.external[id] {
+		reader = r.direct
+	}
+	if !r.byMeta[id] {
+		return reader.Get(ctx, key, obj, opts...)
 	}
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(gvk)
-	if err := r.Reader.Get(ctx, key, m, opts...); err != nil {
+	if err := reader.Get(ctx, key, m, opts...); err != nil {
 		return err
 	}
 	meta, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&m.ObjectMeta)

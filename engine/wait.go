@@ -144,6 +144,9 @@ type waitSet struct {
 	ids []object.ObjMetadata
 	// byMeta are the objects whose readiness their metadata shows (readyOnExistence).
 	byMeta map[object.ObjMetadata]bool
+	// external are the objects the set does not apply (addHealthChecks): read from the API
+	// server, never through the watch cache (readinessReader).
+	external map[object.ObjMetadata]bool
 	// applied is, per object, the metadata.generation the run's apply (or read) returned:
 	// a copy of an older generation is not judged (atGeneration).
 	applied map[object.ObjMetadata]int64

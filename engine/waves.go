@@ -291,17 +291,16 @@ func listObjects(names []string, limit int) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:limit], ", "), len(names)-limit)
 }
 
-// findDependencies looks for the dependencies of items outside the set in the cluster
-// (through the watch cache in watch mode, so a no-op reconcile sends no request for them),
+// findDependencies looks for the dependencies of items outside the set in the cluster,
 // completing the namespace of a namespaced one written without it from defaultNamespace.
 // One that does not exist is an error naming it and its dependent; nothing is written then.
+// A dependency of a kind the watch cache already watches is read from it, so a no-op
+// reconcile sends no request for it; any other is read from the API server: reading it
+// through the cache would start an informer holding every object of its kind in the
+// cluster (a dependency on one Pod would cache them all), for the life of the daemon.
 func (e *Engine) findDependencies(ctx context.Context, items []*item, defaultNamespace string) error {
 	if err := boundExternal(items); err != nil {
 		return err
-	}
-	var reader client.Reader = e.client
-	if e.cache != nil {
-		reader = e.cache
 	}
 	found := map[object.ObjMetadata]error{}
 	var errs []error
@@ -318,6 +317,10 @@ func (e *Engine) findDependencies(ctx context.Context, items []*item, defaultNam
 			}
 			err, ok := found[d]
 			if !ok {
+				var reader client.Reader = e.client
+				if e.cache != nil && e.cache.watchingKind(d.GroupKind) {
+					reader = e.cache
+				}
 				live, gerr := e.getByID(ctx, reader, d)
 				if err = gerr; err == nil && live == nil {
 					err = errMissingDependency

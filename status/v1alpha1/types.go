@@ -188,7 +188,9 @@ type SyncSpec struct {
 	Webhook *Webhook `json:"webhook,omitempty"`
 	// HealthChecks are more objects to wait for before Ready=True, of any kind, whether the
 	// source declares them or not; they are only read, never applied or pruned. As Flux's
-	// Kustomization spec.healthChecks.
+	// Kustomization spec.healthChecks. Each is read from the API server at every readiness
+	// poll (objects the Sync does not apply are never cached).
+	// +kubebuilder:validation:MaxItems=256
 	// +optional
 	HealthChecks []HealthCheck `json:"healthChecks,omitempty"`
 	// HealthCheckExprs judge the readiness of the objects of a kind with CEL expressions

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -63,5 +66,24 @@ func TestDaemonHealthChecks(t *testing.T) {
 	}
 	if _, err := f.configMap("c"); err == nil {
 		t.Errorf("configmap c was applied although an expression did not compile")
+	}
+}
+
+// TestHealthChecksBoundedByTheCRD: the API server refuses a Sync with more than 256 health
+// checks, each a GET per readiness poll, naming spec.healthChecks.
+func TestHealthChecksBoundedByTheCRD(t *testing.T) {
+	f := newFixture(t)
+	f.startDaemon(env.Config) // installs the CRD
+	checks := make([]v1alpha1.HealthCheck, 257)
+	for i := range checks {
+		checks[i] = v1alpha1.HealthCheck{APIVersion: "v1", Kind: "ConfigMap", Name: fmt.Sprintf("cm-%d", i)}
+	}
+	s := synctest.NewSync(f.ns, f.git.RepoURL("app"), time.Minute, func(s *v1alpha1.Sync) { s.Spec.HealthChecks = checks })
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := f.c.Create(ctx, s)
+		return err != nil && strings.Contains(err.Error(), "spec.healthChecks"), nil
+	})
+	if err != nil {
+		t.Errorf("a Sync with 257 health checks was created, or refused without naming spec.healthChecks")
 	}
 }
