@@ -163,7 +163,10 @@ func TestWatchRemembersWhatItApplied(t *testing.T) {
 // TestWatchReportsOutOfBandChanges checks Options.Changed: an out-of-band edit and a deletion
 // of managed objects are reported with the owner's inventory ID, so the daemon can correct
 // them without waiting for the interval (the drift target of docs/benchmarks.md: corrected within 5 s of the edit).
-func TestWatchReportsOutOfBandChanges(t *testing.T) {
+// newReportingHarness is newWatchHarness whose Options.Changed reports go to the returned
+// channel (up to 100 waiting; more are dropped).
+func newReportingHarness(t *testing.T) (*harness, chan string) {
+	t.Helper()
 	reports := make(chan string, 100)
 	h := newWatchHarness(t, func(id string) {
 		select {
@@ -171,6 +174,11 @@ func TestWatchReportsOutOfBandChanges(t *testing.T) {
 		default:
 		}
 	})
+	return h, reports
+}
+
+func TestWatchReportsOutOfBandChanges(t *testing.T) {
+	h, reports := newReportingHarness(t)
 	opts := testOpts()
 	objs := manyCMs(h.ns, "1", 3)
 	h.apply(opts, objs...)

@@ -18,13 +18,7 @@ import (
 // Without the fingerprint: the scale changed the generation, and was reported as drift of
 // set A (a reconcile per autoscaler step).
 func TestWatchWakesOnlyForWhatAnApplySet(t *testing.T) {
-	reports := make(chan string, 100)
-	h := newWatchHarness(t, func(id string) {
-		select {
-		case reports <- id:
-		default:
-		}
-	})
+	h, reports := newReportingHarness(t)
 	opts := testOpts()
 	scaled := deployment(h.ns, "scaled", "1")
 	unstructured.RemoveNestedField(scaled.Object, "spec", "replicas")
