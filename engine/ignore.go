@@ -314,7 +314,7 @@ func (ig *ignorer) leaveToOthers(it *item, out, live *unstructured.Unstructured,
 	if len(set) > 0 {
 		for leaf := range own.others.Leaves().All() {
 			if s, ok := locate(out.Object, leaf); ok && under(s.pointer(), set) && !own.ours.Has(leaf) {
-				s.leaveOut()
+				s.leaveOut(out.Object)
 			}
 		}
 	}
@@ -327,7 +327,7 @@ func (ig *ignorer) leaveToOthers(it *item, out, live *unstructured.Unstructured,
 			}
 			found = true
 			if !own.ours.Has(leaf) {
-				s.leaveOut()
+				s.leaveOut(out.Object)
 			} else if l, ok := locate(live.Object, leaf); ok {
 				s.set(deepCopyValue(l.value))
 			}

@@ -173,15 +173,29 @@ func (s spot) pointer() string {
 	return b.String()
 }
 
-// leaveOut removes s from the object that holds it, unless it is a list element or a key
-// field (see spot). It reports whether it did.
-func (s spot) leaveOut() bool {
+// leaveOut removes s from obj, the object that holds it, unless it is a list element or a
+// key field (see spot), and then each map above it that this left empty, up to the nearest
+// list element: an empty map an apply sends is a field it owns (data: {} of a ConfigMap
+// whose one key another manager keeps), which would keep the run's judgement from trusting
+// the object unchanged.
+func (s spot) leaveOut(obj map[string]any) {
 	m, ok := s.parent.(map[string]any)
 	if !ok || s.item || s.keyField {
-		return false
+		return
 	}
 	delete(m, s.key)
-	return true
+	for n := len(s.tokens) - 1; n > 0 && len(m) == 0; n-- {
+		var up any = obj
+		for _, t := range s.tokens[:n-1] {
+			if up, ok = child(up, t); !ok {
+				return
+			}
+		}
+		if m, ok = up.(map[string]any); !ok {
+			return
+		}
+		delete(m, s.tokens[n-1])
+	}
 }
 
 // set replaces the value at s.
