@@ -292,18 +292,20 @@ func (ig *ignorer) adjust(it *item, live *unstructured.Unstructured) {
 			pointerRemove(out.Object, p)
 		}
 	}
-	ig.leaveToOthers(it, out, live, set)
+	ig.leaveToOthers(it, orig, out, live, set)
 	it.obj = out
 }
 
-// leaveToOthers finishes out, the desired object with its ignored paths (set) taken from
-// live: a field under them that another manager owns in live and the run's apply does not
-// is left out; so is each field of out that a rule's managers own and the run's apply does
-// not, while one the run's apply owns too takes the live value.
-func (ig *ignorer) leaveToOthers(it *item, out, live *unstructured.Unstructured, set []string) {
+// leaveToOthers finishes out, the desired object orig with its ignored paths (set) taken
+// from live: a field under them that another manager owns in live and the run's apply does
+// not is left out; so is each field of out that the managers of a rule selecting orig own
+// and the run's apply does not, while one the run's apply owns too takes the live value
+// (leaving it out would only drop the run's share: the dry-run would find nothing to send,
+// and every later run would dry-run the object again).
+func (ig *ignorer) leaveToOthers(it *item, orig, out, live *unstructured.Unstructured, set []string) {
 	var rules []ignoreRule
 	for _, r := range ig.rules {
-		if len(r.managers) > 0 && r.sel.MatchUnstructured(out) {
+		if len(r.managers) > 0 && r.sel.MatchUnstructured(orig) {
 			rules = append(rules, r)
 		}
 	}

@@ -17,7 +17,10 @@ import (
 // HPA scaling through the scale subresource) leaves Converge's managedFields entry as it
 // was. Applying it with the live value instead, as for a field nobody else owns, would make
 // Converge a co-owner whose entry changes each time the other manager moves the field. A
-// field the run's apply owns keeps the live value: leaving it out would delete it.
+// field the run's apply owns keeps the live value: leaving it out would delete it when
+// nobody else owns it, and otherwise only drop the run's share, a change a dry-run does not
+// show, so the object would be dry-run again on every run. (The other manager's next change
+// of the field takes it from the run's apply; the run leaves it out from then on.)
 //
 // Ownership is read from the live object's managedFields, each entry a fieldpath.Set of
 // structured-merge-diff, and a path of those sets is found in an unstructured object by its
