@@ -190,3 +190,53 @@ func TestIgnoreManagersUnmatchedReported(t *testing.T) {
 func equalStrings(a, b []string) bool {
 	return strings.Join(a, "\x00") == strings.Join(b, "\x00")
 }
+
+// TestIgnoreManagersLeavesInjectedFields: a webhook-like manager (a plain update as
+// sidecar-injector) injects a container before the rendered one, changes the rendered
+// container's image and annotates the pod template. With a rule naming it, the next apply of
+// a changed render keeps all three, found by the container's key although its position
+// moved, and Converge's entry does not own the image; no conflict is reported. Without the
+// rule the rendered image is set back.
+func TestIgnoreManagersLeavesInjectedFields(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	opts := testOpts()
+	h.apply(opts, deployment(h.ns, "web", "1"))
+	h.update("Deployment", "web", "sidecar-injector", func(u *unstructured.Unstructured) {
+		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		cs[0].(map[string]any)["image"] = "example.invalid/app:mutated"
+		cs = append([]any{map[string]any{"name": "proxy", "image": "example.invalid/proxy:1"}}, cs...)
+		_ = unstructured.SetNestedSlice(u.Object, cs, "spec", "template", "spec", "containers")
+		_ = unstructured.SetNestedField(u.Object, "true", "spec", "template", "metadata", "annotations", "sidecar.example/injected")
+	})
+	opts.Ignore = []IgnoreRule{{Managers: []string{"sidecar-*"}, Target: &ObjectSelector{Group: "apps", Kind: "Deployment"}}}
+	labeled := deployment(h.ns, "web", "1")
+	labeled.SetLabels(map[string]string{"team": "a"})
+	if c := changesByName(h.apply(opts, labeled))["Deployment web"]; c.Action != ActionConfigured {
+		t.Fatalf("apply of the changed render: %s %q, want configured", c.Action, c.Message)
+	}
+	read := func() (images []string, injected string, entry string) {
+		live := h.live("apps/v1", "Deployment", h.ns, "web")
+		cs, _, _ := unstructured.NestedSlice(live.Object, "spec", "template", "spec", "containers")
+		for _, c := range cs {
+			images = append(images, c.(map[string]any)["name"].(string)+"="+c.(map[string]any)["image"].(string))
+		}
+		injected, _, _ = unstructured.NestedString(live.Object, "spec", "template", "metadata", "annotations", "sidecar.example/injected")
+		entry, _ = convergeEntry(t, live)
+		return images, injected, entry
+	}
+	images, injected, entry := read()
+	if strings.Join(images, " ") != "proxy=example.invalid/proxy:1 c=example.invalid/app:mutated" || injected != "true" ||
+		strings.Contains(entry, `"f:image"`) || webLabel(h, "team") != "a" {
+		t.Errorf("with the rule: containers %v, injected %q, Converge's entry\n%s", images, injected, entry)
+	}
+	opts.Ignore = nil
+	h.apply(opts, labeled)
+	if images, _, _ := read(); strings.Join(images, " ") != "proxy=example.invalid/proxy:1 c=example.invalid/app:1" {
+		t.Errorf("without the rule: containers %v, want c's image set back to the render's", images)
+	}
+}
+
+// webLabel is the label key of the live Deployment web.
+func webLabel(h *harness, key string) string {
+	return h.live("apps/v1", "Deployment", h.ns, "web").GetLabels()[key]
+}
