@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -201,13 +202,19 @@ func TestIgnoreManagersLeavesInjectedFields(t *testing.T) {
 	h := newHarness(t, Hooks{})
 	opts := testOpts()
 	h.apply(opts, deployment(h.ns, "web", "1"))
-	h.update("Deployment", "web", "sidecar-injector", func(u *unstructured.Unstructured) {
+	// The deployment controller writes the object too: read it again on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u := h.live("apps/v1", "Deployment", h.ns, "web")
 		cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
 		cs[0].(map[string]any)["image"] = "example.invalid/app:mutated"
 		cs = append([]any{map[string]any{"name": "proxy", "image": "example.invalid/proxy:1"}}, cs...)
 		_ = unstructured.SetNestedSlice(u.Object, cs, "spec", "template", "spec", "containers")
 		_ = unstructured.SetNestedField(u.Object, "true", "spec", "template", "metadata", "annotations", "sidecar.example/injected")
+		return h.plain.Update(h.ctx, u, client.FieldOwner("sidecar-injector"))
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts.Ignore = []IgnoreRule{{Managers: []string{"sidecar-*"}, Target: &ObjectSelector{Group: "apps", Kind: "Deployment"}}}
 	labeled := deployment(h.ns, "web", "1")
 	labeled.SetLabels(map[string]string{"team": "a"})
