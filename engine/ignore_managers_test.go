@@ -41,8 +41,8 @@ func convergeEntry(t *testing.T, live *unstructured.Unstructured) (entry string,
 
 // TestIgnoredReplicasLeftToTheAutoscaler: an HPA-like manager (kube-controller-manager
 // through the scale subresource) changes spec.replicas of a Deployment that an ignore rule
-// covers, by path or by naming the manager. A dry-run then shows the Deployment unchanged
-// with no diff; the next apply of a changed render (a label added) leaves replicas at the
+// covers, by path or by naming the manager. A dry-run, and an apply asked for a diff, then
+// show the Deployment unchanged with no diff; the next apply of a changed render (a label added) leaves replicas at the
 // scaled value and Converge's managedFields entry without spec.replicas; a second scale
 // leaves that entry byte-identical, and so does the apply after it (what a drift trigger on
 // Converge's own entry relies on). With the watch cache's memo too. Before, the ignored path
@@ -76,6 +76,11 @@ func TestIgnoredReplicasLeftToTheAutoscaler(t *testing.T) {
 				}
 				if c := changesByName(res)["Deployment web"]; c.Action != ActionUnchanged || c.Diff != "" {
 					t.Errorf("dry-run after the scale: %s\n%s", c.Action, c.Diff)
+				}
+				withDiff := opts
+				withDiff.Diff = true
+				if c := changesByName(h.apply(withDiff, deployment(h.ns, "web", "1")))["Deployment web"]; c.Action != ActionUnchanged || c.Diff != "" {
+					t.Errorf("apply with a diff after the scale: %s\n%s", c.Action, c.Diff)
 				}
 
 				labeled := deployment(h.ns, "web", "1")
