@@ -252,3 +252,35 @@ func TestIgnoreManagersLeavesInjectedFields(t *testing.T) {
 func webLabel(h *harness, key string) string {
 	return h.live("apps/v1", "Deployment", h.ns, "web").GetLabels()[key]
 }
+
+// TestIgnoreManagersAreNotTakenOver: a manager on the take-over list (kubectl-edit, by the
+// default kubectl-*) that an ignore rule names keeps its fields on the objects the rule
+// selects: no hand-over moves them to Converge, the edited value stays, and the same edit of
+// an object the rule does not select is taken over and set back. Before, the hand-over
+// renamed the manager's entry to Converge's and the apply set the field back.
+func TestIgnoreManagersAreNotTakenOver(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	opts := testOpts()
+	objs := []*unstructured.Unstructured{configMap(h.ns, "kept", map[string]any{"v": "1"}), configMap(h.ns, "other", map[string]any{"v": "1"})}
+	h.apply(opts, objs...)
+	for _, name := range []string{"kept", "other"} {
+		h.update("ConfigMap", name, "kubectl-edit", func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedField(u.Object, "edited", "data", "v")
+		})
+	}
+	opts.Ignore = []IgnoreRule{{Managers: []string{"kubectl-edit"}, Target: &ObjectSelector{Kind: "ConfigMap", Name: "kept"}}}
+	h.apply(opts, objs...)
+	managers := func(name string) []string {
+		var out []string
+		for _, mf := range h.liveCM(name).GetManagedFields() {
+			out = append(out, mf.Manager)
+		}
+		return out
+	}
+	if got, ms := cmData(h, "kept", "v"), managers("kept"); got != "edited" || !strings.Contains(strings.Join(ms, " "), "kubectl-edit") {
+		t.Errorf("kept: data.v %q, managers %v; want kubectl-edit's value and entry kept", got, ms)
+	}
+	if got, ms := cmData(h, "other", "v"), managers("other"); got != "1" || strings.Contains(strings.Join(ms, " "), "kubectl-edit") {
+		t.Errorf("other: data.v %q, managers %v; want it taken over and set back", got, ms)
+	}
+}
