@@ -96,8 +96,9 @@ type ApplyOptions struct {
 	// doc.
 	Recover *inventory.Inventory
 	// Ignore are fields to leave alone (Flux's Kustomization spec.ignore): JSON pointers of
-	// the objects each rule's selector matches, never set against the live object nor shown
-	// as a change (ignore.go). Result.IgnoreUnmatched names the rules that match nothing.
+	// the objects each rule's selector matches, and the fields the rule's field managers own
+	// (Argo CD's managedFieldsManagers), never set against the live object nor shown as a
+	// change (ignore.go). Result.IgnoreUnmatched names the rules that match nothing.
 	Ignore []IgnoreRule
 	// Progress, when set, is called as the run advances (one call per object applied or
 	// pruned and one per stage change). Calls are serialized.
@@ -153,7 +154,7 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 	if err != nil {
 		return res, err
 	}
-	ignore, err := newIgnorer(opts.Ignore, e.opts.Scope.Key)
+	ignore, err := newIgnorer(opts, e.opts.Scope.Key, set.Inventory.ID != "")
 	if err != nil {
 		return res, err
 	}
@@ -190,6 +191,11 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 		return res, err
 	}
 	rec := r.collect(res, outs)
+	if _, watched := r.view.(*watchedView); !watched {
+		// A watched run reads no live object when nothing changed: what the rules' managers
+		// own is known only to runs that read every object, or the report would come and go.
+		res.IgnoreUnmatched = append(res.IgnoreUnmatched, ignore.unowned()...)
+	}
 	if abort != nil {
 		return res, errors.Join(append(rec.errs, abort)...)
 	}

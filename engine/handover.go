@@ -124,7 +124,7 @@ func handOverOps(it *item, live *unstructured.Unstructured, takeOver []string, m
 		return nil, nil
 	}
 	var ops []jsonOp
-	if fms := takenOver(live, takeOver, manager); len(fms) > 0 {
+	if fms := takenOver(live, takeOver, it.kept, manager); len(fms) > 0 {
 		patches, err := ssa.PatchReplaceFieldsManagers(live, fms, manager)
 		if err != nil {
 			return nil, fmt.Errorf("hand-over of field ownership: %w", err)
@@ -166,7 +166,7 @@ func handOverNeeded(it *item, live *unstructured.Unstructured, takeOver []string
 		m, _ := e.(map[string]any)
 		name, _ := m["manager"].(string)
 		sub, _ := m["subresource"].(string)
-		if sub == "" && !ownManager(name, manager) && listed(name, takeOver) {
+		if sub == "" && !ownManager(name, manager) && listed(name, takeOver) && !namedIn(name, it.kept) {
 			return true
 		}
 	}
@@ -193,12 +193,12 @@ func present(it *item, field string, md map[string]any, keys []string) bool {
 }
 
 // takenOver lists, as exact ssa.FieldManager matches, the main-resource entries of live
-// whose manager is on the list: a name, or a prefix ending in "*". Converge's own managers
-// and subresource entries are never taken over.
-func takenOver(live *unstructured.Unstructured, takeOver []string, manager string) []ssa.FieldManager {
+// whose manager is on the list: a name, or a prefix ending in "*". Converge's own managers,
+// subresource entries and the managers an ignore rule keeps (kept) are never taken over.
+func takenOver(live *unstructured.Unstructured, takeOver, kept []string, manager string) []ssa.FieldManager {
 	var out []ssa.FieldManager
 	for _, mf := range live.GetManagedFields() {
-		if mf.Subresource != "" || ownManager(mf.Manager, manager) || !listed(mf.Manager, takeOver) {
+		if mf.Subresource != "" || ownManager(mf.Manager, manager) || !listed(mf.Manager, takeOver) || namedIn(mf.Manager, kept) {
 			continue
 		}
 		fm := ssa.FieldManager{Name: mf.Manager, ExactMatch: true, OperationType: mf.Operation}
@@ -315,7 +315,7 @@ func (r *applyRun) handOverRecalled(ctx context.Context, it *item, applied *meta
 func memoKey(opts ApplyOptions) string {
 	key := fieldManagerOf(opts) + "\x00" + strings.Join(opts.TakeOverManagers, "\x00")
 	for _, rule := range opts.Ignore {
-		key += fmt.Sprintf("\x00%q %+v", rule.Paths, rule.Target)
+		key += fmt.Sprintf("\x00%q %q %+v", rule.Paths, rule.Managers, rule.Target)
 	}
 	return key
 }

@@ -20,13 +20,30 @@ import (
 // desired hash ("configured at once") is not taken for such an object, since only the live
 // value can say what to send. Only paths the desired object sets are touched: a field the
 // render does not set is not ours anyway.
+//
+// A rule may also name field managers (Managers, Argo CD's managedFieldsManagers): every
+// field of the desired object that one of them owns in the live object's managedFields (any
+// operation, any subresource: kube-controller-manager's scale entry owning spec.replicas, a
+// mutating webhook's injections) is left alone the same way. An ignored field that another
+// manager owns and the run's apply does not is left out of the apply altogether rather than
+// given the live value (ignore_owners.go). What the engine owns and finds its objects by
+// (protectedBy) is never left alone, whoever owns it, and Converge's own managers are never
+// named.
 
-// IgnoreRule names fields to leave alone: Paths, JSON pointers (RFC 6901), of the objects
-// Target selects (nil: every object).
+// IgnoreRule names fields to leave alone in the objects Target selects (nil: every object):
+// Paths, JSON pointers (RFC 6901), and the fields that Managers own, field manager names or
+// prefixes ending in "*". A rule has paths, managers or both.
 type IgnoreRule struct {
-	Paths  []string
-	Target *ObjectSelector
+	Paths    []string
+	Managers []string
+	Target   *ObjectSelector
 }
+
+// Limits of IgnoreRule.Managers.
+const (
+	MaxIgnoreManagers     = 32  // names in one rule
+	MaxIgnoreManagerBytes = 128 // the API server's limit on a field manager's name
+)
 
 // ObjectSelector selects objects as a kustomize patch target or a Flux ignore rule does:
 // Group, Version, Kind, Name and Namespace are regular expressions matched whole, and
@@ -40,24 +57,40 @@ type ObjectSelector struct {
 // object as rendered so that every attempt starts from it.
 type ignorer struct {
 	rules []ignoreRule
-	mu    sync.Mutex
-	orig  map[*item]*unstructured.Unstructured
+	// manager is the run's field manager, scopeKey the watch cache's scope label ("" for
+	// none), and takesOver names the managers whose main-resource fields the run's
+	// hand-over makes its own.
+	manager, scopeKey string
+	takesOver         func(string) bool
+	mu                sync.Mutex
+	orig              map[*item]*unstructured.Unstructured
+	// seen counts, per rule with managers, the selected objects judged on the API server's
+	// answer, and owned says one of them had a field its managers own that the render sets.
+	seen  []map[*item]struct{}
+	owned []bool
 }
 
 // ignoreRule is one compiled rule and where it came from.
 type ignoreRule struct {
-	index int
-	sel   *jsondiff.SelectorRegex
-	paths []string
+	index    int
+	sel      *jsondiff.SelectorRegex
+	paths    []string
+	managers []string
 }
 
-// newIgnorer compiles rules; nil when there are none. A bad rule (a selector that does not
-// compile, a path that is not a JSON pointer) is a terminal error naming it.
-func newIgnorer(rules []IgnoreRule, scopeKey string) (*ignorer, error) {
+// newIgnorer compiles opts.Ignore for a run whose hand-over takes over managers when
+// handsOver (it has an inventory); nil when there are no rules. A bad rule (a selector that
+// does not compile, a path that is not a JSON pointer, a manager name that is empty, too
+// long or Converge's own) is a terminal error naming it.
+func newIgnorer(opts ApplyOptions, scopeKey string, handsOver bool) (*ignorer, error) {
+	rules := opts.Ignore
 	if len(rules) == 0 {
 		return nil, nil
 	}
-	ig := &ignorer{orig: map[*item]*unstructured.Unstructured{}}
+	manager := fieldManagerOf(opts)
+	ig := &ignorer{orig: map[*item]*unstructured.Unstructured{}, manager: manager, scopeKey: scopeKey,
+		seen: make([]map[*item]struct{}, len(rules)), owned: make([]bool, len(rules)),
+		takesOver: func(name string) bool { return handsOver && listed(name, opts.TakeOverManagers) }}
 	for i, r := range rules {
 		var js *jsondiff.Selector
 		if t := r.Target; t != nil {
@@ -68,6 +101,12 @@ func newIgnorer(rules []IgnoreRule, scopeKey string) (*ignorer, error) {
 		if err != nil {
 			return nil, terminal(fmt.Errorf("ignore rule %d: target: %w", i, err))
 		}
+		if len(r.Paths) == 0 && len(r.Managers) == 0 {
+			return nil, terminal(fmt.Errorf("ignore rule %d: names neither paths nor managers", i))
+		}
+		if err := checkIgnoreManagers(r.Managers, manager); err != nil {
+			return nil, terminal(fmt.Errorf("ignore rule %d: %w", i, err))
+		}
 		for _, p := range r.Paths {
 			if !strings.HasPrefix(p, "/") {
 				return nil, terminal(fmt.Errorf("ignore rule %d: path %q is not a JSON pointer (it starts with /)", i, p))
@@ -76,9 +115,33 @@ func newIgnorer(rules []IgnoreRule, scopeKey string) (*ignorer, error) {
 				return nil, terminal(fmt.Errorf("ignore rule %d: path %q would leave %s to the live object: it is what the engine owns and finds its objects by, never ignored", i, p, k))
 			}
 		}
-		ig.rules = append(ig.rules, ignoreRule{index: i, sel: sel, paths: r.Paths})
+		ig.rules = append(ig.rules, ignoreRule{index: i, sel: sel, paths: r.Paths, managers: r.Managers})
 	}
 	return ig, nil
+}
+
+// checkIgnoreManagers checks the managers of one rule, for a run whose field manager is
+// manager: a bounded list of bounded, non-empty names, none of which is, or as a prefix
+// covers, one of Converge's own managers (ownManager): a rule that left Converge's fields to
+// the live object would stop the Sync from applying anything it names.
+func checkIgnoreManagers(names []string, manager string) error {
+	if len(names) > MaxIgnoreManagers {
+		return fmt.Errorf("%d managers, more than the %d allowed", len(names), MaxIgnoreManagers)
+	}
+	for _, n := range names {
+		prefix, isPrefix := strings.CutSuffix(n, "*")
+		switch {
+		case prefix == "" && !isPrefix:
+			return fmt.Errorf("a manager name is empty")
+		case len(n) > MaxIgnoreManagerBytes:
+			return fmt.Errorf("manager %.32q... is longer than %d bytes", n, MaxIgnoreManagerBytes)
+		case !isPrefix && ownManager(n, manager),
+			isPrefix && (strings.HasPrefix(manager, prefix) || strings.HasPrefix(FieldManager+"-", prefix) ||
+				strings.HasPrefix(prefix, FieldManager+"-")):
+			return fmt.Errorf("manager %q names Converge's own field manager (%s): its fields are what the Sync applies, never ignored", n, manager)
+		}
+	}
+	return nil
 }
 
 // pointerEscaper escapes a key as one JSON-pointer token (RFC 6901).
@@ -106,7 +169,7 @@ func protectedBy(p, scopeKey string) string {
 func (ig *ignorer) paths(obj *unstructured.Unstructured) []string {
 	var out []string
 	for _, r := range ig.rules {
-		if r.sel.MatchUnstructured(obj) {
+		if len(r.paths) > 0 && r.sel.MatchUnstructured(obj) {
 			out = append(out, r.paths...)
 		}
 	}
@@ -114,8 +177,9 @@ func (ig *ignorer) paths(obj *unstructured.Unstructured) []string {
 }
 
 // unmatched describes the rules that leave every object of the set alone: the target
-// selects none, or no selected object sets any of the rule's paths. The run goes on; the
-// caller reports them (a rule that matches nothing is usually a typo).
+// selects none, or no selected object sets any of the rule's paths. A rule with managers is
+// judged on the live objects instead (unowned). The run goes on; the caller reports them (a
+// rule that matches nothing is usually a typo).
 func (ig *ignorer) unmatched(items []*item) []string {
 	if ig == nil {
 		return nil
@@ -141,9 +205,36 @@ func (ig *ignorer) unmatched(items []*item) []string {
 		switch {
 		case selected == 0:
 			out = append(out, fmt.Sprintf("ignore rule %d selects no object of the set", r.index))
-		case !set:
+		case !set && len(r.managers) == 0:
 			out = append(out, fmt.Sprintf("ignore rule %d: none of the %d objects it selects sets %s", r.index, selected, strings.Join(r.paths, ", ")))
+		case set:
+			ig.owned[r.index] = true // matched by its paths: its managers need not be looked for
 		}
+	}
+	return out
+}
+
+// unowned describes the rules with managers that left nothing alone in the objects the run
+// judged on the API server's answer: none had a field the rule's managers own and the
+// render sets (nor, with paths too, set a path of the rule). A rule that judged no existing
+// object (all new, or decided by the watch cache's memo) is not described: nothing is known.
+func (ig *ignorer) unowned() []string {
+	if ig == nil {
+		return nil
+	}
+	ig.mu.Lock()
+	defer ig.mu.Unlock()
+	var out []string
+	for _, r := range ig.rules {
+		if len(r.managers) == 0 || len(ig.seen[r.index]) == 0 || ig.owned[r.index] {
+			continue
+		}
+		what := ""
+		if len(r.paths) > 0 {
+			what = " sets " + strings.Join(r.paths, ", ") + " or"
+		}
+		out = append(out, fmt.Sprintf("ignore rule %d: none of the %d existing objects it selects%s has a field that %s own and the render sets",
+			r.index, len(ig.seen[r.index]), what, strings.Join(r.managers, ", ")))
 	}
 	return out
 }
@@ -154,23 +245,25 @@ func (ig *ignorer) mark(items []*item) {
 		return
 	}
 	for _, it := range items {
-		it.ignored = ig.selects(it.obj)
+		it.ignored, it.kept = ig.selects(it.obj)
 	}
 }
 
-// selects says some rule with paths selects obj: what paths would return is not empty.
-func (ig *ignorer) selects(obj *unstructured.Unstructured) bool {
+// selects says some rule selects obj, and lists the managers those rules name.
+func (ig *ignorer) selects(obj *unstructured.Unstructured) (selected bool, managers []string) {
 	for _, r := range ig.rules {
-		if len(r.paths) > 0 && r.sel.MatchUnstructured(obj) {
-			return true
+		if r.sel.MatchUnstructured(obj) {
+			selected = true
+			managers = append(managers, r.managers...)
 		}
 	}
-	return false
+	return selected, managers
 }
 
 // adjust sets it.obj to its desired object as rendered with each ignored field it sets
-// taken from live, or left out when live has none; nothing changes for a new object (nil
-// live) or one no rule selects.
+// taken from live, or left out when live has none, or when another manager owns it in live
+// and the run's apply does not (leaveToOthers); nothing changes for a new object (nil live)
+// or one no rule selects.
 func (ig *ignorer) adjust(it *item, live *unstructured.Unstructured) {
 	if ig == nil || !it.ignored {
 		return
@@ -187,17 +280,68 @@ func (ig *ignorer) adjust(it *item, live *unstructured.Unstructured) {
 		return
 	}
 	out := orig.DeepCopy()
+	var set []string // the ignored paths the desired object sets
 	for _, p := range ig.paths(orig) {
-		if _, set := pointerGet(out.Object, p); !set {
+		if _, ok := pointerGet(out.Object, p); !ok {
 			continue
 		}
+		set = append(set, p)
 		if v, ok := pointerGet(live.Object, p); ok {
 			pointerSet(out.Object, p, deepCopyValue(v))
 		} else {
 			pointerRemove(out.Object, p)
 		}
 	}
+	ig.leaveToOthers(it, orig, out, live, set)
 	it.obj = out
+}
+
+// leaveToOthers finishes out, the desired object orig with its ignored paths (set) taken
+// from live: a field under them that another manager owns in live and the run's apply does
+// not is left out; so is each field of out that the managers of a rule selecting orig own
+// and the run's apply does not, while one the run's apply owns too takes the live value
+// (leaving it out would only drop the run's share: the dry-run would find nothing to send,
+// and every later run would dry-run the object again).
+func (ig *ignorer) leaveToOthers(it *item, orig, out, live *unstructured.Unstructured, set []string) {
+	var rules []ignoreRule
+	for _, r := range ig.rules {
+		if len(r.managers) > 0 && r.sel.MatchUnstructured(orig) {
+			rules = append(rules, r)
+		}
+	}
+	if len(set) == 0 && len(rules) == 0 {
+		return
+	}
+	own := readOwnership(live, ig.manager, func(name string) bool { return ig.takesOver(name) && !namedIn(name, it.kept) })
+	if len(set) > 0 {
+		for leaf := range own.others.Leaves().All() {
+			if s, ok := locate(out.Object, leaf); ok && under(s.pointer(), set) && !own.ours.Has(leaf) {
+				s.leaveOut(out.Object)
+			}
+		}
+	}
+	for _, r := range rules {
+		found := false
+		for leaf := range own.of(r.managers).Leaves().All() {
+			s, ok := locate(out.Object, leaf)
+			if !ok || protectedBy(s.pointer(), ig.scopeKey) != "" {
+				continue
+			}
+			found = true
+			if !own.ours.Has(leaf) {
+				s.leaveOut(out.Object)
+			} else if l, ok := locate(live.Object, leaf); ok {
+				s.set(deepCopyValue(l.value))
+			}
+		}
+		ig.mu.Lock()
+		if ig.seen[r.index] == nil {
+			ig.seen[r.index] = map[*item]struct{}{}
+		}
+		ig.seen[r.index][it] = struct{}{}
+		ig.owned[r.index] = ig.owned[r.index] || found
+		ig.mu.Unlock()
+	}
 }
 
 // deepCopyValue copies a JSON value of an unstructured object.

@@ -13,13 +13,13 @@ func TestIgnoreRefusesWhatTheEngineOwns(t *testing.T) {
 	owner := "/metadata/annotations/" + pointerEscaper.Replace(OwnerAnnotation)
 	for _, p := range []string{"/metadata", "/metadata/annotations", owner, "/kind", "/metadata/name",
 		"/metadata/managedFields/0", "/metadata/labels/shard.example~1of"} {
-		_, err := newIgnorer([]IgnoreRule{{Paths: []string{p}}}, "shard.example/of")
+		_, err := newIgnorer(ApplyOptions{Ignore: []IgnoreRule{{Paths: []string{p}}}}, "shard.example/of", true)
 		if err == nil || !IsTerminal(err) || !strings.Contains(err.Error(), "never ignored") {
 			t.Errorf("path %s: %v, want a terminal refusal", p, err)
 		}
 	}
 	for _, p := range []string{"/spec/replicas", "/metadata/labels/team", "/metadata/annotations/example.com~1x"} {
-		if _, err := newIgnorer([]IgnoreRule{{Paths: []string{p}}}, "shard.example/of"); err != nil {
+		if _, err := newIgnorer(ApplyOptions{Ignore: []IgnoreRule{{Paths: []string{p}}}}, "shard.example/of", true); err != nil {
 			t.Errorf("path %s: %v, want it allowed", p, err)
 		}
 	}

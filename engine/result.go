@@ -93,8 +93,10 @@ type Result struct {
 	// deletes them).
 	Left []object.ObjMetadata
 	// IgnoreUnmatched describes the ApplyOptions.Ignore rules that leave every object of the
-	// set alone (their target selects none, or no selected object sets their paths): not an
-	// error, reported by the owner.
+	// set alone (their target selects none, or no selected object sets their paths, or, in
+	// a run that reads every live object (not the watch cache's), their managers own no
+	// field the render sets in the existing objects they select): not an error, reported by
+	// the owner.
 	IgnoreUnmatched []string
 }
 

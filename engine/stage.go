@@ -90,8 +90,10 @@ type item struct {
 	memoKnown, memoRead bool
 	// hash is the desired object's hash (hashObject), for the memo: set by the watched view.
 	hash [sha256.Size]byte
-	// ignored says an ApplyOptions.Ignore rule selects the object (ignore.go).
+	// ignored says an ApplyOptions.Ignore rule selects the object (ignore.go); kept are the
+	// field managers those rules name, whose fields the hand-over leaves to them.
 	ignored bool
+	kept    []string
 }
 
 // annotation returns the annotation key of the item's object, read in place (GetAnnotations

@@ -140,7 +140,7 @@ func newApplyCommand(kube *kubeFlags) *cobra.Command {
 	fl.IntVar(&f.pruneBudget, "prune-budget", 0, "refuse to prune more than this many objects (0: no limit)")
 	fl.StringVar(&f.fieldMgr, "field-manager", engine.FieldManager, "server-side apply field manager that owns the applied fields")
 	fl.StringVarP(&f.output, "output", "o", "", "output format: json, yaml or markdown (default: lines for people)")
-	fl.StringVar(&f.ignoreFile, "ignore-rules", "", "YAML file of fields to leave alone, the entries of a Sync's spec.ignore ({paths, target})")
+	fl.StringVar(&f.ignoreFile, "ignore-rules", "", "YAML file of fields to leave alone, the entries of a Sync's spec.ignore ({paths, managers, target})")
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,5 +53,54 @@ func TestApplyIgnoreRules(t *testing.T) {
 	}
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, cm); err != nil || cm.Data["replicas"] != "7" {
 		t.Errorf("web: data %v (%v), want the other manager's replicas 7", cm.Data, err)
+	}
+}
+
+// TestApplyIgnoreManagers: once another manager changed a field, apply --dry-run with an
+// --ignore-rules entry naming that manager finds no change (exit 0) and an apply leaves the
+// field as the manager set it; an entry naming Converge's own field manager is an error
+// (exit > 1) naming the rule, and nothing is applied.
+func TestApplyIgnoreManagers(t *testing.T) {
+	ns := env.Namespace(t)
+	c, err := client.New(env.Config, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeSet(t, dir, ns, map[string]string{"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {replicas: \"3\", image: v1}\n"})
+	rules, own := filepath.Join(t.TempDir(), "ignore.yaml"), filepath.Join(t.TempDir(), "own.yaml")
+	if err := os.WriteFile(rules, []byte("- managers: [autoscaler]\n  target: {kind: ConfigMap}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(own, []byte("- paths: [/data/replicas]\n- managers: [converge]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	apply := []string{"apply", dir, "-n", ns, "--inventory", ns + "/inv"}
+	if out, code := cli(t, apply...); code != 0 {
+		t.Fatalf("apply: exit %d\n%s", code, out)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["replicas"] = "7"
+	if err := c.Update(context.Background(), cm, client.FieldOwner("autoscaler")); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := cli(t, append(apply, "--dry-run", "--ignore-rules", rules)...); code != 0 {
+		t.Errorf("dry-run with the manager rule: exit %d, want 0\n%s", code, out)
+	}
+	cmd := newRootCommand()
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs(append([]string{"--kubeconfig", env.Kubeconfig}, append(apply, "--ignore-rules", own)...))
+	if err := cmd.ExecuteContext(context.Background()); err == nil || exitCode(err) <= exitCodeChanges || !strings.Contains(err.Error(), "ignore rule 1") {
+		t.Errorf("a rule naming converge: %v, want an error (exit > %d) naming rule 1", err, exitCodeChanges)
+	}
+	if out, code := cli(t, append(apply, "--ignore-rules", rules)...); code != 0 {
+		t.Fatalf("apply with the manager rule: exit %d\n%s", code, out)
+	}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, cm); err != nil || cm.Data["replicas"] != "7" {
+		t.Errorf("web: data %v (%v), want the autoscaler's replicas 7", cm.Data, err)
 	}
 }

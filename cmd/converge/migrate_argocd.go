@@ -55,11 +55,11 @@ func translateApplication(app *unstructured.Unstructured) (*migration, error) {
 		m.Warnings = append(m.Warnings, fmt.Sprintf("%s: spec.targetNamespace %s puts every namespaced object in it; Argo CD's destination.namespace only filled in objects without a namespace",
 			m.From, ns))
 	}
-	translateArgoPolicy(r, m, s, spec)
+	respected := translateArgoPolicy(r, m, s, spec)
 	if p := r.str(spec, "spec", "project"); p != "" && p != "default" {
 		r.untranslate("spec.project", p, "a Sync is limited by its spec.serviceAccountName's RBAC, not by an AppProject")
 	}
-	r.untranslate("spec.ignoreDifferences", spec["ignoreDifferences"], reasonNoSyncKey)
+	translateArgoIgnore(r, m, s, spec, respected)
 	r.rest(spec, "spec", reasonNoSyncKey, "source", "sources", "destination", "syncPolicy", "project",
 		"ignoreDifferences", "info", "revisionHistoryLimit")
 	m.Applied = argoResources(r, app)
@@ -102,7 +102,7 @@ func translateArgoSource(r *specReader, m *migration, s *v1alpha1.Sync, spec map
 	s.Spec.Source.Git.Ref = argoRevision(m, r.str(src, "spec.source", "targetRevision"))
 	s.Spec.Path = cleanPath(r.str(src, "spec.source", "path"))
 	if k := r.object(src, "spec.source", "kustomize"); k != nil {
-		r.rest(k, "spec.source.kustomize", reasonBuild)
+		translateArgoKustomize(r, m, s, k)
 	}
 	d := r.object(src, "spec.source", "directory")
 	// A Sync reads a plain YAML folder's subfolders too, as directory.recurse does.
@@ -136,8 +136,9 @@ func argoRevision(m *migration, rev string) v1alpha1.GitRef {
 	return v1alpha1.GitRef{Branch: rev}
 }
 
-// translateArgoPolicy reads spec.syncPolicy.
-func translateArgoPolicy(r *specReader, m *migration, s *v1alpha1.Sync, spec map[string]any) {
+// translateArgoPolicy reads spec.syncPolicy; true when its sync options have
+// RespectIgnoreDifferences=true (a Sync always respects spec.ignore).
+func translateArgoPolicy(r *specReader, m *migration, s *v1alpha1.Sync, spec map[string]any) (respected bool) {
 	pol := r.object(spec, "spec", "syncPolicy")
 	auto := r.object(pol, "spec.syncPolicy", "automated")
 	if auto == nil {
@@ -152,11 +153,14 @@ func translateArgoPolicy(r *specReader, m *migration, s *v1alpha1.Sync, spec map
 		switch o {
 		case "ServerSideApply=true", "Validate=true", "Prune=true":
 			// A Sync always applies server-side, validated.
+		case "RespectIgnoreDifferences=true":
+			respected = true
 		default:
 			r.untranslate(fmt.Sprintf("spec.syncPolicy.syncOptions[%d]", i), o, reasonNoSyncKey)
 		}
 	}
 	r.rest(pol, "spec.syncPolicy", reasonNoSyncKey, "automated", "syncOptions")
+	return respected
 }
 
 // argoResources is the IDs of the objects the Application applied (status.resources).

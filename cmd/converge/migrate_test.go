@@ -393,9 +393,10 @@ spec:
 	assertNoSync(t, ns, "patched")
 }
 
-// argoApps are Applications: one that translates with a few fields that do not (kustomize
-// images and namePrefix, a CreateNamespace sync option, ignoreDifferences, a project), one
-// deploying to another cluster, one with several sources and one rendering a Helm chart.
+// argoApps are Applications: one that translates (kustomize images and namePrefix,
+// ignoreDifferences) with a few fields that do not (a CreateNamespace sync option, a
+// project), one deploying to another cluster, one with several sources and one rendering a
+// Helm chart.
 const argoApps = `apiVersion: argoproj.io/v1alpha1
 kind: Application
 metadata: {name: guestbook, namespace: NS, finalizers: [resources-finalizer.argocd.argoproj.io]}

@@ -218,7 +218,8 @@ type SyncSpec struct {
 	// +optional
 	Notifications []Notification `json:"notifications,omitempty"`
 	// Ignore lists fields to leave alone (an autoscaler's spec.replicas, a webhook's
-	// injections), as Flux's Kustomization spec.ignore.
+	// injections), by path or by the field managers that own them, as Flux's Kustomization
+	// spec.ignore and Argo CD's ignoreDifferences.
 	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	Ignore []IgnoreRule `json:"ignore,omitempty"`

@@ -305,6 +305,11 @@ func (in *IgnoreRule) DeepCopyInto(out *IgnoreRule) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.Managers != nil {
+		in, out := &in.Managers, &out.Managers
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Target != nil {
 		in, out := &in.Target, &out.Target
 		*out = new(PatchSelector)

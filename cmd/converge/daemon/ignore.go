@@ -11,7 +11,7 @@ import (
 func ignoreRules(s *v1alpha1.Sync) []engine.IgnoreRule {
 	var out []engine.IgnoreRule
 	for _, r := range s.Spec.Ignore {
-		rule := engine.IgnoreRule{Paths: r.Paths}
+		rule := engine.IgnoreRule{Paths: r.Paths, Managers: r.Managers}
 		if t := r.Target; t != nil {
 			rule.Target = &engine.ObjectSelector{Group: t.Group, Version: t.Version, Kind: t.Kind, Name: t.Name,
 				Namespace: t.Namespace, LabelSelector: t.LabelSelector, AnnotationSelector: t.AnnotationSelector}

@@ -66,3 +66,33 @@ func TestDaemonIgnoreLeavesFieldAlone(t *testing.T) {
 		t.Errorf("drift corrections = %v, want 1 (other only; web's ignored field is no drift)", got)
 	}
 }
+
+// TestDaemonIgnoreManagers: a spec.ignore rule naming a field manager reaches the engine:
+// the fields that manager changed in web are left alone through a full reconcile. (A rule
+// that lost its managers on the way would name nothing, a terminal error.)
+func TestDaemonIgnoreManagers(t *testing.T) {
+	f := newFixture(t)
+	rev := f.publish(map[string]string{
+		"web.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web, namespace: NS}\ndata: {replicas: \"3\", image: v1}\n",
+	})
+	f.startDaemon(env.Config)
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) {
+		s.Spec.Ignore = []v1alpha1.IgnoreRule{{Managers: []string{"autoscaler"}, Target: &v1alpha1.PatchSelector{Kind: "ConfigMap"}}}
+	})
+	f.waitSync("Ready", readyAt(rev))
+	cm, err := f.configMap("web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["replicas"], cm.Data["image"] = "7", "v0"
+	if err := f.c.Update(context.Background(), cm, client.FieldOwner("autoscaler")); err != nil {
+		t.Fatal(err)
+	}
+	f.requestReconcile("app")
+	f.waitSync("the request handled", func(s *v1alpha1.Sync) bool {
+		return s.Status.LastHandledRequest != "" && s.Status.LastHandledRequest == s.Annotations[v1alpha1.RequestedAtAnnotation] && readyAt(rev)(s)
+	})
+	if cm, err := f.configMap("web"); err != nil || cm.Data["replicas"] != "7" || cm.Data["image"] != "v0" {
+		t.Errorf("web: data %v (%v), want the autoscaler's replicas 7 and image v0 left alone", cm.Data, err)
+	}
+}
