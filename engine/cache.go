@@ -221,8 +221,11 @@ func (w *watchCache) onUpdate(gk schema.GroupKind, oldObj, newObj any) {
 		maps.Equal(n.GetLabels(), o.GetLabels()) && maps.Equal(n.GetAnnotations(), o.GetAnnotations())
 	// Every apply manager's field set as it was: whatever changed, no field an apply set
 	// (Converge's included) took another value or went away (fingerprint.go).
+	// A deletion (a deletionTimestamp set while finalizers hold the object) and a new object
+	// under the name change no field set and are never others' only.
 	othersOnly := appliedSets(n) == appliedSets(o) && appliedSets(n) != "" &&
-		n.GetAnnotations()[OwnerAnnotation] == o.GetAnnotations()[OwnerAnnotation]
+		n.GetAnnotations()[OwnerAnnotation] == o.GetAnnotations()[OwnerAnnotation] &&
+		n.GetUID() == o.GetUID() && n.GetDeletionTimestamp().Equal(o.GetDeletionTimestamp())
 	id := object.ObjMetadata{GroupKind: gk, Namespace: n.GetNamespace(), Name: n.GetName()}
 	if statusOnly || othersOnly || w.memo.at(id, n.GetResourceVersion()) {
 		return
