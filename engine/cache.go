@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -36,6 +37,7 @@ type watchCache struct {
 	changed func(inventoryID string) // nil: nobody listens
 	scoped  bool                     // the cache lists only objects with the scope's label
 	watched sync.Map                 // schema.GroupVersionKind → struct{}: handler added
+	whole   sync.Map                 // schema.GroupKind → struct{}: an informer of whole objects answered a read
 	synced  sync.Map                 // schema.GroupVersionKind → struct{}: its informer answered a read
 }
 
@@ -68,6 +70,9 @@ func (w *watchCache) Get(ctx context.Context, key client.ObjectKey, obj client.O
 	err := w.cache.Get(cctx, key, obj, opts...)
 	if err == nil || apierrors.IsNotFound(err) {
 		w.watchChanges(ctx, obj)
+		if _, ok := obj.(*unstructured.Unstructured); ok {
+			w.whole.Store(obj.GetObjectKind().GroupVersionKind().GroupKind(), struct{}{})
+		}
 		if err == nil || !w.scoped {
 			return err
 		}
@@ -148,6 +153,13 @@ func (w *watchCache) watchingKind(gk schema.GroupKind) bool {
 		return !found
 	})
 	return found
+}
+
+// cachesWhole reports whether an informer of whole objects of gk runs: reading one through
+// the cache starts none.
+func (w *watchCache) cachesWhole(gk schema.GroupKind) bool {
+	_, ok := w.whole.Load(gk)
+	return ok
 }
 
 // watchKinds starts the metadata informers of the kinds of items (watchKind).

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -37,5 +38,33 @@ func TestExternalObjectsReadWithoutCachingTheirKind(t *testing.T) {
 	}
 	if h.rt.CountResource("get", "podtemplates", "") == 0 {
 		t.Errorf("the PodTemplate was never read from the API server (%v)", h.rt.Counts())
+	}
+}
+
+// TestHealthChecksOfAWatchedKindCostNoRequest checks that health checks of a kind the watch
+// cache already holds (50 ConfigMaps beside a set that applies a ConfigMap) are read from it:
+// a no-op reconcile costs the inventory's read alone, as without them (the no-op budget of
+// docs/benchmarks.md). Without it: a GET per health check per reconcile, 51 requests.
+func TestHealthChecksOfAWatchedKindCostNoRequest(t *testing.T) {
+	h := newWatchHarness(t)
+	opts := testOpts()
+	opts.Timeout = 20 * time.Second
+	for i := range 50 {
+		name := fmt.Sprintf("ext-%02d", i)
+		if err := h.plain.Create(h.ctx, configMap(h.ns, name, map[string]any{"v": "1"})); err != nil {
+			t.Fatal(err)
+		}
+		opts.HealthChecks = append(opts.HealthChecks, object.ObjMetadata{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, Namespace: h.ns, Name: name})
+	}
+	objs := manyCMs(h.ns, "1", 1)
+	h.apply(opts, objs...)
+	res := h.settle(opts, 1, objs)
+	if got := len(res.Health); got != 50 {
+		t.Errorf("health of %d objects, want the 50 checks (no Wait)", got)
+	}
+	for _, oh := range res.Health {
+		if oh.Status != "Current" {
+			t.Errorf("health %+v, want Current", oh)
+		}
 	}
 }

@@ -38,7 +38,7 @@ func (e *Engine) newPoller(w waitSet) *polling.StatusPoller {
 		// poll instead of a GET per object.
 		return polling.NewStatusPoller(e.client, e.mapper, polling.Options{CustomStatusReaders: generic})
 	}
-	r := readinessReader{Reader: e.cache, byMeta: w.byMeta, direct: e.client, external: w.external}
+	r := readinessReader{Reader: e.cache, cache: e.cache, byMeta: w.byMeta, direct: e.client, external: w.external}
 	return polling.NewStatusPoller(r, e.mapper, polling.Options{
 		CustomStatusReaders:  generic,
 		ClusterReaderFactory: pollengine.ClusterReaderFactoryFunc(clusterreader.NewDirectClusterReader),
@@ -62,15 +62,29 @@ func atGeneration(applied map[object.ObjMetadata]int64, health *HealthRules) sta
 
 // readinessReader is the poller's reader: objects in byMeta are read as metadata only and
 // handed to kstatus without spec or status. Objects in external, which the set does not
-// apply (spec.healthChecks, depends-on outside the set), are read from the API server
-// (direct) with a GET each: through the watch cache, a health check of any kind would start
-// an informer holding every object of that kind in the cluster for the life of the daemon
-// (a Sync naming one Pod would cache them all).
+// apply (spec.healthChecks, depends-on outside the set), are read through the watch cache
+// only when it already holds their kind in the form read (metadata or whole objects), and
+// otherwise from the API server (direct) with a GET each: reading them through the cache
+// would start an informer holding every object of that kind in the cluster for the life of
+// the daemon (a Sync naming one Pod would cache them all).
 type readinessReader struct {
 	client.Reader
+	cache    *watchCache
 	byMeta   map[object.ObjMetadata]bool
 	direct   client.Reader
 	external map[object.ObjMetadata]bool
+}
+
+// readerOf is where the object id is read from: the cache, unless it is external and the
+// cache does not hold its kind in the form byMeta says.
+func (r readinessReader) readerOf(id object.ObjMetadata) client.Reader {
+	switch {
+	case !r.external[id]:
+		return r.Reader
+	case r.byMeta[id] && r.cache.watchingKind(id.GroupKind), !r.byMeta[id] && r.cache.cachesWhole(id.GroupKind):
+		return r.Reader
+	}
+	return r.direct
 }
 
 func (r readinessReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -80,10 +94,7 @@ func (r readinessReader) Get(ctx context.Context, key client.ObjectKey, obj clie
 	}
 	gvk := u.GroupVersionKind()
 	id := object.ObjMetadata{GroupKind: gvk.GroupKind(), Namespace: key.Namespace, Name: key.Name}
-	reader := r.Reader
-	if r.external[id] {
-		reader = r.direct
-	}
+	reader := r.readerOf(id)
 	if !r.byMeta[id] {
 		return reader.Get(ctx, key, obj, opts...)
 	}

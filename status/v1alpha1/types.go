@@ -188,8 +188,8 @@ type SyncSpec struct {
 	Webhook *Webhook `json:"webhook,omitempty"`
 	// HealthChecks are more objects to wait for before Ready=True, of any kind, whether the
 	// source declares them or not; they are only read, never applied or pruned. As Flux's
-	// Kustomization spec.healthChecks. Each is read from the API server at every readiness
-	// poll (objects the Sync does not apply are never cached).
+	// Kustomization spec.healthChecks. Each is read at every readiness poll: from the
+	// daemon's watch cache when it holds the kind already, else from the API server.
 	// +kubebuilder:validation:MaxItems=256
 	// +optional
 	HealthChecks []HealthCheck `json:"healthChecks,omitempty"`
