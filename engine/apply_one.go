@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -19,6 +20,7 @@ const (
 	msgCRDPending       = "CRD not yet installed; server-side dry-run skipped"
 	msgNamespacePending = "namespace not yet created; server-side dry-run skipped"
 	msgWouldRecreate    = "immutable field changed; would delete and recreate the object"
+	msgRegained         = "fields another manager had taken are Converge's again (their values were already the source's)"
 )
 
 // maxAttempts bounds how often applyOne reads an object from the API server because it
@@ -170,7 +172,15 @@ func (r *applyRun) compare(ctx context.Context, it *item, seen sight, out outcom
 		return decision{out: out, stale: true}
 	}
 	if live != nil && !drifted(live, dry) {
-		return decision{out: unchanged(out, live)}
+		if r.opts.DryRun || r.opts.Diff || !regains(live, dry, r.fieldManager()) {
+			return decision{out: unchanged(out, live)}
+		}
+		// The values are the source's, but fields it sets belong to another manager (one
+		// changed them and set them back): applying makes them Converge's again, so that the
+		// next change of them changes Converge's field set, which is what wakes a drift
+		// reconcile (fingerprint.go). Once, then the object is as applied.
+		out.change.Action, out.change.Message = ActionConfigured, msgRegained
+		return decision{out: out, send: true, over: live}
 	}
 	out.change.Action = ActionCreated
 	if live != nil {
@@ -428,6 +438,23 @@ func fieldManagerOf(opts ApplyOptions) string {
 		return opts.FieldManager
 	}
 	return FieldManager
+}
+
+// regains reports whether the apply the dry-run answered changes manager's own field set
+// (its Apply entry in managedFields): fields the desired object sets that live shows another
+// manager owning, or fields it no longer sets. The values may all be equal.
+func regains(live, dry *unstructured.Unstructured, manager string) bool {
+	return !bytes.Equal(appliedSet(live, manager), appliedSet(dry, manager))
+}
+
+// appliedSet is the field set of manager's Apply entry in u's managedFields, nil for none.
+func appliedSet(u *unstructured.Unstructured, manager string) []byte {
+	for _, mf := range u.GetManagedFields() {
+		if mf.Manager == manager && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Subresource == "" && mf.FieldsV1 != nil {
+			return mf.FieldsV1.Raw
+		}
+	}
+	return nil
 }
 
 // drifted reports whether the server's dry-run result differs from the live object in

@@ -12,11 +12,17 @@ import (
 // The watch cache keeps objects without their managedFields, which are most of an object's
 // metadata. What it keeps of them is a fingerprint of the field sets the apply managers own
 // (Converge's among them), and only on the metadata objects the change handler reads. It is
-// what tells drift from the changes of other controllers: a field an apply set can only
-// change value by being taken from its manager (an update, or a forced apply, moves it to
-// whoever wrote it; a removal drops it), which changes that manager's set. An autoscaler
-// writing spec.replicas that the source does not set, or a controller adding a field the
-// apply never owned, leaves every apply manager's set as it was, and wakes nobody.
+// what tells drift from the changes of other controllers: a field Converge's apply owns can
+// only change value by being taken from it (an update, or a forced apply, moves it to whoever
+// wrote it; a removal drops it), which changes Converge's set. An autoscaler writing
+// spec.replicas that the source does not set, or a controller adding a field the apply never
+// owned, leaves every apply manager's set as it was, and wakes nobody.
+//
+// That holds while Converge owns every field its source sets: a field taken and set back
+// before the reconcile stays the other manager's, so the run that finds it so applies once to
+// own it again (regains, apply_one.go). What the fingerprint cannot see, and the Sync's
+// interval finds: a mutating webhook rewriting a field during someone else's update (the
+// change is not recorded in managedFields), and a writer that rewrites managedFields itself.
 //
 // The fingerprint lives in metadata.selfLink, which the API server has not filled since
 // Kubernetes 1.20 and which nothing reads from the cache: 13 bytes per object, against
