@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/converge-dev/converge/inventory"
 )
@@ -440,11 +441,33 @@ func fieldManagerOf(opts ApplyOptions) string {
 	return FieldManager
 }
 
-// regains reports whether the apply the dry-run answered changes manager's own field set
-// (its Apply entry in managedFields): fields the desired object sets that live shows another
-// manager owning, or fields it no longer sets. The values may all be equal.
+// regains reports whether the apply the dry-run answered gives manager's Apply entry fields
+// that live shows another manager owning (not Converge's own updates, such as the owner
+// annotation's migration patch). The values may all be equal.
 func regains(live, dry *unstructured.Unstructured, manager string) bool {
-	return !bytes.Equal(appliedSet(live, manager), appliedSet(dry, manager))
+	before, after := appliedSet(live, manager), appliedSet(dry, manager)
+	if bytes.Equal(before, after) {
+		return false
+	}
+	gained := fieldSet(after).Difference(fieldSet(before))
+	if gained.Empty() {
+		return false
+	}
+	for _, mf := range live.GetManagedFields() {
+		if mf.FieldsV1 != nil && !ownManager(mf.Manager, manager) && !fieldSet(mf.FieldsV1.Raw).Intersection(gained).Empty() {
+			return true
+		}
+	}
+	return false
+}
+
+// fieldSet reads a managedFields entry's field set; empty when it cannot be read.
+func fieldSet(raw []byte) *fieldpath.Set {
+	set := &fieldpath.Set{}
+	if raw != nil && set.FromJSON(bytes.NewReader(raw)) != nil {
+		return &fieldpath.Set{}
+	}
+	return set
 }
 
 // appliedSet is the field set of manager's Apply entry in u's managedFields, nil for none.
