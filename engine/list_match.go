@@ -8,14 +8,15 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 )
 
-// Finding list elements by key or value for locate. Scanning a list for every path that
-// names one of its elements made one object's ignore rules cost the square of its longest
-// list (8,000 env entries another manager co-owns: 12 s per object); instead each list is
-// indexed once per adjust, on first use, by the encoded values of the key fields a path
-// names (or by its elements' values for v: paths), and a lookup reads one bucket. A found
-// element is checked against the list as it is now, since adjust edits the object between
-// lookups; the edits never touch what an element is found by (key fields are never left
-// out, and a field given the live value gets one equal to the key it was found by).
+// Finding list elements by key or value, for ignore rules (locate) and for trusting an
+// object unchanged (appliedAsDesired). Scanning a list for every path that names one of its
+// elements made both cost the square of an object's longest list (8,000 env entries: 15 s
+// an object); instead each list is indexed once per call, on first use, by the encoded
+// values of the key fields a path names (or by its elements' values for v: paths), and a
+// lookup reads one bucket. A candidate is checked against the list as it is now, since
+// adjust edits the object between lookups; the edits never touch what an element is found
+// by (key fields are never left out, and a field given the live value gets one equal to the
+// key it was found by).
 
 // maxKeyShapes bounds the sets of key field names one list is indexed by in one adjust: the
 // API server keys each list by one set, so more come only from managedFields written by
@@ -65,25 +66,28 @@ func (x *elements) list(l []any) *listIndex {
 }
 
 // match is the index of the one element of l that pe (a k: or v: element) selects; -1 when
-// none or several do. It finds what matchKeyed (defaulted, nothing used) and matchValue find.
+// none or several do.
 func (x *elements) match(l []any, pe fieldpath.PathElement) int {
-	if len(l) == 0 {
-		return -1
-	}
-	li := x.list(l)
 	if pe.Value != nil {
-		return x.matchValue(li, l, (*pe.Value).Unstructured())
+		return x.value(l, (*pe.Value).Unstructured(), nil)
 	}
 	key := make(map[string]any, len(*pe.Key))
 	for _, f := range *pe.Key {
 		key[f.Name] = f.Value.Unstructured()
 	}
-	return x.matchKeyed(li, l, key)
+	return x.keyed(l, key, true, nil)
 }
 
-// matchKeyed is the index of the one map element of l whose key fields equal key, preferring
-// exact matches to a missing protocol taken as "TCP"; -1 when none or several.
-func (x *elements) matchKeyed(li *listIndex, l []any, key map[string]any) int {
+// keyed is the index of the one map element of l that free accepts (nil: every element)
+// whose key fields equal key, or, with defaulted and no exact one, whose missing protocol
+// taken as "TCP" (the default the API server writes into a port's key) makes them equal; -1
+// when none or several.
+// An element free refuses once is never offered again.
+func (x *elements) keyed(l []any, key map[string]any, defaulted bool, free func(int) bool) int {
+	if len(l) == 0 {
+		return -1
+	}
+	li := x.list(l)
 	names := make([]string, 0, len(key))
 	for f := range key {
 		names = append(names, f)
@@ -102,29 +106,29 @@ func (x *elements) matchKeyed(li *listIndex, l []any, key map[string]any) int {
 	if !ok {
 		return -1 // a value equal to nothing
 	}
-	if i, n := x.unique(ki.exact, string(enc), l, key, false); n > 0 {
+	if i, n := x.unique(ki.exact, string(enc), l, key, false, free); n > 0 {
 		if n > 1 {
 			return -1
 		}
 		return i
 	}
-	if key["protocol"] != "TCP" {
+	if !defaulted || key["protocol"] != "TCP" {
 		return -1
 	}
-	if i, n := x.unique(ki.defaulted, string(enc), l, key, true); n == 1 {
+	if i, n := x.unique(ki.defaulted, string(enc), l, key, true, free); n == 1 {
 		return i
 	}
 	return -1
 }
 
-// unique checks the candidates of buckets[enc] against l as it is now, up to two, dropping
-// those that no longer match; it returns the first that does and how many do (0, 1 or 2).
-func (x *elements) unique(buckets map[string][]int, enc string, l []any, key map[string]any, assumeDefault bool) (int, int) {
+// unique checks the candidates of buckets[enc] against l as it is now and free, up to two,
+// dropping those that fail; it returns the first that passes and how many do (0, 1 or 2).
+func (x *elements) unique(buckets map[string][]int, enc string, l []any, key map[string]any, assumeDefault bool, free func(int) bool) (int, int) {
 	b := buckets[enc]
 	found, n := -1, 0
 	for j := 0; j < len(b) && n < 2; {
 		x.steps++
-		if m, ok := l[b[j]].(map[string]any); ok && keyMatches(m, key, assumeDefault) {
+		if m, ok := l[b[j]].(map[string]any); ok && keyMatches(m, key, assumeDefault) && (free == nil || free(b[j])) {
 			if n == 0 {
 				found = b[j]
 			}
@@ -177,8 +181,14 @@ func allPresent(m map[string]any, names []string, except string) bool {
 	return true
 }
 
-// matchValue is the index of the first element of l equal to v, or -1.
-func (x *elements) matchValue(li *listIndex, l []any, v any) int {
+// value is the index of the first element of l that free accepts (nil: every element) and
+// that is equal to v, or -1. An element free refuses
+// once is never offered again.
+func (x *elements) value(l []any, v any, free func(int) bool) int {
+	if len(l) == 0 {
+		return -1
+	}
+	li := x.list(l)
 	if li.values == nil {
 		li.values = map[string][]int{}
 		for i, e := range l {
@@ -193,9 +203,9 @@ func (x *elements) matchValue(li *listIndex, l []any, v any) int {
 		return -1
 	}
 	b := li.values[string(enc)]
-	for len(b) > 0 { // the first still equal: those edited since are dropped, in order
+	for len(b) > 0 { // the first that passes: those before it are dropped, keeping the order
 		x.steps++
-		if equalValue(l[b[0]], v) {
+		if equalValue(l[b[0]], v) && (free == nil || free(b[0])) {
 			break
 		}
 		b = b[1:]

@@ -8,26 +8,14 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
-	"sigs.k8s.io/structured-merge-diff/v6/value"
 )
 
 // coOwnedEnv is a Deployment whose one container has n env entries, and the managedFields
 // of a live copy where kubectl-edit and the run's apply both own every entry and
 // kube-controller-manager's scale entry owns spec.replicas.
 func coOwnedEnv(n int) (desired func() *unstructured.Unstructured, live *unstructured.Unstructured) {
-	env := make([]any, n)
-	var mf strings.Builder
-	mf.WriteString(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{"f:env":{`)
-	for i := range n {
-		name := fmt.Sprintf("E%06d", i)
-		env[i] = map[string]any{"name": name, "value": "v"}
-		if i > 0 {
-			mf.WriteString(",")
-		}
-		fmt.Fprintf(&mf, `"k:{\"name\":\"%s\"}":{".":{},"f:name":{},"f:value":{}}`, name)
-	}
-	mf.WriteString(`}}}}}}}`)
+	env, entries := envOf(n)
+	mf := `{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{"f:env":{` + entries + `}}}}}}}`
 	desired = func() *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "apps/v1", "kind": "Deployment",
@@ -38,11 +26,26 @@ func coOwnedEnv(n int) (desired func() *unstructured.Unstructured, live *unstruc
 	}
 	live = desired()
 	live.SetManagedFields([]metav1.ManagedFieldsEntry{
-		owned("kubectl-edit", metav1.ManagedFieldsOperationUpdate, "", mf.String()),
-		owned(FieldManager, metav1.ManagedFieldsOperationApply, "", mf.String()),
+		owned("kubectl-edit", metav1.ManagedFieldsOperationUpdate, "", mf),
+		owned(FieldManager, metav1.ManagedFieldsOperationApply, "", mf),
 		owned("kube-controller-manager", metav1.ManagedFieldsOperationUpdate, "scale", scaleReplicas),
 	})
 	return desired, live
+}
+
+// envOf is n env entries and their fields in fieldsV1 (the inside of f:env).
+func envOf(n int) ([]any, string) {
+	env := make([]any, n)
+	var mf strings.Builder
+	for i := range n {
+		name := fmt.Sprintf("E%06d", i)
+		env[i] = map[string]any{"name": name, "value": "v"}
+		if i > 0 {
+			mf.WriteString(",")
+		}
+		fmt.Fprintf(&mf, `"k:{\"name\":\"%s\"}":{".":{},"f:name":{},"f:value":{}}`, name)
+	}
+	return env, mf.String()
 }
 
 // TestIgnoreAdjustLinearInListLength: the work of fitting one object to its ignore rules
@@ -88,52 +91,38 @@ func TestIgnoreAdjustLinearInListLength(t *testing.T) {
 	}
 }
 
-// TestElementsMatchAsScan: the indexed lookup finds the element the linear scan finds
-// (matchKeyed with a missing protocol taken as "TCP", matchValue), duplicates, numbers of
-// other Go types, non-map elements and elements missing a key field included.
-func TestElementsMatchAsScan(t *testing.T) {
-	keyed := []any{
-		"scalar",
-		map[string]any{"containerPort": int64(80), "protocol": "TCP", "name": "http"},
-		map[string]any{"containerPort": int64(80), "protocol": "UDP"},
-		map[string]any{"containerPort": 53},
-		map[string]any{"containerPort": float64(8080)},
-		map[string]any{"containerPort": int64(9090)},
-		map[string]any{"containerPort": int64(9090)},
-		map[string]any{"name": "dup"}, map[string]any{"name": "dup"},
-		map[string]any{"name": "one", "value": map[string]any{"a": []any{int64(1), 2.5}}},
-		map[string]any{"protocol": "TCP"},
-	}
-	values := []any{"a", int64(3), 3.0, "b", "a", map[string]any{"k": int64(1)}, nil, true}
-	keys := []map[string]any{
-		{"containerPort": int64(80), "protocol": "TCP"}, {"containerPort": int64(80), "protocol": "UDP"},
-		{"containerPort": int64(53), "protocol": "TCP"}, {"containerPort": int64(53), "protocol": "UDP"},
-		{"containerPort": int64(8080), "protocol": "TCP"}, {"containerPort": 8080.0}, {"containerPort": 8080.5},
-		{"containerPort": int64(9090)}, {"containerPort": int64(9090), "protocol": "TCP"},
-		{"name": "dup"}, {"name": "one"}, {"name": "http"}, {"name": "none"}, {},
-	}
-	for _, key := range keys {
-		var fl value.FieldList
-		for k, v := range key {
-			fl = append(fl, value.Field{Name: k, Value: value.NewValueInterface(v)})
-		}
-		fl.Sort()
-		want := matchKeyed(keyed, make([]bool, len(keyed)), key, true)
+// TestAppliedAsDesiredLinearInListLength: trusting an unchanged object on its managedFields
+// examines a few list elements per env entry, not every entry for each: with 1,000 and 8,000
+// entries the Deployment the run applied is trusted, and one whose last entry another
+// manager changed is not.
+func TestAppliedAsDesiredLinearInListLength(t *testing.T) {
+	for _, n := range []int{1000, 8000} {
+		env, entries := envOf(n)
+		desired := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apps/v1", "kind": "Deployment",
+			"metadata": map[string]any{"name": "web", "namespace": "ns"},
+			"spec": map[string]any{"replicas": int64(2), "template": map[string]any{"spec": map[string]any{
+				"containers": []any{map[string]any{"name": "app", "image": "x", "env": env}}}}},
+		}}
+		live := desired.DeepCopy()
+		live.SetManagedFields([]metav1.ManagedFieldsEntry{owned(FieldManager, metav1.ManagedFieldsOperationApply, "",
+			`{"f:spec":{"f:replicas":{},"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"app\"}":{".":{},"f:name":{},"f:image":{},"f:env":{`+entries+`}}}}}}}`)})
 		x := &elements{}
-		for range 2 { // the second lookup reads the index the first built
-			if got := x.match(keyed, fieldpath.PathElement{Key: &fl}); got != want {
-				t.Errorf("key %v: index %d, want %d", key, got, want)
-			}
+		start := time.Now()
+		same := x.appliedAsDesired(desired, live, FieldManager)
+		t.Logf("n=%d env entries: appliedAsDesired took %v, examined %d list elements", n, time.Since(start), x.steps)
+		if !same {
+			t.Errorf("n=%d: the object as applied is not trusted unchanged", n)
 		}
-	}
-	for _, v := range append(values, int64(4), map[string]any{"k": 1.0}, false) {
-		want := matchValue(values, make([]bool, len(values)), v)
-		x := &elements{}
-		val := value.NewValueInterface(v)
-		for range 2 {
-			if got := x.match(values, fieldpath.PathElement{Value: &val}); got != want {
-				t.Errorf("value %v: index %d, want %d", v, got, want)
-			}
+		if limit := 6*int64(n) + 16; x.steps > limit {
+			t.Errorf("n=%d: appliedAsDesired examined %d list elements, want at most %d (linear in the list)", n, x.steps, limit)
+		}
+		edited := live.DeepCopy()
+		last, _, _ := unstructured.NestedSlice(edited.Object, "spec", "template", "spec", "containers")
+		last[0].(map[string]any)["env"].([]any)[n-1].(map[string]any)["value"] = "edited"
+		_ = unstructured.SetNestedSlice(edited.Object, last, "spec", "template", "spec", "containers")
+		if appliedAsDesired(desired, edited, FieldManager) {
+			t.Errorf("n=%d: an object whose last env entry was changed is trusted unchanged", n)
 		}
 	}
 }
