@@ -18,13 +18,14 @@ import (
 // by (key fields are never left out, and a field given the live value gets one equal to the
 // key it was found by).
 
-// maxKeyShapes bounds the sets of key field names one list is indexed by in one adjust: the
+// maxKeyShapes bounds the sets of key field names one list is indexed by in one call: the
 // API server keys each list by one set, so more come only from managedFields written by
-// hand, and a path keyed by a further set finds no element (its field is applied as
-// rendered) rather than costing another pass over the list.
+// hand, and a path keyed by a further set finds no element rather than costing another pass
+// over the list (an ignore rule then applies that field as rendered; appliedAsDesired is
+// unsure, and the object is dry-run).
 const maxKeyShapes = 8
 
-// elements indexes the lists of the objects of one adjust.
+// elements indexes the lists of the objects of one call (adjust, appliedAsDesired).
 type elements struct {
 	lists map[listID]*listIndex
 	// steps counts the list elements examined, indexing and checking candidates: the work
@@ -32,8 +33,8 @@ type elements struct {
 	steps int64
 }
 
-// listID is a list by identity: adjust never adds or removes list elements, and a list
-// replaced by another value is a new list.
+// listID is a list by identity: neither caller adds or removes list elements, and a list
+// adjust replaces by another value is a new list.
 type listID struct {
 	first *any
 	n     int
