@@ -8,6 +8,7 @@ import (
 
 	"github.com/fluxcd/pkg/ssa/jsondiff"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 )
 
 // Fields to leave alone (ApplyOptions.Ignore, Flux's Kustomization spec.ignore): a field of
@@ -68,6 +69,9 @@ type ignorer struct {
 	// answer, and owned says one of them had a field its managers own that the render sets.
 	seen  []map[*item]struct{}
 	owned []bool
+	// steps counts the list elements adjust examined to find fields (elements.steps), all
+	// objects together: the work that grows with the objects' lists.
+	steps int64
 }
 
 // ignoreRule is one compiled rule and where it came from.
@@ -312,10 +316,23 @@ func (ig *ignorer) leaveToOthers(it *item, orig, out, live *unstructured.Unstruc
 	if len(set) == 0 && len(rules) == 0 {
 		return
 	}
+	x := &elements{}
+	defer func() {
+		ig.mu.Lock()
+		ig.steps += x.steps
+		ig.mu.Unlock()
+	}()
 	own := readOwnership(live, ig.manager, func(name string) bool { return ig.takesOver(name) && !namedIn(name, it.kept) })
 	if len(set) > 0 {
+		toks := make([][]string, len(set))
+		for i, p := range set {
+			toks[i] = pointerTokens(p)
+		}
 		for leaf := range own.others.Leaves().All() {
-			if s, ok := locate(out.Object, leaf); ok && under(s.pointer(), set) && !own.ours.Has(leaf) {
+			if !mayLieUnder(leaf, toks) {
+				continue // not looked for: only the fields under the rules' paths are
+			}
+			if s, ok := x.locate(out.Object, leaf); ok && under(s.pointer(), set) && !own.ours.Has(leaf) {
 				s.leaveOut(out.Object)
 			}
 		}
@@ -323,14 +340,14 @@ func (ig *ignorer) leaveToOthers(it *item, orig, out, live *unstructured.Unstruc
 	for _, r := range rules {
 		found := false
 		for leaf := range own.of(r.managers).Leaves().All() {
-			s, ok := locate(out.Object, leaf)
+			s, ok := x.locate(out.Object, leaf)
 			if !ok || protectedBy(s.pointer(), ig.scopeKey) != "" {
 				continue
 			}
 			found = true
 			if !own.ours.Has(leaf) {
 				s.leaveOut(out.Object)
-			} else if l, ok := locate(live.Object, leaf); ok {
+			} else if l, ok := x.locate(live.Object, leaf); ok {
 				s.set(deepCopyValue(l.value))
 			}
 		}
@@ -342,6 +359,28 @@ func (ig *ignorer) leaveToOthers(it *item, orig, out, live *unstructured.Unstruc
 		ig.owned[r.index] = ig.owned[r.index] || found
 		ig.mu.Unlock()
 	}
+}
+
+// mayLieUnder reports whether the field at p can lie at or under one of the JSON pointers
+// whose tokens are paths, judged on p alone (a list element may be at any position): what
+// cannot is not looked for in the object.
+func mayLieUnder(p fieldpath.Path, paths [][]string) bool {
+	for _, toks := range paths {
+		if len(p) < len(toks) {
+			continue
+		}
+		i := 0
+		for ; i < len(toks); i++ {
+			pe := p[i]
+			if pe.FieldName != nil && *pe.FieldName != toks[i] || pe.FieldName == nil && pe.Key == nil && pe.Value == nil {
+				break
+			}
+		}
+		if i == len(toks) {
+			return true
+		}
+	}
+	return false
 }
 
 // deepCopyValue copies a JSON value of an unstructured object.

@@ -108,7 +108,7 @@ type spot struct {
 }
 
 // locate finds p in obj; false when obj does not set it, or p has a positional element.
-func locate(obj map[string]any, p fieldpath.Path) (spot, bool) {
+func (x *elements) locate(obj map[string]any, p fieldpath.Path) (spot, bool) {
 	var s spot
 	var cur any = obj
 	for i, pe := range p {
@@ -129,7 +129,7 @@ func locate(obj map[string]any, p fieldpath.Path) (spot, bool) {
 			if !ok {
 				return spot{}, false
 			}
-			idx := matchElement(l, pe)
+			idx := x.match(l, pe)
 			if idx < 0 {
 				return spot{}, false
 			}
@@ -140,20 +140,6 @@ func locate(obj map[string]any, p fieldpath.Path) (spot, bool) {
 		cur = s.value
 	}
 	return s, len(p) > 0
-}
-
-// matchElement is the index of the one element of l that pe (a k: or v: element) selects;
-// -1 when none or several do.
-func matchElement(l []any, pe fieldpath.PathElement) int {
-	used := make([]bool, len(l))
-	if pe.Value != nil {
-		return matchValue(l, used, (*pe.Value).Unstructured())
-	}
-	key := make(map[string]any, len(*pe.Key))
-	for _, f := range *pe.Key {
-		key[f.Name] = f.Value.Unstructured()
-	}
-	return matchKeyed(l, used, key, true)
 }
 
 // hasKeyField reports whether key names the field name.

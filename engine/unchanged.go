@@ -65,6 +65,12 @@ import (
 // edit made later is found by the next run (in watch mode, the edit's watch event makes the
 // memo miss). Ownership is decided before, on the same API server answer (mayTakeOver).
 func appliedAsDesired(desired, live *unstructured.Unstructured, manager string) bool {
+	return (&elements{}).appliedAsDesired(desired, live, manager)
+}
+
+// appliedAsDesired is appliedAsDesired finding list elements through x: each list is indexed
+// once, so the judgment is linear in the objects, not in the square of their longest list.
+func (x *elements) appliedAsDesired(desired, live *unstructured.Unstructured, manager string) bool {
 	if live.GetDeletionTimestamp() != nil || desired.GetAPIVersion() != live.GetAPIVersion() ||
 		desired.GetKind() != live.GetKind() || desired.GetName() != live.GetName() ||
 		desired.GetNamespace() != live.GetNamespace() {
@@ -85,7 +91,7 @@ func appliedAsDesired(desired, live *unstructured.Unstructured, manager string) 
 	if n != 1 || owned == nil {
 		return false
 	}
-	return sameMap(desired.Object, live.Object, owned, levelTop)
+	return x.sameMap(desired.Object, live.Object, owned, levelTop)
 }
 
 // Levels of sameMap: the fields that identify an object (apiVersion and kind at the top,
@@ -108,7 +114,7 @@ func skipped(level int, k string) bool {
 }
 
 // sameMap checks a granular map: d desired, l live, t its node of fieldsV1.
-func sameMap(d, l, t map[string]any, level int) bool {
+func (x *elements) sameMap(d, l, t map[string]any, level int) bool {
 	for k := range t { // 1: nothing owned that desired lacks
 		if k == "." {
 			continue
@@ -143,7 +149,7 @@ func sameMap(d, l, t map[string]any, level int) bool {
 		if level == levelTop && k == "metadata" {
 			child = levelMetadata
 		}
-		if !sameValue(dv, lv, sub, child) { // 2
+		if !x.sameValue(dv, lv, sub, child) { // 2
 			return false
 		}
 	}
@@ -152,7 +158,7 @@ func sameMap(d, l, t map[string]any, level int) bool {
 
 // sameValue checks one owned field: t is its node of fieldsV1, a leaf ({}: a scalar or an
 // atomic value, compared whole) or a granular map or list.
-func sameValue(d, l, t any, level int) bool {
+func (x *elements) sameValue(d, l, t any, level int) bool {
 	node, ok := t.(map[string]any)
 	if !ok {
 		return false
@@ -163,10 +169,10 @@ func sameValue(d, l, t any, level int) bool {
 	switch d := d.(type) {
 	case map[string]any:
 		lm, ok := l.(map[string]any)
-		return ok && sameMap(d, lm, node, level)
+		return ok && x.sameMap(d, lm, node, level)
 	case []any:
 		ll, ok := l.([]any)
-		return ok && sameList(d, ll, node)
+		return ok && x.sameList(d, ll, node)
 	}
 	return false
 }
@@ -176,11 +182,12 @@ func sameValue(d, l, t any, level int) bool {
 // the same position. The order is not a field of fieldsV1 (an update that only reorders the
 // list leaves managedFields as they were), and an apply may put it back, so a list in
 // another order is not trusted.
-func sameList(d, l []any, t map[string]any) bool {
+func (x *elements) sameList(d, l []any, t map[string]any) bool {
 	if len(d) != len(l) {
 		return false
 	}
 	usedD, usedL := make([]bool, len(d)), make([]bool, len(l))
+	freeD, freeL := func(i int) bool { return !usedD[i] }, func(i int) bool { return !usedL[i] }
 	for k, sub := range t {
 		if k == "." {
 			continue
@@ -192,13 +199,13 @@ func sameList(d, l []any, t map[string]any) bool {
 			if !ok || len(key) == 0 {
 				return false
 			}
-			di, li = matchKeyed(d, usedD, key, true), matchKeyed(l, usedL, key, false)
+			di, li = x.keyed(d, key, true, freeD), x.keyed(l, key, false, freeL)
 		case strings.HasPrefix(k, "v:"):
 			v := decodeKey(k[2:])
 			if v == nil {
 				return false
 			}
-			di, li = matchValue(d, usedD, v), matchValue(l, usedL, v)
+			di, li = x.value(d, v, freeD), x.value(l, v, freeL)
 		default: // i: (by position) or unknown: not judged
 			return false
 		}
@@ -206,7 +213,7 @@ func sameList(d, l []any, t map[string]any) bool {
 			return false
 		}
 		usedD[di], usedL[li] = true, true
-		if !sameValue(d[di], l[li], sub, levelBody) {
+		if !x.sameValue(d[di], l[li], sub, levelBody) {
 			return false
 		}
 	}
@@ -250,32 +257,6 @@ func fromJSONNumbers(v any) any {
 	return v
 }
 
-// matchKeyed returns the index of the one unused map element of list whose key fields equal
-// key, or -1 when there is none or more than one. In desired (defaulted), a port's missing
-// protocol matches "TCP", the default the API server writes into the key; exact matches are
-// preferred.
-func matchKeyed(list []any, used []bool, key map[string]any, defaulted bool) int {
-	found := -1
-	for pass := 0; pass < 2 && found < 0; pass++ {
-		if pass == 1 && !defaulted {
-			break
-		}
-		n := 0
-		for i, e := range list {
-			m, ok := e.(map[string]any)
-			if !ok || used[i] || !keyMatches(m, key, pass == 1) {
-				continue
-			}
-			n++
-			found = i
-		}
-		if n > 1 {
-			return -1
-		}
-	}
-	return found
-}
-
 // keyMatches reports whether m has the key fields of key; with assumeDefault, a missing
 // protocol counts as "TCP".
 func keyMatches(m, key map[string]any, assumeDefault bool) bool {
@@ -289,16 +270,6 @@ func keyMatches(m, key map[string]any, assumeDefault bool) bool {
 		}
 	}
 	return true
-}
-
-// matchValue returns the index of the first unused element of list equal to v, or -1.
-func matchValue(list []any, used []bool, v any) int {
-	for i, e := range list {
-		if !used[i] && equalValue(e, v) {
-			return i
-		}
-	}
-	return -1
 }
 
 // isScalar reports whether v is a JSON scalar (or null).
