@@ -1,6 +1,0 @@
-//go:build cgo
-
-package sources
-
-// cgoThreadMargin is address space for the 8 MiB stack reservations of about 24 threads.
-const cgoThreadMargin = 192 << 20
