@@ -26,6 +26,8 @@ type Decryption struct {
 	Timeout time.Duration
 	// MaxMemory bounds the memory of the decryption program; zero: sops.DefaultMaxMemory.
 	MaxMemory int64
+	// Slot, when set, is taken while the decryption program runs (sops.Options.Slot).
+	Slot func(ctx context.Context) (release func(), err error)
 	// Hints end the error of each failure with a line saying what to do.
 	Hints Hints
 }
@@ -87,7 +89,7 @@ func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle
 		dctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	out, err := sops.DecryptWith(dctx, b, keys, sops.Options{MaxMemory: d.MaxMemory, MemorySetting: d.Hints.Memory})
+	out, err := sops.DecryptWith(dctx, b, keys, sops.Options{MaxMemory: d.MaxMemory, MemorySetting: d.Hints.Memory, Slot: d.Slot})
 	switch {
 	case err == nil:
 		return out, nil

@@ -18,6 +18,9 @@ type Options struct {
 	// MemorySetting names the setting of MaxMemory in the error of a decryption that
 	// needed more ("--render-memory-limit"); empty: none is named.
 	MemorySetting string
+	// Slot, when set, is taken while the decryption program runs (a render slot: see
+	// sources.AcquireRenderSlot) and given back by the func it returns.
+	Slot func(ctx context.Context) (release func(), err error)
 }
 
 // DefaultMaxMemory is the decryption program's default memory budget: a render child's

@@ -80,6 +80,13 @@ func runProgram(ctx context.Context, b *sources.Bundle, idx []int, keys *Keys, o
 	if memory <= 0 {
 		memory = DefaultMaxMemory
 	}
+	if opts.Slot != nil {
+		release, err := opts.Slot(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("decryption did not start: %w", err)
+		}
+		defer release()
+	}
 	// The keys go on stdin only: never in the arguments or the environment, which other
 	// processes of the machine may read.
 	cmd := exec.CommandContext(ctx, path)

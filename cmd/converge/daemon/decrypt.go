@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/pipeline"
 	"github.com/converge-dev/converge/sources/sops"
 	"github.com/converge-dev/converge/status/v1alpha1"
@@ -11,8 +12,9 @@ import (
 
 // decryption is how s's SOPS-encrypted objects are decrypted: with the age keys of
 // spec.decryption.secretRef (decryptionKeys), within --build-timeout, the decryption program
-// within --render-memory-limit. An encrypted object without spec.decryption is refused:
-// applying ciphertext is never what its author wants.
+// within --render-memory-limit and holding a render slot (--render-slots), as a render
+// child does. An encrypted object without spec.decryption is refused: applying ciphertext
+// is never what its author wants.
 func (r *reconciler) decryption(s *v1alpha1.Sync) pipeline.Decryption {
 	d := s.Spec.Decryption
 	if d == nil {
@@ -23,6 +25,9 @@ func (r *reconciler) decryption(s *v1alpha1.Sync) pipeline.Decryption {
 		Keys:      func(ctx context.Context) (*sops.Keys, error) { return r.decryptionKeys(ctx, s) },
 		Timeout:   r.render.buildTimeout(),
 		MaxMemory: r.render.limits.MaxRenderMemory,
+		Slot: func(ctx context.Context) (func(), error) {
+			return sources.AcquireRenderSlot(ctx, r.render.limits, s.Namespace)
+		},
 		Hints: pipeline.Hints{Invalid: "the source must be fixed; nothing was applied or pruned", Timeout: "--build-timeout",
 			Memory: "--render-memory-limit"},
 	}
