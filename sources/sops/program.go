@@ -61,18 +61,7 @@ func runProgram(ctx context.Context, b *sources.Bundle, idx []int, keys *Keys, o
 	if err != nil {
 		return nil, err
 	}
-	req := wire.Request{Identities: keys.age, Objects: make([]wire.Object, len(idx))}
-	for n, i := range idx {
-		js, err := b.Objects[i].MarshalJSON()
-		if err != nil {
-			return nil, err
-		}
-		req.Objects[n].Object = js
-		if i < len(b.Ordered) {
-			req.Objects[n].Doc = string(b.Ordered[i])
-		}
-	}
-	in, err := json.Marshal(req)
+	in, err := request(b, idx, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -132,6 +121,23 @@ func runProgram(ctx context.Context, b *sources.Bundle, idx []int, keys *Keys, o
 		return nil, fmt.Errorf("%w: %s answered for %d objects, not %d", ErrProgram, path, len(answer.Results), len(idx))
 	}
 	return answer.Results, nil
+}
+
+// request encodes the program's request: the objects of b at idx, with their documents as
+// written, and the identities of keys.
+func request(b *sources.Bundle, idx []int, keys *Keys) ([]byte, error) {
+	req := wire.Request{Identities: keys.age, Objects: make([]wire.Object, len(idx))}
+	for n, i := range idx {
+		js, err := b.Objects[i].MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		req.Objects[n].Object = js
+		if i < len(b.Ordered) {
+			req.Objects[n].Doc = string(b.Ordered[i])
+		}
+	}
+	return json.Marshal(req)
 }
 
 func setting(name string) string {
