@@ -25,8 +25,12 @@ help: ## list targets
 # kustomize's import of "plugin" makes the link dynamic: every symbol exported (a 22 MB
 # dynamic symbol table) and every exported method of every reachable type kept, up to
 # 32 MB more of the binary in a running daemon's resident set (docs/benchmarks.md, memory).
-build: ## build bin/converge and bin/devcluster
+# bin/converge-decrypt is the SOPS decryption program converge starts (from its own folder)
+# when a render holds an encrypted object: the only binary that links sops and, through it,
+# every cloud KMS client and gRPC (docs/benchmarks.md, memory).
+build: ## build bin/converge, bin/converge-decrypt and bin/devcluster
 	CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN)/converge ./cmd/converge
+	CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN)/converge-decrypt ./cmd/converge-decrypt
 	go build -trimpath -o $(BIN)/devcluster ./e2e/devcluster
 
 controlplane: ## build etcd, kube-apiserver, controllers, scheduler, kwok (cached in ~/.cache/converge)

@@ -56,7 +56,7 @@ type pkg struct {
 	Deps       []string
 }
 
-// binaryPkg is the one binary, package main: nothing imports it. Its daemon package is
+// binaryPkg is the converge binary, package main: nothing imports it. Its daemon package is
 // imported by it alone (the daemon is run by `converge run`, never by a library), the
 // daemon's own packages (shard, fence, notify, webhook, httpserve) by the daemon and each
 // other alone; its internal packages hold what its CLI verbs and the daemon share.
@@ -130,5 +130,46 @@ func TestImportDirections(t *testing.T) {
 	}
 	if n < 8 {
 		t.Fatalf("go list saw %d packages; the test is not looking at the module", n)
+	}
+}
+
+// TestOnlyTheDecryptionProgramLinksSops: converge (daemon and CLI) links no sops package,
+// and the decryption program converge starts links sops and nothing of the render. sops'
+// root package imports every cloud KMS client and gRPC, and its stores Google Cloud Storage,
+// S3 and gRPC's xDS: 28 MB of code and read-only data resident in the daemon and in each
+// render child (docs/benchmarks.md, memory), for age decryption that converge-decrypt does.
+func TestOnlyTheDecryptionProgramLinksSops(t *testing.T) {
+	deps := func(pkg string) []string {
+		t.Helper()
+		out, err := exec.Command("go", "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		return strings.Fields(string(out))
+	}
+	const sops = "github.com/getsops/"
+	binary := deps(binaryPkg)
+	if len(binary) < 100 {
+		t.Fatalf("go list saw %d dependencies of %s; the test is not looking at the binary", len(binary), binaryPkg)
+	}
+	for _, d := range binary {
+		if strings.HasPrefix(d, sops) {
+			t.Errorf("%s links %s: only %s/cmd/converge-decrypt may link sops", binaryPkg, d, module)
+		}
+	}
+	linksSops := false
+	for _, d := range deps(module + "/cmd/converge-decrypt") {
+		linksSops = linksSops || strings.HasPrefix(d, sops)
+		if d == module+"/sources" || d == module+"/sources/sops" {
+			t.Errorf("converge-decrypt links %s: it decrypts, and needs nothing of the render", d)
+		}
+		for _, banned := range []string{"sigs.k8s.io/kustomize/", "helm.sh/helm/", "k8s.io/client-go/", module + "/engine"} {
+			if strings.HasPrefix(d, banned) {
+				t.Errorf("converge-decrypt links %s: it decrypts, and needs nothing of the render or the cluster", d)
+			}
+		}
+	}
+	if !linksSops {
+		t.Errorf("converge-decrypt links no sops package: the test is not looking at the decryption program")
 	}
 }

@@ -15,8 +15,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/converge-dev/converge/sources/internal/childproc"
 )
 
 // An isolated build runs kustomize in a child process: the binary itself, re-executed with
@@ -115,7 +116,7 @@ func serveChild(in io.Reader, out io.Writer) int {
 	}
 	// Before anything of the source is read: whatever it holds, the build runs under the
 	// limit.
-	if err := limitMemory(req.Limits.withDefaults().MaxRenderMemory); err != nil {
+	if err := childproc.LimitMemory(req.Limits.withDefaults().MaxRenderMemory); err != nil {
 		fmt.Fprintln(os.Stderr, "render child:", err)
 		return 2
 	}
@@ -178,10 +179,10 @@ func runChild(ctx context.Context, file, what string, req childRequest, opts Ren
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = childEnviron(opts.AllowRemoteBases && req.Helm == nil, b.limits)
 	cmd.Stdin = bytes.NewReader(js)
-	stderr := &tailBuffer{max: 4096, headMax: 4096}
+	stderr := &childproc.TailBuffer{Max: 4096, HeadMax: 4096}
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
-	killWithParent(cmd)
+	childproc.KillWithParent(cmd)
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, fmt.Errorf("%s: isolated %s: %w", file, what, err)
@@ -213,14 +214,14 @@ type answer struct {
 
 // answerResult sorts out how an isolated build ended: stopped, out of memory or of its
 // byte budget, failed, or its objects.
-func answerResult(ctx context.Context, file, what string, a answer, stdout *budgetReader, stderr *tailBuffer, b *budget) ([]decoded, error) {
+func answerResult(ctx context.Context, file, what string, a answer, stdout *budgetReader, stderr *childproc.TailBuffer, b *budget) ([]decoded, error) {
 	objs, resp, readErr, waitErr := a.objs, a.resp, a.readErr, a.waitErr
 	switch {
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("%s: %s stopped: %w", file, what, context.Cause(ctx))
 	case stdout.over:
 		return nil, b.read(b.remaining() + 1) // fails, naming the limit
-	case waitErr != nil && outOfMemory(waitErr, stderr, a.killed):
+	case waitErr != nil && childproc.OutOfMemory(waitErr, stderr.Head(), a.killed):
 		return nil, &InputError{File: file, Err: fmt.Errorf("%w of %d MiB (raise it with --render-memory-limit)",
 			ErrRenderMemory, b.limits.MaxRenderMemory>>20)}
 	case IsTerminal(readErr):
@@ -251,7 +252,7 @@ var (
 
 // childEnviron is a render child's environment: the few variables it keeps, the child
 // marker, a soft memory limit of its own (three quarters of its hard one, MaxRenderMemory,
-// which the child sets on itself: see limitMemory), and, without remote bases, no way to
+// which the child sets on itself: see childproc.LimitMemory), and, without remote bases, no way to
 // start a program or to let git use any protocol.
 func childEnviron(allowRemote bool, limits Limits) []string {
 	kept := childEnvKept
@@ -341,48 +342,3 @@ func refusedURLs() []string {
 	defer refused.Unlock()
 	return refused.urls
 }
-
-// outOfMemory reports whether a render child ended for want of memory: the Go runtime's
-// fatal error when the kernel refuses it address space (its first line, before the
-// goroutine dump; the race detector's own, and the race runtime's "too many address space
-// collisions" when its heap cannot grow, when built with it), or, when the parent did not
-// kill it (killed), a SIGKILL: the kernel's OOM killer.
-func outOfMemory(err error, stderr *tailBuffer, killed bool) bool {
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) {
-		return false
-	}
-	if ws, ok := exit.Sys().(syscall.WaitStatus); ok && !killed && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-		return true
-	}
-	head := string(stderr.head)
-	for _, s := range []string{"out of memory", "cannot allocate memory", "errno=12", "pthread_create failed",
-		"failed to create new OS thread", "ThreadSanitizer failed to allocate",
-		"too many address space collisions"} {
-		if strings.Contains(head, s) {
-			return true
-		}
-	}
-	return false
-}
-
-// tailBuffer keeps the last max bytes written to it, and the first headMax apart.
-type tailBuffer struct {
-	max     int
-	buf     []byte
-	headMax int
-	head    []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	if n := min(b.headMax-len(b.head), len(p)); n > 0 {
-		b.head = append(b.head, p[:n]...)
-	}
-	b.buf = append(b.buf, p...)
-	if len(b.buf) > b.max {
-		b.buf = b.buf[len(b.buf)-b.max:]
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string { return string(b.buf) }

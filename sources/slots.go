@@ -130,3 +130,11 @@ func tenantOf(ctx context.Context) string {
 	t, _ := ctx.Value(tenantKey{}).(string)
 	return t
 }
+
+// AcquireRenderSlot takes one of the process's limits.RenderSlots render slots for tenant,
+// waiting until ctx ends, and returns the func that gives it back: for other work under
+// Limits.MaxRenderMemory in a child of its own (SOPS decryption), so that the children of
+// a process hold at most RenderSlots × MaxRenderMemory together.
+func AcquireRenderSlot(ctx context.Context, limits Limits, tenant string) (func(), error) {
+	return renderSlots(limits.RenderSlots).acquire(ctx, tenant)
+}

@@ -246,6 +246,7 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 	if err != nil {
 		return nil, err
 	}
+	dec.MaxMemory, dec.Hints.Memory = f.limits.MaxRenderMemory, "--render-memory-limit"
 	res, err := pipeline.Prepare(ctx, b, pipeline.Options{Decryption: dec, Substitution: f.subst.substitution(f.limits)})
 	f.decryption.prepared(res)
 	f.redact = res.Redactor

@@ -15,6 +15,7 @@ import (
 	"github.com/converge-dev/converge/cmd/converge/internal/synctest"
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/gitserver"
+	"github.com/converge-dev/converge/e2e/sopsfixture"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
@@ -26,7 +27,8 @@ import (
 var env *cluster.Cluster
 
 func TestMain(m *testing.M) {
-	sources.ServeChild() // renders are isolated: this binary serves as their child
+	sources.ServeChild()          // renders are isolated: this binary serves as their child
+	sopsfixture.ServeDecryption() // and as the SOPS decryption program
 	cluster.Main(m, cluster.API, &env)
 }
 

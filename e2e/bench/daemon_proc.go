@@ -21,19 +21,22 @@ import (
 )
 
 // buildConverge builds cmd/converge into dir as the image does (Dockerfile: a static binary,
-// CGO_ENABLED=0, -trimpath, -ldflags "-s -w") and returns the binary's path. The daemon's
-// resident set is measured on what users run: with cgo, kustomize's import of "plugin"
-// turns the link into a dynamic one that exports every symbol (a 22 MB dynamic symbol
-// table) and keeps every exported method of every reachable type; a 10,000-object
-// daemon had about 95 MB of its RSS in the file pages of such a binary.
+// CGO_ENABLED=0, -trimpath, -ldflags "-s -w") and returns the binary's path, with
+// cmd/converge-decrypt beside it (the SOPS decryption program converge starts from its own
+// folder). The daemon's resident set is measured on what users run: with cgo, kustomize's
+// import of "plugin" turns the link into a dynamic one that exports every symbol (a 22 MB
+// dynamic symbol table) and keeps every exported method of every reachable type; a
+// 10,000-object daemon had about 95 MB of its RSS in the file pages of such a binary.
 func buildConverge(ctx context.Context, dir string) (string, error) {
-	path := filepath.Join(dir, "converge")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", path, "github.com/converge-dev/converge/cmd/converge")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build converge: %w\n%s", err, out)
+	for _, name := range []string{"converge-decrypt", "converge"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, name),
+			"github.com/converge-dev/converge/cmd/"+name)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build %s: %w\n%s", name, err, out)
+		}
 	}
-	return path, nil
+	return filepath.Join(dir, "converge"), nil
 }
 
 // daemonOptions are the settings of one `converge run`.

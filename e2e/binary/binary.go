@@ -20,7 +20,8 @@ var (
 	buildErr  error
 )
 
-// Converge builds github.com/converge-dev/converge/cmd/converge once and returns its path.
+// Converge builds github.com/converge-dev/converge/cmd/converge once and returns its path,
+// with cmd/converge-decrypt beside it, where converge finds its SOPS decryption program.
 func Converge(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -30,12 +31,14 @@ func Converge(t testing.TB) string {
 			return
 		}
 		path = filepath.Join(dir, "converge")
-		// Static, as `make build` and the image build it: no cgo.
-		build := exec.Command("go", "build", "-o", path, "github.com/converge-dev/converge/cmd/converge")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := build.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		for _, name := range []string{"converge-decrypt", "converge"} {
+			// Static, as `make build` and the image build them: no cgo.
+			build := exec.Command("go", "build", "-o", filepath.Join(dir, name), "github.com/converge-dev/converge/cmd/"+name)
+			build.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := build.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", name, err, out)
+				return
+			}
 		}
 	})
 	if buildErr != nil {

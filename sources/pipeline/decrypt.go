@@ -24,6 +24,10 @@ type Decryption struct {
 	KeepEncrypted bool
 	// Timeout bounds the decryption (not Keys); zero: ctx alone.
 	Timeout time.Duration
+	// MaxMemory bounds the memory of the decryption program; zero: sops.DefaultMaxMemory.
+	MaxMemory int64
+	// Slot, when set, is taken while the decryption program runs (sops.Options.Slot).
+	Slot func(ctx context.Context) (release func(), err error)
 	// Hints end the error of each failure with a line saying what to do.
 	Hints Hints
 }
@@ -40,15 +44,19 @@ type Hints struct {
 	// Timeout names the setting of Decryption.Timeout in the error of a decryption that
 	// did not finish within it.
 	Timeout string
+	// Memory names the setting of Decryption.MaxMemory in the error of a decryption that
+	// needed more.
+	Memory string
 }
 
 // DecryptError is a failure to decrypt a Bundle.
 type DecryptError struct {
 	Err error
 	// Terminal says only a new source fixes it (an encrypted object without keys
-	// configured, an object that cannot be decrypted with any key); otherwise a change of
-	// the keys, or another try, may (no key given opens an object, a timeout, a failed read
-	// of the keys).
+	// configured, an object that cannot be decrypted with any key, a decryption over its
+	// memory or answer bound); otherwise a change of the keys, or another try, may (no key
+	// given opens an object, a timeout, a failed read of the keys, the decryption program
+	// missing or failing).
 	Terminal bool
 }
 
@@ -81,7 +89,7 @@ func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle
 		dctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	out, err := sops.Decrypt(dctx, b, keys)
+	out, err := sops.DecryptWith(dctx, b, keys, sops.Options{MaxMemory: d.MaxMemory, MemorySetting: d.Hints.Memory, Slot: d.Slot})
 	switch {
 	case err == nil:
 		return out, nil
@@ -90,6 +98,9 @@ func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle
 	case errors.Is(err, sops.ErrKey):
 		// A wrong key is fixed in the keys, not in the source.
 		return nil, &DecryptError{Err: withHint(err, d.Hints.WrongKey)}
+	case errors.Is(err, sops.ErrNoProgram), errors.Is(err, sops.ErrProgram):
+		// Installing the program, or another try, may fix it: the source may be fine.
+		return nil, &DecryptError{Err: err}
 	}
 	return nil, &DecryptError{Err: withHint(err, d.Hints.Invalid), Terminal: true}
 }

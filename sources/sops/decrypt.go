@@ -1,139 +1,100 @@
 package sops
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
-	"time"
 
-	gosops "github.com/getsops/sops/v3"
-	"github.com/getsops/sops/v3/aes"
-	sopsage "github.com/getsops/sops/v3/age"
-	"github.com/getsops/sops/v3/config"
-	"github.com/getsops/sops/v3/keyservice"
-	"github.com/getsops/sops/v3/stores/dotenv"
-	"github.com/getsops/sops/v3/stores/ini"
-	sopsjson "github.com/getsops/sops/v3/stores/json"
-	sopsyaml "github.com/getsops/sops/v3/stores/yaml"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 
 	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/sources/sops/internal/wire"
 )
 
-var (
-	// ErrNotConfigured reports an encrypted object while no decryption is configured:
-	// applying ciphertext as a Secret is never what its author wants, so it is refused.
-	ErrNotConfigured = errors.New("is SOPS-encrypted and decryption is not configured")
-	// ErrKey reports that none of the given keys can decrypt an object's data key: a wrong
-	// or missing key. The fix is in the keys, not in the source.
-	ErrKey = errors.New("no given key can decrypt it")
-	// ErrIntegrity reports an object whose ciphertext or SOPS metadata is damaged or was
-	// altered (the MAC does not match): the fix is in the source.
-	ErrIntegrity = errors.New("SOPS integrity check failed")
-	// ErrUnsupported reports SOPS content that cannot be decrypted after the render: a
-	// secretGenerator "envs" entry of an encrypted .env file, which kustomize has already
-	// split into one entry per variable (Flux decrypts such files on disk first).
-	ErrUnsupported = errors.New("holds a SOPS-encrypted .env file split by a secretGenerator (envs); " +
-		"list the encrypted file under files instead, or encrypt the Secret itself")
-)
-
-// ObjectError is the failure to decrypt one object. Its message names the object's origin,
-// the object and the entry, never a value.
-type ObjectError struct {
-	// Origin is where the object was rendered from (sources.Bundle.Origins).
-	Origin string
-	// Object is "Kind namespace/name" or "Kind name".
-	Object string
-	// Entry is the Secret data entry ("data.<key>") for an encrypted file entry; empty when
-	// the whole object is encrypted.
-	Entry string
-	// Err is the cause: ErrNotConfigured, ErrKey or ErrIntegrity, wrapped.
-	Err error
+// Options bound one decryption beside its context.
+type Options struct {
+	// MaxMemory is the decryption program's memory budget; zero: DefaultMaxMemory.
+	MaxMemory int64
+	// MemorySetting names the setting of MaxMemory in the error of a decryption that
+	// needed more ("--render-memory-limit"); empty: none is named.
+	MemorySetting string
+	// Slot, when set, is taken while the decryption program runs (a render slot: see
+	// sources.AcquireRenderSlot) and given back by the func it returns.
+	Slot func(ctx context.Context) (release func(), err error)
 }
 
-// Error formats origin, object, entry, then the cause.
-func (e *ObjectError) Error() string {
-	var b strings.Builder
-	if e.Origin != "" {
-		b.WriteString(e.Origin + ": ")
-	}
-	b.WriteString(e.Object)
-	if e.Entry != "" {
-		b.WriteString(": " + e.Entry)
-	}
-	b.WriteString(": " + e.Err.Error())
-	return b.String()
+// DefaultMaxMemory is the decryption program's default memory budget: a render child's
+// (sources.DefaultMaxRenderMemory). Decrypting takes a few times the size of the encrypted
+// objects, which the render's limits already bound.
+const DefaultMaxMemory = 64 << 20
+
+// Decrypt is DecryptWith with the default Options.
+func Decrypt(ctx context.Context, b *sources.Bundle, keys *Keys) (*sources.Bundle, error) {
+	return DecryptWith(ctx, b, keys, Options{})
 }
 
-// Unwrap returns the cause.
-func (e *ObjectError) Unwrap() error { return e.Err }
-
-// Encrypted reports whether o carries SOPS metadata: a top-level "sops" field with a MAC,
-// as Flux's kustomize-controller decides (any kind), or, for a Secret, a data entry that
-// is itself a SOPS-encrypted file (or entries that are the variables of one, which
-// Decrypt refuses).
-func Encrypted(o *unstructured.Unstructured) bool {
-	return wholeEncrypted(o) || len(encryptedEntries(o)) > 0 || splitDotenv(o)
-}
-
-func wholeEncrypted(o *unstructured.Unstructured) bool {
-	mac, found, _ := unstructured.NestedFieldNoCopy(o.Object, "sops", "mac")
-	return found && mac != nil && mac != ""
-}
-
-// markers are the bytes a SOPS-encrypted file of each format holds (its MAC entry), as
-// Flux detects encrypted Secret entries.
-var markers = []struct {
-	format string
-	b      []byte
-}{
-	{"yaml", []byte("mac: ENC[")},
-	{"json", []byte(`"mac": "ENC[`)},
-	{"dotenv", []byte("sops_mac=ENC[")},
-	{"ini", []byte("[sops]")},
-}
-
-// encryptedEntries returns the sorted keys of a Secret's data entries that are SOPS files.
-func encryptedEntries(o *unstructured.Unstructured) []string {
-	if o.GetKind() != "Secret" || o.GroupVersionKind().Group != "" || wholeEncrypted(o) {
-		return nil
-	}
-	data, _, _ := unstructured.NestedMap(o.Object, "data")
-	var keys []string
-	for k, v := range data {
-		s, ok := v.(string)
-		if !ok {
-			continue
+// DecryptWith returns b with every encrypted object decrypted with keys; keys nil means
+// decryption is not configured, and any encrypted object is an error (ErrNotConfigured).
+// b is not modified: the result is a new Bundle whose Objects slice holds the decrypted
+// objects and b's own pointers for the others. When nothing is encrypted b itself is
+// returned, and no program is started. The MAC is always verified. Every failing object is
+// reported (errors.Join of *ObjectError, in the order of b); on error the Bundle is nil,
+// so nothing can be applied.
+//
+// The encrypted objects are decrypted by the decryption program (see program), in one
+// child process per call, stopped when ctx ends and bounded in memory (opts) and in the
+// size of its answer. When it cannot run or gives no answer the error wraps ErrNoProgram,
+// ErrProgram or ErrLimit and names the objects.
+func DecryptWith(ctx context.Context, b *sources.Bundle, keys *Keys, opts Options) (*sources.Bundle, error) {
+	errs := make([]error, len(b.Objects))
+	var todo []int
+	for i, o := range b.Objects {
+		switch {
+		case wire.SplitDotenv(o):
+			errs[i] = &ObjectError{Object: sources.ObjectID(o), Origin: origin(b, i), Err: ErrUnsupported}
+		case !wire.Encrypted(o):
+		case keys == nil:
+			errs[i] = &ObjectError{Object: sources.ObjectID(o), Origin: origin(b, i), Err: ErrNotConfigured}
+		default:
+			todo = append(todo, i)
 		}
-		raw, err := base64.StdEncoding.DecodeString(s)
+	}
+	if err := ctx.Err(); err != nil && len(todo) > 0 {
+		return nil, fmt.Errorf("decryption stopped: %w", context.Cause(ctx))
+	}
+	var out *sources.Bundle
+	if len(todo) > 0 && keys != nil {
+		results, err := runProgram(ctx, b, todo, keys, opts)
 		if err != nil {
-			continue // not ours to report: the API server will name it
+			return nil, fmt.Errorf("decrypting %s: %w", describe(b, todo), err)
 		}
-		if entryFormat(raw) != "" {
-			keys = append(keys, k)
+		for n, i := range todo {
+			r := results[n]
+			if err := r.Err(); err != nil {
+				errs[i] = &ObjectError{Object: sources.ObjectID(b.Objects[i]), Origin: origin(b, i), Entry: r.Entry, Err: err}
+				continue
+			}
+			u := &unstructured.Unstructured{}
+			if err := u.UnmarshalJSON(r.Object); err != nil {
+				errs[i] = &ObjectError{Object: sources.ObjectID(b.Objects[i]), Origin: origin(b, i),
+					Err: fmt.Errorf("%w: the decrypted object does not decode", ErrProgram)}
+				continue
+			}
+			if out == nil {
+				c := *b
+				c.Objects = append([]*unstructured.Unstructured(nil), b.Objects...)
+				out = &c
+			}
+			out.Objects[i] = u
 		}
 	}
-	sort.Strings(keys)
-	return keys
-}
-
-// splitDotenv reports a Secret whose entries are the variables of an encrypted .env file:
-// sops writes its metadata as sops_* variables, among them sops_mac.
-func splitDotenv(o *unstructured.Unstructured) bool {
-	if o.GetKind() != "Secret" || o.GroupVersionKind().Group != "" {
-		return false
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
-	v, found, _ := unstructured.NestedString(o.Object, "data", "sops_mac")
-	if !found {
-		return false
+	if out == nil {
+		return b, nil
 	}
-	raw, err := base64.StdEncoding.DecodeString(v)
-	return err == nil && bytes.HasPrefix(raw, []byte("ENC["))
+	return out, nil
 }
 
 func origin(b *sources.Bundle, i int) string {
@@ -143,387 +104,20 @@ func origin(b *sources.Bundle, i int) string {
 	return ""
 }
 
-func entryFormat(raw []byte) string {
-	for _, m := range markers {
-		if bytes.Contains(raw, m.b) {
-			return m.format
+// describe names the objects of b at idx, at most three.
+func describe(b *sources.Bundle, idx []int) string {
+	s := ""
+	for n, i := range idx {
+		if n == 3 {
+			return fmt.Sprintf("%s and %d more encrypted objects", s, len(idx)-3)
+		}
+		if n > 0 {
+			s += ", "
+		}
+		s += sources.ObjectID(b.Objects[i])
+		if o := origin(b, i); o != "" {
+			s += " (" + o + ")"
 		}
 	}
-	return ""
-}
-
-// MaxRecipients bounds the keys one SOPS document may be encrypted for. Each is tried in
-// turn, so a document of a hostile repository listing thousands would cost the daemon
-// seconds of CPU per object; real files list a handful (one key per team or environment).
-const MaxRecipients = 32
-
-// maxAgeKeySize bounds one age-encrypted data key (its armored age file): one recipient
-// stanza takes about 300 bytes, and a file of many stanzas is as costly as many keys.
-const maxAgeKeySize = 4 << 10
-
-// Decrypt returns b with every encrypted object decrypted with keys; keys nil means
-// decryption is not configured, and any encrypted object is an error (ErrNotConfigured).
-// b is not modified: the result is a new Bundle whose Objects slice holds deep copies of
-// the decrypted objects and b's own pointers for the others. When nothing is encrypted b
-// itself is returned. The MAC is always verified. Every failing object is reported
-// (errors.Join of *ObjectError); on error the Bundle is nil, so nothing can be applied.
-func Decrypt(ctx context.Context, b *sources.Bundle, keys *Keys) (*sources.Bundle, error) {
-	var out *sources.Bundle
-	var errs []error
-	for i, o := range b.Objects {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("decryption stopped: %w", context.Cause(ctx))
-		}
-		if splitDotenv(o) {
-			errs = append(errs, &ObjectError{Object: sources.ObjectID(o), Origin: origin(b, i), Err: ErrUnsupported})
-			continue
-		}
-		if !Encrypted(o) {
-			continue
-		}
-		oe := &ObjectError{Object: sources.ObjectID(o), Origin: origin(b, i)}
-		if keys == nil {
-			oe.Err = ErrNotConfigured
-			errs = append(errs, oe)
-			continue
-		}
-		var doc []byte
-		if i < len(b.Ordered) {
-			doc = b.Ordered[i]
-		}
-		plain, err := decryptObject(o, doc, keys, oe)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if out == nil {
-			c := *b
-			c.Objects = append([]*unstructured.Unstructured(nil), b.Objects...)
-			out = &c
-		}
-		out.Objects[i] = plain
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	if out == nil {
-		return b, nil
-	}
-	return out, nil
-}
-
-// decryptObject decrypts one object. With doc, the source document the object was
-// rendered from as written (the MAC hashes values in field order, which the rendered map
-// has lost), doc is decrypted and its MAC verified as sops does, and each ciphertext of the
-// rendered object is replaced by the plaintext at the same path of doc, after checking it
-// is the same ciphertext: what kustomize added or changed around the encrypted values
-// (namespace, labels, name prefix) is kept, and no value the MAC did not cover is let in.
-// Without doc, the object itself is decrypted from its JSON, whose keys are sorted.
-func decryptObject(o *unstructured.Unstructured, doc []byte, keys *Keys, oe *ObjectError) (*unstructured.Unstructured, error) {
-	svc := []keyservice.KeyServiceClient{keyservice.NewCustomLocalClient(ageServer{ids: keys.age})}
-	if wholeEncrypted(o) {
-		in, format := doc, "yaml"
-		if in == nil {
-			var err error
-			if in, err = o.MarshalJSON(); err != nil {
-				oe.Err = fmt.Errorf("%w: %w", ErrIntegrity, err)
-				return nil, oe
-			}
-			format = "json"
-		}
-		plain, err := decryptFile(in, format, "json", svc)
-		if err != nil {
-			oe.Err = err
-			return nil, oe
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(plain); err != nil {
-			oe.Err = fmt.Errorf("%w: decrypted object does not decode: %w", ErrIntegrity, errWithheld)
-			return nil, oe
-		}
-		if doc == nil {
-			return u, nil
-		}
-		var enc map[string]any
-		if err := yaml.Unmarshal(doc, &enc); err != nil {
-			oe.Err = fmt.Errorf("%w: the encrypted document does not decode", ErrIntegrity)
-			return nil, oe
-		}
-		if err := sameObject(o, enc); err != nil {
-			oe.Err = fmt.Errorf("%w: %w", ErrIntegrity, err)
-			return nil, oe
-		}
-		out := o.DeepCopy()
-		delete(out.Object, "sops")
-		if err := fill(out.Object, enc, u.Object, ""); err != nil {
-			oe.Err = fmt.Errorf("%w: %w", ErrIntegrity, err)
-			return nil, oe
-		}
-		if err := allKept(o.Object, enc, ""); err != nil {
-			oe.Err = fmt.Errorf("%w: %w", ErrIntegrity, err)
-			return nil, oe
-		}
-		return out, nil
-	}
-	u := o.DeepCopy()
-	data, _, _ := unstructured.NestedMap(u.Object, "data")
-	for _, k := range encryptedEntries(o) {
-		raw, _ := base64.StdEncoding.DecodeString(data[k].(string))
-		plain, err := decryptFile(raw, entryFormat(raw), formatForKey(k), svc)
-		if err != nil {
-			e := *oe
-			e.Entry, e.Err = "data."+k, err
-			return nil, &e
-		}
-		data[k] = base64.StdEncoding.EncodeToString(plain)
-	}
-	if err := unstructured.SetNestedMap(u.Object, data, "data"); err != nil {
-		oe.Err = err
-		return nil, oe
-	}
-	return u, nil
-}
-
-// sameObject refuses a rendered object that is not the one the encrypted document declares:
-// its apiVersion and kind must be the document's, and its name the document's (a
-// kustomization may add a prefix or a suffix). The MAC covers those fields (sops hashes every
-// value unless mac_only_encrypted is set), so a ciphertext copied with its sops block into
-// another object (a ConfigMap a wider audience may read) is not decrypted there.
-func sameObject(o *unstructured.Unstructured, enc map[string]any) error {
-	apiVersion, _ := enc["apiVersion"].(string)
-	kind, _ := enc["kind"].(string)
-	name, _, _ := unstructured.NestedString(enc, "metadata", "name")
-	if apiVersion != o.GetAPIVersion() || kind != o.GetKind() || name == "" || !strings.Contains(o.GetName(), name) {
-		return fmt.Errorf("the encrypted document is %s %s %q, not this %s %s: encrypted values are decrypted only in the object they were encrypted in",
-			apiVersion, kind, name, o.GetAPIVersion(), o.GetKind())
-	}
-	return nil
-}
-
-// allKept refuses a rendered object (rendered, with its ciphertexts) in which a ciphertext
-// of the encrypted document enc is missing or was replaced, by a kustomize patch for
-// example: the MAC covers the document's values, so a value put in the place of an encrypted
-// one was not written by whoever holds the key. The sops block itself is not compared.
-func allKept(rendered, enc map[string]any, path string) error {
-	for k, ev := range enc {
-		if path == "" && k == "sops" {
-			continue
-		}
-		p := path + "." + k
-		switch e := ev.(type) {
-		case string:
-			if strings.HasPrefix(e, "ENC[") {
-				if rv, _ := rendered[k].(string); rv != e {
-					return fmt.Errorf("%s: the encrypted value was replaced or removed after encryption", p)
-				}
-			}
-		case map[string]any:
-			rm, _ := rendered[k].(map[string]any)
-			if err := allKept(rm, e, p); err != nil {
-				return err
-			}
-		case []any:
-			rl, _ := rendered[k].([]any)
-			for i, item := range e {
-				var r any
-				if i < len(rl) {
-					r = rl[i]
-				}
-				if err := allKept(map[string]any{"": r}, map[string]any{"": item}, fmt.Sprintf("%s[%d]", p, i)); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// fill replaces each ciphertext of rendered (at path) by the value at the same path of
-// plain, when enc holds the same ciphertext there.
-func fill(rendered, enc, plain map[string]any, path string) error {
-	for k, v := range rendered {
-		p := path + "." + k
-		switch rv := v.(type) {
-		case string:
-			if !strings.HasPrefix(rv, "ENC[") {
-				continue
-			}
-			if ev, ok := enc[k].(string); !ok || ev != rv {
-				return fmt.Errorf("%s: the ciphertext is not the one of the encrypted document", p)
-			}
-			rendered[k] = plain[k]
-		case map[string]any:
-			em, _ := enc[k].(map[string]any)
-			pm, _ := plain[k].(map[string]any)
-			if err := fill(rv, em, pm, p); err != nil {
-				return err
-			}
-		case []any:
-			el, _ := enc[k].([]any)
-			pl, _ := plain[k].([]any)
-			for i, item := range rv {
-				wrap := map[string]any{"": item}
-				var ei, pi any
-				if i < len(el) && i < len(pl) {
-					ei, pi = el[i], pl[i]
-				}
-				if err := fill(wrap, map[string]any{"": ei}, map[string]any{"": pi}, fmt.Sprintf("%s[%d]", p, i)); err != nil {
-					return err
-				}
-				rv[i] = wrap[""]
-			}
-		}
-	}
-	return nil
-}
-
-// formatForKey is the format a decrypted Secret entry is written in, from its name, as
-// sops and Flux choose it (.dockerconfigjson is JSON).
-func formatForKey(key string) string {
-	switch {
-	case strings.HasSuffix(key, ".yaml"), strings.HasSuffix(key, ".yml"):
-		return "yaml"
-	case strings.HasSuffix(key, ".json"), strings.HasSuffix(key, ".dockerconfigjson"):
-		return "json"
-	case strings.HasSuffix(key, ".env"):
-		return "dotenv"
-	case strings.HasSuffix(key, ".ini"):
-		return "ini"
-	}
-	return "binary"
-}
-
-// store is the part of a sops store Decrypt uses.
-type store interface {
-	LoadEncryptedFile(in []byte) (gosops.Tree, error)
-	EmitPlainFile(in gosops.TreeBranches) ([]byte, error)
-}
-
-func storeFor(format string) store {
-	switch format {
-	case "yaml":
-		return sopsyaml.NewStore(&config.YAMLStoreConfig{})
-	case "dotenv":
-		return dotenv.NewStore(&config.DotenvStoreConfig{})
-	case "ini":
-		return ini.NewStore(&config.INIStoreConfig{})
-	case "binary":
-		return sopsjson.NewBinaryStore(&config.JSONBinaryStoreConfig{})
-	}
-	return sopsjson.NewStore(&config.JSONStoreConfig{})
-}
-
-// decryptFile decrypts one SOPS document and verifies its MAC. Its errors wrap ErrKey or
-// ErrIntegrity and carry no value: sops' own messages name keys and paths, not data.
-func decryptFile(in []byte, inFormat, outFormat string, svc []keyservice.KeyServiceClient) (out []byte, err error) {
-	defer func() {
-		// Malformed input has made sops panic before (Flux recovers here too).
-		if r := recover(); r != nil {
-			out, err = nil, fmt.Errorf("%w: malformed SOPS document", ErrIntegrity)
-		}
-	}()
-	tree, err := storeFor(inFormat).LoadEncryptedFile(in)
-	if err != nil {
-		return nil, fmt.Errorf("%w: SOPS metadata does not load: %w", ErrIntegrity, userErr(err))
-	}
-	if err := boundKeys(tree.Metadata); err != nil {
-		return nil, err
-	}
-	dataKey, err := tree.Metadata.GetDataKeyWithKeyServices(svc, gosops.DefaultDecryptionOrder)
-	if err != nil {
-		return nil, fmt.Errorf("%w (encrypted for %s): %w", ErrKey, recipients(tree.Metadata), userErr(err))
-	}
-	cipher := aes.NewCipher()
-	mac, err := tree.Decrypt(dataKey, cipher)
-	if err != nil {
-		return nil, fmt.Errorf("%w: a value does not decrypt (altered ciphertext?): %w", ErrIntegrity, errWithheld)
-	}
-	stored, err := cipher.Decrypt(tree.Metadata.MessageAuthenticationCode, dataKey, tree.Metadata.LastModified.Format(time.RFC3339))
-	if err != nil {
-		return nil, fmt.Errorf("%w: the MAC does not decrypt (altered metadata?)", ErrIntegrity)
-	}
-	// The MACs are hashes of the plaintext: they stay out of the message.
-	if stored != mac {
-		return nil, fmt.Errorf("%w: the MAC does not match the content: a value was added, removed or changed in "+
-			"the file after it was encrypted (edit it with sops, not by hand)", ErrIntegrity)
-	}
-	out, err = storeFor(outFormat).EmitPlainFile(tree.Branches)
-	if err != nil {
-		return nil, fmt.Errorf("%w: decrypted document does not print as %s", ErrIntegrity, outFormat)
-	}
-	return out, nil
-}
-
-// boundKeys refuses a document encrypted for more than MaxRecipients keys, or with an age
-// data key larger than maxAgeKeySize, before any key is tried.
-func boundKeys(m gosops.Metadata) error {
-	n := 0
-	for _, g := range m.KeyGroups {
-		n += len(g)
-		for _, k := range g {
-			if ak, ok := k.(*sopsage.MasterKey); ok && len(ak.EncryptedKey) > maxAgeKeySize {
-				return fmt.Errorf("%w: an age data key of %d bytes (at most %d: one recipient each)", ErrIntegrity, len(ak.EncryptedKey), maxAgeKeySize)
-			}
-		}
-	}
-	if n > MaxRecipients {
-		return fmt.Errorf("%w: encrypted for %d keys, at most %d are tried", ErrIntegrity, n, MaxRecipients)
-	}
-	return nil
-}
-
-// recipients lists the public identities an object is encrypted for, so a wrong-key error
-// says which key is needed.
-func recipients(m gosops.Metadata) string {
-	var r []string
-	for _, g := range m.KeyGroups {
-		for _, k := range g {
-			r = append(r, k.TypeToIdentifier()+" "+k.ToString())
-		}
-	}
-	if len(r) == 0 {
-		return "no key"
-	}
-	return strings.Join(r, ", ")
-}
-
-// userErr prefers sops' user-facing message (it lists each key group's failure).
-func userErr(err error) error {
-	var u gosops.UserError
-	if errors.As(err, &u) {
-		return errors.New(strings.TrimSpace(u.UserError()))
-	}
-	return err
-}
-
-// errWithheld replaces a message that could quote decrypted content (a decode error of the
-// plaintext, say), keeping only that it failed.
-var errWithheld = errors.New("details withheld: they could quote decrypted content")
-
-// ageServer is a sops key service that decrypts data keys with the given age identities
-// only: sops' own local server would read the process environment and home folder
-// (SOPS_AGE_KEY_FILE, ~/.config/sops/age), which are the daemon's, not the tenant's.
-type ageServer struct {
-	ids sopsage.ParsedIdentities
-}
-
-func (s ageServer) Encrypt(context.Context, *keyservice.EncryptRequest) (*keyservice.EncryptResponse, error) {
-	return nil, errors.New("encryption is not supported")
-}
-
-func (s ageServer) Decrypt(_ context.Context, req *keyservice.DecryptRequest) (*keyservice.DecryptResponse, error) {
-	k := req.GetKey().GetAgeKey()
-	if k == nil {
-		return nil, errors.New("only age keys are supported")
-	}
-	if len(s.ids) == 0 {
-		return nil, errors.New("no age identity given")
-	}
-	mk := &sopsage.MasterKey{Recipient: k.GetRecipient(), EncryptedKey: string(req.GetCiphertext())}
-	s.ids.ApplyToMasterKey(mk)
-	plain, err := mk.Decrypt()
-	if err != nil {
-		return nil, err
-	}
-	return &keyservice.DecryptResponse{Plaintext: plain}, nil
+	return s
 }

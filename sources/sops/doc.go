@@ -4,9 +4,17 @@
 // a kustomize secretGenerator makes of an encrypted file). Only age keys are supported.
 //
 // It runs in the parent after the isolated render, on the rendered objects, so the plaintext
-// never touches disk. It never modifies the Bundle it is given (its Objects are shared with
-// the render cache): it returns a new Bundle holding deep copies of only the objects it
-// decrypted. Its errors name the object and its origin but never carry a value.
+// never touches disk. The decryption itself runs in a separate program, converge-decrypt
+// (package decrypter), the only binary that links sops: sops' packages link every cloud KMS
+// client and gRPC, tens of MB of code that would be resident in the daemon and in each of
+// its render children. Decrypt starts that program only when an object is encrypted, and
+// hands it the encrypted objects and the keys on its stdin. What the daemon needs without
+// decrypting (recognising and masking encrypted objects, reading keys) is here and links
+// no sops package.
+//
+// It never modifies the Bundle it is given (its Objects are shared with the render cache):
+// it returns a new Bundle holding the decrypted objects. Its errors name the object and its
+// origin but never carry a value.
 //
 // It must not import a Kubernetes client: the caller reads the keys (the daemon as the Sync's
 // identity, the CLI from files) and hands them over as bytes.

@@ -1,12 +1,14 @@
 package sops
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
-	sopsage "github.com/getsops/sops/v3/age"
+	"filippo.io/age"
+	"filippo.io/age/plugin"
 )
 
 // AgeKeySuffix marks the entries of a key Secret that hold age identities, Flux's convention.
@@ -19,15 +21,17 @@ var ErrNoAgeKey = errors.New("no age identity")
 // with ErrKey, and never falls back to the process environment (SOPS_AGE_KEY_FILE and the
 // like), which belongs to the daemon, not to a tenant.
 type Keys struct {
-	age sopsage.ParsedIdentities
+	// age holds the identities as written (AGE-SECRET-KEY-1…), checked: they are handed to
+	// the decryption program, which parses them again.
+	age []string
 }
 
 // AddAge parses an age identity file's content (one AGE-SECRET-KEY-1… a line, "#" comments
 // and blank lines ignored) and adds its identities. name says where it came from in errors;
 // the content never appears in them.
 func (k *Keys) AddAge(name string, data []byte) error {
-	var ids sopsage.ParsedIdentities
-	if err := ids.Import(string(data)); err != nil {
+	ids, err := parseIdentities(string(data))
+	if err != nil {
 		return fmt.Errorf("%s: not an age identity file: %w", name, redactParse(err))
 	}
 	if len(ids) == 0 {
@@ -35,6 +39,39 @@ func (k *Keys) AddAge(name string, data []byte) error {
 	}
 	k.age = append(k.age, ids...)
 	return nil
+}
+
+// parseIdentities checks each identity of an identity file as sops does (the decryption
+// program reads them with sops' own parser): X25519 and post-quantum hybrid identities, and
+// plugin identities.
+func parseIdentities(data string) ([]string, error) {
+	var ids []string
+	scanner := bufio.NewScanner(strings.NewReader(data))
+	for scanner.Scan() {
+		line := scanner.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		var err error
+		switch {
+		case strings.HasPrefix(line, "AGE-PLUGIN-"):
+			_, _, err = plugin.ParseIdentity(line)
+		case strings.HasPrefix(line, "AGE-SECRET-KEY-PQ-1"):
+			_, err = age.ParseHybridIdentity(line)
+		case strings.HasPrefix(line, "AGE-SECRET-KEY-1"):
+			_, err = age.ParseX25519Identity(line)
+		default:
+			err = errors.New("unknown identity type")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("failed to parse and add to age identities: %w", err)
+		}
+		ids = append(ids, line)
+	}
+	if err := scanner.Err(); err != nil {
+		return nil, fmt.Errorf("failed to parse and add to age identities: %w", err)
+	}
+	return ids, nil
 }
 
 // Len reports how many identities k holds.

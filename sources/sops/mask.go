@@ -2,11 +2,11 @@ package sops
 
 import (
 	"encoding/base64"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/converge-dev/converge/sources"
+	"github.com/converge-dev/converge/sources/sops/internal/wire"
 )
 
 // Mask replaces an encrypted value in a printed render: Flux's "flux build kustomization"
@@ -26,7 +26,7 @@ func MaskValues(final, original *sources.Bundle) *sources.Bundle {
 		}
 		m := final.Objects[i].DeepCopy()
 		unstructured.RemoveNestedField(m.Object, "sops")
-		if entries := encryptedEntries(o); len(entries) > 0 {
+		if entries := wire.EncryptedEntries(o); len(entries) > 0 {
 			for _, k := range entries {
 				_ = unstructured.SetNestedField(m.Object, maskedData, "data", k)
 			}
@@ -80,7 +80,7 @@ func walkMap(orig, fin map[string]any, top, data bool, fn func(any, func(any), b
 func walkValue(ov, fv any, set func(any), dataMap, data bool, fn func(any, func(any), bool)) {
 	switch o := ov.(type) {
 	case string:
-		if isCiphertext(o) {
+		if wire.IsCiphertext(o) {
 			fn(fv, set, data)
 		}
 	case map[string]any:
@@ -94,11 +94,6 @@ func walkValue(ov, fv any, set func(any), dataMap, data bool, fn func(any, func(
 			}
 		}
 	}
-}
-
-func isCiphertext(v any) bool {
-	s, ok := v.(string)
-	return ok && strings.HasPrefix(s, "ENC[")
 }
 
 // Plaintexts returns the string values decrypted wherever rendered held a ciphertext (the
@@ -118,7 +113,7 @@ func Plaintexts(decrypted, rendered *sources.Bundle) []string {
 			continue
 		}
 		d := decrypted.Objects[i].Object
-		if entries := encryptedEntries(o); len(entries) > 0 {
+		if entries := wire.EncryptedEntries(o); len(entries) > 0 {
 			for _, k := range entries {
 				v, _, _ := unstructured.NestedString(d, "data", k)
 				if raw, err := base64.StdEncoding.DecodeString(v); err == nil {

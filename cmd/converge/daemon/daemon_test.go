@@ -27,13 +27,15 @@ import (
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/fault"
 	"github.com/converge-dev/converge/e2e/gitserver"
+	"github.com/converge-dev/converge/e2e/sopsfixture"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 var env *cluster.Cluster
 
 func TestMain(m *testing.M) {
-	serveRenderChild() // renders are isolated: this binary serves as their child
+	serveRenderChild()            // renders are isolated: this binary serves as their child
+	sopsfixture.ServeDecryption() // and as the SOPS decryption program
 	cluster.Main(m, cluster.API, &env)
 }
 

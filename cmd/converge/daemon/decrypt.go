@@ -4,14 +4,17 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/pipeline"
 	"github.com/converge-dev/converge/sources/sops"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
 // decryption is how s's SOPS-encrypted objects are decrypted: with the age keys of
-// spec.decryption.secretRef (decryptionKeys), within --build-timeout. An encrypted object
-// without spec.decryption is refused: applying ciphertext is never what its author wants.
+// spec.decryption.secretRef (decryptionKeys), within --build-timeout, the decryption program
+// within --render-memory-limit and holding a render slot (--render-slots), as a render
+// child does. An encrypted object without spec.decryption is refused: applying ciphertext
+// is never what its author wants.
 func (r *reconciler) decryption(s *v1alpha1.Sync) pipeline.Decryption {
 	d := s.Spec.Decryption
 	if d == nil {
@@ -19,9 +22,14 @@ func (r *reconciler) decryption(s *v1alpha1.Sync) pipeline.Decryption {
 			"of namespace %s with the age identity in an entry ending in %s)", s.Namespace, sops.AgeKeySuffix)}}
 	}
 	dec := pipeline.Decryption{
-		Keys:    func(ctx context.Context) (*sops.Keys, error) { return r.decryptionKeys(ctx, s) },
-		Timeout: r.render.buildTimeout(),
-		Hints:   pipeline.Hints{Invalid: "the source must be fixed; nothing was applied or pruned", Timeout: "--build-timeout"},
+		Keys:      func(ctx context.Context) (*sops.Keys, error) { return r.decryptionKeys(ctx, s) },
+		Timeout:   r.render.buildTimeout(),
+		MaxMemory: r.render.limits.MaxRenderMemory,
+		Slot: func(ctx context.Context) (func(), error) {
+			return sources.AcquireRenderSlot(ctx, r.render.limits, s.Namespace)
+		},
+		Hints: pipeline.Hints{Invalid: "the source must be fixed; nothing was applied or pruned", Timeout: "--build-timeout",
+			Memory: "--render-memory-limit"},
 	}
 	if d.SecretRef != nil {
 		dec.Hints.WrongKey = fmt.Sprintf("add the age identity of a listed recipient to Secret %s/%s (an entry ending in %s); nothing was applied or pruned",

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/sopsfixture"
+	"github.com/converge-dev/converge/sources/sops"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -245,5 +246,53 @@ func TestDaemonReadsDecryptionKeyAsTheServiceAccount(t *testing.T) {
 	}
 	if _, err := f.secretValue("db", "password"); !apierrors.IsNotFound(err) {
 		t.Errorf("Secret db was applied: %v", err)
+	}
+}
+
+// TestDaemonWithoutDecryptionProgram: without converge-decrypt beside converge, a commit
+// holding an encrypted Secret leaves Ready=False DecryptionFailed saying what to install,
+// and applies and prunes nothing: the last applied revision's objects stay. It is retried:
+// once the program is back, the commit is applied. A commit without encrypted objects
+// needs no program.
+func TestDaemonWithoutDecryptionProgram(t *testing.T) {
+	f := newFixture(t)
+	key := sopsfixture.NewKey(t)
+	f.keySecret("sops-age", map[string]string{"identity.agekey": key.Identity + "\n"})
+	rev1 := f.publishRaw(map[string]string{"kustomization.yaml": "resources: [kept.yaml, secret.enc.yaml]\n",
+		"kept.yaml": cmNamed("kept", f.ns), "secret.enc.yaml": encryptedSecret(t, f.ns, key.Recipient)})
+	f.startDaemon(env.Config)
+	f.createSync(2*time.Second, func(s *v1alpha1.Sync) {
+		s.Spec.Decryption = &v1alpha1.Decryption{Provider: "sops", SecretRef: &v1alpha1.LocalObjectReference{Name: "sops-age"}}
+	})
+	f.waitSync("Ready with the Secret decrypted", readyAt(rev1))
+
+	program := os.Getenv(sops.ProgramEnv)
+	t.Setenv(sops.ProgramEnv, filepath.Join(t.TempDir(), sops.ProgramName))
+	other := string(sopsfixture.Encrypt(t, []byte("apiVersion: v1\nkind: Secret\nmetadata:\n  name: db2\n  namespace: "+f.ns+
+		"\nstringData:\n  password: "+sopsPlaintext+"\n"), sopsfixture.DefaultRegex, key.Recipient))
+	rev2 := f.publishRaw(map[string]string{"kustomization.yaml": "resources: [secret.enc.yaml]\n", "kept.yaml": "", "secret.enc.yaml": other})
+	s := f.waitSync("failed without the program", failedAt(rev2))
+	ready := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+	for _, w := range []string{"Secret " + f.ns + "/db2", "SOPS decryption needs converge-decrypt next to converge: make build builds both, the image ships both"} {
+		if !strings.Contains(ready.Message, w) {
+			t.Errorf("the message does not say %q: %s", w, ready.Message)
+		}
+	}
+	if ready.Reason != reasonDecryptionFailed || s.Status.LastAppliedRevision != rev1 {
+		t.Errorf("Ready reason %s, lastAppliedRevision %s; want %s, %s", ready.Reason, s.Status.LastAppliedRevision, reasonDecryptionFailed, rev1)
+	}
+	if _, err := f.configMap("kept"); err != nil {
+		t.Errorf("ConfigMap kept was pruned: %v", err)
+	}
+	if _, err := f.secretValue("db2", "password"); !apierrors.IsNotFound(err) {
+		t.Errorf("Secret db2 was applied without its decryption: %v", err)
+	}
+
+	if err := os.Setenv(sops.ProgramEnv, program); err != nil {
+		t.Fatal(err)
+	}
+	f.waitSync("Ready once the program is back", readyAt(rev2))
+	if v, err := f.secretValue("db2", "password"); err != nil || v != sopsPlaintext {
+		t.Errorf("Secret db2 password = %q, %v; want the decrypted value", v, err)
 	}
 }

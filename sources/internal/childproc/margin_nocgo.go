@@ -1,6 +1,6 @@
 //go:build !cgo
 
-package sources
+package childproc
 
 // cgoThreadMargin is zero without cgo: Go threads take their stacks from the Go heap.
 const cgoThreadMargin = 0
