@@ -22,9 +22,9 @@ func TestWriteRecordsDrift(t *testing.T) {
 	rev := "main@sha1:0123456789012345678901234567890123456789"
 	drift := func() *v1alpha1.DriftStatus {
 		return &v1alpha1.DriftStatus{Objects: []v1alpha1.DriftedObject{
-			{APIVersion: "apps/v1", Kind: "Deployment", Namespace: key.Namespace, Name: "web",
+			{Group: "apps", Kind: "Deployment", Namespace: key.Namespace, Name: "web",
 				Fields: []v1alpha1.DriftedField{{Path: "spec.replicas", Manager: "kubectl-edit"}}},
-			{APIVersion: "v1", Kind: "ConfigMap", Namespace: key.Namespace, Name: "settings", Missing: true},
+			{Kind: "ConfigMap", Namespace: key.Namespace, Name: "settings", Missing: true},
 		}}
 	}
 	o := ready(1, rev)

@@ -255,7 +255,7 @@ func TestSchemaAccepts(t *testing.T) {
 			"substituteFrom": []any{map[string]any{"kind": "ConfigMap", "name": "vars"}, map[string]any{"kind": "Secret", "name": "creds", "optional": true}},
 			"strict":         true,
 		},
-		"decryption": map[string]any{"provider": "sops", "secretRef": map[string]any{"name": "sops-age"}},
+		"decryption":  map[string]any{"provider": "sops", "secretRef": map[string]any{"name": "sops-age"}},
 		"driftPolicy": "Report",
 		"driftPolicyKinds": []any{map[string]any{"kind": "ConfigMap", "policy": "Correct"},
 			map[string]any{"group": "apps", "kind": "Deployment", "policy": "Report"}},

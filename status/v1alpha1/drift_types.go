@@ -65,10 +65,10 @@ type DriftStatus struct {
 
 // DriftedObject is one object that differs from the applied revision.
 type DriftedObject struct {
-	// APIVersion is the object's API group and version, as the source declares it.
-	// +kubebuilder:validation:MaxLength=317
+	// Group is the object's API group, "" for the core group.
+	// +kubebuilder:validation:MaxLength=253
 	// +optional
-	APIVersion string `json:"apiVersion,omitempty"`
+	Group string `json:"group,omitempty"`
 	// Kind is the object's kind.
 	// +kubebuilder:validation:MaxLength=63
 	// +required

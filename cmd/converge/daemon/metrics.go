@@ -35,6 +35,7 @@ type recorder struct {
 	lastApplied       *prometheus.GaugeVec
 	inventory         *prometheus.GaugeVec
 	drift             *prometheus.CounterVec
+	drifted           *prometheus.GaugeVec
 	pruneRefusals     *prometheus.CounterVec
 	deferrals         *prometheus.CounterVec
 	applyConflicts    *prometheus.CounterVec
@@ -148,6 +149,9 @@ func (r *recorder) eventMetrics() {
 	r.drift = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "converge_drift_corrections_total", Help: "Objects configured again at an unchanged revision (out-of-band drift taken back), by kind.",
 	}, withSync("kind"))
+	r.drifted = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "converge_drifted_objects", Help: "Objects a Sync's last reconcile of its applied revision found drifted and left so (driftPolicy Report); 0 when none.",
+	}, syncLabels)
 	r.pruneRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "converge_prune_refusals_total", Help: "Applies whose prune was refused (empty render or over the prune budget).",
 	}, syncLabels)
@@ -173,7 +177,7 @@ func (r *recorder) eventMetrics() {
 
 func (r *recorder) collectors() []prometheus.Collector {
 	return []prometheus.Collector{r.reconcileDuration, r.reconciles, r.loadDuration, r.objectActions, r.condition,
-		r.suspended, r.interval, r.lastApplied, r.inventory, r.drift, r.pruneRefusals, r.applyConflicts,
+		r.suspended, r.interval, r.lastApplied, r.inventory, r.drift, r.drifted, r.pruneRefusals, r.applyConflicts,
 		r.statusConflicts, r.statusFailures, r.leadTime, r.commitLeadTime, r.apiRequests, r.deferrals, r.notifications}
 }
 
@@ -254,6 +258,13 @@ func (r *recorder) reconciled(s *v1alpha1.Sync, o status.Outcome, start time.Tim
 	}
 	if o.Inventory != nil {
 		r.inventory.WithLabelValues(ns, name).Set(float64(o.Inventory.Entries))
+	}
+	if o.DriftKnown {
+		n := 0
+		if o.Drift != nil {
+			n = len(o.Drift.Objects) + o.Drift.MoreObjects
+		}
+		r.drifted.WithLabelValues(ns, name).Set(float64(n))
 	}
 	r.observeLeadTime(s, o, start, now, lead)
 }
