@@ -230,3 +230,35 @@ func TestDriftOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestNotificationDriftedOnce: a Sync in Report mode whose object kubectl-edit changes sends
+// one Drifted notification naming the field and the manager, and nothing more while the
+// drift lasts (reconciles every 2 s find it again).
+func TestNotificationDriftedOnce(t *testing.T) {
+	f := newFixture(t)
+	rev := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	url, got := hmacReceiver(t)
+	addr := f.notifyingDaemon(url, env.Config)
+	f.waitSync("Ready", readyAt(rev))
+	receive(t, got, "BecameReady")
+	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.DriftPolicy = v1alpha1.DriftReport })
+	f.waitSync("Ready in Report mode", readyAt(rev))
+
+	a := &corev1.ConfigMap{}
+	a.Namespace, a.Name = f.ns, "a"
+	f.editAs("kubectl-edit", a, func() { a.Data["version"] = "edited" })
+	n := receive(t, got, "Drifted")
+	if n.Transition != "Drifted" || n.Reason != v1alpha1.ReasonDriftDetected || !strings.Contains(n.Message, "data.version (kubectl-edit)") {
+		t.Errorf("notification %+v, want Drifted (DriftDetected) naming data.version and kubectl-edit", n)
+	}
+	done := f.scrape(addr, "converge_reconciles_total", `result="success"`)
+	f.waitMetric(addr, "converge_reconciles_total", done+3, `result="success"`)
+	select {
+	case n := <-got:
+		t.Errorf("a reconcile that found the same drift sent %+v", n)
+	default:
+	}
+	if s := f.waitSync("still drifted", driftedNaming("data.version (kubectl-edit)")); s.Status.Drift == nil {
+		t.Error("status.drift is empty")
+	}
+}
