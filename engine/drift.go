@@ -243,8 +243,9 @@ type fieldOwner struct {
 	paths   []fieldpath.Path
 }
 
-// managersOf reads the managedFields of live, leaving out manager's entries and those of a
-// subresource (status): their fields are not the object's desired state.
+// managersOf reads the managedFields of live, leaving out manager's entries. Entries of a
+// subresource stay: `kubectl scale` owns spec.replicas through the scale subresource, and a
+// status entry owns only status, which drift never names.
 func managersOf(live *unstructured.Unstructured, manager string) fieldOwners {
 	type entry struct {
 		fieldOwner
@@ -253,7 +254,7 @@ func managersOf(live *unstructured.Unstructured, manager string) fieldOwners {
 	}
 	var entries []entry
 	for i, mf := range live.GetManagedFields() {
-		if mf.Manager == manager || mf.Subresource != "" || mf.FieldsV1 == nil {
+		if mf.Manager == manager || mf.FieldsV1 == nil {
 			continue
 		}
 		set := &fieldpath.Set{}

@@ -217,6 +217,20 @@ func TestDriftOf(t *testing.T) {
 		managed: fields(entry("kubectl-scale", 1, `{"f:spec":{"f:replicas":{}}}`), entry("hpa", 2, `{"f:spec":{"f:replicas":{}}}`)),
 		want:    []DriftedField{{Path: "spec.replicas", Manager: "hpa"}},
 	}, {
+		name: "through the scale subresource",
+		live: map[string]any{"spec": map[string]any{"replicas": int64(5)}},
+		dry:  map[string]any{"spec": map[string]any{"replicas": int64(1)}},
+		managed: fields(func() metav1.ManagedFieldsEntry {
+			e := entry("kubectl-scale", 1, `{"f:spec":{"f:replicas":{}}}`)
+			e.Subresource = "scale"
+			return e
+		}(), func() metav1.ManagedFieldsEntry {
+			e := entry("kube-controller-manager", 2, `{"f:status":{"f:replicas":{}}}`)
+			e.Subresource = "status"
+			return e
+		}()),
+		want: []DriftedField{{Path: "spec.replicas", Manager: "kubectl-scale"}},
+	}, {
 		name:    "keyed list element, own manager left out",
 		live:    containers("web:2"),
 		dry:     containers("web:1"),
