@@ -21,14 +21,17 @@ const (
 const driftEventObjects = 5
 
 // driftOptions are the engine's drift options for a reconcile of s at revision. Only a
-// reconcile of the revision and the generation s last applied successfully detects drift:
-// it has nothing new to apply, so what it would change was changed out of band. Both come
-// from the status, so a restarted daemon tells the same. Any other reconcile (a new commit,
-// an edited spec, such as a move from Report to Correct) applies every object, as Argo CD's
-// automated sync does, and corrects drift on the way.
+// reconcile of the revision and the generation s last applied successfully, which is also
+// the revision it last attempted, detects drift: it has nothing new to apply, so what it
+// would change was changed out of band. (A branch reset to the applied revision after
+// another one was partly applied is no drift: the last attempt was that other revision.)
+// All of it comes from the status, so a restarted daemon tells the same. Any other
+// reconcile (a new commit, an edited spec, such as a move from Report to Correct) applies
+// every object, as Argo CD's automated sync does, and corrects drift on the way.
 func driftOptions(s *v1alpha1.Sync, revision string) engine.DriftOptions {
 	st := s.Status
-	if revision == "" || st.LastAppliedRevision != revision || st.LastAppliedGeneration != s.Generation || st.LastAppliedGeneration == 0 {
+	if revision == "" || st.LastAppliedRevision != revision || st.LastAttemptedRevision != revision ||
+		st.LastAppliedGeneration != s.Generation || st.LastAppliedGeneration == 0 {
 		return engine.DriftOptions{}
 	}
 	d := engine.DriftOptions{Detect: true}

@@ -173,14 +173,17 @@ func TestDaemonDriftReport(t *testing.T) {
 func TestDriftOptions(t *testing.T) {
 	cm := object.ObjMetadata{Namespace: "apps", Name: "web", GroupKind: schema.GroupKind{Kind: "ConfigMap"}}
 	deploy := object.ObjMetadata{Namespace: "apps", Name: "web", GroupKind: schema.GroupKind{Group: "apps", Kind: "Deployment"}}
+	const rev = "main@sha1:1"
 	sync := func(policy v1alpha1.DriftPolicy, kinds []v1alpha1.KindDriftPolicy, appliedRev string, appliedGen int64) *v1alpha1.Sync {
 		s := testSync()
 		s.Generation = 2
 		s.Spec.DriftPolicy, s.Spec.DriftPolicyKinds = policy, kinds
 		s.Status.LastAppliedRevision, s.Status.LastAppliedGeneration = appliedRev, appliedGen
+		s.Status.LastAttemptedRevision = appliedRev
 		return s
 	}
-	const rev = "main@sha1:1"
+	attemptedOther := sync(v1alpha1.DriftReport, nil, rev, 2)
+	attemptedOther.Status.LastAttemptedRevision = "main@sha1:2" // partly applied, then the branch was reset
 	for _, tc := range []struct {
 		name          string
 		s             *v1alpha1.Sync
@@ -192,6 +195,7 @@ func TestDriftOptions(t *testing.T) {
 		{name: "new revision", s: sync(v1alpha1.DriftReport, nil, "main@sha1:0", 2)},
 		{name: "new generation", s: sync(v1alpha1.DriftReport, nil, rev, 1)},
 		{name: "never recorded its generation", s: sync(v1alpha1.DriftReport, nil, rev, 0)},
+		{name: "another revision attempted since", s: attemptedOther},
 		{name: "default Correct", s: sync("", nil, rev, 2), detect: true, reportFuncNil: true},
 		{name: "Report", s: sync(v1alpha1.DriftReport, nil, rev, 2), detect: true, reportCM: true, reportDeploy: true},
 		{name: "Report, ConfigMaps Correct", s: sync(v1alpha1.DriftReport, []v1alpha1.KindDriftPolicy{{Kind: "ConfigMap", Policy: v1alpha1.DriftCorrect}}, rev, 2),
