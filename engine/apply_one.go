@@ -203,10 +203,19 @@ func (r *applyRun) compare(ctx context.Context, it *item, seen sight, out outcom
 	}
 	if live != nil && r.opts.Drift.Detect {
 		d := &DriftedObject{Object: it.id, Origin: it.origin}
-		d.Fields, d.MoreFields = driftOf(live, dry, managed, r.fieldManager())
-		out.drift = d
-		if r.opts.Drift.reports(it) {
+		d.Fields, d.MoreFields = driftOf(it.obj, live, dry, managed, r.fieldManager())
+		switch {
+		case len(d.Fields) == 0 && r.opts.Drift.reports(it):
+			// Only fields the desired object does not set differ: the server changed the
+			// object since it was read. Nothing of ours drifted; the next run reads it anew
+			// (the memo holds the version read, not the server's).
+			return decision{out: unchanged(out, live)}
+		case len(d.Fields) == 0: // applied as before, not reported
+		case r.opts.Drift.reports(it):
+			out.drift = d
 			return decision{out: reported(out, live, "")}
+		default:
+			out.drift = d
 		}
 	}
 	out.change.Action = ActionCreated

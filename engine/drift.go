@@ -73,12 +73,17 @@ const MaxDriftFields = 10
 
 // driftOf describes how dry, the server's answer to applying the desired object over live,
 // differs from live: the fields that differ (labels, annotations and everything outside
-// metadata and status, as drifted compares them), each with the manager that owns it in
+// metadata and status, as drifted compares them) and that desired sets, each with the
+// manager that owns it in
 // managed (live before the hand-over of its fields, which renames their managers). manager
 // is the run's own field manager, never named as an owner.
-func driftOf(live, dry, managed *unstructured.Unstructured, manager string) (fields []DriftedField, more int) {
+func driftOf(desired, live, dry, managed *unstructured.Unstructured, manager string) (fields []DriftedField, more int) {
 	var paths []driftPath
+	declared := driftBody(desired)
 	walkDrift(driftBody(live), driftBody(dry), nil, func(p driftPath) {
+		if !declares(declared, p) {
+			return // the server's own change since the read (a controller's annotation)
+		}
 		if len(paths) < MaxDriftFields {
 			paths = append(paths, slices.Clone(p))
 			return
@@ -90,6 +95,47 @@ func driftOf(live, dry, managed *unstructured.Unstructured, manager string) (fie
 		fields = append(fields, DriftedField{Path: p.String(), Manager: owners.owner(p)})
 	}
 	return fields, more
+}
+
+// declares reports whether the desired object (its driftBody) sets the field p, or a map or
+// list above it as a whole. An apply changes only such fields: a difference elsewhere is the
+// server's own change between the read and the dry-run (a controller's annotation), not
+// drift.
+func declares(desired any, p driftPath) bool {
+	v := desired
+	for _, s := range p {
+		switch {
+		case s.item != nil:
+			l, ok := v.([]any)
+			if !ok {
+				return v != nil
+			}
+			named, _ := namedItems(l)
+			item, found := named[fmt.Sprint(s.item["name"])]
+			if !found {
+				return false
+			}
+			v = item
+		case s.isIdx:
+			l, ok := v.([]any)
+			if !ok {
+				return v != nil
+			}
+			if s.index >= len(l) {
+				return false
+			}
+			v = l[s.index]
+		default:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return v != nil
+			}
+			if v, ok = m[s.field]; !ok {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // driftBody is what drifted compares of u, in one tree: labels, annotations, and u's body.
