@@ -101,12 +101,12 @@ func (r *reconciler) recordDrift(s *v1alpha1.Sync, o *status.Outcome, revision s
 	o.DriftKnown = true
 	if left, more := driftedObjects(res.Drift, false, v1alpha1.MaxDriftObjects); len(left) > 0 {
 		o.Drift = &v1alpha1.DriftStatus{Objects: left, MoreObjects: more}
-		r.events.Event(s, corev1.EventTypeWarning, reasonDrifted, truncate(fmt.Sprintf("revision %s: %d objects drifted and are left so (driftPolicy Report): %s",
-			revision, len(left)+more, r.redact(s, v1alpha1.DescribeDrift(left, more, driftEventObjects))), 1024))
+		r.events.Event(s, corev1.EventTypeWarning, reasonDrifted, truncate(fmt.Sprintf("revision %s: %s drifted, left so (driftPolicy Report): %s",
+			revision, countObjects(len(left)+more), r.redact(s, v1alpha1.DescribeDrift(left, more, driftEventObjects))), 1024))
 	}
 	if fixed, more := driftedObjects(res.Drift, true, driftEventObjects); len(fixed) > 0 {
-		r.events.Event(s, corev1.EventTypeNormal, reasonDriftCorrected, truncate(fmt.Sprintf("revision %s: drift of %d objects corrected: %s",
-			revision, len(fixed)+more, r.redact(s, v1alpha1.DescribeDrift(fixed, more, driftEventObjects))), 1024))
+		r.events.Event(s, corev1.EventTypeNormal, reasonDriftCorrected, truncate(fmt.Sprintf("revision %s: drift of %s corrected: %s",
+			revision, countObjects(len(fixed)+more), r.redact(s, v1alpha1.DescribeDrift(fixed, more, driftEventObjects))), 1024))
 	}
 }
 
@@ -116,6 +116,7 @@ func driftNote(o status.Outcome) string {
 	if o.Drift == nil {
 		return ""
 	}
-	return fmt.Sprintf("; drift reported, not corrected (driftPolicy Report): %d objects, see status.drift",
-		len(o.Drift.Objects)+o.Drift.MoreObjects)
+	return fmt.Sprintf("; drift reported, not corrected (driftPolicy Report): %s, see status.drift",
+		countObjects(len(o.Drift.Objects)+o.Drift.MoreObjects))
 }
+
