@@ -44,12 +44,16 @@ func (d *driftTrigger) source() source.Source {
 	})
 }
 
-// track records that the Sync key owns the inventory id. A nil trigger does nothing.
+// track records that the Sync key owns the inventory id, as its reconcile is about to read
+// its objects: a drift reconcile scheduled before is consumed by this one, so a change from
+// now on schedules another. (The controller's queue merges a delayed request into an earlier
+// one for the same Sync: a schedule thought pending could be long gone, and the changes
+// until its time were dropped.) A nil trigger does nothing.
 func (d *driftTrigger) track(id string, key types.NamespacedName) {
 	if d == nil {
 		return
 	}
-	d.states.with(key, func(st *syncState) { st.inventoryID = id })
+	d.states.with(key, func(st *syncState) { st.inventoryID, st.driftNext = id, time.Time{} })
 }
 
 // untrack stops drift reconciles of the Sync key (being deleted). A nil trigger does nothing.

@@ -166,6 +166,18 @@ func TestDaemonDriftReport(t *testing.T) {
 	if got := f.scrape(addr, "converge_drifted_objects"); got != 0 {
 		t.Errorf("converge_drifted_objects = %v after the correction, want 0", got)
 	}
+
+	// Back to Report; a new commit applies everything and ends the drift too.
+	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.DriftPolicy = v1alpha1.DriftReport })
+	f.waitSync("Ready in Report mode", notDrifted(rev))
+	f.editAs("kubectl-edit", web, func() { web.Data["replicas"] = "9" })
+	f.waitSync("drift reported again", driftedNaming("data.replicas (kubectl-edit)"))
+	rev2 := f.publish(map[string]string{"web.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web, namespace: NS}\ndata: {replicas: \"3\", zone: b}\n"})
+	f.requestReconcile("app")
+	f.waitSync("the new commit applied, the drift gone", notDrifted(rev2))
+	if cm, err := f.configMap("web"); err != nil || cm.Data["replicas"] != "3" || cm.Data["zone"] != "b" {
+		t.Errorf("after the new commit: web data %v (%v), want replicas 3 and zone b", cm.Data, err)
+	}
 }
 
 // TestDriftOptions checks when a reconcile detects drift (the revision and generation last
