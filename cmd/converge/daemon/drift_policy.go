@@ -119,4 +119,3 @@ func driftNote(o status.Outcome) string {
 	return fmt.Sprintf("; drift reported, not corrected (driftPolicy Report): %s, see status.drift",
 		countObjects(len(o.Drift.Objects)+o.Drift.MoreObjects))
 }
-
