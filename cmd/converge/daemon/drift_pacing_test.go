@@ -63,7 +63,8 @@ func TestDriftScheduleTakenEarly(t *testing.T) {
 	now = now.Add(100 * time.Millisecond)
 	d.changed("ns_app") // missed by that reconcile
 	d.changed("ns_app") // now pending again
-	want := []time.Duration{driftDebounce, driftDebounce + driftMinGap - 200*time.Millisecond} // the gap after the schedule taken
+	// The second waits the minimum gap after the schedule taken (due 200 ms from now).
+	want := []time.Duration{driftDebounce, driftDebounce + driftMinGap - 200*time.Millisecond}
 	if len(q.got) != len(want) || q.got[0] != want[0] || q.got[1] != want[1] {
 		t.Errorf("AddAfter delays = %v, want %v", q.got, want)
 	}
