@@ -100,6 +100,9 @@ type ApplyOptions struct {
 	// (Argo CD's managedFieldsManagers), never set against the live object nor shown as a
 	// change (ignore.go). Result.IgnoreUnmatched names the rules that match nothing.
 	Ignore []IgnoreRule
+	// Drift says whether what the run would change is drift (an out-of-band change of the
+	// set last applied), to report in Result.Drift, and which of it to leave as it is.
+	Drift DriftOptions
 	// Progress, when set, is called as the run advances (one call per object applied or
 	// pruned and one per stage change). Calls are serialized.
 	Progress func(Progress)
@@ -270,6 +273,9 @@ func (r *applyRun) collect(res *Result, outs []outcome) *record {
 			o.change.Wave = r.items[i].pos.describeWave()
 		}
 		res.Changes = append(res.Changes, o.change)
+		if o.drift != nil {
+			res.Drift = append(res.Drift, *o.drift)
+		}
 		if o.change.Err != nil {
 			rec.errs = append(rec.errs, o.change.Err)
 		}
@@ -350,6 +356,9 @@ type outcome struct {
 	// rv is the live object's resourceVersion after the apply or verification, for the
 	// memo; empty when unknown.
 	rv string
+	// drift is the object's drift, when the run detects drift (ApplyOptions.Drift); nil
+	// when it has none.
+	drift *DriftedObject
 	// generation is the live object's metadata.generation after the apply or verification:
 	// readiness is judged on it or a newer one (atGeneration). Zero when unknown.
 	generation int64

@@ -61,6 +61,9 @@ func (r *applyRun) applyOne(ctx context.Context, it *item) (outcome, error) {
 			break
 		}
 	}
+	if d := v.out.drift; d != nil && !r.opts.Drift.reports(it) {
+		d.Corrected = v.out.change.Action != ActionFailed && !r.opts.DryRun
+	}
 	r.view.record(it, v.out) // 4. record
 	return v.out, v.err
 }
@@ -117,10 +120,22 @@ func (r *applyRun) judge(ctx context.Context, it *item, seen sight, out outcome)
 		if seen.action == ActionUnchanged {
 			return decision{out: unchanged(out, seen.cached)}
 		}
+		if r.opts.Drift.Detect {
+			// Drift is judged on the API server's word, which names the fields and their
+			// managers: read the object (not an attempt, as the memo read nothing).
+			return decision{out: out, stale: true}
+		}
 		return decision{out: out, send: true}
 	}
 	live := seen.live
 	r.ignore.adjust(it, live) // fields to leave alone take live's values (ignore.go)
+	if live == nil && r.opts.Drift.Detect && it.stored {
+		if o, done := r.missing(it, out); done {
+			return decision{out: o}
+		}
+		out.drift = &DriftedObject{Object: it.id, Origin: it.origin, Missing: true}
+	}
+	managed := live // whose managedFields name the managers of drifted fields
 	if live != nil {
 		var ok bool
 		if out, ok = r.checkOwner(ctx, it, live, out); !ok {
@@ -129,6 +144,14 @@ func (r *applyRun) judge(ctx context.Context, it *item, seen sight, out outcome)
 		out.uid = live.GetUID()
 		if o, done := livePolicy(it, live, out); done {
 			return decision{out: o}
+		}
+		if r.opts.Drift.reports(it) {
+			// Drift is only reported: nothing is written to the object, not even the
+			// hand-over of its fields (which would also hide who changed them).
+			if !r.opts.DryRun && appliedAsDesired(it.obj, live, r.fieldManager()) {
+				return decision{out: unchanged(out, live)}
+			}
+			return r.compare(ctx, it, seen, out, managed)
 		}
 		patched, stale, err := r.handOver(ctx, it, live)
 		if err != nil {
@@ -148,13 +171,15 @@ func (r *applyRun) judge(ctx context.Context, it *item, seen sight, out outcome)
 		out.change.Action = ActionCreated
 		return decision{out: out, send: true}
 	}
-	return r.compare(ctx, it, seen, out)
+	return r.compare(ctx, it, seen, out, managed)
 }
 
 // compare judges it by a server-side dry-run against seen's live object, as fluxcd/pkg/ssa
 // does: unchanged when the dry-run's answer does not differ (I7), else created or
-// configured, with the diff when asked for.
-func (r *applyRun) compare(ctx context.Context, it *item, seen sight, out outcome) decision {
+// configured, with the diff when asked for. A difference is drift when the run detects it
+// (DriftOptions): its fields are named with their managers from managed (live before the
+// hand-over of its fields), and it is sent only when the drift is not just reported.
+func (r *applyRun) compare(ctx context.Context, it *item, seen sight, out outcome, managed *unstructured.Unstructured) decision {
 	dry, live, err := r.dryRun(ctx, it, seen.live)
 	if err != nil {
 		return decision{out: failed(out, err), stale: isPreconditionFailed(err)}
@@ -163,6 +188,10 @@ func (r *applyRun) compare(ctx context.Context, it *item, seen sight, out outcom
 		out.change.Action, out.change.Message = ActionCreated, msgNamespacePending
 		if live != nil {
 			out.change.Action, out.change.Message = ActionConfigured, msgWouldRecreate
+		}
+		if live != nil && r.opts.Drift.reports(it) {
+			out.drift = &DriftedObject{Object: it.id, Origin: it.origin}
+			return decision{out: reported(out, live, msgWouldRecreate)}
 		}
 		return decision{out: out}
 	}
@@ -173,15 +202,33 @@ func (r *applyRun) compare(ctx context.Context, it *item, seen sight, out outcom
 		return decision{out: out, stale: true}
 	}
 	if live != nil && !drifted(live, dry) {
-		if r.opts.DryRun || r.opts.Diff || !regains(live, dry, r.fieldManager()) {
+		if r.opts.DryRun || r.opts.Diff || r.opts.Drift.reports(it) || !regains(live, dry, r.fieldManager()) {
 			return decision{out: unchanged(out, live)}
 		}
 		// The values are the source's, but fields it sets belong to another manager (one
 		// changed them and set them back): applying makes them Converge's again, so that the
 		// next change of them changes Converge's field set, which is what wakes a drift
-		// reconcile (fingerprint.go). Once, then the object is as applied.
+		// reconcile (fingerprint.go). Once, then the object is as applied. Drift that is only
+		// reported writes nothing, this included.
 		out.change.Action, out.change.Message = ActionConfigured, msgRegained
 		return decision{out: out, send: true, over: live}
+	}
+	if live != nil && r.opts.Drift.Detect {
+		d := &DriftedObject{Object: it.id, Origin: it.origin}
+		d.Fields, d.MoreFields = driftOf(it.obj, live, dry, managed, r.fieldManager())
+		switch {
+		case len(d.Fields) == 0 && r.opts.Drift.reports(it):
+			// Only fields the desired object does not set differ: the server changed the
+			// object since it was read. Nothing of ours drifted; the next run reads it anew
+			// (the memo holds the version read, not the server's).
+			return decision{out: unchanged(out, live)}
+		case len(d.Fields) == 0: // applied as before, not reported
+		case r.opts.Drift.reports(it):
+			out.drift = d
+			return decision{out: reported(out, live, "")}
+		default:
+			out.drift = d
+		}
 	}
 	out.change.Action = ActionCreated
 	if live != nil {
@@ -352,7 +399,7 @@ func (r *applyRun) dryRun(ctx context.Context, it *item, live *unstructured.Unst
 		if why := r.notOursToRecreate(it.id, live); why != "" { // I1: force deletes only what is ours
 			return nil, live, terminal(fmt.Errorf("immutable field changed; not recreated: %s: %w", why, err))
 		}
-		if r.opts.DryRun {
+		if r.opts.DryRun || r.opts.Drift.reports(it) {
 			return nil, live, nil
 		}
 		if err := r.gate.pass(ctx); err != nil {

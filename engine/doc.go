@@ -34,7 +34,11 @@
 //     unchanged object costs no request), judge whether an apply would change it (judge:
 //     ownership, then managedFields, else a server-side dry-run, compare), apply only then
 //     (so a converged set issues no writes, I7), and record (the memo). An object listed as
-//     missing is applied at once.
+//     missing is applied at once. When the owner says the set is the one it last applied
+//     (ApplyOptions.Drift, drift.go), what the judgement finds is drift: each such object is
+//     listed in Result.Drift with the fields its dry-run changes and the managers that own
+//     them now, and the objects DriftOptions.Report selects are not sent, handed over,
+//     created or recreated.
 //  5. prune (old − new, prune.go) only when every apply succeeded, in reverse order (by kind,
 //     then wave and depends-on as the live objects say: prune_order.go), each
 //     delete with a UID precondition; objects not carrying our annotation, annotated

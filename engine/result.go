@@ -92,6 +92,10 @@ type Result struct {
 	// ApplyOptions.Prune is off (they stay in the inventory too, so a later run with Prune
 	// deletes them).
 	Left []object.ObjMetadata
+	// Drift lists the objects of the set that drifted from the set last applied, in apply
+	// order, when the run detects drift (ApplyOptions.Drift): changed or deleted out of
+	// band, corrected or only reported.
+	Drift []DriftedObject
 	// IgnoreUnmatched describes the ApplyOptions.Ignore rules that leave every object of the
 	// set alone (their target selects none, or no selected object sets their paths, or, in
 	// a run that reads every live object (not the watch cache's), their managers own no

@@ -57,6 +57,11 @@ type Outcome struct {
 	// Duration is how long the reconcile took, recorded on the history entry this outcome
 	// starts (zero: not known).
 	Duration time.Duration
+	// DriftKnown says the reconcile judged drift (its apply ran): then Drift is what
+	// status.drift becomes (nil: none) and the Drifted condition follows it. A reconcile that
+	// stopped before its apply leaves both as they are.
+	DriftKnown bool
+	Drift      *v1alpha1.DriftStatus
 	// RollbackKnown says the reconcile learned whether the Sync is rolled back (it read its
 	// source's head); then RolledBack is what status.rolledBack becomes, nil clearing it.
 	RollbackKnown bool
@@ -238,7 +243,10 @@ func (w *Writer) apply(sync *v1alpha1.Sync, o Outcome) bool {
 		s.LastAttemptedRevision = o.AttemptedRevision
 	}
 	if o.AppliedRevision != "" {
-		s.LastAppliedRevision = o.AppliedRevision
+		s.LastAppliedRevision, s.LastAppliedGeneration = o.AppliedRevision, o.Generation
+	}
+	if o.DriftKnown {
+		setDrift(s, o, now)
 	}
 	if o.HandledRequest != "" {
 		s.LastHandledRequest = o.HandledRequest
@@ -258,6 +266,28 @@ func (w *Writer) apply(sync *v1alpha1.Sync, o Outcome) bool {
 	}
 	recordHistory(s, o, now)
 	return true
+}
+
+// driftNamed is how many drifted objects the Drifted condition's message names.
+const driftNamed = 3
+
+// setDrift records o's drift: status.drift, and the Drifted condition True while there is
+// some (absent otherwise). The message names the first objects, so the same drift found
+// again compares equal and writes nothing (I7).
+func setDrift(s *v1alpha1.SyncStatus, o Outcome, now metav1.Time) {
+	s.Drift = o.Drift
+	if o.Drift == nil || len(o.Drift.Objects) == 0 {
+		s.Drift = nil
+		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionDrifted)
+		return
+	}
+	what := "1 object drifted from revision %s and is left so"
+	if n := len(o.Drift.Objects) + o.Drift.MoreObjects; n > 1 {
+		what = fmt.Sprint(n) + " objects drifted from revision %s and are left so"
+	}
+	msg := fmt.Sprintf(what+" (driftPolicy Report): %s",
+		s.LastAppliedRevision, v1alpha1.DescribeDrift(o.Drift.Objects, o.Drift.MoreObjects, driftNamed))
+	setCondition(s, v1alpha1.ConditionDrifted, metav1.ConditionTrue, v1alpha1.ReasonDriftDetected, msg, o.Generation, now)
 }
 
 // summaryOf is the summary to record after o, given the status before it: o's summary when

@@ -105,6 +105,14 @@ func TestSchemaRejects(t *testing.T) {
 		{"retryInterval 1ms", func(u *unstructured.Unstructured) { set(t, u, "1ms", "spec", "retryInterval") }, "spec.retryInterval"},
 		{"retryInterval over Go's range", func(u *unstructured.Unstructured) { set(t, u, "3000000h", "spec", "retryInterval") }, "spec.retryInterval"},
 		{"timeout over 1h", func(u *unstructured.Unstructured) { set(t, u, "1000h", "spec", "timeout") }, "spec.timeout"},
+		{"driftPolicy unknown", func(u *unstructured.Unstructured) { set(t, u, "Ignore", "spec", "driftPolicy") }, "spec.driftPolicy"},
+		{"driftPolicyKinds twice the same kind", func(u *unstructured.Unstructured) {
+			set(t, u, []any{map[string]any{"kind": "ConfigMap", "policy": "Correct"}, map[string]any{"group": "", "kind": "ConfigMap", "policy": "Report"}},
+				"spec", "driftPolicyKinds")
+		}, "spec.driftPolicyKinds"},
+		{"driftPolicyKinds policy unknown", func(u *unstructured.Unstructured) {
+			set(t, u, []any{map[string]any{"group": "apps", "kind": "Deployment", "policy": "report"}}, "spec", "driftPolicyKinds")
+		}, "spec.driftPolicyKinds[0].policy"},
 		{"deletionPolicy unknown", func(u *unstructured.Unstructured) { set(t, u, "Keep", "spec", "deletionPolicy") }, "spec.deletionPolicy"},
 		{"deletionPolicy lower case", func(u *unstructured.Unstructured) { set(t, u, "orphan", "spec", "deletionPolicy") }, "spec.deletionPolicy"},
 		{"deletionPolicy empty", func(u *unstructured.Unstructured) { set(t, u, "", "spec", "deletionPolicy") }, "spec.deletionPolicy"},
@@ -247,7 +255,10 @@ func TestSchemaAccepts(t *testing.T) {
 			"substituteFrom": []any{map[string]any{"kind": "ConfigMap", "name": "vars"}, map[string]any{"kind": "Secret", "name": "creds", "optional": true}},
 			"strict":         true,
 		},
-		"decryption": map[string]any{"provider": "sops", "secretRef": map[string]any{"name": "sops-age"}},
+		"decryption":  map[string]any{"provider": "sops", "secretRef": map[string]any{"name": "sops-age"}},
+		"driftPolicy": "Report",
+		"driftPolicyKinds": []any{map[string]any{"kind": "ConfigMap", "policy": "Correct"},
+			map[string]any{"group": "apps", "kind": "Deployment", "policy": "Report"}},
 	}, "spec")
 	edge := minimal(ns, "edge")
 	set(t, edge, "", "spec", "path")

@@ -223,6 +223,19 @@ type SyncSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	Ignore []IgnoreRule `json:"ignore,omitempty"`
+	// DriftPolicy says what a reconcile of the applied revision does with objects changed
+	// or deleted out of band: Correct applies them again (the default), Report leaves them
+	// and reports them (status.drift, the Drifted condition, an event and a metric). A new
+	// revision, or a change of this spec, applies every object either way; so moving from
+	// Report to Correct corrects at once.
+	// +optional
+	DriftPolicy DriftPolicy `json:"driftPolicy,omitempty"`
+	// DriftPolicyKinds override DriftPolicy for the objects of some kinds.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, (has(a.group) ? a.group : '') == (has(b.group) ? b.group : '') && a.kind == b.kind))",message="a kind may be listed once"
+	// +listType=atomic
+	// +optional
+	DriftPolicyKinds []KindDriftPolicy `json:"driftPolicyKinds,omitempty"`
 	// BuildFields are Flux Kustomization's patches, images, namePrefix, nameSuffix,
 	// commonMetadata and components, for git and OCI sources.
 	BuildFields `json:",inline"`
@@ -612,6 +625,11 @@ type SyncStatus struct {
 	// LastAppliedRevision is the last revision applied successfully.
 	// +optional
 	LastAppliedRevision string `json:"lastAppliedRevision,omitempty"`
+	// LastAppliedGeneration is the metadata.generation of the spec LastAppliedRevision was
+	// applied with: a reconcile of that revision and generation applies nothing new, so what
+	// it would change is drift (spec.driftPolicy).
+	// +optional
+	LastAppliedGeneration int64 `json:"lastAppliedGeneration,omitempty"`
 	// LastAttemptedRevision is the revision of the last reconcile, successful or not.
 	// +optional
 	LastAttemptedRevision string `json:"lastAttemptedRevision,omitempty"`
@@ -638,6 +656,11 @@ type SyncStatus struct {
 	// +kubebuilder:validation:MaxItems=10
 	// +optional
 	History []HistoryEntry `json:"history,omitempty"`
+	// Drift lists the objects the last reconcile of the applied revision found changed or
+	// deleted out of band and left so (drift policy Report), with the fields that differ and
+	// the field manager that changed them. Absent when there is none.
+	// +optional
+	Drift *DriftStatus `json:"drift,omitempty"`
 }
 
 // InventoryStatus names the inventory ConfigMap and its size.

@@ -44,12 +44,16 @@ func (d *driftTrigger) source() source.Source {
 	})
 }
 
-// track records that the Sync key owns the inventory id. A nil trigger does nothing.
+// track records that the Sync key owns the inventory id, as its reconcile is about to read
+// its objects: a drift reconcile scheduled before is taken by this one, so a change from now
+// on schedules another. (The controller's queue merges a delayed request into an earlier one
+// for the same Sync: a schedule thought pending could be long gone, and the changes until
+// its time were dropped.) A nil trigger does nothing.
 func (d *driftTrigger) track(id string, key types.NamespacedName) {
 	if d == nil {
 		return
 	}
-	d.states.with(key, func(st *syncState) { st.inventoryID = id })
+	d.states.with(key, func(st *syncState) { st.inventoryID, st.driftTaken = id, true })
 }
 
 // untrack stops drift reconciles of the Sync key (being deleted). A nil trigger does nothing.
@@ -57,7 +61,9 @@ func (d *driftTrigger) untrack(key types.NamespacedName) {
 	if d == nil {
 		return
 	}
-	d.states.with(key, func(st *syncState) { st.inventoryID, st.driftNext, st.driftFree = "", time.Time{}, time.Time{} })
+	d.states.with(key, func(st *syncState) {
+		st.inventoryID, st.driftNext, st.driftFree, st.driftTaken = "", time.Time{}, time.Time{}, false
+	})
 }
 
 // reconciled records that a reconcile of key just ended after took: the next drift-triggered
@@ -84,7 +90,7 @@ func (d *driftTrigger) changed(id string) {
 	var key types.NamespacedName
 	var at time.Time
 	d.states.owner(id, func(k types.NamespacedName, st *syncState) {
-		if st.driftNext.After(now) {
+		if st.driftNext.After(now) && !st.driftTaken {
 			return // already scheduled
 		}
 		at = now.Add(driftDebounce)
@@ -94,7 +100,7 @@ func (d *driftTrigger) changed(id string) {
 		if at.Before(st.driftFree) {
 			at = st.driftFree
 		}
-		st.driftNext, key = at, k
+		st.driftNext, st.driftTaken, key = at, false, k
 	})
 	if !at.IsZero() {
 		d.queue.AddAfter(reconcile.Request{NamespacedName: key}, at.Sub(now))

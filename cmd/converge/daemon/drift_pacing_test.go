@@ -42,3 +42,30 @@ func TestDriftPacing(t *testing.T) {
 		t.Errorf("AddAfter delays = %v, want %v", q.got, want)
 	}
 }
+
+// TestDriftScheduleTakenEarly: a reconcile that reads the Sync's objects before the drift
+// reconcile's time (the queue merged the delayed request into an earlier one) takes the
+// schedule; a change after it schedules another, no sooner than the minimum gap after the
+// one taken. Before, that change counted as already scheduled and waited for the interval.
+func TestDriftScheduleTakenEarly(t *testing.T) {
+	now := time.Unix(1000, 0)
+	d := newDriftTrigger(newSyncStates())
+	d.now = func() time.Time { return now }
+	q := &delays{}
+	d.queue = q
+	key := types.NamespacedName{Namespace: "ns", Name: "app"}
+	d.track("ns_app", key)
+
+	d.changed("ns_app") // scheduled in driftDebounce
+	now = now.Add(100 * time.Millisecond)
+	d.track("ns_app", key) // a spec change's reconcile reads the objects first
+	d.reconciled(key, 50*time.Millisecond)
+	now = now.Add(100 * time.Millisecond)
+	d.changed("ns_app") // missed by that reconcile
+	d.changed("ns_app") // now pending again
+	// The second waits the minimum gap after the schedule taken (due 200 ms from now).
+	want := []time.Duration{driftDebounce, driftDebounce + driftMinGap - 200*time.Millisecond}
+	if len(q.got) != len(want) || q.got[0] != want[0] || q.got[1] != want[1] {
+		t.Errorf("AddAfter delays = %v, want %v", q.got, want)
+	}
+}

@@ -36,6 +36,7 @@ type recorder struct {
 	inventory         *prometheus.GaugeVec
 	rolledBack        *prometheus.GaugeVec
 	drift             *prometheus.CounterVec
+	drifted           *prometheus.GaugeVec
 	pruneRefusals     *prometheus.CounterVec
 	deferrals         *prometheus.CounterVec
 	applyConflicts    *prometheus.CounterVec
@@ -152,6 +153,9 @@ func (r *recorder) eventMetrics() {
 	r.drift = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "converge_drift_corrections_total", Help: "Objects configured again at an unchanged revision (out-of-band drift taken back), by kind.",
 	}, withSync("kind"))
+	r.drifted = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "converge_drifted_objects", Help: "Objects a Sync's last reconcile of its applied revision found drifted and left so (driftPolicy Report); 0 when none.",
+	}, syncLabels)
 	r.pruneRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "converge_prune_refusals_total", Help: "Applies whose prune was refused (empty render or over the prune budget).",
 	}, syncLabels)
@@ -177,7 +181,7 @@ func (r *recorder) eventMetrics() {
 
 func (r *recorder) collectors() []prometheus.Collector {
 	return []prometheus.Collector{r.reconcileDuration, r.reconciles, r.loadDuration, r.objectActions, r.condition,
-		r.suspended, r.interval, r.lastApplied, r.inventory, r.rolledBack, r.drift, r.pruneRefusals, r.applyConflicts,
+		r.suspended, r.interval, r.lastApplied, r.inventory, r.rolledBack, r.drift, r.drifted, r.pruneRefusals, r.applyConflicts,
 		r.statusConflicts, r.statusFailures, r.leadTime, r.commitLeadTime, r.apiRequests, r.deferrals, r.notifications}
 }
 
@@ -264,6 +268,13 @@ func (r *recorder) reconciled(s *v1alpha1.Sync, o status.Outcome, start time.Tim
 		rolledBack = o.RolledBack != nil
 	}
 	r.rolledBack.WithLabelValues(ns, name).Set(map[bool]float64{false: 0, true: 1}[rolledBack])
+	if o.DriftKnown {
+		n := 0
+		if o.Drift != nil {
+			n = len(o.Drift.Objects) + o.Drift.MoreObjects
+		}
+		r.drifted.WithLabelValues(ns, name).Set(float64(n))
+	}
 	r.observeLeadTime(s, o, start, now, lead)
 }
 

@@ -67,7 +67,9 @@ func observeAll(t *testing.T, rec *recorder) {
 		Pruned:  []engine.Change{cmChange("b", engine.ActionPruned, nil)},
 	}, fmt.Errorf("prune: %w", engine.ErrPruneRefused))
 	rec.reconciled(s, status.Outcome{Ready: metav1.ConditionTrue, AttemptedRevision: "main@sha1:2", AppliedRevision: "main@sha1:2",
-		Inventory: &v1alpha1.InventoryStatus{Entries: 3}}, time.Now().Add(-time.Second), errors.New("status write failed"), lead)
+		Inventory: &v1alpha1.InventoryStatus{Entries: 3}, DriftKnown: true,
+		Drift: &v1alpha1.DriftStatus{Objects: []v1alpha1.DriftedObject{{Kind: "ConfigMap", Name: "a"}}, MoreObjects: 1}},
+		time.Now().Add(-time.Second), errors.New("status write failed"), lead)
 	rec.suspend(s)
 	rec.deferred(s.Namespace)
 	rec.notifications.WithLabelValues(s.Namespace, s.Name, "generic", "delivered").Inc()
@@ -154,6 +156,7 @@ func TestRecorder(t *testing.T) {
 		{"converge_sync_interval_seconds", map[string]float64{key: 60}},
 		{"converge_inventory_entries", map[string]float64{key: 3}},
 		{"converge_sync_rolled_back", map[string]float64{key: 0}},
+		{"converge_drifted_objects", map[string]float64{key: 2}}, // one listed, one more counted
 		{"converge_revision_lead_time_seconds", map[string]float64{key: 1}},
 		{"converge_commit_lead_time_seconds", map[string]float64{key: 1}},
 		{"converge_status_write_conflicts_total", map[string]float64{key: 1}},

@@ -120,6 +120,7 @@ func stateOf(s *v1alpha1.Sync) notify.State {
 	if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); c != nil {
 		st.Ready = notify.Ready(c.Status)
 	}
+	st.Drifted = meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionDrifted)
 	return st
 }
 
@@ -138,6 +139,12 @@ func (r *reconciler) notify(s *v1alpha1.Sync, o status.Outcome) {
 		if st.settled != nil {
 			prev = *st.settled
 		}
+		// The Drifted condition as this outcome left it: set when it judged drift, kept
+		// otherwise (a failed fetch knows nothing of it).
+		next.Drifted = prev.Drifted
+		if o.DriftKnown {
+			next.Drifted = o.Drift != nil
+		}
 		transitions = notify.Transitions(prev, next)
 		settled := notify.Settle(prev, next)
 		st.settled = &settled
@@ -151,12 +158,16 @@ func (r *reconciler) notify(s *v1alpha1.Sync, o status.Outcome) {
 		resolve := r.notificationSecret(s, i, n)
 		for _, tr := range transitions {
 			if sends(n, tr) {
-				revision := o.AttemptedRevision
+				revision, reason, msg := o.AttemptedRevision, o.Reason, o.Message
 				if tr == notify.RolledBack {
 					revision = rolledBackFrom(s, o) // the revision left: its commit status reads failure
 				}
+				if tr == notify.Drifted && o.Drift != nil { // what drifted, and who changed it
+					reason = v1alpha1.ReasonDriftDetected
+					msg = r.redact(s, v1alpha1.DescribeDrift(o.Drift.Objects, o.Drift.MoreObjects, driftEventObjects))
+				}
 				r.notifier.d.SendResolving(p, resolve, notify.Event{Namespace: s.Namespace, Name: s.Name, UID: string(s.UID), Transition: tr,
-					Revision: revision, Reason: o.Reason, Message: o.Message, Time: time.Now().UTC(), Cluster: r.notifier.cluster})
+					Revision: revision, Reason: reason, Message: msg, Time: time.Now().UTC(), Cluster: r.notifier.cluster})
 			}
 		}
 	}

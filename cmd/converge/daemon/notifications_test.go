@@ -38,6 +38,7 @@ type notified struct {
 	Transition string `json:"transition"`
 	Revision   string `json:"revision"`
 	Reason     string `json:"reason"`
+	Message    string `json:"message"`
 	Cluster    string `json:"cluster"`
 	Namespace  string `json:"namespace"`
 	Name       string `json:"name"`

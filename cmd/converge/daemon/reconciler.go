@@ -334,7 +334,7 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (status.Outcome
 		return withAutoRollback(s, o), nil
 	}
 	o.Ready, o.Reason = metav1.ConditionTrue, reasonSucceeded
-	o.Message = "Applied revision " + bundle.Revision + verified(bundle.Signatures) + ignoreNote(res)
+	o.Message = "Applied revision " + bundle.Revision + verified(bundle.Signatures) + ignoreNote(res) + driftNote(o)
 	if rb := o.RolledBack; rb != nil {
 		o.Reason = reasonRolledBack
 		o.Message += fmt.Sprintf(" (rolled back from %s: %s)", rb.From, rb.Reason)
@@ -417,6 +417,7 @@ func (r *reconciler) apply(ctx context.Context, s *v1alpha1.Sync, o *status.Outc
 	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}
 	r.drift.track(set.Inventory.ID, client.ObjectKeyFromObject(s))
 	opts.Recover = recoveredInventory(s) // used only if the inventory ConfigMap was lost
+	opts.Drift = driftOptions(s, bundle.Revision)
 	res, err := eng.Apply(ctx, set, opts)
 	r.metrics.applied(s, bundle.Revision, res, err)
 	sum := res.Summary() // zero for a nil result
@@ -427,6 +428,9 @@ func (r *reconciler) apply(ctx context.Context, s *v1alpha1.Sync, o *status.Outc
 		if res.Inventory != nil {
 			o.Inventory = inventoryStatus(set.Inventory, res.Inventory)
 		}
+	}
+	if err == nil {
+		r.recordDrift(s, o, bundle.Revision, res)
 	}
 	if err != nil {
 		f := &failure{reason: reasonApplyFailed, err: err, stalls: engine.IsTerminal(err)}

@@ -24,6 +24,9 @@ type syncState struct {
 	// driftNext is when the last drift reconcile was scheduled; driftFree, the earliest the
 	// next may run (drift.go).
 	driftNext, driftFree time.Time
+	// driftTaken says a reconcile has read the Sync's objects since driftNext was scheduled:
+	// the schedule is no longer pending, even if its time is still to come (drift.go).
+	driftTaken bool
 	// lead is the revision the Sync last loaded and attempted, for the lead-time metrics
 	// (metrics.go).
 	lead leadClock

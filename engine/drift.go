@@ -1,0 +1,419 @@
+package engine
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/value"
+)
+
+// DriftOptions tell a run whether what it would change is drift: an out-of-band change of
+// objects that still hold the desired set last applied, rather than a new desired set. Only
+// the owner knows which it is (a Sync at the revision and generation it last applied
+// successfully): the engine cannot tell a new commit from an edit of the live object.
+type DriftOptions struct {
+	// Detect says the set is the one last applied: every object the run finds it would
+	// change, or finds missing although the stored inventory holds it, is listed in
+	// Result.Drift. A run without it (a new revision, a new spec) applies as usual and
+	// reports nothing.
+	Detect bool
+	// Report, with Detect, selects the drifted objects that are only reported: judged (a
+	// server-side dry-run) but never sent, created or recreated (DriftedObject.Corrected
+	// false), so the edit stays. Nil corrects every drifted object (Corrected true once its
+	// apply succeeded).
+	Report func(object.ObjMetadata) bool
+}
+
+// reports reports whether the run only reports drift of it, never corrects it.
+func (d DriftOptions) reports(it *item) bool {
+	return d.Detect && d.Report != nil && d.Report(it.id)
+}
+
+// DriftedObject is one object of the set that differs from what the run last applied, by an
+// out-of-band change (ApplyOptions.Drift).
+type DriftedObject struct {
+	// Object identifies the object.
+	Object object.ObjMetadata
+	// Origin is where the object was rendered from (Set.Origins), "" when unknown.
+	Origin string
+	// Missing says the object was deleted: the stored inventory holds it, the API server
+	// has none.
+	Missing bool
+	// Fields are where an apply would change the live object, at most MaxDriftFields.
+	Fields []DriftedField
+	// MoreFields counts the differing fields left out of Fields.
+	MoreFields int
+	// Corrected says the run applied the object again (created it, or took the fields
+	// back); false when it only reported it (DriftOptions.Report) or the apply failed.
+	Corrected bool
+}
+
+// DriftedField is one field of a drifted object.
+type DriftedField struct {
+	// Path names the field: "spec.replicas", "metadata.labels.team",
+	// "spec.template.spec.containers[name=web].image"; a list whose elements cannot be
+	// matched by name is named as a whole, or by index when only elements changed.
+	Path string
+	// Manager is the field manager that owns the field in the live object now, from its
+	// managedFields (the newest entry other than the run's own manager); "" when none does
+	// (the field was removed, or its owner is unknown).
+	Manager string
+}
+
+// MaxDriftFields bounds DriftedObject.Fields.
+const MaxDriftFields = 10
+
+// driftOf describes how dry, the server's answer to applying the desired object over live,
+// differs from live: the fields that differ (labels, annotations and everything outside
+// metadata and status, as drifted compares them) and that desired sets, each with the
+// manager that owns it in
+// managed (live before the hand-over of its fields, which renames their managers). manager
+// is the run's own field manager, never named as an owner.
+func driftOf(desired, live, dry, managed *unstructured.Unstructured, manager string) (fields []DriftedField, more int) {
+	var paths []driftPath
+	declared := driftBody(desired)
+	walkDrift(driftBody(live), driftBody(dry), nil, func(p driftPath) {
+		if !declares(declared, p) {
+			return // the server's own change since the read (a controller's annotation)
+		}
+		if len(paths) < MaxDriftFields {
+			paths = append(paths, slices.Clone(p))
+			return
+		}
+		more++
+	})
+	owners := managersOf(managed, manager)
+	for _, p := range paths {
+		fields = append(fields, DriftedField{Path: p.String(), Manager: owners.owner(p)})
+	}
+	return fields, more
+}
+
+// declares reports whether the desired object (its driftBody) sets the field p, or a map or
+// list above it as a whole. An apply changes only such fields: a difference elsewhere is the
+// server's own change between the read and the dry-run (a controller's annotation), not
+// drift.
+func declares(desired any, p driftPath) bool {
+	v := desired
+	for _, s := range p {
+		switch {
+		case s.item != nil:
+			l, ok := v.([]any)
+			if !ok {
+				return v != nil
+			}
+			named, _ := namedItems(l)
+			item, found := named[fmt.Sprint(s.item["name"])]
+			if !found {
+				return false
+			}
+			v = item
+		case s.isIdx:
+			l, ok := v.([]any)
+			if !ok {
+				return v != nil
+			}
+			if s.index >= len(l) {
+				return false
+			}
+			v = l[s.index]
+		default:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return v != nil
+			}
+			if v, ok = m[s.field]; !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// driftBody is what drifted compares of u, in one tree: labels, annotations, and u's body.
+func driftBody(u *unstructured.Unstructured) map[string]any {
+	body := bodyOf(u).Object
+	md := map[string]any{}
+	if l, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "metadata", "labels"); ok {
+		md["labels"] = l
+	}
+	if a, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "metadata", "annotations"); ok {
+		md["annotations"] = a
+	}
+	out := make(map[string]any, len(body)+1)
+	for k, v := range body {
+		out[k] = v
+	}
+	if len(md) > 0 {
+		out["metadata"] = md
+	}
+	return out
+}
+
+// driftStep is one step of a driftPath: a field name, a list element (item, matched by its
+// name), or a list index.
+type driftStep struct {
+	field string
+	item  map[string]any // a list element matched by its "name"
+	index int            // a list element by position, when item and field are unset
+	isIdx bool
+}
+
+// driftPath is the path of a differing field.
+type driftPath []driftStep
+
+// String is the path as users read it: spec.template.spec.containers[name=web].image.
+func (p driftPath) String() string {
+	var b strings.Builder
+	for i, s := range p {
+		switch {
+		case s.item != nil:
+			fmt.Fprintf(&b, "[name=%v]", s.item["name"])
+		case s.isIdx:
+			fmt.Fprintf(&b, "[%d]", s.index)
+		default:
+			if i > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s.field)
+		}
+	}
+	return b.String()
+}
+
+// walkDrift calls found with the path of each leaf where live and dry differ, in a stable
+// order (map keys sorted).
+func walkDrift(live, dry any, path driftPath, found func(driftPath)) {
+	if equality.Semantic.DeepEqual(live, dry) {
+		return
+	}
+	lm, lok := live.(map[string]any)
+	dm, dok := dry.(map[string]any)
+	if lok && dok {
+		keys := make([]string, 0, len(lm)+len(dm))
+		for k := range lm {
+			keys = append(keys, k)
+		}
+		for k := range dm {
+			if _, ok := lm[k]; !ok {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			walkDrift(lm[k], dm[k], append(path, driftStep{field: k}), found)
+		}
+		return
+	}
+	ll, lok := live.([]any)
+	dl, dok := dry.([]any)
+	if lok && dok && walkList(ll, dl, path, found) {
+		return
+	}
+	found(path)
+}
+
+// walkList walks two lists element by element when their elements can be matched: by name
+// when every element is an object with a distinct name, else by index when both have the
+// same length. It reports false when they cannot be matched (the list differs as a whole).
+func walkList(live, dry []any, path driftPath, found func(driftPath)) bool {
+	ln, lok := namedItems(live)
+	dn, dok := namedItems(dry)
+	if lok && dok {
+		names := make([]string, 0, len(ln)+len(dn))
+		for _, e := range live {
+			names = append(names, fmt.Sprint(e.(map[string]any)["name"]))
+		}
+		for _, e := range dry {
+			if n := fmt.Sprint(e.(map[string]any)["name"]); ln[n] == nil {
+				names = append(names, n)
+			}
+		}
+		for _, n := range names {
+			item := ln[n]
+			if item == nil {
+				item = dn[n]
+			}
+			var l, d any
+			if ln[n] != nil {
+				l = ln[n]
+			}
+			if dn[n] != nil {
+				d = dn[n]
+			}
+			walkDrift(l, d, append(path, driftStep{item: item}), found)
+		}
+		return true
+	}
+	if len(live) != len(dry) {
+		return false
+	}
+	for i := range live {
+		walkDrift(live[i], dry[i], append(path, driftStep{index: i, isIdx: true}), found)
+	}
+	return true
+}
+
+// namedItems indexes l by the "name" of its elements; ok is false when an element is not an
+// object with a string name, or two share one.
+func namedItems(l []any) (map[string]map[string]any, bool) {
+	out := make(map[string]map[string]any, len(l))
+	for _, e := range l {
+		m, ok := e.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		n, ok := m["name"].(string)
+		if !ok || out[n] != nil {
+			return nil, false
+		}
+		out[n] = m
+	}
+	return out, len(l) > 0
+}
+
+// fieldOwners are the managedFields entries of a live object other than the run's own, each
+// with the paths it owns, newest first.
+type fieldOwners []fieldOwner
+
+type fieldOwner struct {
+	manager string
+	paths   []fieldpath.Path
+}
+
+// managersOf reads the managedFields of live, leaving out manager's entries. Entries of a
+// subresource stay: `kubectl scale` owns spec.replicas through the scale subresource, and a
+// status entry owns only status, which drift never names.
+func managersOf(live *unstructured.Unstructured, manager string) fieldOwners {
+	type entry struct {
+		fieldOwner
+		at metav1.Time
+		i  int
+	}
+	var entries []entry
+	for i, mf := range live.GetManagedFields() {
+		if mf.Manager == manager || mf.FieldsV1 == nil {
+			continue
+		}
+		set := &fieldpath.Set{}
+		if err := set.FromJSON(bytes.NewReader(mf.FieldsV1.Raw)); err != nil {
+			continue
+		}
+		e := entry{fieldOwner: fieldOwner{manager: mf.Manager}, i: i}
+		if mf.Time != nil {
+			e.at = *mf.Time
+		}
+		set.Iterate(func(p fieldpath.Path) { e.paths = append(e.paths, p.Copy()) })
+		entries = append(entries, e)
+	}
+	sort.SliceStable(entries, func(a, b int) bool {
+		if !entries[a].at.Equal(&entries[b].at) {
+			return entries[b].at.Before(&entries[a].at)
+		}
+		return entries[a].i > entries[b].i
+	})
+	out := make(fieldOwners, len(entries))
+	for i, e := range entries {
+		out[i] = e.fieldOwner
+	}
+	return out
+}
+
+// owner is the newest manager that owns p or a field below it; failing that, the newest
+// that owns a field above it (an atomic map or list, or the list element, as a whole).
+func (o fieldOwners) owner(p driftPath) string {
+	for _, m := range o {
+		for _, q := range m.paths {
+			if below(p, q) {
+				return m.manager
+			}
+		}
+	}
+	for _, m := range o {
+		for _, q := range m.paths {
+			if above(q, p) {
+				return m.manager
+			}
+		}
+	}
+	return ""
+}
+
+// below reports whether q is p or a path below it.
+func below(p driftPath, q fieldpath.Path) bool {
+	if len(q) < len(p) {
+		return false
+	}
+	for i, s := range p {
+		if !s.matches(q[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// above reports whether q is a proper prefix of p.
+func above(q fieldpath.Path, p driftPath) bool {
+	return len(q) < len(p) && below(p[:len(q)], q)
+}
+
+// matches reports whether the path element e (managedFields) names the step s.
+func (s driftStep) matches(e fieldpath.PathElement) bool {
+	switch {
+	case s.item != nil:
+		if e.Key == nil {
+			return false
+		}
+		for _, k := range *e.Key {
+			v, ok := s.item[k.Name]
+			if !ok || !value.Equals(value.NewValueInterface(v), k.Value) {
+				return false
+			}
+		}
+		return true
+	case s.isIdx:
+		return e.Index != nil && *e.Index == s.index
+	default:
+		return e.FieldName != nil && *e.FieldName == s.field
+	}
+}
+
+// Messages of drift that is only reported.
+const (
+	msgDriftReported = "drifted; reported, not corrected (drift policy Report)"
+	msgMissingReport = "deleted out of band; reported, not recreated (drift policy Report)"
+)
+
+// reported is out for an object whose drift is only reported: skipped (not applied), tracked
+// and waited for at live, and not remembered (no resourceVersion for the memo), so that every
+// run judges it again until the drift ends or is corrected. why overrides the message.
+func reported(out outcome, live metav1.Object, why string) outcome {
+	out = unchanged(out, live)
+	out.rv = ""
+	out.change.Action, out.change.Message = ActionSkipped, msgDriftReported
+	if why != "" {
+		out.change.Message = msgDriftReported + ": " + why
+	}
+	return out
+}
+
+// missing decides an object the stored inventory holds and the API server says is gone,
+// under a run that detects drift (done): reported, not recreated, when the run only reports
+// its drift; otherwise it is created as usual (not done), and reported as corrected.
+func (r *applyRun) missing(it *item, out outcome) (_ outcome, done bool) {
+	if !r.opts.Drift.reports(it) {
+		return out, false
+	}
+	out.drift = &DriftedObject{Object: it.id, Origin: it.origin, Missing: true}
+	out.change.Action, out.change.Message = ActionSkipped, msgMissingReport
+	out.uid = r.old.UID(it.id)
+	return out, true
+}
