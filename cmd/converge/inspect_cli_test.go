@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -82,6 +83,41 @@ func TestTreeCommand(t *testing.T) {
 	rows = nil
 	if err := yaml.Unmarshal([]byte(out), &rows); err != nil || code != 0 || len(rows) != 2 || rows[0].File != "" || rows[0].Health != "Current" {
 		t.Errorf("tree -o yaml --files=false: exit %d, %v; want two rows without FILE:\n%s", code, err, out)
+	}
+}
+
+// TestTreeShowsDrift checks that `converge tree` of a Sync that reports drift
+// (spec.driftPolicy: Report) shows the field an edit changed and the manager that changed it,
+// in a DRIFT column and the JSON, and nothing for the object left alone.
+func TestTreeShowsDrift(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	f := newFixture(t)
+	rev := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1), "b.yaml": cmB})
+	f.startDaemon(env.Config)
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Spec.DriftPolicy = v1alpha1.DriftReport })
+	f.waitSync("Ready at the first commit", readyAt(rev))
+	edit := client.RawPatch(types.MergePatchType, []byte(`{"data":{"version":"edited"}}`))
+	if err := f.c.Patch(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "a"}}, edit,
+		client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	f.waitSync("the edit reported as drift", func(s *v1alpha1.Sync) bool { return s.Status.Drift != nil && len(s.Status.Drift.Objects) == 1 })
+
+	out, errOut, code := run("tree", "-n", f.ns, "app", "--files=false", "-o", "json")
+	var rows []treeObject
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || code != 0 {
+		t.Fatalf("tree -o json: exit %d, %v, stderr %q:\n%s", code, err, errOut, out)
+	}
+	got := map[string]string{}
+	for _, r := range rows {
+		got[r.Name] = r.Drift
+	}
+	if want := map[string]string{"a": "data.version (kubectl-edit)", "b": ""}; !cmp.Equal(want, got) {
+		t.Errorf("drift by object %v, want %v", got, want)
+	}
+	out, _, code = run("tree", "-n", f.ns, "app", "--files=false")
+	if code != 0 || !strings.Contains(out, "DRIFT") || !strings.Contains(out, "data.version (kubectl-edit)") {
+		t.Errorf("tree table: exit %d, want a DRIFT column naming the field and its manager:\n%s", code, out)
 	}
 }
 

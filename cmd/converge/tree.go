@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,7 +26,9 @@ const treeLong = `Tree lists the objects a Sync owns, as flux tree kustomization
 inventory (the ConfigMap <sync>-inventory; the recovery copy in status.inventory when that is
 lost), each with its KIND, NAMESPACE/NAME, HEALTH (kstatus, read now: Current, InProgress,
 Failed, Terminating, NotFound, Unknown) and kstatus MESSAGE, and FILE, the file of the source it
-was rendered from.
+was rendered from. A Sync whose spec.driftPolicy leaves drift as it is (Report) adds DRIFT:
+the fields its last reconcile found changed, each with the field manager that changed it, or
+"deleted" (from status.drift, at most 20 objects).
 
 FILE is not stored in the cluster: tree renders the Sync's source at the revision it last
 applied, as converge diff does (git sources only, with the kubeconfig's credentials; a
@@ -53,6 +56,9 @@ type treeObject struct {
 	Health    string `json:"health"`
 	Message   string `json:"message,omitempty"`
 	File      string `json:"file,omitempty"`
+	// Drift is how the object drifted, as status.drift records it: its changed fields and
+	// their managers, or "deleted"; empty when it did not (or the Sync corrects drift).
+	Drift string `json:"drift,omitempty"`
 }
 
 func newTreeCommand(kube *kubeFlags) *cobra.Command {
@@ -90,9 +96,10 @@ func (o *treeOptions) run(ctx context.Context, out, errOut io.Writer, name strin
 			files = originsByID(c, s, b)
 		}
 	}
+	drift := driftByID(s)
 	rows := make([]treeObject, 0, len(ids))
 	for _, id := range ids {
-		row := treeObject{Group: id.GroupKind.Group, Kind: id.GroupKind.Kind, Namespace: id.Namespace, Name: id.Name, File: files[id]}
+		row := treeObject{Group: id.GroupKind.Group, Kind: id.GroupKind.Kind, Namespace: id.Namespace, Name: id.Name, File: files[id], Drift: drift[id]}
 		row.Health, row.Message, err = health(ctx, c, id)
 		if err != nil {
 			return explain(err, nil)
@@ -103,18 +110,32 @@ func (o *treeOptions) run(ctx context.Context, out, errOut io.Writer, name strin
 		fmt.Fprintf(errOut, "Sync %s/%s owns no objects.\n", s.Namespace, s.Name)
 		return nil
 	}
-	return printRows(out, o.output, treeColumns(), rows)
+	return printRows(out, o.output, treeColumns(len(drift) > 0), rows)
 }
 
-// treeColumns are the columns of `converge tree`.
-func treeColumns() []column[treeObject] {
+// treeColumns are the columns of `converge tree`; DRIFT only when some object drifted.
+func treeColumns(drift bool) []column[treeObject] {
 	return []column[treeObject]{
 		{"KIND", true, func(r treeObject) string { return r.Kind }},
 		{"NAMESPACE/NAME", true, func(r treeObject) string { return nsName(r.Namespace, r.Name) }},
 		{"HEALTH", true, func(r treeObject) string { return r.Health }},
 		{"FILE", true, func(r treeObject) string { return r.File }},
+		{"DRIFT", drift, func(r treeObject) string { return cut(r.Drift, maxTableMessage) }},
 		{"MESSAGE", true, func(r treeObject) string { return cut(firstLine(r.Message), maxTableMessage) }},
 	}
+}
+
+// driftByID is how each object of s.status.drift drifted (DriftedObject.Change).
+func driftByID(s *v1alpha1.Sync) map[object.ObjMetadata]string {
+	if s.Status.Drift == nil {
+		return nil
+	}
+	out := make(map[object.ObjMetadata]string, len(s.Status.Drift.Objects))
+	for _, d := range s.Status.Drift.Objects {
+		id := object.ObjMetadata{GroupKind: schema.GroupKind{Group: d.Group, Kind: d.Kind}, Namespace: d.Namespace, Name: d.Name}
+		out[id] = d.Change()
+	}
+	return out
 }
 
 // nsName is namespace/name, or name for a cluster-scoped object.

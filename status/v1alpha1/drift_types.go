@@ -118,6 +118,14 @@ func (d DriftedObject) String() string {
 		b.WriteString(d.Namespace + "/")
 	}
 	b.WriteString(d.Name + ": ")
+	b.WriteString(d.Change())
+	return b.String()
+}
+
+// Change says how the object drifted, as converge tree shows it: "spec.replicas
+// (kubectl-edit), metadata.labels.team", "deleted".
+func (d DriftedObject) Change() string {
+	var b strings.Builder
 	if d.Missing {
 		b.WriteString("deleted")
 		return b.String()
