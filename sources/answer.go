@@ -7,6 +7,8 @@ import (
 	"io"
 
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/converge-dev/converge/sources/internal/childproc"
 )
 
 // A render child answers with a stream of records, one JSON value each: one per resource,
@@ -40,29 +42,10 @@ func writeAnswer(out io.Writer, resources [][]byte, origins []string, resp child
 // errAnswerOverBudget ends the read of an answer past the render's byte budget.
 var errAnswerOverBudget = errors.New("render child answer over the byte budget")
 
-// budgetReader counts the bytes read through it, failing past max.
-type budgetReader struct {
-	r    io.Reader
-	n    int64
-	max  int64
-	over bool
-}
-
-func (c *budgetReader) Read(p []byte) (int, error) {
-	if c.n >= c.max {
-		c.over = true
-		return 0, errAnswerOverBudget
-	}
-	p = p[:min(int64(len(p)), c.max-c.n+1)]
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
 // readAnswer decodes a render child's answer from r as it arrives: each resource into
 // objects, counted in b. It returns the end record and the bytes read; a child that stops
 // before its end record returns a nil response.
-func readAnswer(r *budgetReader, file string, b *budget) ([]decoded, *childResponse, error) {
+func readAnswer(r *childproc.Reader, file string, b *budget) ([]decoded, *childResponse, error) {
 	dec := json.NewDecoder(r)
 	var objs []decoded
 	var errs []error

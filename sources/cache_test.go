@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/converge-dev/converge/sources/internal/childproc"
 )
 
 // decodedEntry decodes n objects made by gen as a render child's answer would be, and
@@ -23,7 +25,7 @@ func decodedEntry(t *testing.T, n int, gen func(int) string) (cacheEntry, int64)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	objs, _, err := readAnswer(&budgetReader{r: strings.NewReader(answer.String()), max: 1 << 30}, "k/kustomization.yaml", b)
+	objs, _, err := readAnswer(&childproc.Reader{R: strings.NewReader(answer.String()), Max: 1 << 30}, "k/kustomization.yaml", b)
 	var e cacheEntry
 	for _, d := range objs {
 		e.objs = append(e.objs, d.obj)

@@ -1,7 +1,6 @@
 package sources
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/converge-dev/converge/sources/internal/childproc"
 )
@@ -178,21 +176,13 @@ func runChild(ctx context.Context, file, what string, req childRequest, opts Ren
 	}
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = childEnviron(opts.AllowRemoteBases && req.Helm == nil, b.limits)
-	cmd.Stdin = bytes.NewReader(js)
-	stderr := &childproc.TailBuffer{Max: 4096, HeadMax: 4096}
-	cmd.Stderr = stderr
-	cmd.WaitDelay = 5 * time.Second
-	childproc.KillWithParent(cmd)
-	pipe, err := cmd.StdoutPipe()
+	pipe, stderr, err := childproc.Start(cmd, js)
 	if err != nil {
-		return nil, fmt.Errorf("%s: isolated %s: %w", file, what, err)
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: isolated %s: %w", file, what, err)
 	}
 	childrenRunning.add(1)
 	defer childrenRunning.add(-1)
-	stdout := &budgetReader{r: pipe, max: b.remaining()}
+	stdout := &childproc.Reader{R: pipe, Max: b.remaining(), Err: errAnswerOverBudget}
 	objs, resp, readErr := readAnswer(stdout, file, b)
 	killed := readErr != nil || resp == nil
 	if killed {
@@ -214,12 +204,12 @@ type answer struct {
 
 // answerResult sorts out how an isolated build ended: stopped, out of memory or of its
 // byte budget, failed, or its objects.
-func answerResult(ctx context.Context, file, what string, a answer, stdout *budgetReader, stderr *childproc.TailBuffer, b *budget) ([]decoded, error) {
+func answerResult(ctx context.Context, file, what string, a answer, stdout *childproc.Reader, stderr *childproc.TailBuffer, b *budget) ([]decoded, error) {
 	objs, resp, readErr, waitErr := a.objs, a.resp, a.readErr, a.waitErr
 	switch {
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("%s: %s stopped: %w", file, what, context.Cause(ctx))
-	case stdout.over:
+	case stdout.Over:
 		return nil, b.read(b.remaining() + 1) // fails, naming the limit
 	case waitErr != nil && childproc.OutOfMemory(waitErr, stderr.Head(), a.killed):
 		return nil, &InputError{File: file, Err: fmt.Errorf("%w of %d MiB (raise it with --render-memory-limit)",
@@ -235,7 +225,7 @@ func answerResult(ctx context.Context, file, what string, a answer, stdout *budg
 	case len(resp.Errors) > 0:
 		return nil, decodeErrors(resp.Errors)
 	}
-	if err := b.read(resp.Read + stdout.n); err != nil {
+	if err := b.read(resp.Read + stdout.N); err != nil {
 		return nil, err
 	}
 	return objs, readErr

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/converge-dev/converge/sources/internal/childproc"
 )
 
 // generatorTree returns a source whose kustomization "k" generates one ConfigMap holding a
@@ -146,7 +148,7 @@ func TestAnswerDecodeFactor(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		objs, _, err := readAnswer(&budgetReader{r: strings.NewReader(in), max: 1 << 30}, "k/kustomization.yaml", b)
+		objs, _, err := readAnswer(&childproc.Reader{R: strings.NewReader(in), Max: 1 << 30}, "k/kustomization.yaml", b)
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		counted := b.output.Load()

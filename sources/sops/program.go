@@ -1,7 +1,6 @@
 package sops
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/internal/childproc"
@@ -80,19 +78,11 @@ func runProgram(ctx context.Context, b *sources.Bundle, idx []int, keys *Keys, o
 	// processes of the machine may read.
 	cmd := exec.CommandContext(ctx, path)
 	cmd.Env = childEnviron(memory)
-	cmd.Stdin = bytes.NewReader(in)
-	stderr := &childproc.TailBuffer{Max: 4096, HeadMax: 4096}
-	cmd.Stderr = stderr
-	cmd.WaitDelay = 5 * time.Second
-	childproc.KillWithParent(cmd)
-	pipe, err := cmd.StdoutPipe()
+	pipe, stderr, err := childproc.Start(cmd, in)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrProgram, err)
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrProgram, path, err)
 	}
-	stdout := &boundedReader{r: pipe, max: int64(len(in)) + answerMargin}
+	stdout := &childproc.Reader{R: pipe, Max: int64(len(in)) + answerMargin, Err: errAnswerTooLarge}
 	var answer wire.Answer
 	readErr := json.NewDecoder(stdout).Decode(&answer)
 	if readErr == nil {
@@ -108,9 +98,9 @@ func runProgram(ctx context.Context, b *sources.Bundle, idx []int, keys *Keys, o
 	switch {
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("decryption stopped: %w", context.Cause(ctx))
-	case stdout.over:
+	case stdout.Over:
 		return nil, fmt.Errorf("%w: the decryption program's answer exceeded %d bytes (the request's %d and 1 MiB)",
-			ErrLimit, stdout.max, len(in))
+			ErrLimit, stdout.Max, len(in))
 	case waitErr != nil && childproc.OutOfMemory(waitErr, stderr.Head(), killed):
 		return nil, fmt.Errorf("%w: decryption needed more than its memory limit of %d MiB%s", ErrLimit, memory>>20, setting(opts.MemorySetting))
 	case waitErr != nil:
@@ -163,21 +153,3 @@ func childEnviron(memory int64) []string {
 // errAnswerTooLarge ends the read of an answer past its bound.
 var errAnswerTooLarge = errors.New("answer too large")
 
-// boundedReader fails once more than max bytes were read through it.
-type boundedReader struct {
-	r    io.Reader
-	n    int64
-	max  int64
-	over bool
-}
-
-func (c *boundedReader) Read(p []byte) (int, error) {
-	if c.n >= c.max {
-		c.over = true
-		return 0, errAnswerTooLarge
-	}
-	p = p[:min(int64(len(p)), c.max-c.n)]
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}

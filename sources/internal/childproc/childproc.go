@@ -5,11 +5,54 @@
 package childproc
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"os/exec"
 	"strings"
 	"syscall"
+	"time"
 )
+
+// Start starts cmd with stdin as its input, its stderr kept in a TailBuffer (the first and
+// last 4 KiB), to die with the parent, and waited for at most 5 s after its context ends;
+// it returns the child's stdout.
+func Start(cmd *exec.Cmd, stdin []byte) (io.ReadCloser, *TailBuffer, error) {
+	cmd.Stdin = bytes.NewReader(stdin)
+	stderr := &TailBuffer{Max: 4096, HeadMax: 4096}
+	cmd.Stderr = stderr
+	cmd.WaitDelay = 5 * time.Second
+	KillWithParent(cmd)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return stdout, stderr, nil
+}
+
+// Reader counts the bytes read through R, failing with Err (and Over set) at the first read
+// once Max were read: a child's answer read within its bound.
+type Reader struct {
+	R    io.Reader
+	Max  int64
+	N    int64
+	Over bool
+	Err  error
+}
+
+func (c *Reader) Read(p []byte) (int, error) {
+	if c.N >= c.Max {
+		c.Over = true
+		return 0, c.Err
+	}
+	p = p[:min(int64(len(p)), c.Max-c.N+1)]
+	n, err := c.R.Read(p)
+	c.N += int64(n)
+	return n, err
+}
 
 // OutOfMemory reports whether a child ended for want of memory: the Go runtime's fatal
 // error when the kernel refuses it address space (in head, the first bytes of its stderr,
