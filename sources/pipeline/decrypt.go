@@ -30,6 +30,11 @@ type Decryption struct {
 	Slot func(ctx context.Context) (release func(), err error)
 	// Hints end the error of each failure with a line saying what to do.
 	Hints Hints
+	// Memo keeps the last decryption for the next run of the same caller: the same
+	// rendered objects (the render cache's) with the same keys reuse it, without starting
+	// the decryption program or taking a render slot (every interval and drift reconcile
+	// between commits). nil: none.
+	Memo *Memo
 }
 
 // Hints are the lines that end decryption errors, naming where the user fixes each
@@ -83,6 +88,10 @@ func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle
 		}
 		return nil, &DecryptError{Err: err}
 	}
+	fp := keys.Fingerprint()
+	if out := d.Memo.lookup(b, fp); out != nil {
+		return out, nil
+	}
 	dctx := ctx
 	if d.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -90,8 +99,12 @@ func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle
 		defer cancel()
 	}
 	out, err := sops.DecryptWith(dctx, b, keys, sops.Options{MaxMemory: d.MaxMemory, MemorySetting: d.Hints.Memory, Slot: d.Slot})
+	if err != nil {
+		d.Memo.drop()
+	}
 	switch {
 	case err == nil:
+		d.Memo.keep(b, fp, out)
 		return out, nil
 	case ctx.Err() == nil && errors.Is(dctx.Err(), context.DeadlineExceeded):
 		return nil, &DecryptError{Err: fmt.Errorf("decryption did not finish within %s%s: %w", d.Timeout, setting(d.Hints.Timeout), err)}

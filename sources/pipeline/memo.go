@@ -10,9 +10,9 @@ import (
 	"github.com/converge-dev/converge/sources"
 )
 
-// Memo keeps the last substitution of one caller (a Sync): a Bundle of the same rendered
-// objects with the same variables (every interval and drift reconcile between commits)
-// reuses the result instead of serializing and decoding every object with a reference
+// Memo keeps the last substitution (or, as Decryption.Memo, the last decryption) of one
+// caller (a Sync): a Bundle of the same rendered objects with the same variables (or keys)
+// (every interval and drift reconcile between commits) reuses the result instead of serializing and decoding every object with a reference
 // again (BenchmarkExpand: about 2 s of CPU at 10,000 such objects). The result shares every
 // part no variable changed with the rendered objects (varsubst.Expand), so keeping it costs
 // the substituted paths, not a second copy of the render. The zero value is ready to use;

@@ -2,6 +2,7 @@ package sops
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sort"
@@ -72,6 +73,21 @@ func parseIdentities(data string) ([]string, error) {
 		return nil, fmt.Errorf("failed to parse and add to age identities: %w", err)
 	}
 	return ids, nil
+}
+
+// Fingerprint identifies the identities k holds, in order, without revealing them: a
+// decryption with the same fingerprint on the same objects gives the same result.
+func (k *Keys) Fingerprint() [sha256.Size]byte {
+	h := sha256.New()
+	if k != nil {
+		for _, id := range k.age {
+			h.Write([]byte(id))
+			h.Write([]byte{0})
+		}
+	}
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
 }
 
 // Len reports how many identities k holds.

@@ -152,4 +152,3 @@ func childEnviron(memory int64) []string {
 
 // errAnswerTooLarge ends the read of an answer past its bound.
 var errAnswerTooLarge = errors.New("answer too large")
-

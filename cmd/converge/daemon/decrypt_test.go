@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -294,5 +295,74 @@ func TestDaemonWithoutDecryptionProgram(t *testing.T) {
 	f.waitSync("Ready once the program is back", readyAt(rev2))
 	if v, err := f.secretValue("db2", "password"); err != nil || v != sopsPlaintext {
 		t.Errorf("Secret db2 password = %q, %v; want the decrypted value", v, err)
+	}
+}
+
+// TestDecryptionKeptBetweenCommits checks that reconciles of an unchanged revision with the
+// same keys reuse the last decryption: the decryption program (here a wrapper that counts its
+// starts) runs once for the commit, not once per reconcile, so a Sync with encrypted objects
+// does not take a render slot and a process at every interval. A change of the keys decrypts
+// again. Without the memo: a start per reconcile.
+func TestDecryptionKeptBetweenCommits(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	count := filepath.Join(dir, "starts")
+	wrapper := filepath.Join(dir, "converge-decrypt")
+	// The child's environment has no PATH: absolute paths only.
+	script := "#!/bin/sh\n/bin/echo start >> " + count + "\nexec " + exe + "\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(sops.ProgramEnv, wrapper)
+	starts := func() int {
+		b, _ := os.ReadFile(count)
+		return strings.Count(string(b), "start")
+	}
+
+	f := newFixture(t)
+	key := sopsfixture.NewKey(t)
+	f.keySecret("sops-age", map[string]string{"identity.agekey": key.Identity + "\n"})
+	rev := f.publishRaw(map[string]string{"kustomization.yaml": "resources: [secret.enc.yaml]\n",
+		"secret.enc.yaml": encryptedSecret(t, f.ns, key.Recipient)})
+	f.startDaemon(env.Config)
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) {
+		s.Spec.Decryption = &v1alpha1.Decryption{Provider: "sops", SecretRef: &v1alpha1.LocalObjectReference{Name: "sops-age"}}
+	})
+	f.waitSync("Ready", readyAt(rev))
+	first := starts()
+	if first == 0 {
+		t.Fatal("the decryption program never ran")
+	}
+	for i := range 3 {
+		f.requestReconcile("app")
+		f.waitSync(fmt.Sprintf("reconcile %d handled", i+1), func(s *v1alpha1.Sync) bool {
+			return s.Status.LastHandledRequest != "" && s.Status.LastHandledRequest == s.Annotations[v1alpha1.RequestedAtAnnotation] &&
+				meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionReady)
+		})
+	}
+	if got := starts(); got != first {
+		t.Errorf("three reconciles of revision %s started the decryption program %d more times, want none", rev, got-first)
+	}
+
+	// Another key beside the first: decrypted again, once.
+	other := sopsfixture.NewKey(t)
+	sec := &corev1.Secret{}
+	if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "sops-age"}, sec); err != nil {
+		t.Fatal(err)
+	}
+	sec.Data["other.agekey"] = []byte(other.Identity + "\n")
+	if err := f.c.Update(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	f.requestReconcile("app")
+	f.waitSync("the reconcile after the key change handled", func(s *v1alpha1.Sync) bool {
+		return s.Status.LastHandledRequest == s.Annotations[v1alpha1.RequestedAtAnnotation] &&
+			meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionReady)
+	})
+	if got := starts(); got != first+1 {
+		t.Errorf("after a change of the keys the program started %d more times, want 1", got-first)
 	}
 }

@@ -32,6 +32,9 @@ func (r *reconciler) prepare(ctx context.Context, s *v1alpha1.Sync, b *sources.B
 	if opts.Substitution != nil {
 		opts.Substitution.Memo = r.memo(key)
 	}
+	if opts.Decryption.Keys != nil {
+		opts.Decryption.Memo = r.decryptedMemo(key)
+	}
 	res, err := pipeline.Prepare(ctx, b, opts)
 	var de *pipeline.DecryptError
 	if errors.As(err, &de) {
@@ -63,6 +66,19 @@ func (r *reconciler) memo(key types.NamespacedName) *pipeline.Memo {
 			st.memo = &pipeline.Memo{}
 		}
 		m = st.memo
+	})
+	return m
+}
+
+// decryptedMemo is the Memo of the last decryption of the Sync key, kept in its syncState:
+// between commits, a reconcile with the same keys starts no decryption program.
+func (r *reconciler) decryptedMemo(key types.NamespacedName) *pipeline.Memo {
+	var m *pipeline.Memo
+	r.states.with(key, func(st *syncState) {
+		if st.decrypted == nil {
+			st.decrypted = &pipeline.Memo{}
+		}
+		m = st.decrypted
 	})
 	return m
 }

@@ -34,6 +34,8 @@ type syncState struct {
 	// for it in what is written about it; memo keeps its last substitution (prepare.go).
 	redactor *varsubst.Redactor
 	memo     *pipeline.Memo
+	// decrypted keeps its last decryption (prepare.go).
+	decrypted *pipeline.Memo
 	// user is the identity the Sync last acted as, held in the engine set (engines.go);
 	// acting says whether it acted at all.
 	user   string
