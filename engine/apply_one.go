@@ -120,9 +120,12 @@ func (r *applyRun) judge(ctx context.Context, it *item, seen sight, out outcome)
 		if seen.action == ActionUnchanged {
 			return decision{out: unchanged(out, seen.cached)}
 		}
-		if r.opts.Drift.Detect {
+		if r.opts.Drift.Detect && seen.action != ActionConfigured {
 			// Drift is judged on the API server's word, which names the fields and their
-			// managers: read the object (not an attempt, as the memo read nothing).
+			// managers: read the object (not an attempt, as the memo read nothing). A new
+			// desired object over our own (the memo recorded another desired hash: a
+			// ConfigMap of postBuild.substituteFrom or a Helm valuesFrom changed, with no new
+			// revision) is no drift: it is applied, whatever the drift policy.
 			return decision{out: out, stale: true}
 		}
 		return decision{out: out, send: true}
