@@ -100,6 +100,13 @@ func driftedObjects(drift []engine.DriftedObject, corrected bool, limit int) (ou
 func (r *reconciler) recordDrift(s *v1alpha1.Sync, o *status.Outcome, revision string, res *engine.Result) {
 	o.DriftKnown = true
 	if left, more := driftedObjects(res.Drift, false, v1alpha1.MaxDriftObjects); len(left) > 0 {
+		// A path names list elements by their keys, which a substituted or decrypted value
+		// may be: the status is redacted as the events are.
+		for i := range left {
+			for j := range left[i].Fields {
+				left[i].Fields[j].Path = r.redact(s, left[i].Fields[j].Path)
+			}
+		}
 		o.Drift = &v1alpha1.DriftStatus{Objects: left, MoreObjects: more}
 		r.events.Event(s, corev1.EventTypeWarning, reasonDrifted, truncate(fmt.Sprintf("revision %s: %s drifted, left so (driftPolicy Report): %s",
 			revision, countObjects(len(left)+more), r.redact(s, v1alpha1.DescribeDrift(left, more, driftEventObjects))), 1024))
