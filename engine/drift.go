@@ -364,7 +364,7 @@ type fieldOwners []fieldOwner
 
 type fieldOwner struct {
 	manager string
-	paths   []fieldpath.Path
+	set     *fieldpath.Set
 }
 
 // managersOf reads the managedFields of live, leaving out manager's entries. Entries of a
@@ -385,11 +385,10 @@ func managersOf(live *unstructured.Unstructured, manager string) fieldOwners {
 		if err := set.FromJSON(bytes.NewReader(mf.FieldsV1.Raw)); err != nil {
 			continue
 		}
-		e := entry{fieldOwner: fieldOwner{manager: mf.Manager}, i: i}
+		e := entry{fieldOwner: fieldOwner{manager: mf.Manager, set: set}, i: i}
 		if mf.Time != nil {
 			e.at = *mf.Time
 		}
-		set.Iterate(func(p fieldpath.Path) { e.paths = append(e.paths, p.Copy()) })
 		entries = append(entries, e)
 	}
 	sort.SliceStable(entries, func(a, b int) bool {
@@ -406,18 +405,12 @@ func managersOf(live *unstructured.Unstructured, manager string) fieldOwners {
 }
 
 // owner is the newest manager that owns p or a field below it; failing that, the newest
-// that owns a field above it (an atomic map or list, or the list element, as a whole).
+// that owns a field above it (an atomic map or list, or the list element, as a whole). Each
+// set is searched along p only, never listed whole.
 func (o fieldOwners) owner(p driftPath) string {
-	for _, m := range o {
-		for _, q := range m.paths {
-			if below(p, q) {
-				return m.manager
-			}
-		}
-	}
-	for _, m := range o {
-		for _, q := range m.paths {
-			if above(q, p) {
+	for _, above := range []bool{false, true} {
+		for _, m := range o {
+			if len(p) > 0 && holds(m.set, p, above) {
 				return m.manager
 			}
 		}
@@ -425,22 +418,26 @@ func (o fieldOwners) owner(p driftPath) string {
 	return ""
 }
 
-// below reports whether q is p or a path below it.
-func below(p driftPath, q fieldpath.Path) bool {
-	if len(q) < len(p) {
-		return false
-	}
-	for i, s := range p {
-		if !s.matches(q[i]) {
-			return false
+// holds reports whether s holds p or a path below it, or with above a proper prefix of p.
+func holds(s *fieldpath.Set, p driftPath, above bool) bool {
+	last := len(p) == 1
+	if above != last { // a member at p's last step is p itself; one above it, a prefix
+		for pe := range s.Members.All() {
+			if p[0].matches(pe) {
+				return true
+			}
 		}
 	}
-	return true
-}
-
-// above reports whether q is a proper prefix of p.
-func above(q fieldpath.Path, p driftPath) bool {
-	return len(q) < len(p) && below(p[:len(q)], q)
+	for pe := range s.Children.All() {
+		if !p[0].matches(pe) {
+			continue
+		}
+		child, _ := s.Children.Get(pe)
+		if last && !above && !child.Empty() || !last && holds(child, p[1:], above) {
+			return true
+		}
+	}
+	return false
 }
 
 // matches reports whether the path element e (managedFields) names the step s.
