@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -74,68 +75,96 @@ const MaxDriftFields = 10
 // driftOf describes how dry, the server's answer to applying the desired object over live,
 // differs from live: the fields that differ (labels, annotations and everything outside
 // metadata and status, as drifted compares them) and that desired sets, each with the
-// manager that owns it in
-// managed (live before the hand-over of its fields, which renames their managers). manager
-// is the run's own field manager, never named as an owner.
+// manager that owns it in managed (live before the hand-over of its fields, which renames
+// their managers); a field live does not have (removed) has none. manager is the run's own
+// field manager, never named as an owner. more counts the differing fields after the first
+// MaxDriftFields, exactly.
+//
+// The cost is one walk of the three objects, linear in their size (driftWalk): a named list
+// of 16,000 differing elements or a nesting 4,000 deep is one pass, not one per field.
 func driftOf(desired, live, dry, managed *unstructured.Unstructured, manager string) (fields []DriftedField, more int) {
-	var paths []driftPath
-	declared := driftBody(desired)
-	walkDrift(driftBody(live), driftBody(dry), nil, func(p driftPath) {
-		if !declares(declared, p) {
-			return // the server's own change since the read (a controller's annotation)
-		}
-		if len(paths) < MaxDriftFields {
-			paths = append(paths, slices.Clone(p))
-			return
-		}
-		more++
-	})
-	owners := managersOf(managed, manager)
-	for _, p := range paths {
-		fields = append(fields, DriftedField{Path: p.String(), Manager: owners.owner(p)})
+	w := walkDriftOf(desired, live, dry)
+	if len(w.paths) == 0 {
+		return nil, w.more
 	}
-	return fields, more
+	owners := managersOf(managed, manager)
+	for i, p := range w.paths {
+		f := DriftedField{Path: p.String()}
+		if w.present[i] {
+			f.Manager = owners.owner(p)
+		}
+		fields = append(fields, f)
+	}
+	return fields, w.more
 }
 
-// declares reports whether the desired object (its driftBody) sets the field p, or a map or
-// list above it as a whole. An apply changes only such fields: a difference elsewhere is the
-// server's own change between the read and the dry-run (a controller's annotation), not
-// drift.
-func declares(desired any, p driftPath) bool {
-	v := desired
-	for _, s := range p {
-		switch {
-		case s.item != nil:
-			l, ok := v.([]any)
-			if !ok {
-				return v != nil
-			}
-			named, _ := namedItems(l)
-			item, found := named[fmt.Sprint(s.item["name"])]
-			if !found {
-				return false
-			}
-			v = item
-		case s.isIdx:
-			l, ok := v.([]any)
-			if !ok {
-				return v != nil
-			}
-			if s.index >= len(l) {
-				return false
-			}
-			v = l[s.index]
-		default:
-			m, ok := v.(map[string]any)
-			if !ok {
-				return v != nil
-			}
-			if v, ok = m[s.field]; !ok {
-				return false
-			}
-		}
+// walkDriftOf walks live and dry, with desired alongside, once.
+func walkDriftOf(desired, live, dry *unstructured.Unstructured) *driftWalk {
+	w := &driftWalk{}
+	w.walk(driftBody(live), driftBody(dry), true, declared{v: declaredBody(desired)}, nil)
+	return w
+}
+
+// declaredBody is the driftBody of desired as the server stores it: a Secret's
+// stringData.<k> is written to data.<k> (stringData is never read back), so data.<k> counts
+// as set, and is reported as data.<k>, the field that changes and whose manager is known.
+func declaredBody(desired *unstructured.Unstructured) map[string]any {
+	body := driftBody(desired)
+	gvk := desired.GroupVersionKind()
+	sd, ok := body["stringData"].(map[string]any)
+	data, isMap := body["data"].(map[string]any)
+	if gvk.Group != "" || gvk.Kind != "Secret" || !ok || len(sd) == 0 || !isMap && body["data"] != nil {
+		return body
 	}
-	return true
+	data = maps.Clone(data)
+	if data == nil {
+		data = make(map[string]any, len(sd))
+	}
+	maps.Copy(data, sd) // stringData wins over data, as the API server does
+	out := maps.Clone(body)
+	out["data"] = data
+	return out
+}
+
+// declared is where the desired object stands at a step of a walk: v, its value there, or
+// all when it sets a map or list above as a whole (an atomic value), so everything below.
+// An apply changes only what desired sets: a difference elsewhere is the server's own
+// change between the read and the dry-run (a controller's annotation), not drift.
+type declared struct {
+	v   any
+	all bool
+}
+
+// container is d's value as a container of type T; set says whether d, not being one,
+// still declares everything below (a non-nil value set as a whole).
+func container[T any](d declared) (c T, ok, set bool) {
+	if d.all {
+		return c, false, true
+	}
+	c, ok = d.v.(T)
+	return c, ok, !ok && d.v != nil
+}
+
+// field is desired at the map key k below d; ok is false when it does not set it.
+func (d declared) field(k string) (_ declared, ok bool) {
+	m, isMap, set := container[map[string]any](d)
+	if !isMap {
+		return declared{all: true}, set
+	}
+	v, ok := m[k]
+	return declared{v: v}, ok
+}
+
+// index is desired at the list position i below d.
+func (d declared) index(i int) (_ declared, ok bool) {
+	l, isList, set := container[[]any](d)
+	if !isList {
+		return declared{all: true}, set
+	}
+	if i >= len(l) {
+		return declared{}, false
+	}
+	return declared{v: l[i]}, true
 }
 
 // driftBody is what drifted compares of u, in one tree: labels, annotations, and u's body.
@@ -189,12 +218,21 @@ func (p driftPath) String() string {
 	return b.String()
 }
 
-// walkDrift calls found with the path of each leaf where live and dry differ, in a stable
-// order (map keys sorted).
-func walkDrift(live, dry any, path driftPath, found func(driftPath)) {
-	if equality.Semantic.DeepEqual(live, dry) {
-		return
-	}
+// driftWalk is one walk of live and dry with the desired object alongside. It visits each
+// node of live and dry once, compares only scalars (and values of different types), indexes
+// each named list once (live, dry and desired), and skips every subtree desired does not
+// set: its work, steps, is linear in the size of the objects.
+type driftWalk struct {
+	paths   []driftPath // the first MaxDriftFields differing fields desired sets, in a stable order
+	present []bool      // whether live has each of paths (false: the field was removed)
+	more    int         // the differing fields desired sets after paths
+	steps   int         // nodes visited and list elements indexed
+}
+
+// walk records each leaf below path where live and dry differ and desired (d) sets, in a
+// stable order (map keys sorted). has says whether live has the field at path.
+func (w *driftWalk) walk(live, dry any, has bool, d declared, path driftPath) {
+	w.steps++
 	lm, lok := live.(map[string]any)
 	dm, dok := dry.(map[string]any)
 	if lok && dok {
@@ -209,25 +247,50 @@ func walkDrift(live, dry any, path driftPath, found func(driftPath)) {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			walkDrift(lm[k], dm[k], append(path, driftStep{field: k}), found)
+			dk, ok := d.field(k)
+			if !ok {
+				continue // desired does not set it
+			}
+			l, lhas := lm[k]
+			w.walk(l, dm[k], lhas, dk, append(path, driftStep{field: k}))
 		}
 		return
 	}
 	ll, lok := live.([]any)
 	dl, dok := dry.([]any)
-	if lok && dok && walkList(ll, dl, path, found) {
+	switch {
+	case lok && dok && w.list(ll, dl, d, path):
+		return
+	case lok && dok: // lists that cannot be matched have different lengths: they differ
+	case equality.Semantic.DeepEqual(live, dry): // scalars, or values of different types
 		return
 	}
-	found(path)
+	w.found(path, has)
 }
 
-// walkList walks two lists element by element when their elements can be matched: by name
+// found records the differing field path.
+func (w *driftWalk) found(path driftPath, has bool) {
+	if len(w.paths) < MaxDriftFields {
+		w.paths = append(w.paths, slices.Clone(path))
+		w.present = append(w.present, has)
+		return
+	}
+	w.more++
+}
+
+// list walks two lists element by element when their elements can be matched: by name
 // when every element is an object with a distinct name, else by index when both have the
 // same length. It reports false when they cannot be matched (the list differs as a whole).
-func walkList(live, dry []any, path driftPath, found func(driftPath)) bool {
-	ln, lok := namedItems(live)
-	dn, dok := namedItems(dry)
+func (w *driftWalk) list(live, dry []any, d declared, path driftPath) bool {
+	ln, lok := w.namedItems(live)
+	dn, dok := w.namedItems(dry)
 	if lok && dok {
+		// desired's elements by name, indexed once for the whole list
+		want, isList, set := container[[]any](d)
+		var wn map[string]map[string]any
+		if isList {
+			wn, _ = w.namedItems(want)
+		}
 		names := make([]string, 0, len(ln)+len(dn))
 		for _, e := range live {
 			names = append(names, fmt.Sprint(e.(map[string]any)["name"]))
@@ -238,18 +301,29 @@ func walkList(live, dry []any, path driftPath, found func(driftPath)) bool {
 			}
 		}
 		for _, n := range names {
-			item := ln[n]
+			de := declared{all: set}
+			if isList {
+				e, ok := wn[n]
+				if !ok {
+					continue // desired does not set the element
+				}
+				de = declared{v: e}
+			} else if !set {
+				continue
+			}
+			li, di := ln[n], dn[n]
+			item := li
 			if item == nil {
-				item = dn[n]
+				item = di
 			}
-			var l, d any
-			if ln[n] != nil {
-				l = ln[n]
+			var lv, dv any // a missing element is nil, not a nil map
+			if li != nil {
+				lv = li
 			}
-			if dn[n] != nil {
-				d = dn[n]
+			if di != nil {
+				dv = di
 			}
-			walkDrift(l, d, append(path, driftStep{item: item}), found)
+			w.walk(lv, dv, li != nil, de, append(path, driftStep{item: item}))
 		}
 		return true
 	}
@@ -257,16 +331,20 @@ func walkList(live, dry []any, path driftPath, found func(driftPath)) bool {
 		return false
 	}
 	for i := range live {
-		walkDrift(live[i], dry[i], append(path, driftStep{index: i, isIdx: true}), found)
+		di, ok := d.index(i)
+		if ok {
+			w.walk(live[i], dry[i], true, di, append(path, driftStep{index: i, isIdx: true}))
+		}
 	}
 	return true
 }
 
 // namedItems indexes l by the "name" of its elements; ok is false when an element is not an
 // object with a string name, or two share one.
-func namedItems(l []any) (map[string]map[string]any, bool) {
+func (w *driftWalk) namedItems(l []any) (map[string]map[string]any, bool) {
 	out := make(map[string]map[string]any, len(l))
 	for _, e := range l {
+		w.steps++
 		m, ok := e.(map[string]any)
 		if !ok {
 			return nil, false
@@ -286,7 +364,7 @@ type fieldOwners []fieldOwner
 
 type fieldOwner struct {
 	manager string
-	paths   []fieldpath.Path
+	set     *fieldpath.Set
 }
 
 // managersOf reads the managedFields of live, leaving out manager's entries. Entries of a
@@ -307,11 +385,10 @@ func managersOf(live *unstructured.Unstructured, manager string) fieldOwners {
 		if err := set.FromJSON(bytes.NewReader(mf.FieldsV1.Raw)); err != nil {
 			continue
 		}
-		e := entry{fieldOwner: fieldOwner{manager: mf.Manager}, i: i}
+		e := entry{fieldOwner: fieldOwner{manager: mf.Manager, set: set}, i: i}
 		if mf.Time != nil {
 			e.at = *mf.Time
 		}
-		set.Iterate(func(p fieldpath.Path) { e.paths = append(e.paths, p.Copy()) })
 		entries = append(entries, e)
 	}
 	sort.SliceStable(entries, func(a, b int) bool {
@@ -328,18 +405,12 @@ func managersOf(live *unstructured.Unstructured, manager string) fieldOwners {
 }
 
 // owner is the newest manager that owns p or a field below it; failing that, the newest
-// that owns a field above it (an atomic map or list, or the list element, as a whole).
+// that owns a field above it (an atomic map or list, or the list element, as a whole). Each
+// set is searched along p only, never listed whole.
 func (o fieldOwners) owner(p driftPath) string {
-	for _, m := range o {
-		for _, q := range m.paths {
-			if below(p, q) {
-				return m.manager
-			}
-		}
-	}
-	for _, m := range o {
-		for _, q := range m.paths {
-			if above(q, p) {
+	for _, above := range []bool{false, true} {
+		for _, m := range o {
+			if len(p) > 0 && holds(m.set, p, above) {
 				return m.manager
 			}
 		}
@@ -347,22 +418,26 @@ func (o fieldOwners) owner(p driftPath) string {
 	return ""
 }
 
-// below reports whether q is p or a path below it.
-func below(p driftPath, q fieldpath.Path) bool {
-	if len(q) < len(p) {
-		return false
-	}
-	for i, s := range p {
-		if !s.matches(q[i]) {
-			return false
+// holds reports whether s holds p or a path below it, or with above a proper prefix of p.
+func holds(s *fieldpath.Set, p driftPath, above bool) bool {
+	last := len(p) == 1
+	if above != last { // a member at p's last step is p itself; one above it, a prefix
+		for pe := range s.Members.All() {
+			if p[0].matches(pe) {
+				return true
+			}
 		}
 	}
-	return true
-}
-
-// above reports whether q is a proper prefix of p.
-func above(q fieldpath.Path, p driftPath) bool {
-	return len(q) < len(p) && below(p[:len(q)], q)
+	for pe := range s.Children.All() {
+		if !p[0].matches(pe) {
+			continue
+		}
+		child, _ := s.Children.Get(pe)
+		if last && !above && !child.Empty() || !last && holds(child, p[1:], above) {
+			return true
+		}
+	}
+	return false
 }
 
 // matches reports whether the path element e (managedFields) names the step s.

@@ -316,3 +316,61 @@ func TestDriftOf(t *testing.T) {
 		})
 	}
 }
+
+// TestDriftSecretStringData checks drift of a Secret the source writes with stringData: the
+// server stores it in data, so data.<k> changed out of band is drift of a field the source
+// sets, reported as data.<k> with the manager that changed it.
+func TestDriftSecretStringData(t *testing.T) {
+	secret := func(data map[string]any) map[string]any {
+		return map[string]any{"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+			"metadata": map[string]any{"name": "creds", "namespace": "default"}, "data": data}
+	}
+	desired := secret(nil)
+	delete(desired, "data")
+	desired["stringData"] = map[string]any{"token": "good"}
+	live := &unstructured.Unstructured{Object: secret(map[string]any{"token": "ZXZpbA=="})} // evil
+	dry := &unstructured.Unstructured{Object: secret(map[string]any{"token": "Z29vZA=="})}  // good
+	at := metav1.Now()
+	live.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate,
+		APIVersion: "v1", Time: &at, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{"f:token":{}}}`)}}})
+	fields, more := driftOf(&unstructured.Unstructured{Object: desired}, live, dry, live, "converge")
+	want := []DriftedField{{Path: "data.token", Manager: "kubectl-edit"}}
+	if diff := cmp.Diff(want, fields); diff != "" || more != 0 {
+		t.Errorf("fields (-want +got):\n%s\nmore %d", diff, more)
+	}
+	// A key only the server added to data (not in stringData) is still not the source's.
+	dry.Object["data"].(map[string]any)["other"] = "eA=="
+	if fields, _ := driftOf(&unstructured.Unstructured{Object: desired}, live, dry, live, "converge"); len(fields) != 1 {
+		t.Errorf("fields %+v, want data.token alone", fields)
+	}
+}
+
+// TestDriftRemovedFieldNamesNoManager checks that a field live no longer has (a label
+// removed with `kubectl label cm web team-`) is reported with no manager, not with one that
+// owns the map around it.
+func TestDriftRemovedFieldNamesNoManager(t *testing.T) {
+	mk := func(labels map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "web", "namespace": "default", "labels": labels},
+			"data":     map[string]any{"k": "v"},
+		}}
+	}
+	desired := mk(map[string]any{"team": "a", "app": "web"})
+	dry := mk(map[string]any{"team": "a", "app": "web"})
+	live := mk(map[string]any{"app": "web"})
+	at := metav1.Now()
+	live.SetManagedFields([]metav1.ManagedFieldsEntry{
+		{Manager: "helm-controller", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &at,
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{".":{},"f:app":{}}}}`)}},
+		{Manager: "converge", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", Time: &at,
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:data":{"f:k":{}},"f:metadata":{"f:labels":{"f:app":{}}}}`)}},
+	})
+	fields, _ := driftOf(desired, live, dry, live, "converge")
+	if len(fields) != 1 || fields[0].Path != "metadata.labels.team" {
+		t.Fatalf("fields %+v, want metadata.labels.team", fields)
+	}
+	if fields[0].Manager != "" {
+		t.Errorf("removed label attributed to manager %q", fields[0].Manager)
+	}
+}
