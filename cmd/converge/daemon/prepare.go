@@ -60,25 +60,24 @@ func prepareFailure(err error) *failure {
 
 // memo is the Memo of the last substitution of the Sync key, kept in its syncState.
 func (r *reconciler) memo(key types.NamespacedName) *pipeline.Memo {
-	var m *pipeline.Memo
-	r.states.with(key, func(st *syncState) {
-		if st.memo == nil {
-			st.memo = &pipeline.Memo{}
-		}
-		m = st.memo
-	})
-	return m
+	return r.keptMemo(key, func(st *syncState) **pipeline.Memo { return &st.memo })
 }
 
 // decryptedMemo is the Memo of the last decryption of the Sync key, kept in its syncState:
 // between commits, a reconcile with the same keys starts no decryption program.
 func (r *reconciler) decryptedMemo(key types.NamespacedName) *pipeline.Memo {
+	return r.keptMemo(key, func(st *syncState) **pipeline.Memo { return &st.decrypted })
+}
+
+// keptMemo is the Memo field of the Sync key's syncState, created when it has none.
+func (r *reconciler) keptMemo(key types.NamespacedName, field func(*syncState) **pipeline.Memo) *pipeline.Memo {
 	var m *pipeline.Memo
 	r.states.with(key, func(st *syncState) {
-		if st.decrypted == nil {
-			st.decrypted = &pipeline.Memo{}
+		p := field(st)
+		if *p == nil {
+			*p = &pipeline.Memo{}
 		}
-		m = st.decrypted
+		m = *p
 	})
 	return m
 }
