@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
@@ -155,7 +154,7 @@ func (e *Engine) releasePatch(live client.Object) ([]byte, error) {
 	if err := json.Unmarshal(patch, &ops); err != nil {
 		return nil, fmt.Errorf("owner patch: %w", err)
 	}
-	path := "/metadata/labels/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(sc.Key)
+	path := "/metadata/labels/" + inventory.PointerToken(sc.Key)
 	ops = append(ops,
 		map[string]string{"op": "test", "path": path, "value": sc.Value},
 		map[string]string{"op": "remove", "path": path})

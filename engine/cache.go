@@ -71,7 +71,10 @@ func (w *watchCache) Get(ctx context.Context, key client.ObjectKey, obj client.O
 	if err == nil || apierrors.IsNotFound(err) {
 		w.watchChanges(ctx, obj)
 		if _, ok := obj.(*unstructured.Unstructured); ok {
-			w.whole.Store(obj.GetObjectKind().GroupVersionKind().GroupKind(), struct{}{})
+			// Once per kind: a Load per read, a Store only for a kind not seen yet.
+			if gk := obj.GetObjectKind().GroupVersionKind().GroupKind(); !w.cachesWhole(gk) {
+				w.whole.Store(gk, struct{}{})
+			}
 		}
 		if err == nil || !w.scoped {
 			return err

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/converge-dev/converge/inventory"
 )
 
 // Hand-over of field ownership. An object another GitOps tool or kubectl applied keeps that
@@ -273,7 +275,7 @@ func ownerOp(live *unstructured.Unstructured, owner string) jsonOp {
 	if ann, _ := md["annotations"].(map[string]any); ann == nil {
 		return jsonOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{OwnerAnnotation: owner}}
 	}
-	return jsonOp{Op: "add", Path: "/metadata/annotations/" + strings.ReplaceAll(OwnerAnnotation, "/", "~1"), Value: owner}
+	return jsonOp{Op: "add", Path: "/metadata/annotations/" + inventory.PointerToken(OwnerAnnotation), Value: owner}
 }
 
 // handOverRecalled completes the apply of the memo's decision (applyRecalled), which read

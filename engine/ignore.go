@@ -9,6 +9,8 @@ import (
 	"github.com/fluxcd/pkg/ssa/jsondiff"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/converge-dev/converge/inventory"
 )
 
 // Fields to leave alone (ApplyOptions.Ignore, Flux's Kustomization spec.ignore): a field of
@@ -148,18 +150,15 @@ func checkIgnoreManagers(names []string, manager string) error {
 	return nil
 }
 
-// pointerEscaper escapes a key as one JSON-pointer token (RFC 6901).
-var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
-
 // protectedBy names the field an ignore path p is, contains or lies under among those the
 // engine must set itself: the object's identity, the owner annotation (I11: an object whose
 // apply left it out would be listed with no owner) and the watch cache's scope label
 // (scopeKey, "" without a scope). "" when p touches none.
 func protectedBy(p, scopeKey string) string {
 	protected := []string{"/apiVersion", "/kind", "/metadata/name", "/metadata/namespace", "/metadata/uid",
-		"/metadata/resourceVersion", "/metadata/managedFields", "/metadata/annotations/" + pointerEscaper.Replace(OwnerAnnotation)}
+		"/metadata/resourceVersion", "/metadata/managedFields", "/metadata/annotations/" + inventory.PointerToken(OwnerAnnotation)}
 	if scopeKey != "" {
-		protected = append(protected, "/metadata/labels/"+pointerEscaper.Replace(scopeKey))
+		protected = append(protected, "/metadata/labels/"+inventory.PointerToken(scopeKey))
 	}
 	for _, f := range protected {
 		if p == f || strings.HasPrefix(f, p+"/") || strings.HasPrefix(p, f+"/") {

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	"sigs.k8s.io/structured-merge-diff/v6/value"
+
+	"github.com/converge-dev/converge/inventory"
 )
 
 // Who owns an ignored field. An ignored field is left out of the apply when another field
@@ -157,7 +159,7 @@ func (s spot) pointer() string {
 	var b strings.Builder
 	for _, t := range s.tokens {
 		b.WriteByte('/')
-		b.WriteString(pointerEscaper.Replace(t))
+		b.WriteString(inventory.PointerToken(t))
 	}
 	return b.String()
 }

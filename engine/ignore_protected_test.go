@@ -3,6 +3,8 @@ package engine
 import (
 	"strings"
 	"testing"
+
+	"github.com/converge-dev/converge/inventory"
 )
 
 // TestIgnoreRefusesWhatTheEngineOwns: an ignore path that is, contains or lies under the
@@ -10,7 +12,7 @@ import (
 // the field: an object applied without its owner annotation would sit in the inventory with
 // no owner (I11). Paths beside them stay allowed.
 func TestIgnoreRefusesWhatTheEngineOwns(t *testing.T) {
-	owner := "/metadata/annotations/" + pointerEscaper.Replace(OwnerAnnotation)
+	owner := "/metadata/annotations/" + inventory.PointerToken(OwnerAnnotation)
 	for _, p := range []string{"/metadata", "/metadata/annotations", owner, "/kind", "/metadata/name",
 		"/metadata/managedFields/0", "/metadata/labels/shard.example~1of"} {
 		_, err := newIgnorer(ApplyOptions{Ignore: []IgnoreRule{{Paths: []string{p}}}}, "shard.example/of", true)

@@ -53,12 +53,19 @@ func (c Claim) Owns(annotation string) bool {
 	return annotation != "" && annotation == c.ID
 }
 
+// PointerToken escapes key as one token of a JSON pointer (RFC 6901): "~" as "~0", "/" as
+// "~1", so that a label or annotation key such as config.k8s.io/owning-inventory can be
+// addressed in a JSON patch.
+func PointerToken(key string) string { return pointerEscaper.Replace(key) }
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
 // OwnerPatch is the JSON patch that moves OwnerAnnotation from the owner from to the owner
 // to (removes it when to is ""), only on the object with this UID and only while the
 // annotation still names from: an object replaced or taken over since it was read fails
 // the patch's test instead of changing hands.
 func OwnerPatch(uid types.UID, from, to string) ([]byte, error) {
-	path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(OwnerAnnotation)
+	path := "/metadata/annotations/" + PointerToken(OwnerAnnotation)
 	last := map[string]string{"op": "remove", "path": path}
 	if to != "" {
 		last = map[string]string{"op": "replace", "path": path, "value": to}
