@@ -67,7 +67,10 @@ deps: ## install the Debian packages the tests use (git, prometheus, docker-regi
 	fi
 
 test: deps controlplane vet ## vet, unit and integration tests against the real control plane, with -race
-	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@mkdir -p $(RUN_DIR)
+	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go test -race -count=1 -timeout $(TEST_TIMEOUT) ./... 2>&1 | tee $(RUN_DIR)/test.log || \
+	{ echo; echo "== what failed (the whole output is in .run/test.log)"; \
+	  awk '/--- FAIL|^panic: |^WARNING: DATA RACE|^FAIL\t|test timed out/{n=40} n>0{print; n--}' $(RUN_DIR)/test.log | grep -v '^I[0-9]\{4\} ' | head -400; exit 1; }
 
 SEEDS ?= 200
 test-faults: controlplane ## randomized fault sweep: SEEDS=N seeds (default 200) or SEEDS=A-B, or SEED=n to replay one
