@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/converge-dev/converge/sources/git"
 	"github.com/converge-dev/converge/sources/helmrepo"
 	"github.com/converge-dev/converge/sources/oci"
@@ -183,13 +185,21 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 	// now rather than held next to the new one while it is built.
 	l.cache.own(opts.Owner, key)
 	e, ok := l.cache.get(key)
-	if !ok {
-		e.objs, e.origins, e.ordered, e.err = render(ctx, root, src.Path, opts.Render)
-		if e.err == nil || IsTerminal(e.err) {
-			l.cache.put(key, e)
+	var objs []*unstructured.Unstructured
+	if ok {
+		var err error
+		if objs, err = e.objects(); err != nil { // JSON it encoded: cannot fail; if it did, render again
+			ok = false
 		}
 	}
-	return &Bundle{Revision: revision, Objects: e.objs, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime, Signatures: sigs}, e.err
+	if !ok {
+		e = cacheEntry{}
+		objs, e.origins, e.ordered, e.err = render(ctx, root, src.Path, opts.Render)
+		if e.err == nil || IsTerminal(e.err) {
+			l.cache.put(key, objs, e)
+		}
+	}
+	return &Bundle{Revision: revision, Key: renderKey(key), Objects: objs, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime, Signatures: sigs}, e.err
 }
 
 // exportLimits returns opts.Fetch with its export limits raised to the render's where

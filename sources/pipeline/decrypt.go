@@ -31,7 +31,7 @@ type Decryption struct {
 	// Hints end the error of each failure with a line saying what to do.
 	Hints Hints
 	// Memo keeps the last decryption for the next run of the same caller: the same
-	// rendered objects (the render cache's) with the same keys reuse it, without starting
+	// render (Bundle.Key) with the same keys reuses it, without starting
 	// the decryption program or taking a render slot (every interval and drift reconcile
 	// between commits). nil: none.
 	Memo *Memo

@@ -19,16 +19,17 @@ import (
 // a nil Memo keeps nothing.
 type Memo struct {
 	mu sync.Mutex
-	// in are the objects the last Expand was given (the render cache's, read-only), fp the
-	// fingerprint of its variables and options, out its result.
+	// key is the render the last Expand was given (Bundle.Key), or, for a Bundle without a
+	// key, in are its objects; fp the fingerprint of its variables and options, out its result.
+	key string
 	in  []*unstructured.Unstructured
 	fp  [sha256.Size]byte
 	out *sources.Bundle
 }
 
-// lookup returns the kept result when it was computed from the same objects (the same
-// pointers: the render cache hands out the same objects for the same content) with the
-// same fingerprint, as a Bundle of b's revision; nil otherwise. A result that does not
+// lookup returns the kept result when it was computed from the same render (the same
+// Bundle.Key; without one, the same objects) with the same fingerprint, as a Bundle of b's
+// revision; nil otherwise. A result that does not
 // match is dropped at once: it is of no further use, it may hold values of a Secret that
 // has changed since, and kept during the new Expand it would be a second result in memory
 // at the peak.
@@ -41,8 +42,8 @@ func (m *Memo) lookup(b *sources.Bundle, fp [sha256.Size]byte) *sources.Bundle {
 	if m.out == nil {
 		return nil
 	}
-	if m.fp != fp || !slices.Equal(m.in, b.Objects) {
-		m.in, m.out = nil, nil
+	if m.fp != fp || m.key != b.Key || b.Key == "" && !slices.Equal(m.in, b.Objects) {
+		m.key, m.in, m.out = "", nil, nil
 		return nil
 	}
 	out := *b
@@ -58,7 +59,7 @@ func (m *Memo) drop() {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.in, m.out = nil, nil
+	m.key, m.in, m.out = "", nil, nil
 }
 
 func (m *Memo) keep(b *sources.Bundle, fp [sha256.Size]byte, out *sources.Bundle) {
@@ -67,5 +68,8 @@ func (m *Memo) keep(b *sources.Bundle, fp [sha256.Size]byte, out *sources.Bundle
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.in, m.fp, m.out = b.Objects, fp, out
+	m.key, m.in, m.fp, m.out = b.Key, nil, fp, out
+	if b.Key == "" {
+		m.in = b.Objects
+	}
 }

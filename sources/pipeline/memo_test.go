@@ -60,6 +60,33 @@ func TestPrepareReusesTheLastSubstitution(t *testing.T) {
 	}
 }
 
+// TestPrepareReusesTheSubstitutionOfOneRender: two loads of one render decode objects of
+// their own under one Bundle.Key; the second reuses the first's result, and another key
+// (the content changed) recomputes it.
+func TestPrepareReusesTheSubstitutionOfOneRender(t *testing.T) {
+	m := &Memo{}
+	value := func(b *sources.Bundle) string { return b.Objects[0].Object["data"].(map[string]any)["k"].(string) }
+	load := func(key, rev string) *sources.Bundle {
+		b := refBundle(rev)
+		b.Key = key
+		return b
+	}
+	first, err := substitute(m, load("render-1", "main@sha1:1"), map[string]string{"v": "one"}, false)
+	if err != nil || value(first.Bundle) != "one" {
+		t.Fatalf("first: %v, %v", first.Bundle, err)
+	}
+	second, err := substitute(m, load("render-1", "main@sha1:2"), map[string]string{"v": "one"}, false)
+	if err != nil || second.Bundle.Objects[0] != first.Bundle.Objects[0] || second.Bundle.Revision != "main@sha1:2" {
+		t.Errorf("the same render decoded again: want the kept result at the new revision; got a new one: %v (%s), %v",
+			second.Bundle.Objects[0] != first.Bundle.Objects[0], second.Bundle.Revision, err)
+	}
+	other := load("render-2", "main@sha1:3")
+	other.Objects[0].Object["data"] = map[string]any{"k": "x-${v}"}
+	if third, err := substitute(m, other, map[string]string{"v": "one"}, false); err != nil || value(third.Bundle) != "x-one" {
+		t.Errorf("another render: the kept result came back: %v, %v", third.Bundle, err)
+	}
+}
+
 // sameMap reports whether a and b are the same map, not just equal ones.
 func sameMap(a, b any) bool {
 	ma, ok1 := a.(map[string]any)

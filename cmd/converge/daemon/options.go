@@ -135,8 +135,8 @@ type Options struct {
 	FetchTimeout time.Duration
 	// Limits bound a render (zero fields: the sources package's defaults).
 	Limits sources.Limits
-	// RenderCacheSize bounds the renders kept for the next reconciles, in estimated heap
-	// bytes (0: sources.DefaultRenderCacheBytes).
+	// RenderCacheSize bounds the renders kept for the next reconciles, in bytes of their
+	// objects' JSON (0: sources.DefaultRenderCacheBytes).
 	RenderCacheSize int64
 
 	// QuickStart, when its GitURL is set, is a Sync the daemon creates and owns at start.
