@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -91,23 +92,27 @@ func (c *renderCache) get(key string) (cacheEntry, bool) {
 	return e, true
 }
 
-// put keeps objs as the render of key, with e's origins, ordered documents and error; it
-// reports whether it did (not when the render alone exceeds the bound).
-func (c *renderCache) put(key string, objs []*unstructured.Unstructured, e cacheEntry) bool {
+// put keeps objs as the render of key, with e's origins, ordered documents and error, and
+// returns what it keeps; ok is false when it keeps nothing (the render alone exceeds the
+// bound). Objects are written without HTML escaping: a tenant's "<" costs one byte, not six.
+func (c *renderCache) put(key string, objs []*unstructured.Unstructured, e cacheEntry) (kept cacheEntry, ok bool) {
 	e.docs = make([][]byte, len(objs))
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
 	for i, o := range objs {
-		b, err := json.Marshal(o.Object)
-		if err != nil { // decoded from JSON: cannot fail; if it did, nothing is kept
-			return false
+		buf.Reset()
+		if err := enc.Encode(o.Object); err != nil { // decoded from JSON: cannot fail; if it did, nothing is kept
+			return cacheEntry{}, false
 		}
-		e.docs[i] = b
+		e.docs[i] = bytes.Clone(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 	}
 	e.size = entrySize(e)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.drop(key)
 	if e.size > c.maxBytes {
-		return false
+		return cacheEntry{}, false
 	}
 	c.entries[key] = e
 	c.bytes += e.size
@@ -116,12 +121,12 @@ func (c *renderCache) put(key string, objs []*unstructured.Unstructured, e cache
 	for len(c.order) > c.max || c.bytes > c.maxBytes {
 		c.drop(c.order[len(c.order)-1])
 	}
-	return true
+	return e, true
 }
 
 // objects decodes e's objects: new maps, the caller's own.
 func (e cacheEntry) objects() ([]*unstructured.Unstructured, error) {
-	if e.docs == nil {
+	if len(e.docs) == 0 {
 		return nil, nil
 	}
 	objs := make([]*unstructured.Unstructured, len(e.docs))

@@ -56,7 +56,7 @@ func TestRenderCacheBytes(t *testing.T) {
 	}{"ConfigMaps": {cmJSON, 2, 3}, "Deployments": {deploymentJSON, 1, 5}} {
 		objs, heap := decodeAnswer(t, 2000, tc.gen)
 		c := newRenderCache(256, 1<<30)
-		if !c.put(name, objs, cacheEntry{}) {
+		if _, ok := c.put(name, objs, cacheEntry{}); !ok {
 			t.Fatalf("%s: not kept", name)
 		}
 		t.Logf("%s: kept in %d bytes, decoded %d", name, c.bytes, heap)
@@ -93,10 +93,39 @@ func TestRenderCacheBytes(t *testing.T) {
 	if c.bytes != 2*size {
 		t.Errorf("cache bytes: %d, want %d", c.bytes, 2*size)
 	}
-	if c.put("huge", []*unstructured.Unstructured{{Object: map[string]any{"data": strings.Repeat("x", int(size*3))}}}, cacheEntry{}) {
+	if _, ok := c.put("huge", []*unstructured.Unstructured{{Object: map[string]any{"data": strings.Repeat("x", int(size*3))}}}, cacheEntry{}); ok {
 		t.Error("a render over the whole bound reported kept")
 	}
 	if _, ok := c.entries["huge"]; ok || len(c.entries) != 2 {
 		t.Errorf("a render over the whole bound was kept, or dropped others: %d renders", len(c.entries))
+	}
+}
+
+// TestRenderCacheLoadsOneRenderAlike: every load of a kept render gives the same objects,
+// the one that rendered it included: a JSON file's 3.0 and 1e18 are floats when decoded from
+// the file and integers once written back as 3 and 1000000000000000000, and the engine's memo
+// hashes the two kinds apart. HTML characters are kept as they are, one byte each.
+func TestRenderCacheLoadsOneRenderAlike(t *testing.T) {
+	dir := writeTree(t, map[string]string{"apps/d.json": `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"d","namespace":"apps",` +
+		`"annotations":{"html":"<a & b>"}},"data":{"x":"y"},"spec":{"replicas":3.0,"big":1e18,"half":0.5}}`})
+	l := NewLoader(t.TempDir())
+	src := Source{Dir: dir, Path: "apps"}
+	types := func() string {
+		t.Helper()
+		b, err := l.Load(t.Context(), src, DefaultLoadOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := b.Objects[0].Object["spec"].(map[string]any)
+		return fmt.Sprintf("%T %T %T %s", spec["replicas"], spec["big"], spec["half"], b.Objects[0].GetAnnotations()["html"])
+	}
+	miss, hit := types(), types()
+	if miss != hit {
+		t.Errorf("one render loads as other objects: when rendered %s, when kept %s", miss, hit)
+	}
+	for _, e := range l.cache.entries {
+		if !strings.Contains(string(e.docs[0]), `"<a & b>"`) {
+			t.Errorf("kept as %s: HTML characters escaped", e.docs[0])
+		}
 	}
 }

@@ -196,7 +196,14 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 		e = cacheEntry{}
 		objs, e.origins, e.ordered, e.err = render(ctx, root, src.Path, opts.Render)
 		if e.err == nil || IsTerminal(e.err) {
-			l.cache.put(key, objs, e)
+			// A kept render is loaded from its JSON now too, so that every load of it gives
+			// the same objects: JSON's 3.0 decodes as a float and is written back as 3,
+			// which decodes as an integer, and the engine's memo tells the two apart.
+			if kept, ok := l.cache.put(key, objs, e); ok {
+				if again, err := kept.objects(); err == nil {
+					objs = again
+				}
+			}
 		}
 	}
 	return &Bundle{Revision: revision, Key: renderKey(key), Objects: objs, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime, Signatures: sigs}, e.err

@@ -90,7 +90,7 @@ func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle
 	}
 	fp := keys.Fingerprint()
 	if out := d.Memo.lookup(b, fp); out != nil {
-		return out, nil
+		return derive(b, out, fp), nil
 	}
 	dctx := ctx
 	if d.Timeout > 0 {
@@ -104,6 +104,7 @@ func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle
 	}
 	switch {
 	case err == nil:
+		out = derive(b, out, fp)
 		d.Memo.keep(b, fp, out)
 		return out, nil
 	case ctx.Err() == nil && errors.Is(dctx.Err(), context.DeadlineExceeded):

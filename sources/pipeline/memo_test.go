@@ -112,8 +112,8 @@ func TestPrepareKeepsOnlyWhatChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.out != res.Bundle {
-		t.Fatal("the result was not kept")
+	if !m.kept || len(m.changed) != 1 || m.changed[0] != res.Bundle.Objects[0] {
+		t.Fatal("the substituted object was not kept")
 	}
 	got := res.Bundle.Objects[0]
 	if !equality.Semantic.DeepEqual(want.Object, got.Object) {
@@ -141,14 +141,14 @@ func TestPrepareFailureDropsTheKeptResult(t *testing.T) {
 	if _, err := substitute(m, in, map[string]string{"v": "one"}, true); err != nil {
 		t.Fatal(err)
 	}
-	if m.out == nil {
+	if !m.kept {
 		t.Fatal("the first result was not kept: nothing to test")
 	}
 	res, err := substitute(m, in, map[string]string{"other": "x"}, true, "decrypted") // strict: ${v} has no value now
 	if err == nil {
 		t.Fatal("strict with a missing variable succeeded")
 	}
-	if m.out != nil || m.in != nil {
+	if m.kept || m.changed != nil || m.in != nil {
 		t.Error("the result of the old variables is still kept after the new substitution failed")
 	}
 	if got := res.Redactor.String("x decrypted"); got != "x ***" {

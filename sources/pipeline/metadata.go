@@ -23,6 +23,7 @@ func (m *Metadata) apply(b *sources.Bundle) *sources.Bundle {
 		return b
 	}
 	out := *b
+	out.Key = "" // its objects are not the render's: nothing after this step keeps a memo
 	out.Objects = make([]*unstructured.Unstructured, len(b.Objects))
 	for i, o := range b.Objects {
 		obj := maps.Clone(o.Object)
