@@ -96,6 +96,9 @@ func (c *renderCache) get(key string) (cacheEntry, bool) {
 // returns what it keeps; ok is false when it keeps nothing (the render alone exceeds the
 // bound). Objects are written without HTML escaping: a tenant's "<" costs one byte, not six.
 func (c *renderCache) put(key string, objs []*unstructured.Unstructured, e cacheEntry) (kept cacheEntry, ok bool) {
+	if c.maxBytes < 0 { // keeps nothing: not worth writing
+		return cacheEntry{}, false
+	}
 	e.docs = make([][]byte, len(objs))
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -96,10 +96,10 @@ func NewLoader(cacheDir string) *Loader {
 	return NewLoaderSized(cacheDir, DefaultRenderCacheBytes)
 }
 
-// NewLoaderSized is NewLoader keeping at most cacheBytes of renders (by an estimate of
-// their objects' heap; 0: DefaultRenderCacheBytes).
+// NewLoaderSized is NewLoader keeping at most cacheBytes of renders (their objects' JSON;
+// 0: DefaultRenderCacheBytes; negative: none, for a command that loads once).
 func NewLoaderSized(cacheDir string, cacheBytes int64) *Loader {
-	if cacheBytes <= 0 {
+	if cacheBytes == 0 {
 		cacheBytes = DefaultRenderCacheBytes
 	}
 	return &Loader{fetcher: git.NewFetcher(cacheDir), oci: oci.NewFetcher(OCICacheDir(cacheDir)),

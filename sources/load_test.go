@@ -227,3 +227,19 @@ func TestLoadKeepsOneRenderPerOwner(t *testing.T) {
 		t.Errorf("after both owners are forgotten (-want +got):\n%s", diff)
 	}
 }
+
+// TestLoadWithoutRenderCache: a Loader made to keep no render (a command that loads once)
+// writes none out, and every load renders.
+func TestLoadWithoutRenderCache(t *testing.T) {
+	dir := writeTree(t, map[string]string{"apps/a.yaml": cm("a", "apps")})
+	l := NewLoaderSized(t.TempDir(), -1)
+	src := Source{Dir: dir, Path: "apps"}
+	for range 2 {
+		if b, err := l.Load(t.Context(), src, DefaultLoadOptions()); err != nil || len(b.Objects) != 1 {
+			t.Fatalf("Load: %v", err)
+		}
+	}
+	if l.cache.renders != 0 || len(l.cache.entries) != 0 {
+		t.Errorf("%d renders kept by a Loader that keeps none", l.cache.renders)
+	}
+}
