@@ -71,6 +71,7 @@ func (e *DecryptError) Unwrap() error { return e.Err }
 // run returns b with its encrypted objects decrypted; b itself when none is encrypted.
 func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle, error) {
 	if !encrypted(b) {
+		d.Memo.drop() // the plaintexts of an earlier render are of no further use
 		return b, nil
 	}
 	if d.Keys == nil {
@@ -82,6 +83,7 @@ func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle
 	}
 	keys, err := d.Keys(ctx)
 	if err != nil {
+		d.Memo.drop()
 		var de *DecryptError
 		if errors.As(err, &de) {
 			return nil, err

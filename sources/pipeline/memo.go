@@ -24,18 +24,35 @@ type Memo struct {
 	mu sync.Mutex
 	// key is the render the kept run was given (Bundle.Key); for a Bundle without a key, in
 	// are its objects. fp is the fingerprint of its variables (or keys) and options, n the
-	// number of its objects, changed the objects of its result that are not the input's.
+	// number of its objects, changed the objects of its result that are not the input's,
+	// each with the identity of the input object it replaced.
 	key     string
 	in      []*unstructured.Unstructured
 	fp      [sha256.Size]byte
 	n       int
-	changed map[int]*unstructured.Unstructured
+	changed map[int]changedObject
 	kept    bool
+}
+
+// changedObject is an object a step changed: what it became, and who it was.
+type changedObject struct {
+	out *unstructured.Unstructured
+	was string
+}
+
+// identity names o: apiVersion, kind, namespace and name.
+func identity(o *unstructured.Unstructured) string {
+	if o == nil {
+		return ""
+	}
+	return o.GetAPIVersion() + "\x00" + o.GetKind() + "\x00" + o.GetNamespace() + "\x00" + o.GetName()
 }
 
 // lookup returns the kept result when it was computed from the same render (the same
 // Bundle.Key; without one, the same objects) with the same fingerprint: b with the kept
-// objects in their places (b itself when the step changed nothing); nil otherwise. A
+// objects in their places (b itself when the step changed nothing); nil otherwise, and nil
+// when an object of b in such a place is not the one the kept object replaced (a render
+// that is not the same for one key must not get objects twice, or lose one). A
 // result that does not match is dropped at once: it is of no further use, it may hold
 // values of a Secret that has changed since, and kept during the new run it would be a
 // second result in memory at the peak.
@@ -52,13 +69,19 @@ func (m *Memo) lookup(b *sources.Bundle, fp [sha256.Size]byte) *sources.Bundle {
 		m.forget()
 		return nil
 	}
+	for i, c := range m.changed {
+		if identity(b.Objects[i]) != c.was {
+			m.forget()
+			return nil
+		}
+	}
 	if len(m.changed) == 0 {
 		return b
 	}
 	out := *b
 	out.Objects = slices.Clone(b.Objects)
-	for i, o := range m.changed {
-		out.Objects[i] = o
+	for i, c := range m.changed {
+		out.Objects[i] = c.out
 	}
 	return &out
 }
@@ -93,9 +116,9 @@ func (m *Memo) keep(b *sources.Bundle, fp [sha256.Size]byte, out *sources.Bundle
 	for i, o := range out.Objects {
 		if o != b.Objects[i] {
 			if m.changed == nil {
-				m.changed = map[int]*unstructured.Unstructured{}
+				m.changed = map[int]changedObject{}
 			}
-			m.changed[i] = o
+			m.changed[i] = changedObject{out: o, was: identity(b.Objects[i])}
 		}
 	}
 	m.key, m.fp, m.n, m.kept = b.Key, fp, len(b.Objects), true

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/converge-dev/converge/e2e/sopsfixture"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/varsubst"
 )
@@ -112,7 +113,7 @@ func TestPrepareKeepsOnlyWhatChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !m.kept || len(m.changed) != 1 || m.changed[0] != res.Bundle.Objects[0] {
+	if !m.kept || len(m.changed) != 1 || m.changed[0].out != res.Bundle.Objects[0] {
 		t.Fatal("the substituted object was not kept")
 	}
 	got := res.Bundle.Objects[0]
@@ -153,5 +154,78 @@ func TestPrepareFailureDropsTheKeptResult(t *testing.T) {
 	}
 	if got := res.Redactor.String("x decrypted"); got != "x ***" {
 		t.Errorf("the failed run's redactor hides nothing: %q", got)
+	}
+}
+
+// cmObject is a ConfigMap app/name whose data.k is val.
+func cmObject(name, val string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": name, "namespace": "app"}, "data": map[string]any{"k": val}}}
+}
+
+// TestMemoRefusesObjectsInOtherPlaces: a render loaded again under one Key whose objects come
+// in another order (a render that is not the same for one key) gets a new substitution,
+// not the kept object put over another one: no object twice, none lost to a prune.
+func TestMemoRefusesObjectsInOtherPlaces(t *testing.T) {
+	m := &Memo{}
+	first := &sources.Bundle{Key: "render-1", Objects: []*unstructured.Unstructured{cmObject("a", "${v}"), cmObject("b", "plain")}}
+	if _, err := substitute(m, first, map[string]string{"v": "one"}, false); err != nil {
+		t.Fatal(err)
+	}
+	second := &sources.Bundle{Key: "render-1", Objects: []*unstructured.Unstructured{cmObject("b", "plain"), cmObject("a", "${v}")}}
+	res, err := substitute(m, second, map[string]string{"v": "one"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]int{}
+	for _, o := range res.Bundle.Objects {
+		names[o.GetName()]++
+	}
+	if names["a"] != 1 || names["b"] != 1 || value(t, res.Bundle.Objects[1], "k") != "one" {
+		t.Errorf("objects in another order under one Key: got %v, a = %q; want a and b once each, a substituted", names, value(t, res.Bundle.Objects[1], "k"))
+	}
+}
+
+// TestDecryptionMemoRefusesObjectsInOtherPlaces: the kept plaintext of an object is never put
+// over another object, and an encrypted object that moved is decrypted again.
+func TestDecryptionMemoRefusesObjectsInOtherPlaces(t *testing.T) {
+	key := sopsfixture.NewKey(t)
+	enc := string(sopsfixture.Encrypt(t, []byte(configMapYAML), sopsfixture.DefaultRegex, key.Recipient))
+	m := &Memo{}
+	in := bundle(t, plainYAML, enc)
+	in.Key = "render-1"
+	if _, err := Prepare(t.Context(), in, Options{Decryption: Decryption{Keys: keysOf(t, key.Identity), Memo: m}}); err != nil || !m.kept {
+		t.Fatalf("first decryption: %v, kept %t", err, m.kept)
+	}
+	other := bundle(t, enc, plainYAML)
+	other.Key = "render-1"
+	res, err := Prepare(t.Context(), other, Options{Decryption: Decryption{Keys: keysOf(t, key.Identity), Memo: m}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range res.Bundle.Objects {
+		if _, ok := o.Object["sops"]; ok {
+			t.Errorf("object %d (%s) still encrypted", i, o.GetName())
+		}
+	}
+	if res.Bundle.Objects[0].GetName() != "cfg" || res.Bundle.Objects[1].GetName() != "plain" {
+		t.Errorf("objects %s, %s; want cfg, plain", res.Bundle.Objects[0].GetName(), res.Bundle.Objects[1].GetName())
+	}
+}
+
+// TestDecryptionMemoDroppedWithoutEncryptedObjects: once a render holds no encrypted object,
+// the plaintexts kept from an earlier one are dropped, not kept until the Sync goes.
+func TestDecryptionMemoDroppedWithoutEncryptedObjects(t *testing.T) {
+	key := sopsfixture.NewKey(t)
+	enc := string(sopsfixture.Encrypt(t, []byte(configMapYAML), sopsfixture.DefaultRegex, key.Recipient))
+	m := &Memo{}
+	if _, err := Prepare(t.Context(), bundle(t, plainYAML, enc), Options{Decryption: Decryption{Keys: keysOf(t, key.Identity), Memo: m}}); err != nil || !m.kept {
+		t.Fatalf("first decryption: %v, kept %t", err, m.kept)
+	}
+	if _, err := Prepare(t.Context(), bundle(t, plainYAML), Options{Decryption: Decryption{Keys: keysOf(t, key.Identity), Memo: m}}); err != nil {
+		t.Fatal(err)
+	}
+	if m.kept || m.changed != nil {
+		t.Error("the plaintexts of the encrypted render are still kept")
 	}
 }

@@ -224,6 +224,9 @@ func (o *Options) defaultLeaderTimings() {
 // Validate reports an option the daemon cannot run with, naming its flag, so a typo stops
 // the daemon at start instead of failing every Sync later.
 func (o Options) Validate() error {
+	if o.RenderCacheSize < 0 {
+		return fmt.Errorf("--render-cache-size %d: must not be negative (0: the default, %d)", o.RenderCacheSize, sources.DefaultRenderCacheBytes)
+	}
 	if sa := o.DefaultServiceAccount; sa != "" {
 		if errs := validation.IsDNS1123Subdomain(sa); len(errs) > 0 {
 			return fmt.Errorf("--default-service-account %q: not a service account name: %s", sa, strings.Join(errs, "; "))
