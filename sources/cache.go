@@ -31,7 +31,7 @@ import (
 // A render loaded for an owner (LoadOptions.Owner: a Sync) is kept while it is the last
 // render of some owner: when an owner loads another render (a new commit), the one it
 // leaves is dropped at once unless another owner's last load is that render. A daemon
-// whose big Sync moved to a new commit otherwise kept the old render until 256 others had
+// whose big Sync moved to a new commit otherwise kept the old render until newer ones had
 // pushed it out. Renders loaded without an owner are dropped by age only.
 //
 // The cache also holds at most maxBytes of renders (their JSON, origins and ordered
