@@ -19,8 +19,13 @@ type Bundle struct {
 	// Revision names the source content: "main@sha1:<hex>" for git, "sha256:<hex>" of the
 	// files for a local folder.
 	Revision string
-	// Objects are the validated objects, in a deterministic order. They are shared with the
-	// Loader's render cache and with other Loads of the same content: read-only.
+	// Key names what was rendered: a hash (64 hex digits) of the source content, the path
+	// and the render options. Two Bundles of one Key hold equal Objects (one render loaded
+	// twice); "" for a Bundle not made by a Loader.
+	Key string
+	// Objects are the validated objects, in a deterministic order. Each Load decodes its
+	// own, and the Bundles made from it (a substitution, a decryption) share the parts they
+	// do not change: read-only.
 	Objects []*unstructured.Unstructured
 	// Origins says where each object of Objects was rendered from, for messages: the file,
 	// its line and document ("apps/web.yaml:14 (document 2 of 3)"), or the kustomization

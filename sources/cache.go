@@ -1,9 +1,11 @@
 package sources
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,24 +16,27 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
 
 // renderCache remembers the last renders by (source digest, path, options). It keeps
-// successes and terminal errors: the same content renders the same way. The objects it holds
-// are the ones it hands out, not copies (at 10,000 objects a copy per reconcile is tens of
-// megabytes): callers must not modify them (Bundle.Objects).
+// successes and terminal errors: the same content renders the same way. It keeps each
+// object as JSON, not decoded: a decoded object is maps of map[string]any about five times
+// its JSON (a Deployment of 14 maps, 5.5 KB from 500 bytes), and a daemon keeps the render of
+// every Sync between its reconciles (at 10,000 objects, 24 MB of decoded maps against 5 MB of
+// JSON). Each load decodes its own objects from that JSON (about 10 ms per 1,000 objects), and
+// drops them when its reconcile is done. What must tell two loads of one render apart from two
+// renders compares Bundle.Key, not the objects.
 //
 // A render loaded for an owner (LoadOptions.Owner: a Sync) is kept while it is the last
 // render of some owner: when an owner loads another render (a new commit), the one it
 // leaves is dropped at once unless another owner's last load is that render. A daemon
-// whose big Sync moved to a new commit otherwise kept the old render until 256 others had
-// pushed it out (after a prune of 10% at 10,000 objects: two renders, 47 MB of the heap,
-// and 292 MB RSS, against 247 MB with one). Renders loaded without an owner are dropped by
-// age only.
+// whose big Sync moved to a new commit otherwise kept the old render until newer ones had
+// pushed it out. Renders loaded without an owner are dropped by age only.
 //
-// The cache also holds at most maxBytes of renders, by an estimate of the heap their
-// objects take (objectsSize): past it, the least recently used renders are dropped, and a
-// render larger than the whole bound is not kept.
+// The cache also holds at most maxBytes of renders (their JSON, origins and ordered
+// documents): past it, the least recently used renders are dropped, and a render larger
+// than the whole bound is not kept.
 type renderCache struct {
 	mu       sync.Mutex
 	max      int
@@ -41,20 +46,21 @@ type renderCache struct {
 	entries  map[string]cacheEntry
 	owners   map[string]string // owner → key of its last load
 	refs     map[string]int    // key → owners whose last load it is
+	renders  int               // renders kept so far, for tests
 }
 
 type cacheEntry struct {
-	objs    []*unstructured.Unstructured
+	docs    [][]byte // the objects, each as JSON
 	origins []string
 	ordered [][]byte
 	err     error
-	size    int64 // estimated heap bytes, set by put
+	size    int64 // heap bytes, set by put
 }
 
-// DefaultRenderCacheBytes bounds the renders a Loader keeps by their estimated heap size: with
-// two render children (128 MiB) and four renders in flight at --max-render-output
-// (224 MiB at most), it leaves about 100 MiB of the shipped 512 MiB to the binary and its
-// other caches (docs/deploy.md, "Sizing").
+// DefaultRenderCacheBytes bounds the renders a Loader keeps by the heap they take (their
+// objects' JSON): with two render children (128 MiB) and four renders in flight at
+// --max-render-output (224 MiB at most), it leaves about 100 MiB of the shipped 512 MiB to
+// the binary and its other caches (docs/deploy.md, "Sizing").
 const DefaultRenderCacheBytes = 56 << 20
 
 func newRenderCache(size int, maxBytes int64) *renderCache {
@@ -69,6 +75,12 @@ func cacheKey(digest, path string, opts RenderOptions) string {
 		l.MaxFiles, l.MaxFileSize, l.MaxObjects, l.MaxTotalSize, l.MaxRenderOutput, opts.Ignored, helmKey(opts.Helm), overlayKey(opts.Overlay))
 }
 
+// renderKey is the Bundle.Key of the render of cache key key.
+func renderKey(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(h[:])
+}
+
 func (c *renderCache) get(key string) (cacheEntry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -80,20 +92,55 @@ func (c *renderCache) get(key string) (cacheEntry, bool) {
 	return e, true
 }
 
-func (c *renderCache) put(key string, e cacheEntry) {
-	e.size = objectsSize(e)
+// put keeps objs as the render of key, with e's origins, ordered documents and error, and
+// returns what it keeps; ok is false when it keeps nothing (the render alone exceeds the
+// bound). Objects are written without HTML escaping: a tenant's "<" costs one byte, not six.
+func (c *renderCache) put(key string, objs []*unstructured.Unstructured, e cacheEntry) (kept cacheEntry, ok bool) {
+	if c.maxBytes < 0 { // keeps nothing: not worth writing
+		return cacheEntry{}, false
+	}
+	e.docs = make([][]byte, len(objs))
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	for i, o := range objs {
+		buf.Reset()
+		if err := enc.Encode(o.Object); err != nil { // decoded from JSON: cannot fail; if it did, nothing is kept
+			return cacheEntry{}, false
+		}
+		e.docs[i] = bytes.Clone(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	}
+	e.size = entrySize(e)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.drop(key)
 	if e.size > c.maxBytes {
-		return
+		return cacheEntry{}, false
 	}
 	c.entries[key] = e
 	c.bytes += e.size
+	c.renders++
 	c.touch(key)
 	for len(c.order) > c.max || c.bytes > c.maxBytes {
 		c.drop(c.order[len(c.order)-1])
 	}
+	return e, true
+}
+
+// objects decodes e's objects: new maps, the caller's own.
+func (e cacheEntry) objects() ([]*unstructured.Unstructured, error) {
+	if len(e.docs) == 0 {
+		return nil, nil
+	}
+	objs := make([]*unstructured.Unstructured, len(e.docs))
+	for i, b := range e.docs {
+		var obj map[string]any
+		if err := utiljson.Unmarshal(b, &obj); err != nil {
+			return nil, err
+		}
+		objs[i] = &unstructured.Unstructured{Object: obj}
+	}
+	return objs, nil
 }
 
 // own records that key is owner's last load (owner "" is nobody) and drops the render the
@@ -154,13 +201,12 @@ func (c *renderCache) touch(key string) {
 	c.order = slices.Insert(c.order, 0, key)
 }
 
-// objectsSize estimates the heap bytes of a render's objects: what its strings hold plus
-// a per-value overhead close to what a decoded object costs (TestAnswerDecodeFactor
-// measures the decode; TestRenderCacheBytes checks the estimate against it).
-func objectsSize(e cacheEntry) int64 {
-	n := int64(len(e.objs)) * 64
-	for _, o := range e.objs {
-		n += valueSize(o.Object)
+// entrySize is the heap bytes a kept render takes: its JSON, origins and ordered documents
+// with their slice headers.
+func entrySize(e cacheEntry) int64 {
+	var n int64
+	for _, b := range e.docs {
+		n += int64(len(b)) + 24
 	}
 	for _, s := range e.origins {
 		n += int64(len(s)) + 16
@@ -169,29 +215,6 @@ func objectsSize(e cacheEntry) int64 {
 		n += int64(len(b)) + 24
 	}
 	return n
-}
-
-// valueSize estimates the heap bytes of one decoded JSON value (a map entry costs its
-// key, its value and about 128 bytes of map buckets and interfaces).
-func valueSize(v any) int64 {
-	switch v := v.(type) {
-	case map[string]any:
-		n := int64(96)
-		for k, x := range v {
-			n += 128 + int64(len(k)) + valueSize(x)
-		}
-		return n
-	case []any:
-		n := int64(32)
-		for _, x := range v {
-			n += 32 + valueSize(x)
-		}
-		return n
-	case string:
-		return int64(len(v))
-	default:
-		return 8
-	}
 }
 
 // digestDir hashes the names, kinds and contents of the files under root, hidden folders

@@ -239,7 +239,7 @@ func (b *budget) decodedBytes(file string, n int64) error {
 }
 
 // release takes the render's answer bytes off answerBytesHeld: its objects are now the
-// caller's (and the render cache's, counted there).
+// caller's (the render cache keeps them as JSON, counted there).
 func (b *budget) release() {
 	answerBytesHeld.add(-b.output.Swap(0))
 }

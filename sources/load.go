@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/converge-dev/converge/sources/git"
 	"github.com/converge-dev/converge/sources/helmrepo"
 	"github.com/converge-dev/converge/sources/oci"
@@ -84,8 +86,10 @@ type Loader struct {
 }
 
 // renderCacheSize is how many renders a Loader remembers: one per Sync is typical, so it
-// must exceed the Syncs of a daemon (at 64, 100 Syncs re-rendered on every reconcile).
-const renderCacheSize = 256
+// must exceed the Syncs of a daemon (at 256, a daemon of 1,000 Syncs rendered again on
+// nearly every reconcile). The bound in bytes (--render-cache-size) is the one that holds
+// in practice: 4,096 renders of 100 objects are about 100 MB of JSON.
+const renderCacheSize = 4096
 
 // NewLoader returns a Loader that keeps git repositories and checkouts under cacheDir,
 // extracted OCI artifacts and fetched charts beside it (OCICacheDir, ChartCacheDir), and
@@ -94,10 +98,10 @@ func NewLoader(cacheDir string) *Loader {
 	return NewLoaderSized(cacheDir, DefaultRenderCacheBytes)
 }
 
-// NewLoaderSized is NewLoader keeping at most cacheBytes of renders (by an estimate of
-// their objects' heap; 0: DefaultRenderCacheBytes).
+// NewLoaderSized is NewLoader keeping at most cacheBytes of renders (their objects' JSON;
+// 0: DefaultRenderCacheBytes; negative: none, for a command that loads once).
 func NewLoaderSized(cacheDir string, cacheBytes int64) *Loader {
-	if cacheBytes <= 0 {
+	if cacheBytes == 0 {
 		cacheBytes = DefaultRenderCacheBytes
 	}
 	return &Loader{fetcher: git.NewFetcher(cacheDir), oci: oci.NewFetcher(OCICacheDir(cacheDir)),
@@ -183,13 +187,28 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 	// now rather than held next to the new one while it is built.
 	l.cache.own(opts.Owner, key)
 	e, ok := l.cache.get(key)
-	if !ok {
-		e.objs, e.origins, e.ordered, e.err = render(ctx, root, src.Path, opts.Render)
-		if e.err == nil || IsTerminal(e.err) {
-			l.cache.put(key, e)
+	var objs []*unstructured.Unstructured
+	if ok {
+		var err error
+		if objs, err = e.objects(); err != nil { // JSON it encoded: cannot fail; if it did, render again
+			ok = false
 		}
 	}
-	return &Bundle{Revision: revision, Objects: e.objs, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime, Signatures: sigs}, e.err
+	if !ok {
+		e = cacheEntry{}
+		objs, e.origins, e.ordered, e.err = render(ctx, root, src.Path, opts.Render)
+		if e.err == nil || IsTerminal(e.err) {
+			// A kept render is loaded from its JSON now too, so that every load of it gives
+			// the same objects: JSON's 3.0 decodes as a float and is written back as 3,
+			// which decodes as an integer, and the engine's memo tells the two apart.
+			if kept, ok := l.cache.put(key, objs, e); ok {
+				if again, err := kept.objects(); err == nil {
+					objs = again
+				}
+			}
+		}
+	}
+	return &Bundle{Revision: revision, Key: renderKey(key), Objects: objs, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime, Signatures: sigs}, e.err
 }
 
 // exportLimits returns opts.Fetch with its export limits raised to the render's where

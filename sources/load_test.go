@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/converge-dev/converge/sources/git"
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/converge-dev/converge/sources/git"
 )
 
 func TestLoadLocal(t *testing.T) {
@@ -27,12 +29,16 @@ func TestLoadLocal(t *testing.T) {
 	if !strings.HasPrefix(first.Revision, "sha256:") || len(first.Revision) != len("sha256:")+64 {
 		t.Errorf("revision %q, want sha256:<64 hex>", first.Revision)
 	}
+	renders := l.cache.renders
 	second, err := l.Load(t.Context(), src, DefaultLoadOptions())
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	if len(second.Objects) != 1 || second.Objects[0] != first.Objects[0] {
-		t.Errorf("an unchanged source was rendered again: the render cache hands out the objects it holds")
+	if len(second.Objects) != 1 || l.cache.renders != renders || second.Key != first.Key || !equality.Semantic.DeepEqual(second.Objects, first.Objects) {
+		t.Errorf("an unchanged source was rendered again, or loaded other objects under its key")
+	}
+	if second.Objects[0] == first.Objects[0] {
+		t.Errorf("two loads share their objects: each decodes its own from the kept render")
 	}
 	if diff := cmp.Diff(first.Revision, second.Revision); diff != "" {
 		t.Errorf("revision changed without an edit (-want +got):\n%s", diff)
@@ -97,7 +103,10 @@ func TestLoadGit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	want := &Bundle{Revision: "main@sha1:" + head, Objects: b.Objects, Origins: []string{"deploy/cm.yaml:1"}, CommitTime: commitTime(t, gitCmd("log", "-1", "--format=%ct"))}
+	if len(b.Key) != 64 {
+		t.Errorf("render key %q, want 64 hex digits", b.Key)
+	}
+	want := &Bundle{Revision: "main@sha1:" + head, Key: b.Key, Objects: b.Objects, Origins: []string{"deploy/cm.yaml:1"}, CommitTime: commitTime(t, gitCmd("log", "-1", "--format=%ct"))}
 	if diff := cmp.Diff(want, b); diff != "" {
 		t.Errorf("bundle (-want +got):\n%s", diff)
 	}
@@ -134,7 +143,7 @@ func TestLoadGit(t *testing.T) {
 	if !IsTerminal(err) || !strings.Contains(err.Error(), "deploy/cm.yaml:1: ConfigMap: missing apiVersion, missing metadata.name") {
 		t.Fatalf("Load of a bad revision: %v", err)
 	}
-	if diff := cmp.Diff(&Bundle{Revision: "main@sha1:" + bad, CommitTime: badTime}, b); diff != "" {
+	if diff := cmp.Diff(&Bundle{Revision: "main@sha1:" + bad, Key: b.Key, CommitTime: badTime}, b); diff != "" {
 		t.Errorf("bundle of a bad revision (-want +got):\n%s", diff)
 	}
 }
@@ -176,7 +185,11 @@ func TestLoadKeepsOneRenderPerOwner(t *testing.T) {
 	held := func() []string {
 		var names []string
 		for _, key := range l.cache.order {
-			for _, o := range l.cache.entries[key].objs {
+			objs, err := l.cache.entries[key].objects()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range objs {
 				names = append(names, o.GetName())
 			}
 		}
@@ -195,8 +208,9 @@ func TestLoadKeepsOneRenderPerOwner(t *testing.T) {
 	if diff := cmp.Diff([]string{"b"}, held()); diff != "" {
 		t.Errorf("nobody uses render a any more (-want +got):\n%s", diff)
 	}
+	renders := l.cache.renders
 	first := load("sync-1")
-	if again := load("sync-1"); again.Objects[0] != first.Objects[0] {
+	if again := load("sync-1"); l.cache.renders != renders || again.Key != first.Key {
 		t.Error("an unchanged source was rendered again for its owner")
 	}
 	edit("c")
@@ -211,5 +225,21 @@ func TestLoadKeepsOneRenderPerOwner(t *testing.T) {
 	l.Forget("sync-2")
 	if diff := cmp.Diff([]string{"c"}, held()); diff != "" {
 		t.Errorf("after both owners are forgotten (-want +got):\n%s", diff)
+	}
+}
+
+// TestLoadWithoutRenderCache: a Loader made to keep no render (a command that loads once)
+// writes none out, and every load renders.
+func TestLoadWithoutRenderCache(t *testing.T) {
+	dir := writeTree(t, map[string]string{"apps/a.yaml": cm("a", "apps")})
+	l := NewLoaderSized(t.TempDir(), -1)
+	src := Source{Dir: dir, Path: "apps"}
+	for range 2 {
+		if b, err := l.Load(t.Context(), src, DefaultLoadOptions()); err != nil || len(b.Objects) != 1 {
+			t.Fatalf("Load: %v", err)
+		}
+	}
+	if l.cache.renders != 0 || len(l.cache.entries) != 0 {
+		t.Errorf("%d renders kept by a Loader that keeps none", l.cache.renders)
 	}
 }

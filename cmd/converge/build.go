@@ -103,6 +103,10 @@ const buildExample = `  # Render a local overlay
   # One --ref: a branch name, a 40-hex commit, or "branch:", "tag:", "semver:", "commit:"
   converge build --git-url https://github.com/org/apps.git --ref tag:v1.2.3 --path deploy`
 
+// loadOnce is the render cache size of a command's Loader: none, since a command loads its
+// source once and a kept render would only be written out as JSON for nothing.
+const loadOnce = -1
+
 func newBuildCommand() *cobra.Command {
 	var f sourceFlags
 	f.decryption.build = true
@@ -238,7 +242,7 @@ func (f *sourceFlags) load(ctx context.Context, args []string) (*sources.Bundle,
 		// deploy: not read, not in the revision.
 		opts.Render.Ignored = gitIgnored(ctx, src.Dir, src.Path)
 	}
-	b, err := sources.NewLoader(f.cacheDir).Load(ctx, src, opts)
+	b, err := sources.NewLoaderSized(f.cacheDir, loadOnce).Load(ctx, src, opts)
 	if err != nil {
 		return b, rootHint(err, src)
 	}

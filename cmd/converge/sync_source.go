@@ -84,7 +84,7 @@ func loadSyncSource(ctx context.Context, c client.Client, s *v1alpha1.Sync, allo
 	opts.Fetch.Timeout = syncSourceFetchTimeout
 	opts.Fetch.AllowLocal = allowLocal
 	opts.Render.Isolate = true
-	b, err := sources.NewLoader(defaultCacheDir()).Load(ctx, src, opts)
+	b, err := sources.NewLoaderSized(defaultCacheDir(), loadOnce).Load(ctx, src, opts)
 	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty && b != nil) {
 		return nil, fmt.Errorf("sync %s/%s: source %s: %w", s.Namespace, s.Name, s.Spec.Source.Git.URL, err)
 	}

@@ -31,7 +31,7 @@ type Decryption struct {
 	// Hints end the error of each failure with a line saying what to do.
 	Hints Hints
 	// Memo keeps the last decryption for the next run of the same caller: the same
-	// rendered objects (the render cache's) with the same keys reuse it, without starting
+	// render (Bundle.Key) with the same keys reuses it, without starting
 	// the decryption program or taking a render slot (every interval and drift reconcile
 	// between commits). nil: none.
 	Memo *Memo
@@ -71,6 +71,7 @@ func (e *DecryptError) Unwrap() error { return e.Err }
 // run returns b with its encrypted objects decrypted; b itself when none is encrypted.
 func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle, error) {
 	if !encrypted(b) {
+		d.Memo.drop() // the plaintexts of an earlier render are of no further use
 		return b, nil
 	}
 	if d.Keys == nil {
@@ -82,6 +83,7 @@ func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle
 	}
 	keys, err := d.Keys(ctx)
 	if err != nil {
+		d.Memo.drop()
 		var de *DecryptError
 		if errors.As(err, &de) {
 			return nil, err
@@ -90,7 +92,7 @@ func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle
 	}
 	fp := keys.Fingerprint()
 	if out := d.Memo.lookup(b, fp); out != nil {
-		return out, nil
+		return derive(b, out, fp), nil
 	}
 	dctx := ctx
 	if d.Timeout > 0 {
@@ -104,6 +106,7 @@ func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle
 	}
 	switch {
 	case err == nil:
+		out = derive(b, out, fp)
 		d.Memo.keep(b, fp, out)
 		return out, nil
 	case ctx.Err() == nil && errors.Is(dctx.Err(), context.DeadlineExceeded):

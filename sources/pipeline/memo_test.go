@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/converge-dev/converge/e2e/sopsfixture"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/varsubst"
 )
@@ -60,6 +61,33 @@ func TestPrepareReusesTheLastSubstitution(t *testing.T) {
 	}
 }
 
+// TestPrepareReusesTheSubstitutionOfOneRender: two loads of one render decode objects of
+// their own under one Bundle.Key; the second reuses the first's result, and another key
+// (the content changed) recomputes it.
+func TestPrepareReusesTheSubstitutionOfOneRender(t *testing.T) {
+	m := &Memo{}
+	value := func(b *sources.Bundle) string { return b.Objects[0].Object["data"].(map[string]any)["k"].(string) }
+	load := func(key, rev string) *sources.Bundle {
+		b := refBundle(rev)
+		b.Key = key
+		return b
+	}
+	first, err := substitute(m, load("render-1", "main@sha1:1"), map[string]string{"v": "one"}, false)
+	if err != nil || value(first.Bundle) != "one" {
+		t.Fatalf("first: %v, %v", first.Bundle, err)
+	}
+	second, err := substitute(m, load("render-1", "main@sha1:2"), map[string]string{"v": "one"}, false)
+	if err != nil || second.Bundle.Objects[0] != first.Bundle.Objects[0] || second.Bundle.Revision != "main@sha1:2" {
+		t.Errorf("the same render decoded again: want the kept result at the new revision; got a new one: %v (%s), %v",
+			second.Bundle.Objects[0] != first.Bundle.Objects[0], second.Bundle.Revision, err)
+	}
+	other := load("render-2", "main@sha1:3")
+	other.Objects[0].Object["data"] = map[string]any{"k": "x-${v}"}
+	if third, err := substitute(m, other, map[string]string{"v": "one"}, false); err != nil || value(third.Bundle) != "x-one" {
+		t.Errorf("another render: the kept result came back: %v, %v", third.Bundle, err)
+	}
+}
+
 // sameMap reports whether a and b are the same map, not just equal ones.
 func sameMap(a, b any) bool {
 	ma, ok1 := a.(map[string]any)
@@ -85,8 +113,8 @@ func TestPrepareKeepsOnlyWhatChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.out != res.Bundle {
-		t.Fatal("the result was not kept")
+	if !m.kept || len(m.changed) != 1 || m.changed[0].out != res.Bundle.Objects[0] {
+		t.Fatal("the substituted object was not kept")
 	}
 	got := res.Bundle.Objects[0]
 	if !equality.Semantic.DeepEqual(want.Object, got.Object) {
@@ -114,17 +142,90 @@ func TestPrepareFailureDropsTheKeptResult(t *testing.T) {
 	if _, err := substitute(m, in, map[string]string{"v": "one"}, true); err != nil {
 		t.Fatal(err)
 	}
-	if m.out == nil {
+	if !m.kept {
 		t.Fatal("the first result was not kept: nothing to test")
 	}
 	res, err := substitute(m, in, map[string]string{"other": "x"}, true, "decrypted") // strict: ${v} has no value now
 	if err == nil {
 		t.Fatal("strict with a missing variable succeeded")
 	}
-	if m.out != nil || m.in != nil {
+	if m.kept || m.changed != nil || m.in != nil {
 		t.Error("the result of the old variables is still kept after the new substitution failed")
 	}
 	if got := res.Redactor.String("x decrypted"); got != "x ***" {
 		t.Errorf("the failed run's redactor hides nothing: %q", got)
+	}
+}
+
+// cmObject is a ConfigMap app/name whose data.k is val.
+func cmObject(name, val string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": name, "namespace": "app"}, "data": map[string]any{"k": val}}}
+}
+
+// TestMemoRefusesObjectsInOtherPlaces: a render loaded again under one Key whose objects come
+// in another order (a render that is not the same for one key) gets a new substitution,
+// not the kept object put over another one: no object twice, none lost to a prune.
+func TestMemoRefusesObjectsInOtherPlaces(t *testing.T) {
+	m := &Memo{}
+	first := &sources.Bundle{Key: "render-1", Objects: []*unstructured.Unstructured{cmObject("a", "${v}"), cmObject("b", "plain")}}
+	if _, err := substitute(m, first, map[string]string{"v": "one"}, false); err != nil {
+		t.Fatal(err)
+	}
+	second := &sources.Bundle{Key: "render-1", Objects: []*unstructured.Unstructured{cmObject("b", "plain"), cmObject("a", "${v}")}}
+	res, err := substitute(m, second, map[string]string{"v": "one"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]int{}
+	for _, o := range res.Bundle.Objects {
+		names[o.GetName()]++
+	}
+	if names["a"] != 1 || names["b"] != 1 || value(t, res.Bundle.Objects[1], "k") != "one" {
+		t.Errorf("objects in another order under one Key: got %v, a = %q; want a and b once each, a substituted", names, value(t, res.Bundle.Objects[1], "k"))
+	}
+}
+
+// TestDecryptionMemoRefusesObjectsInOtherPlaces: the kept plaintext of an object is never put
+// over another object, and an encrypted object that moved is decrypted again.
+func TestDecryptionMemoRefusesObjectsInOtherPlaces(t *testing.T) {
+	key := sopsfixture.NewKey(t)
+	enc := string(sopsfixture.Encrypt(t, []byte(configMapYAML), sopsfixture.DefaultRegex, key.Recipient))
+	m := &Memo{}
+	in := bundle(t, plainYAML, enc)
+	in.Key = "render-1"
+	if _, err := Prepare(t.Context(), in, Options{Decryption: Decryption{Keys: keysOf(t, key.Identity), Memo: m}}); err != nil || !m.kept {
+		t.Fatalf("first decryption: %v, kept %t", err, m.kept)
+	}
+	other := bundle(t, enc, plainYAML)
+	other.Key = "render-1"
+	res, err := Prepare(t.Context(), other, Options{Decryption: Decryption{Keys: keysOf(t, key.Identity), Memo: m}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range res.Bundle.Objects {
+		if _, ok := o.Object["sops"]; ok {
+			t.Errorf("object %d (%s) still encrypted", i, o.GetName())
+		}
+	}
+	if res.Bundle.Objects[0].GetName() != "cfg" || res.Bundle.Objects[1].GetName() != "plain" {
+		t.Errorf("objects %s, %s; want cfg, plain", res.Bundle.Objects[0].GetName(), res.Bundle.Objects[1].GetName())
+	}
+}
+
+// TestDecryptionMemoDroppedWithoutEncryptedObjects: once a render holds no encrypted object,
+// the plaintexts kept from an earlier one are dropped, not kept until the Sync goes.
+func TestDecryptionMemoDroppedWithoutEncryptedObjects(t *testing.T) {
+	key := sopsfixture.NewKey(t)
+	enc := string(sopsfixture.Encrypt(t, []byte(configMapYAML), sopsfixture.DefaultRegex, key.Recipient))
+	m := &Memo{}
+	if _, err := Prepare(t.Context(), bundle(t, plainYAML, enc), Options{Decryption: Decryption{Keys: keysOf(t, key.Identity), Memo: m}}); err != nil || !m.kept {
+		t.Fatalf("first decryption: %v, kept %t", err, m.kept)
+	}
+	if _, err := Prepare(t.Context(), bundle(t, plainYAML), Options{Decryption: Decryption{Keys: keysOf(t, key.Identity), Memo: m}}); err != nil {
+		t.Fatal(err)
+	}
+	if m.kept || m.changed != nil {
+		t.Error("the plaintexts of the encrypted render are still kept")
 	}
 }

@@ -17,12 +17,13 @@ type Metadata struct {
 }
 
 // apply returns b with m set on every object. The objects of b are never modified (they
-// may be the render cache's): each is copied down to its metadata, the rest shared.
+// may be shared with a kept result): each is copied down to its metadata, the rest shared.
 func (m *Metadata) apply(b *sources.Bundle) *sources.Bundle {
 	if m == nil || len(m.Labels) == 0 && len(m.Annotations) == 0 {
 		return b
 	}
 	out := *b
+	out.Key = "" // its objects are not the render's: nothing after this step keeps a memo
 	out.Objects = make([]*unstructured.Unstructured, len(b.Objects))
 	for i, o := range b.Objects {
 		obj := maps.Clone(o.Object)

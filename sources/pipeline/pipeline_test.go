@@ -179,8 +179,8 @@ func TestPrepareKeepsEncrypted(t *testing.T) {
 func TestPrepareRedactsWhatWasReadBeforeAFailure(t *testing.T) {
 	m := &Memo{}
 	in := refBundle("main@sha1:1")
-	if _, err := substitute(m, in, map[string]string{"v": "one"}, false); err != nil || m.out == nil {
-		t.Fatalf("first substitution: %v, kept %v", err, m.out != nil)
+	if _, err := substitute(m, in, map[string]string{"v": "one"}, false); err != nil || !m.kept {
+		t.Fatalf("first substitution: %v, kept %v", err, m.kept)
 	}
 	readErr := errors.New("spec.postBuild.substituteFrom[1]: ConfigMap app/more: forbidden")
 	calls := 0
@@ -192,7 +192,7 @@ func TestPrepareRedactsWhatWasReadBeforeAFailure(t *testing.T) {
 	if got := res.Redactor.String("a hunter2-token\n b hunter2-token"); got != "a *** b ***" {
 		t.Errorf("redacted %q", got)
 	}
-	if m.out != nil {
+	if m.kept {
 		t.Error("the kept result survived a failed read of the variables")
 	}
 }

@@ -53,12 +53,13 @@ func (s *Substitution) run(ctx context.Context, b *sources.Bundle) (*sources.Bun
 		fp = sha256.Sum256(append(fp[:], "strict"...))
 	}
 	if out := s.Memo.lookup(b, fp); out != nil {
-		return out, sensitive, nil
+		return derive(b, out, fp), sensitive, nil
 	}
 	out, err := varsubst.Expand(b, vars, opts)
 	if err != nil { // lookup dropped the kept result: nothing to reuse is left
 		return nil, sensitive, s.wrap(err)
 	}
+	out = derive(b, out, fp)
 	s.Memo.keep(b, fp, out)
 	return out, sensitive, nil
 }

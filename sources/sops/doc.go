@@ -12,7 +12,7 @@
 // decrypting (recognising and masking encrypted objects, reading keys) is here and links
 // no sops package.
 //
-// It never modifies the Bundle it is given (its Objects are shared with the render cache):
+// It never modifies the Bundle it is given (its Objects may be shared with a kept result):
 // it returns a new Bundle holding the decrypted objects. Its errors name the object and its
 // origin but never carry a value.
 //

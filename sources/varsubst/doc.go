@@ -12,6 +12,6 @@
 //
 // Objects in, objects out: it never reads a ConfigMap or Secret itself (callers read them
 // with the identity that may read them and pass plain Sources), it never modifies the
-// Bundle it is given (its objects are shared with the render cache) and it must not import
+// Bundle it is given (its objects may be shared with a kept result) and it must not import
 // kube clients, engine, inventory or status.
 package varsubst

@@ -135,8 +135,8 @@ type Options struct {
 	FetchTimeout time.Duration
 	// Limits bound a render (zero fields: the sources package's defaults).
 	Limits sources.Limits
-	// RenderCacheSize bounds the renders kept for the next reconciles, in estimated heap
-	// bytes (0: sources.DefaultRenderCacheBytes).
+	// RenderCacheSize bounds the renders kept for the next reconciles, in bytes of their
+	// objects' JSON (0: sources.DefaultRenderCacheBytes).
 	RenderCacheSize int64
 
 	// QuickStart, when its GitURL is set, is a Sync the daemon creates and owns at start.
@@ -224,6 +224,9 @@ func (o *Options) defaultLeaderTimings() {
 // Validate reports an option the daemon cannot run with, naming its flag, so a typo stops
 // the daemon at start instead of failing every Sync later.
 func (o Options) Validate() error {
+	if o.RenderCacheSize < 0 {
+		return fmt.Errorf("--render-cache-size %d: must not be negative (0: the default, %d)", o.RenderCacheSize, sources.DefaultRenderCacheBytes)
+	}
 	if sa := o.DefaultServiceAccount; sa != "" {
 		if errs := validation.IsDNS1123Subdomain(sa); len(errs) > 0 {
 			return fmt.Errorf("--default-service-account %q: not a service account name: %s", sa, strings.Join(errs, "; "))

@@ -34,6 +34,8 @@ func (r *reconciler) prepare(ctx context.Context, s *v1alpha1.Sync, b *sources.B
 	}
 	if opts.Decryption.Keys != nil {
 		opts.Decryption.Memo = r.decryptedMemo(key)
+	} else {
+		r.states.with(key, func(st *syncState) { st.decrypted = nil }) // no decryption any more: its plaintexts go
 	}
 	res, err := pipeline.Prepare(ctx, b, opts)
 	var de *pipeline.DecryptError

@@ -85,3 +85,11 @@ func TestLeaderElectionIDPerSelector(t *testing.T) {
 		t.Errorf("a broken selector: %v, want an error naming --watch-label-selector", err)
 	}
 }
+
+// TestRenderCacheSizeNotNegative: a negative --render-cache-size stops the daemon at start
+// instead of turning the render cache off.
+func TestRenderCacheSizeNotNegative(t *testing.T) {
+	if err := (Options{RenderCacheSize: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "--render-cache-size") {
+		t.Errorf("Validate: %v, want an error naming --render-cache-size", err)
+	}
+}
