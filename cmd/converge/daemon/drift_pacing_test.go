@@ -17,25 +17,32 @@ type delays struct {
 
 func (q *delays) AddAfter(_ reconcile.Request, d time.Duration) { q.got = append(q.got, d) }
 
+// pacedTrigger is a drift trigger on a clock the test moves, its queue recording the delays
+// asked, tracking the Sync ns/app as the inventory ns_app.
+func pacedTrigger() (*driftTrigger, *delays, *time.Time, types.NamespacedName) {
+	clock := time.Unix(1000, 0)
+	d := newDriftTrigger(newSyncStates())
+	d.now = func() time.Time { return clock }
+	q := &delays{}
+	d.queue = q
+	key := types.NamespacedName{Namespace: "ns", Name: "app"}
+	d.track("ns_app", key)
+	return d, q, &clock, key
+}
+
 // TestDriftPacing checks the pacing of drift-triggered reconciles on a clock the test moves:
 // a first change waits the debounce; changes while one is scheduled add nothing; after a slow
 // reconcile (10 s) the next one waits as long again, so changes that never stop cannot make
 // a hot loop (I10); unknown inventories are ignored.
 func TestDriftPacing(t *testing.T) {
-	now := time.Unix(1000, 0)
-	d := newDriftTrigger(newSyncStates())
-	d.now = func() time.Time { return now }
-	q := &delays{}
-	d.queue = q
-	key := types.NamespacedName{Namespace: "ns", Name: "app"}
-	d.track("ns_app", key)
+	d, q, clock, key := pacedTrigger()
 
 	d.changed("ns_app")
 	d.changed("ns_app") // already scheduled
 	d.changed("other")  // not a Sync of this daemon
-	now = now.Add(driftDebounce)
+	*clock = clock.Add(driftDebounce)
 	d.reconciled(key, 10*time.Second) // the drift reconcile ran and took 10 s
-	now = now.Add(time.Second)
+	*clock = clock.Add(time.Second)
 	d.changed("ns_app")
 	want := []time.Duration{driftDebounce, 9 * time.Second}
 	if len(q.got) != len(want) || q.got[0] != want[0] || q.got[1] != want[1] {
@@ -48,19 +55,13 @@ func TestDriftPacing(t *testing.T) {
 // schedule; a change after it schedules another, no sooner than the minimum gap after the
 // one taken. Before, that change counted as already scheduled and waited for the interval.
 func TestDriftScheduleTakenEarly(t *testing.T) {
-	now := time.Unix(1000, 0)
-	d := newDriftTrigger(newSyncStates())
-	d.now = func() time.Time { return now }
-	q := &delays{}
-	d.queue = q
-	key := types.NamespacedName{Namespace: "ns", Name: "app"}
-	d.track("ns_app", key)
+	d, q, clock, key := pacedTrigger()
 
 	d.changed("ns_app") // scheduled in driftDebounce
-	now = now.Add(100 * time.Millisecond)
+	*clock = clock.Add(100 * time.Millisecond)
 	d.track("ns_app", key) // a spec change's reconcile reads the objects first
 	d.reconciled(key, 50*time.Millisecond)
-	now = now.Add(100 * time.Millisecond)
+	*clock = clock.Add(100 * time.Millisecond)
 	d.changed("ns_app") // missed by that reconcile
 	d.changed("ns_app") // now pending again
 	// The second waits the minimum gap after the schedule taken (due 200 ms from now).
