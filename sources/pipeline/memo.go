@@ -40,14 +40,6 @@ type changedObject struct {
 	was string
 }
 
-// identity names o: apiVersion, kind, namespace and name.
-func identity(o *unstructured.Unstructured) string {
-	if o == nil {
-		return ""
-	}
-	return o.GetAPIVersion() + "\x00" + o.GetKind() + "\x00" + o.GetNamespace() + "\x00" + o.GetName()
-}
-
 // lookup returns the kept result when it was computed from the same render (the same
 // Bundle.Key; without one, the same objects) with the same fingerprint: b with the kept
 // objects in their places (b itself when the step changed nothing); nil otherwise, and nil
@@ -70,7 +62,7 @@ func (m *Memo) lookup(b *sources.Bundle, fp [sha256.Size]byte) *sources.Bundle {
 		return nil
 	}
 	for i, c := range m.changed {
-		if identity(b.Objects[i]) != c.was {
+		if sources.ObjectID(b.Objects[i]) != c.was {
 			m.forget()
 			return nil
 		}
@@ -118,7 +110,7 @@ func (m *Memo) keep(b *sources.Bundle, fp [sha256.Size]byte, out *sources.Bundle
 			if m.changed == nil {
 				m.changed = map[int]changedObject{}
 			}
-			m.changed[i] = changedObject{out: o, was: identity(b.Objects[i])}
+			m.changed[i] = changedObject{out: o, was: sources.ObjectID(b.Objects[i])}
 		}
 	}
 	m.key, m.fp, m.n, m.kept = b.Key, fp, len(b.Objects), true
