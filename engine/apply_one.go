@@ -133,10 +133,10 @@ func (r *applyRun) judge(ctx context.Context, it *item, seen sight, out outcome)
 	live := seen.live
 	r.ignore.adjust(it, live) // fields to leave alone take live's values (ignore.go)
 	if live == nil && r.opts.Drift.Detect && it.stored {
+		out.drift = &DriftedObject{Object: it.id, Origin: it.origin, Missing: true}
 		if o, done := r.missing(it, out); done {
 			return decision{out: o}
 		}
-		out.drift = &DriftedObject{Object: it.id, Origin: it.origin, Missing: true}
 	}
 	managed := live // whose managedFields name the managers of drifted fields
 	if live != nil {
@@ -148,19 +148,15 @@ func (r *applyRun) judge(ctx context.Context, it *item, seen sight, out outcome)
 		if o, done := livePolicy(it, live, out); done {
 			return decision{out: o}
 		}
-		if r.opts.Drift.reports(it) {
-			// Drift is only reported: nothing is written to the object, not even the
-			// hand-over of its fields (which would also hide who changed them).
-			if !r.opts.DryRun && appliedAsDesired(it.obj, live, r.fieldManager()) {
-				return decision{out: unchanged(out, live)}
+		// When drift is only reported, nothing is written to the object, not even the
+		// hand-over of its fields (which would also hide who changed them).
+		if !r.opts.Drift.reports(it) {
+			patched, stale, err := r.handOver(ctx, it, live)
+			if err != nil {
+				return decision{out: failed(out, err), stale: stale}
 			}
-			return r.compare(ctx, it, seen, out, managed)
+			live, seen.live = patched, patched
 		}
-		patched, stale, err := r.handOver(ctx, it, live)
-		if err != nil {
-			return decision{out: failed(out, err), stale: stale}
-		}
-		live, seen.live = patched, patched
 		if !r.opts.DryRun && appliedAsDesired(it.obj, live, r.fieldManager()) {
 			// Our last apply of this very object is still what the object holds: applying
 			// would change nothing, so no dry-run is sent. A DryRun still asks the server,

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"fmt"
 	"maps"
 	"slices"
@@ -178,9 +177,7 @@ func driftBody(u *unstructured.Unstructured) map[string]any {
 		md["annotations"] = a
 	}
 	out := make(map[string]any, len(body)+1)
-	for k, v := range body {
-		out[k] = v
-	}
+	maps.Copy(out, body)
 	if len(md) > 0 {
 		out["metadata"] = md
 	}
@@ -381,11 +378,7 @@ func managersOf(live *unstructured.Unstructured, manager string) fieldOwners {
 		if mf.Manager == manager || mf.FieldsV1 == nil {
 			continue
 		}
-		set := &fieldpath.Set{}
-		if err := set.FromJSON(bytes.NewReader(mf.FieldsV1.Raw)); err != nil {
-			continue
-		}
-		e := entry{fieldOwner: fieldOwner{manager: mf.Manager, set: set}, i: i}
+		e := entry{fieldOwner: fieldOwner{manager: mf.Manager, set: fieldSet(mf.FieldsV1.Raw)}, i: i}
 		if mf.Time != nil {
 			e.at = *mf.Time
 		}
@@ -481,13 +474,13 @@ func reported(out outcome, live metav1.Object, why string) outcome {
 }
 
 // missing decides an object the stored inventory holds and the API server says is gone,
-// under a run that detects drift (done): reported, not recreated, when the run only reports
-// its drift; otherwise it is created as usual (not done), and reported as corrected.
+// under a run that detects drift (done), out already holding its drift: reported, not
+// recreated, when the run only reports its drift; otherwise it is created as usual (not
+// done), and reported as corrected.
 func (r *applyRun) missing(it *item, out outcome) (_ outcome, done bool) {
 	if !r.opts.Drift.reports(it) {
 		return out, false
 	}
-	out.drift = &DriftedObject{Object: it.id, Origin: it.origin, Missing: true}
 	out.change.Action, out.change.Message = ActionSkipped, msgMissingReport
 	out.uid = r.old.UID(it.id)
 	return out, true
