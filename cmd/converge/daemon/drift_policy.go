@@ -70,8 +70,10 @@ func driftPolicyOf(spec v1alpha1.SyncSpec, id object.ObjMetadata) v1alpha1.Drift
 
 // driftedObjects converts the engine's drifted objects that corrected says (corrected or
 // left as they are) into the API's, at most limit of them (0: all), with at most
-// MaxDriftFields fields each; more counts those left out.
-func driftedObjects(drift []engine.DriftedObject, corrected bool, limit int) (out []v1alpha1.DriftedObject, more int) {
+// MaxDriftFields fields each; more counts those left out. A path names list elements by
+// their keys, which a substituted or decrypted value may be: each is given to redact before
+// it is cut to its bound, so that no cut value escapes it.
+func driftedObjects(drift []engine.DriftedObject, corrected bool, limit int, redact func(string) string) (out []v1alpha1.DriftedObject, more int) {
 	for _, d := range drift {
 		if d.Corrected != corrected {
 			continue
@@ -87,7 +89,7 @@ func driftedObjects(drift []engine.DriftedObject, corrected bool, limit int) (ou
 				o.MoreFields += len(d.Fields) - i
 				break
 			}
-			o.Fields = append(o.Fields, v1alpha1.DriftedField{Path: truncate(f.Path, 500), Manager: truncate(f.Manager, 120)})
+			o.Fields = append(o.Fields, v1alpha1.DriftedField{Path: truncate(redact(f.Path), 500), Manager: truncate(f.Manager, 120)})
 		}
 		out = append(out, o)
 	}
@@ -99,19 +101,13 @@ func driftedObjects(drift []engine.DriftedObject, corrected bool, limit int) (ou
 // for what was taken back.
 func (r *reconciler) recordDrift(s *v1alpha1.Sync, o *status.Outcome, revision string, res *engine.Result) {
 	o.DriftKnown = true
-	if left, more := driftedObjects(res.Drift, false, v1alpha1.MaxDriftObjects); len(left) > 0 {
-		// A path names list elements by their keys, which a substituted or decrypted value
-		// may be: the status is redacted as the events are.
-		for i := range left {
-			for j := range left[i].Fields {
-				left[i].Fields[j].Path = r.redact(s, left[i].Fields[j].Path)
-			}
-		}
+	redact := func(text string) string { return r.redact(s, text) }
+	if left, more := driftedObjects(res.Drift, false, v1alpha1.MaxDriftObjects, redact); len(left) > 0 {
 		o.Drift = &v1alpha1.DriftStatus{Objects: left, MoreObjects: more}
 		r.events.Event(s, corev1.EventTypeWarning, reasonDrifted, truncate(fmt.Sprintf("revision %s: %s drifted, left so (driftPolicy Report): %s",
 			revision, countObjects(len(left)+more), r.redact(s, v1alpha1.DescribeDrift(left, more, driftEventObjects))), 1024))
 	}
-	if fixed, more := driftedObjects(res.Drift, true, driftEventObjects); len(fixed) > 0 {
+	if fixed, more := driftedObjects(res.Drift, true, driftEventObjects, redact); len(fixed) > 0 {
 		r.events.Event(s, corev1.EventTypeNormal, reasonDriftCorrected, truncate(fmt.Sprintf("revision %s: drift of %s corrected: %s",
 			revision, countObjects(len(fixed)+more), r.redact(s, v1alpha1.DescribeDrift(fixed, more, driftEventObjects))), 1024))
 	}
