@@ -275,14 +275,14 @@ const driftNamed = 3
 // some (absent otherwise). The message names the first objects, so the same drift found
 // again compares equal and writes nothing (I7).
 func setDrift(s *v1alpha1.SyncStatus, o Outcome, now metav1.Time) {
-	s.Drift = o.Drift
 	if o.Drift == nil || len(o.Drift.Objects) == 0 {
 		s.Drift = nil
 		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionDrifted)
 		return
 	}
+	s.Drift = o.Drift
 	what := "1 object drifted from revision %s and is left so"
-	if n := len(o.Drift.Objects) + o.Drift.MoreObjects; n > 1 {
+	if n := o.Drift.Count(); n > 1 {
 		what = fmt.Sprint(n) + " objects drifted from revision %s and are left so"
 	}
 	msg := fmt.Sprintf(what+" (driftPolicy Report): %s",

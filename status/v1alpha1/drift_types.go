@@ -63,6 +63,14 @@ type DriftStatus struct {
 	MoreObjects int `json:"moreObjects,omitempty"`
 }
 
+// Count is the number of drifted objects, those left out of Objects included; 0 for nil.
+func (d *DriftStatus) Count() int {
+	if d == nil {
+		return 0
+	}
+	return len(d.Objects) + d.MoreObjects
+}
+
 // DriftedObject is one object that differs from the applied revision.
 type DriftedObject struct {
 	// Group is the object's API group, "" for the core group.

@@ -120,5 +120,5 @@ func driftNote(o status.Outcome) string {
 		return ""
 	}
 	return fmt.Sprintf("; drift reported, not corrected (driftPolicy Report): %s, see status.drift",
-		countObjects(len(o.Drift.Objects)+o.Drift.MoreObjects))
+		countObjects(o.Drift.Count()))
 }

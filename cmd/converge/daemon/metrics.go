@@ -269,11 +269,7 @@ func (r *recorder) reconciled(s *v1alpha1.Sync, o status.Outcome, start time.Tim
 	}
 	r.rolledBack.WithLabelValues(ns, name).Set(map[bool]float64{false: 0, true: 1}[rolledBack])
 	if o.DriftKnown {
-		n := 0
-		if o.Drift != nil {
-			n = len(o.Drift.Objects) + o.Drift.MoreObjects
-		}
-		r.drifted.WithLabelValues(ns, name).Set(float64(n))
+		r.drifted.WithLabelValues(ns, name).Set(float64(o.Drift.Count()))
 	}
 	r.observeLeadTime(s, o, start, now, lead)
 }
