@@ -33,8 +33,11 @@ func Start(cmd *exec.Cmd, stdin []byte) (io.ReadCloser, *TailBuffer, error) {
 	return stdout, stderr, nil
 }
 
-// Reader counts the bytes read through R, failing with Err (and Over set) at the first read
-// once Max were read: a child's answer read within its bound.
+// ErrOverBound is the error of a Reader past its bound that was given no Err of its own.
+var ErrOverBound = errors.New("answer over its bound")
+
+// Reader counts the bytes read through R, failing with Err (ErrOverBound when nil; Over set)
+// at the first read once Max were read: a child's answer read within its bound.
 type Reader struct {
 	R    io.Reader
 	Max  int64
@@ -46,6 +49,9 @@ type Reader struct {
 func (c *Reader) Read(p []byte) (int, error) {
 	if c.N >= c.Max {
 		c.Over = true
+		if c.Err == nil {
+			return 0, ErrOverBound // never (0, nil): a reader would loop on it
+		}
 		return 0, c.Err
 	}
 	p = p[:min(int64(len(p)), c.Max-c.N+1)]
