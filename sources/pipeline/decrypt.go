@@ -75,6 +75,7 @@ func (d Decryption) run(ctx context.Context, b *sources.Bundle) (*sources.Bundle
 		return b, nil
 	}
 	if d.Keys == nil {
+		d.Memo.drop() // no keys any more: the plaintexts kept with the last ones go
 		if d.KeepEncrypted {
 			return b, nil
 		}

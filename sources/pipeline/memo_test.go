@@ -229,3 +229,21 @@ func TestDecryptionMemoDroppedWithoutEncryptedObjects(t *testing.T) {
 		t.Error("the plaintexts of the encrypted render are still kept")
 	}
 }
+
+// TestDecryptionMemoDroppedWithoutKeys: once the caller decrypts no more (no keys), the
+// plaintexts kept from its last decryption are dropped, even while its render still holds
+// encrypted objects.
+func TestDecryptionMemoDroppedWithoutKeys(t *testing.T) {
+	key := sopsfixture.NewKey(t)
+	enc := string(sopsfixture.Encrypt(t, []byte(configMapYAML), sopsfixture.DefaultRegex, key.Recipient))
+	m := &Memo{}
+	if _, err := Prepare(t.Context(), bundle(t, plainYAML, enc), Options{Decryption: Decryption{Keys: keysOf(t, key.Identity), Memo: m}}); err != nil || !m.kept {
+		t.Fatalf("first decryption: %v, kept %t", err, m.kept)
+	}
+	if _, err := Prepare(t.Context(), bundle(t, plainYAML, enc), Options{Decryption: Decryption{Memo: m}}); err == nil {
+		t.Fatal("an encrypted object without keys was not refused")
+	}
+	if m.kept || m.changed != nil {
+		t.Error("the plaintexts of the last decryption are still kept")
+	}
+}

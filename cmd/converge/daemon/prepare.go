@@ -32,11 +32,7 @@ func (r *reconciler) prepare(ctx context.Context, s *v1alpha1.Sync, b *sources.B
 	if opts.Substitution != nil {
 		opts.Substitution.Memo = r.memo(key)
 	}
-	if opts.Decryption.Keys != nil {
-		opts.Decryption.Memo = r.decryptedMemo(key)
-	} else {
-		r.states.with(key, func(st *syncState) { st.decrypted = nil }) // no decryption any more: its plaintexts go
-	}
+	opts.Decryption.Memo = r.decryptedMemo(key) // it drops what it keeps once the Sync decrypts no more
 	res, err := pipeline.Prepare(ctx, b, opts)
 	var de *pipeline.DecryptError
 	if errors.As(err, &de) {
