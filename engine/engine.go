@@ -47,6 +47,13 @@ type Set struct {
 	// Origins optionally says where each object was rendered from ("apps/web.yaml:3"), in
 	// the order of Objects; messages about an object start with it.
 	Origins []string
+	// Own, when not nil (the length of Objects), marks the objects the caller hands over:
+	// nothing else refers to them or to the maps of their metadata, and the caller does not
+	// read them once Apply is called. Apply sets their metadata in place (the namespace, the
+	// owner annotation, the watch cache's label; server fields removed) instead of copying
+	// it: at 10,000 objects the copies are about 10 MB held through the run. The other
+	// objects, and all of them when Own is nil, are left as they are.
+	Own []bool
 }
 
 // Hooks are crash points for tests. A hook that returns an error aborts the run at once,

@@ -84,6 +84,54 @@ func TestPrepareLeavesInputAlone(t *testing.T) {
 	}
 }
 
+// TestPrepareInPlaceForOwnObjects checks Set.Own: an object handed over is prepared in
+// place (the item's object is the caller's, with its metadata set as a copy's would be),
+// one not handed over is copied and left alone.
+func TestPrepareInPlaceForOwnObjects(t *testing.T) {
+	h := newHarness(t, Hooks{})
+	mk := func() []*unstructured.Unstructured {
+		cm := configMap("", "cm", map[string]any{"k": "v"})
+		md := cm.Object["metadata"].(map[string]any)
+		md["labels"] = map[string]any{"app": "x"}
+		md["annotations"] = map[string]any{"note": "n", "empty": nil}
+		md["resourceVersion"] = "12"
+		role := obj("rbac.authorization.k8s.io/v1", "ClusterRole", "somewhere", "system:converge:test", nil)
+		return []*unstructured.Unstructured{cm, role}
+	}
+	opts := testOpts()
+	opts.DefaultNamespace = h.ns
+	copied, _, err := h.eng.prepare(h.set(mk()...), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := mk()
+	untouched := in[1].DeepCopy()
+	set := h.set(in...)
+	set.Own = []bool{true, false}
+	items, _, err := h.eng.prepare(set, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, it := range items {
+		if diff := cmp.Diff(copied[i].obj.Object, it.obj.Object); diff != "" {
+			t.Errorf("%s prepared in place differs from its prepared copy (-copy +in place):\n%s", it.key, diff)
+		}
+	}
+	// items[1] is the ConfigMap (the ClusterRole sorts first).
+	if items[1].obj != in[0] {
+		t.Error("the ConfigMap handed over was copied, not prepared in place")
+	}
+	if got := in[0].GetAnnotations()[OwnerAnnotation]; got != h.ref.ID {
+		t.Errorf("the ConfigMap handed over has owner annotation %q, want %q", got, h.ref.ID)
+	}
+	if items[0].obj == in[1] {
+		t.Error("the ClusterRole not handed over was not copied")
+	}
+	if diff := cmp.Diff(untouched.Object, in[1].Object); diff != "" {
+		t.Errorf("prepare modified the ClusterRole not handed over (-before +after):\n%s", diff)
+	}
+}
+
 // TestHashObjectConcurrent checks the reused encoders: objects hashed by many goroutines at
 // once hash as they do one at a time, and objects that differ only in where nested values
 // sit hash differently.

@@ -117,7 +117,8 @@ func (it *item) annotation(key string) string {
 var serverFields = []string{"resourceVersion", "uid", "creationTimestamp", "generation",
 	"managedFields", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"}
 
-// prepare copies (ownMetadata) and validates the desired objects: every kind resolves (or is
+// prepare copies (ownMetadata; in place for the objects handed over, Set.Own) and
+// validates the desired objects: every kind resolves (or is
 // defined by a CRD of the set), namespaced objects get a namespace, cluster-scoped ones
 // lose theirs, server-owned metadata is stripped, the owner annotation is set, and no
 // object appears twice. It returns the items in apply order and the desired inventory (their
@@ -198,7 +199,11 @@ func (p *preparer) item(i int, in *unstructured.Unstructured) (*item, error) {
 	if apiVersion == "" || kind == "" || name == "" {
 		return nil, terminal(fmt.Errorf("object %d: apiVersion, kind and metadata.name are required", i))
 	}
-	u, md := ownMetadata(in)
+	own := i < len(p.set.Own) && p.set.Own[i]
+	u, md := in, metadataOf(in)
+	if !own {
+		u, md = ownMetadata(in)
+	}
 	gvk := schema.FromAPIVersionAndKind(apiVersion, kind)
 	sc, ok := p.scopes[gvk]
 	if !ok {
@@ -218,7 +223,7 @@ func (p *preparer) item(i int, in *unstructured.Unstructured) (*item, error) {
 	if err := checkStringMaps(md); err != nil {
 		return nil, terminal(fmt.Errorf("%s: %w", describeAt(origin, idOf(u)), err))
 	}
-	skip := p.ownLabels(md)
+	skip := p.ownLabels(md, own)
 	id := object.ObjMetadata{Namespace: ns, Name: name, GroupKind: gvk.GroupKind()}
 	ann, _ := md["annotations"].(map[string]any)
 	wave, deps, err := orderOf(ann)
@@ -257,15 +262,20 @@ func (p *preparer) namespace(md map[string]any, namespaced bool) (string, error)
 	return ns, nil
 }
 
-// ownLabels gives the object whose metadata is md (its own copy, labels and annotations
-// checked) our owner annotation and the label of the engine's watch cache, and reports
-// the annotation that disables the object's reconcile, if one does (objectAnnotations).
-func (p *preparer) ownLabels(md map[string]any) (skip string) {
-	// The annotations (checked: strings or null) in a map of our own with our owner
-	// annotation, null values as "" as GetAnnotations reads them, set directly:
-	// SetAnnotations would copy them twice more.
+// ownLabels gives the object whose metadata is md (its own copy, or, inPlace, the object
+// handed over with its maps: Set.Own; labels and annotations checked) our owner annotation
+// and the label of the engine's watch cache, and reports the annotation that disables the
+// object's reconcile, if one does (objectAnnotations).
+func (p *preparer) ownLabels(md map[string]any, inPlace bool) (skip string) {
+	// The annotations (checked: strings or null) with our owner annotation, null values as
+	// "" as GetAnnotations reads them, set directly (SetAnnotations would copy them twice
+	// more): in a map of our own unless the object was handed over.
 	ann, _ := md["annotations"].(map[string]any)
-	own := make(map[string]any, len(ann)+1)
+	skip = stringAnnotations(ann).reconcileDisabled()
+	own := ann
+	if !inPlace || own == nil {
+		own = make(map[string]any, len(ann)+1)
+	}
 	for k, v := range ann {
 		if v == nil {
 			v = ""
@@ -278,19 +288,22 @@ func (p *preparer) ownLabels(md map[string]any) (skip string) {
 	md["annotations"] = own
 	if sc := p.e.opts.Scope; sc.Key != "" && p.e.cache != nil && p.set.Inventory.ID != "" {
 		// The label of the engine's watch cache (Options.Scope), over the set's own, which
-		// are copied as written (checkStringMaps refused a value that is not a string;
+		// are kept as written (checkStringMaps refused a value that is not a string;
 		// GetLabels would read such a map as none, dropping them all).
 		switch lab := md["labels"].(type) {
 		case nil:
 			md["labels"] = map[string]any{sc.Key: sc.Value}
 		case map[string]any:
-			l := make(map[string]any, len(lab)+1)
-			maps.Copy(l, lab)
+			l := lab
+			if !inPlace {
+				l = make(map[string]any, len(lab)+1)
+				maps.Copy(l, lab)
+			}
 			l[sc.Key] = sc.Value
 			md["labels"] = l
 		}
 	}
-	return stringAnnotations(ann).reconcileDisabled()
+	return skip
 }
 
 // stringAnnotations are the string values of ann (checkStringMaps refused any other).
@@ -362,6 +375,12 @@ func ownMetadata(in *unstructured.Unstructured) (*unstructured.Unstructured, map
 	}
 	obj["metadata"] = md
 	return &unstructured.Unstructured{Object: obj}, md
+}
+
+// metadataOf is in's metadata map (prepare checked its name, so it is one).
+func metadataOf(in *unstructured.Unstructured) map[string]any {
+	md, _ := in.Object["metadata"].(map[string]any)
+	return md
 }
 
 // scope is the resolution of one GroupVersionKind.

@@ -27,6 +27,12 @@ type Bundle struct {
 	// own, and the Bundles made from it (a substitution, a decryption) share the parts they
 	// do not change: read-only.
 	Objects []*unstructured.Unstructured
+	// Own marks the Objects this Bundle alone holds (same length as Objects; nil: none is
+	// known to be): nothing else refers to them or to the maps of their metadata, so the
+	// Bundle's holder may hand them on to be changed (engine.Set.Own). Every object a Load
+	// returns is its own; a step's result (a substitution, a decryption) marks only the
+	// objects it took from its input as they were (pipeline.Prepare).
+	Own []bool
 	// Origins says where each object of Objects was rendered from, for messages: the file,
 	// its line and document ("apps/web.yaml:14 (document 2 of 3)"), or the kustomization
 	// that built it. Same length and order as Objects; read-only.

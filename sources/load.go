@@ -208,7 +208,11 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 			}
 		}
 	}
-	return &Bundle{Revision: revision, Key: renderKey(key), Objects: objs, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime, Signatures: sigs}, e.err
+	own := make([]bool, len(objs)) // each load decodes its own objects
+	for i := range own {
+		own[i] = true
+	}
+	return &Bundle{Revision: revision, Key: renderKey(key), Objects: objs, Own: own, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime, Signatures: sigs}, e.err
 }
 
 // exportLimits returns opts.Fetch with its export limits raised to the render's where

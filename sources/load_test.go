@@ -40,6 +40,11 @@ func TestLoadLocal(t *testing.T) {
 	if second.Objects[0] == first.Objects[0] {
 		t.Errorf("two loads share their objects: each decodes its own from the kept render")
 	}
+	for _, b := range []*Bundle{first, second} {
+		if !slices.Equal(b.Own, []bool{true}) {
+			t.Errorf("a load's Own is %v, want its one object its own", b.Own)
+		}
+	}
 	if diff := cmp.Diff(first.Revision, second.Revision); diff != "" {
 		t.Errorf("revision changed without an edit (-want +got):\n%s", diff)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -218,5 +219,59 @@ func TestPrepareRedactsDecryptedValuesAsSubstituted(t *testing.T) {
 	}
 	if got := res.Redactor.String(`data.token: Invalid value: "` + applied + `"`); strings.Contains(got, plaintext) {
 		t.Errorf("the decrypted value as substituted is written: %q", got)
+	}
+}
+
+// TestPrepareOwnsOnlyWhatNoStepChanged: the prepared Bundle owns (Bundle.Own) the rendered
+// objects no step changed, never a decrypted or substituted one (a Memo keeps those for
+// later runs, and they share maps with the objects they replaced), on a Memo's miss and
+// hit alike; common metadata makes every object anew; a render that owns nothing gives a
+// result that owns nothing.
+func TestPrepareOwnsOnlyWhatNoStepChanged(t *testing.T) {
+	key := sopsfixture.NewKey(t)
+	docs := []string{plainYAML, string(sopsfixture.Encrypt(t, []byte(configMapYAML), sopsfixture.DefaultRegex, key.Recipient)),
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: untouched, namespace: app}\ndata: {a: b}\n"}
+	owned := func() *sources.Bundle {
+		b := bundle(t, docs...)
+		b.Key, b.Own = "render-1", []bool{true, true, true}
+		return b
+	}
+	calls := 0
+	opts := Options{
+		Decryption: Decryption{Keys: keysOf(t, key.Identity), Memo: &Memo{}},
+		Substitution: &Substitution{Variables: variables(&calls, nil,
+			varsubst.Source{Name: "spec.postBuild.substitute", Values: map[string]string{"tier": "gold", "host": "h"}}), Memo: &Memo{}},
+	}
+	for _, run := range []string{"first run", "memo hit"} {
+		in := owned()
+		res, err := Prepare(t.Context(), in, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]bool{false, false, true}, res.Bundle.Own); diff != "" {
+			t.Errorf("%s: Own (-want +got):\n%s", run, diff)
+		}
+		if res.Bundle.Objects[2] != in.Objects[2] {
+			t.Errorf("%s: the untouched object is not the rendered one", run)
+		}
+		if diff := cmp.Diff([]bool{true, true, true}, in.Own); diff != "" {
+			t.Errorf("%s: the rendered Bundle's Own changed (-want +got):\n%s", run, diff)
+		}
+	}
+	withMetadata := opts
+	withMetadata.Metadata = &Metadata{Labels: map[string]string{"team": "a"}}
+	res, err := Prepare(t.Context(), owned(), withMetadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]bool{false, false, false}, res.Bundle.Own); diff != "" {
+		t.Errorf("with common metadata: Own (-want +got):\n%s", diff)
+	}
+	in := bundle(t, docs...)
+	if res, err = Prepare(t.Context(), in, opts); err != nil {
+		t.Fatal(err)
+	}
+	if res.Bundle.Own != nil {
+		t.Errorf("a render that owns nothing: Own %v, want nil", res.Bundle.Own)
 	}
 }

@@ -40,7 +40,8 @@ type Result struct {
 // Prepare prepares rendered. As Flux: decrypted first, then substituted (a variable may not
 // reach a ciphertext), then given the common metadata. rendered is not modified. A failure of decryption is a
 // *DecryptError; one of substitution names the variable source, the object or the
-// variable. On error Result.Bundle is nil: nothing may be applied or pruned.
+// variable. On error Result.Bundle is nil: nothing may be applied or pruned. Result.Bundle
+// owns (Bundle.Own) only the objects rendered owns that no step changed.
 func Prepare(ctx context.Context, rendered *sources.Bundle, opts Options) (Result, error) {
 	res := Result{Rendered: rendered}
 	decrypted, err := opts.Decryption.run(ctx, rendered)
@@ -51,7 +52,7 @@ func Prepare(ctx context.Context, rendered *sources.Bundle, opts Options) (Resul
 	res.Decrypted = decrypted
 	hide := append(sops.Plaintexts(decrypted, rendered), opts.Redact...)
 	if opts.Substitution == nil {
-		res.Bundle, res.Redactor = opts.Metadata.apply(decrypted), varsubst.NewRedactor(hide)
+		res.Bundle, res.Redactor = owned(rendered, opts.Metadata.apply(decrypted)), varsubst.NewRedactor(hide)
 		return res, nil
 	}
 	out, sensitive, err := opts.Substitution.run(ctx, decrypted)
@@ -63,6 +64,25 @@ func Prepare(ctx context.Context, rendered *sources.Bundle, opts Options) (Resul
 	if err != nil {
 		return res, err
 	}
-	res.Bundle = opts.Metadata.apply(out)
+	res.Bundle = owned(rendered, opts.Metadata.apply(out))
 	return res, nil
+}
+
+// owned returns out with Own marking the objects it took from rendered as they were, of
+// those rendered owns: an object a step made may be kept by its Memo for later runs, or
+// share maps with the object it replaced.
+func owned(rendered, out *sources.Bundle) *sources.Bundle {
+	if out == rendered {
+		return out
+	}
+	out.Own = nil
+	if len(rendered.Own) != len(rendered.Objects) || len(out.Objects) != len(rendered.Objects) {
+		return out
+	}
+	own := make([]bool, len(out.Objects))
+	for i, o := range out.Objects {
+		own[i] = rendered.Own[i] && o == rendered.Objects[i]
+	}
+	out.Own = own
+	return out
 }

@@ -414,7 +414,9 @@ func (r *reconciler) apply(ctx context.Context, s *v1alpha1.Sync, o *status.Outc
 		}
 		return nil, opts, retryable(reasonApplyFailed, err)
 	}
-	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins}
+	// The objects the load decoded for this reconcile alone are handed over (Own): the
+	// engine sets their metadata in place rather than copying it. Nothing reads them after.
+	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins, Own: bundle.Own}
 	r.drift.track(set.Inventory.ID, client.ObjectKeyFromObject(s))
 	opts.Recover = recoveredInventory(s) // used only if the inventory ConfigMap was lost
 	opts.Drift = driftOptions(s, bundle.Revision)

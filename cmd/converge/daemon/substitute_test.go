@@ -357,3 +357,44 @@ func TestDaemonSecretValueWithTrailingNewline(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonKeptSubstitutionFollowsTheSpec: the objects a Sync's substitution memo keeps
+// between reconciles are never changed by an apply. Applied under spec.targetNamespace, then
+// with it removed, the substituted object goes to the Sync's namespace like the plain one:
+// had the engine set the kept object's namespace in place, the memo would hand the old
+// target back.
+func TestDaemonKeptSubstitutionFollowsTheSpec(t *testing.T) {
+	f := newFixture(t)
+	target := f.ns + "-target"
+	ctx := context.Background()
+	if err := f.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: target}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: target}}) })
+	rev := f.publish(map[string]string{
+		"app.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: substituted}\ndata: {tier: '${tier}'}\n---\n" +
+			"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain}\ndata: {a: b}\n",
+	})
+	f.startDaemon(env.Config)
+	f.createSync(0, withPostBuild(v1alpha1.PostBuild{Substitute: map[string]string{"tier": "gold"}}),
+		func(s *v1alpha1.Sync) { s.Spec.TargetNamespace = target })
+	f.waitSync("Ready in the target namespace", readyAt(rev))
+	for _, name := range []string{"substituted", "plain"} {
+		cm := &corev1.ConfigMap{}
+		if err := f.c.Get(ctx, client.ObjectKey{Namespace: target, Name: name}, cm); err != nil {
+			t.Fatalf("ConfigMap %s/%s: %v", target, name, err)
+		}
+	}
+	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.TargetNamespace = "" })
+	f.waitSync("Ready without a target namespace", readyAt(rev))
+	for _, name := range []string{"substituted", "plain"} {
+		cm, err := f.configMap(name)
+		if err != nil {
+			t.Errorf("ConfigMap %s not in the Sync's namespace %s once spec.targetNamespace is removed: %v", name, f.ns, err)
+			continue
+		}
+		if name == "substituted" && cm.Data["tier"] != "gold" {
+			t.Errorf("ConfigMap substituted: data %v, want tier gold", cm.Data)
+		}
+	}
+}
