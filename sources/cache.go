@@ -143,6 +143,18 @@ func (e cacheEntry) objects() ([]*unstructured.Unstructured, error) {
 	return objs, nil
 }
 
+// reload replaces each of objs, the objects e was made from (same order), by the decode of
+// its JSON, one at a time, so that the objects it replaces can go while the others are
+// decoded. An object whose JSON does not decode (e encoded it: it cannot fail) stays.
+func (e cacheEntry) reload(objs []*unstructured.Unstructured) {
+	for i, b := range e.docs {
+		var obj map[string]any
+		if i < len(objs) && utiljson.Unmarshal(b, &obj) == nil {
+			objs[i] = &unstructured.Unstructured{Object: obj}
+		}
+	}
+}
+
 // own records that key is owner's last load (owner "" is nobody) and drops the render the
 // owner leaves when no other owner's last load is that render.
 func (c *renderCache) own(owner, key string) {

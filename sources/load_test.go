@@ -111,7 +111,7 @@ func TestLoadGit(t *testing.T) {
 	if len(b.Key) != 64 {
 		t.Errorf("render key %q, want 64 hex digits", b.Key)
 	}
-	want := &Bundle{Revision: "main@sha1:" + head, Key: b.Key, Objects: b.Objects, Origins: []string{"deploy/cm.yaml:1"}, CommitTime: commitTime(t, gitCmd("log", "-1", "--format=%ct"))}
+	want := &Bundle{Revision: "main@sha1:" + head, Key: b.Key, Objects: b.Objects, Own: []bool{true}, Origins: []string{"deploy/cm.yaml:1"}, CommitTime: commitTime(t, gitCmd("log", "-1", "--format=%ct"))}
 	if diff := cmp.Diff(want, b); diff != "" {
 		t.Errorf("bundle (-want +got):\n%s", diff)
 	}
@@ -148,7 +148,7 @@ func TestLoadGit(t *testing.T) {
 	if !IsTerminal(err) || !strings.Contains(err.Error(), "deploy/cm.yaml:1: ConfigMap: missing apiVersion, missing metadata.name") {
 		t.Fatalf("Load of a bad revision: %v", err)
 	}
-	if diff := cmp.Diff(&Bundle{Revision: "main@sha1:" + bad, Key: b.Key, CommitTime: badTime}, b); diff != "" {
+	if diff := cmp.Diff(&Bundle{Revision: "main@sha1:" + bad, Key: b.Key, Own: []bool{}, CommitTime: badTime}, b); diff != "" {
 		t.Errorf("bundle of a bad revision (-want +got):\n%s", diff)
 	}
 }
