@@ -153,6 +153,14 @@ func (e *Engine) Apply(ctx context.Context, set Set, opts ApplyOptions) (*Result
 // remembers (heads.go).
 func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remembered bool) (*Result, error) {
 	res := &Result{}
+	// A run that ends anywhere but at its end leaves no clean run of its inventory behind
+	// (quiet.go); events counts the cache's events about its objects from here on.
+	events, recorded := e.quiet.count(set.Inventory.ID), false
+	defer func() {
+		if !recorded {
+			e.quiet.forget(set.Inventory.ID)
+		}
+	}()
 	rules, err := CompileHealthExprs(opts.HealthExprs)
 	if err != nil {
 		return res, err
@@ -220,7 +228,10 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 			rec.errs = append(rec.errs, err)
 		}
 	}
-	return res, errors.Join(rec.errs...)
+	err = errors.Join(rec.errs...)
+	r.recordQuiet(set, st, res, err, events)
+	recorded = true
+	return res, err
 }
 
 // prune deletes the candidates (old − new) with Prune, once every apply succeeded,

@@ -35,13 +35,14 @@ type watchCache struct {
 	direct  client.Reader
 	memo    *memo
 	changed func(inventoryID string) // nil: nobody listens
+	quiet   *quietRuns               // counts every event about a managed object (quiet.go)
 	scoped  bool                     // the cache lists only objects with the scope's label
 	watched sync.Map                 // schema.GroupVersionKind → struct{}: handler added
 	whole   sync.Map                 // schema.GroupKind → struct{}: an informer of whole objects answered a read
 	synced  sync.Map                 // schema.GroupVersionKind → struct{}: its informer answered a read
 }
 
-func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client, m *memo,
+func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client, m *memo, q *quietRuns,
 	changed func(string), scope Label) (*watchCache, error) {
 	opts := cache.Options{
 		HTTPClient:       httpClient,
@@ -56,7 +57,7 @@ func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client, m
 	if err != nil {
 		return nil, fmt.Errorf("engine: watch cache: %w", err)
 	}
-	return &watchCache{cache: wc, direct: c, memo: m, changed: changed, scoped: scope.Key != ""}, nil
+	return &watchCache{cache: wc, direct: c, memo: m, quiet: q, changed: changed, scoped: scope.Key != ""}, nil
 }
 
 // Get reads obj from the cache, falling back to the API server when the cache cannot
@@ -165,6 +166,14 @@ func (w *watchCache) cachesWhole(gk schema.GroupKind) bool {
 	return ok
 }
 
+// watches reports whether the objects of gvk are read through its metadata informer, which
+// has answered a read and reports every change to the handlers (quiet.go).
+func (w *watchCache) watches(gvk schema.GroupVersionKind) bool {
+	_, watched := w.watched.Load(gvk)
+	_, synced := w.synced.Load(gvk)
+	return watched && synced && (w.changed != nil || w.quiet != nil)
+}
+
 // watchKinds starts the metadata informers of the kinds of items (watchKind).
 func (w *watchCache) watchKinds(ctx context.Context, items []*item) {
 	kinds := map[schema.GroupVersionKind]bool{}
@@ -188,7 +197,7 @@ func (w *watchCache) watchKind(ctx context.Context, gvk schema.GroupVersionKind)
 	if err != nil {
 		return // tried again on the next read
 	}
-	if _, loaded := w.watched.LoadOrStore(gvk, struct{}{}); loaded || w.changed == nil {
+	if _, loaded := w.watched.LoadOrStore(gvk, struct{}{}); loaded || w.changed == nil && w.quiet == nil {
 		return
 	}
 	gk := gvk.GroupKind()
@@ -201,24 +210,30 @@ func (w *watchCache) watchKind(ctx context.Context, gvk schema.GroupVersionKind)
 	}
 }
 
-// onAdd reports a managed object the informer lists (or sees created) at another
-// resourceVersion than the one this engine last recorded for it: it changed between the
-// engine's write and the informer's start (informers of new kinds start after the run that
-// applied them). Objects the engine has no record of are not reported.
+// onAdd counts a managed object the informer lists (or sees created) for its owner's quiet
+// runs, and reports it when it is at another resourceVersion than the one this engine last
+// recorded for it: it changed between the engine's write and the informer's start
+// (informers of new kinds start after the run that applied them). Objects the engine has no
+// record of are not reported.
 func (w *watchCache) onAdd(gk schema.GroupKind, obj any) {
 	m, ok := obj.(metav1.Object)
 	if !ok {
 		return
 	}
 	owner := m.GetAnnotations()[OwnerAnnotation]
+	w.quiet.touch(owner)
+	if w.changed == nil {
+		return
+	}
 	id := object.ObjMetadata{GroupKind: gk, Namespace: m.GetNamespace(), Name: m.GetName()}
 	if owner != "" && w.memo.has(id) && !w.memo.at(id, m.GetResourceVersion()) {
 		w.changed(owner)
 	}
 }
 
-// onUpdate reports an update of a managed object of kind gk that changed more than its
-// status, changed what an apply manager owns, and was not written by this engine.
+// onUpdate counts every update of a managed object of kind gk for its owner's quiet runs,
+// and reports one that changed more than its status, changed what an apply manager owns,
+// and was not written by this engine.
 func (w *watchCache) onUpdate(gk schema.GroupKind, oldObj, newObj any) {
 	o, ok1 := oldObj.(metav1.Object)
 	n, ok2 := newObj.(metav1.Object)
@@ -229,7 +244,8 @@ func (w *watchCache) onUpdate(gk schema.GroupKind, oldObj, newObj any) {
 	if owner == "" {
 		owner = o.GetAnnotations()[OwnerAnnotation] // the annotation was removed: still a change of ours
 	}
-	if owner == "" {
+	w.quiet.touch(owner)
+	if owner == "" || w.changed == nil {
 		return
 	}
 	statusOnly := n.GetGeneration() != 0 && n.GetGeneration() == o.GetGeneration() &&
@@ -248,14 +264,17 @@ func (w *watchCache) onUpdate(gk schema.GroupKind, oldObj, newObj any) {
 	w.changed(owner)
 }
 
-// onDelete reports the deletion of a managed object.
+// onDelete counts and reports the deletion of a managed object.
 func (w *watchCache) onDelete(obj any) {
 	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
 	if m, ok := obj.(metav1.Object); ok {
 		if owner := m.GetAnnotations()[OwnerAnnotation]; owner != "" {
-			w.changed(owner)
+			w.quiet.touch(owner)
+			if w.changed != nil {
+				w.changed(owner)
+			}
 		}
 	}
 }

@@ -47,6 +47,10 @@ type Set struct {
 	// Origins optionally says where each object was rendered from ("apps/web.yaml:3"), in
 	// the order of Objects; messages about an object start with it.
 	Origins []string
+	// Key, when not "", names the set and the options of its runs: the caller gives two
+	// runs one Key only when their Objects and ApplyOptions are equal. A run under a Key
+	// that changed nothing lets Quiet answer the next run under it (quiet.go).
+	Key string
 	// Own, when not nil (the length of Objects), marks the objects the caller hands over:
 	// nothing else refers to them or to the maps of their metadata, and the caller does not
 	// read them once Apply is called. Apply sets their metadata in place (the namespace, the
@@ -133,6 +137,7 @@ type Engine struct {
 	cache  *watchCache // nil without Watch
 	memo   *memo       // nil without Watch
 	heads  *heads      // nil without Watch and Heads
+	quiet  *quietRuns  // nil without Watch and Heads (quiet.go)
 	// migrations is what Migrate remembers of the inventories it took over from their
 	// legacy IDs (legacy_migrate.go).
 	migrations migrations
@@ -187,9 +192,9 @@ func (e *Engine) startCache() error {
 	var err error
 	e.memo = newMemo()
 	if e.opts.Heads != nil {
-		e.heads = newHeads(e.opts.Heads)
+		e.heads, e.quiet = newHeads(e.opts.Heads), newQuietRuns()
 	}
-	e.cache, err = newWatchCache(e.cfg, e.httpClient, e.client, e.memo, e.opts.Changed, e.opts.Scope)
+	e.cache, err = newWatchCache(e.cfg, e.httpClient, e.client, e.memo, e.quiet, e.opts.Changed, e.opts.Scope)
 	return err
 }
 

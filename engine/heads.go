@@ -103,6 +103,7 @@ func (e *Engine) forgetHead(ref inventory.Ref) {
 	if e.heads != nil {
 		e.heads.forget(ref)
 	}
+	e.quiet.forget(ref.ID)
 }
 
 // remembered returns the inventory of ref the engine last read, when the watch of the

@@ -33,6 +33,9 @@ type Bundle struct {
 	// returns is its own; a step's result (a substitution, a decryption) marks only the
 	// objects it took from its input as they were (pipeline.Prepare).
 	Own []bool
+	// Unloaded says Load was told the caller needs no object of this render
+	// (LoadOptions.Unneeded): Objects and Own are nil, the rest is as for a whole Bundle.
+	Unloaded bool
 	// Origins says where each object of Objects was rendered from, for messages: the file,
 	// its line and document ("apps/web.yaml:14 (document 2 of 3)"), or the kustomization
 	// that built it. Same length and order as Objects; read-only.

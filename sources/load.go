@@ -68,6 +68,11 @@ type LoadOptions struct {
 	// Tenant names who the render slots are shared between (a daemon's Sync's namespace):
 	// a freed slot goes to the tenant that holds the fewest. Empty: one tenant.
 	Tenant string
+	// Unneeded, when set, is asked with the Key of a render the cache holds before its
+	// objects are decoded; when it answers true, Load returns the Bundle without them
+	// (Bundle.Unloaded): the caller already has what it would do with them. A render made
+	// by this Load, or kept with an error, is returned whole.
+	Unneeded func(key string) bool
 }
 
 // DefaultLoadOptions returns the default fetch and render options.
@@ -187,6 +192,10 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 	// now rather than held next to the new one while it is built.
 	l.cache.own(opts.Owner, key)
 	e, ok := l.cache.get(key)
+	if ok && e.err == nil && opts.Unneeded != nil && opts.Unneeded(renderKey(key)) {
+		return &Bundle{Revision: revision, Key: renderKey(key), Unloaded: true, Origins: e.origins, Ordered: e.ordered,
+			CommitTime: commitTime, Signatures: sigs}, nil
+	}
 	var objs []*unstructured.Unstructured
 	if ok {
 		var err error

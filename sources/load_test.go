@@ -248,3 +248,39 @@ func TestLoadWithoutRenderCache(t *testing.T) {
 		t.Errorf("%d renders kept by a Loader that keeps none", l.cache.renders)
 	}
 }
+
+// TestLoadUnneeded: a render the cache holds is returned without its objects when the
+// caller's Unneeded says so for its Key, and whole when it does not; a render made by the
+// Load itself is never Unloaded, nor is Unneeded asked about it.
+func TestLoadUnneeded(t *testing.T) {
+	dir := writeTree(t, map[string]string{"apps/a.yaml": cm("a", "apps")})
+	l := NewLoader(t.TempDir())
+	src := Source{Dir: dir, Path: "apps"}
+	var asked []string
+	opts := DefaultLoadOptions()
+	opts.Unneeded = func(key string) bool { asked = append(asked, key); return true }
+	first, err := l.Load(t.Context(), src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Unloaded || len(first.Objects) != 1 || len(asked) != 0 {
+		t.Fatalf("a fresh render: Unloaded %v, %d objects, Unneeded asked %d times; want it whole, not asked", first.Unloaded, len(first.Objects), len(asked))
+	}
+	second, err := l.Load(t.Context(), src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !second.Unloaded || second.Objects != nil || second.Own != nil || second.Key != first.Key || second.Revision != first.Revision ||
+		!slices.Equal(asked, []string{first.Key}) {
+		t.Errorf("a kept render the caller does not need: Unloaded %v, %d objects, Key %q (want %q), asked %v",
+			second.Unloaded, len(second.Objects), second.Key, first.Key, asked)
+	}
+	opts.Unneeded = func(string) bool { return false }
+	third, err := l.Load(t.Context(), src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third.Unloaded || len(third.Objects) != 1 {
+		t.Errorf("a kept render the caller needs: Unloaded %v, %d objects", third.Unloaded, len(third.Objects))
+	}
+}

@@ -29,6 +29,7 @@ type recorder struct {
 	reconciles        *prometheus.CounterVec
 	loadDuration      *prometheus.HistogramVec
 	objectActions     *prometheus.CounterVec
+	quietReconciles   *prometheus.CounterVec
 	condition         *prometheus.GaugeVec
 	suspended         *prometheus.GaugeVec
 	interval          *prometheus.GaugeVec
@@ -115,6 +116,9 @@ func (r *recorder) reconcileMetrics() {
 	r.objectActions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "converge_object_actions_total", Help: "Objects handled by the apply of a Sync, by action: created, configured, unchanged, pruned, skipped, failed.",
 	}, withSync("action"))
+	r.quietReconciles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "converge_quiet_reconciles_total", Help: "Reconciles of a Sync answered without decoding or applying its render: the render, the spec and every object unchanged since a reconcile that changed nothing.",
+	}, syncLabels)
 	r.leadTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "converge_revision_lead_time_seconds", Help: "Seconds from the daemon first seeing a revision of a Sync to the Sync being Ready at it.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 14), // 1s … ~2h
@@ -180,7 +184,7 @@ func (r *recorder) eventMetrics() {
 }
 
 func (r *recorder) collectors() []prometheus.Collector {
-	return []prometheus.Collector{r.reconcileDuration, r.reconciles, r.loadDuration, r.objectActions, r.condition,
+	return []prometheus.Collector{r.reconcileDuration, r.reconciles, r.loadDuration, r.objectActions, r.quietReconciles, r.condition,
 		r.suspended, r.interval, r.lastApplied, r.inventory, r.rolledBack, r.drift, r.drifted, r.pruneRefusals, r.applyConflicts,
 		r.statusConflicts, r.statusFailures, r.leadTime, r.commitLeadTime, r.apiRequests, r.deferrals, r.notifications}
 }
@@ -201,10 +205,14 @@ type commitTime struct {
 	at       time.Time
 }
 
-// applied records the objects of one engine Apply at revision and its refusals and
-// conflicts. A configured object at the revision last applied successfully is drift.
-func (r *recorder) applied(s *v1alpha1.Sync, revision string, res *engine.Result, err error) {
+// applied records the objects of one engine Apply at revision (or of the engine's answer
+// for it: quiet) and its refusals and conflicts. A configured object at the revision last
+// applied successfully is drift.
+func (r *recorder) applied(s *v1alpha1.Sync, revision string, res *engine.Result, err error, quiet bool) {
 	ns, name := s.Namespace, s.Name
+	if quiet {
+		r.quietReconciles.WithLabelValues(ns, name).Inc()
+	}
 	conflicts := 0
 	if res != nil {
 		drift := revision != "" && revision == s.Status.LastAppliedRevision

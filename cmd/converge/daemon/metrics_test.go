@@ -65,7 +65,7 @@ func observeAll(t *testing.T, rec *recorder) {
 	rec.applied(s, "main@sha1:1", &engine.Result{
 		Changes: []engine.Change{cmChange("a", engine.ActionConfigured, nil), cmChange("c", engine.ActionFailed, conflict)},
 		Pruned:  []engine.Change{cmChange("b", engine.ActionPruned, nil)},
-	}, fmt.Errorf("prune: %w", engine.ErrPruneRefused))
+	}, fmt.Errorf("prune: %w", engine.ErrPruneRefused), false)
 	rec.reconciled(s, status.Outcome{Ready: metav1.ConditionTrue, AttemptedRevision: "main@sha1:2", AppliedRevision: "main@sha1:2",
 		Inventory: &v1alpha1.InventoryStatus{Entries: 3}, DriftKnown: true,
 		Drift: &v1alpha1.DriftStatus{Objects: []v1alpha1.DriftedObject{{Kind: "ConfigMap", Name: "a"}}, MoreObjects: 1}},
@@ -196,7 +196,7 @@ func TestRecorder(t *testing.T) {
 		t.Errorf("rolled back = %v after a reconcile of a Sync whose status is not rolled back, want 0", got)
 	}
 	// A new configured object at a new revision is not drift.
-	rec.applied(s, "main@sha1:4", &engine.Result{Changes: []engine.Change{cmChange("a", engine.ActionConfigured, nil)}}, nil)
+	rec.applied(s, "main@sha1:4", &engine.Result{Changes: []engine.Change{cmChange("a", engine.ActionConfigured, nil)}}, nil, false)
 	if got := series(t, reg, "converge_drift_corrections_total")["kind=ConfigMap,"+key]; got != 1 {
 		t.Errorf("drift = %v after a change at a new revision, want still 1", got)
 	}

@@ -316,14 +316,15 @@ func (r *reconciler) forgetIfGone(key types.NamespacedName, err error) error {
 // test crash point fired and nothing more may be written.
 func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (status.Outcome, error) {
 	o := status.Outcome{UID: s.UID, Generation: s.Generation, HandledRequest: s.Annotations[v1alpha1.RequestedAtAnnotation]}
-	bundle, f := r.build(ctx, s, &o)
+	q := r.quietFor(s)
+	bundle, f := r.build(ctx, s, &o, q)
 	if f != nil {
 		return r.failed(s, o, f), nil
 	}
 	if err := r.crash.call(r.crash.AfterRender, s); err != nil {
 		return o, err
 	}
-	res, opts, f := r.apply(ctx, s, &o, bundle)
+	res, opts, f := r.apply(ctx, s, &o, bundle, q)
 	if f != nil {
 		return withAutoRollback(s, r.failed(s, o, f)), nil // an object Failed: HealthCheckFailed at once
 	}
@@ -350,8 +351,9 @@ func (r *reconciler) sync(ctx context.Context, s *v1alpha1.Sync) (status.Outcome
 }
 
 // build fetches and renders s's source, then decrypts and substitutes it (prepare), and
-// records the revision it attempts in o. A failure applies and prunes nothing (I8).
-func (r *reconciler) build(ctx context.Context, s *v1alpha1.Sync, o *status.Outcome) (*sources.Bundle, *failure) {
+// records the revision it attempts in o. A failure applies and prunes nothing (I8). A kept
+// render the engine answers for through q is not decoded (quiet.go): the Bundle is Unloaded.
+func (r *reconciler) build(ctx context.Context, s *v1alpha1.Sync, o *status.Outcome, q *quietRun) (*sources.Bundle, *failure) {
 	if err := checkBuildFields(s); err != nil {
 		return nil, terminal(reasonBuildFailed, err)
 	}
@@ -365,7 +367,7 @@ func (r *reconciler) build(ctx context.Context, s *v1alpha1.Sync, o *status.Outc
 		return nil, &failure{reason: reasonBuildFailed, err: err, stalls: stalls}
 	}
 	loadStart := time.Now()
-	bundle, err := r.render.load(ctx, r.loader, src, client.ObjectKeyFromObject(s))
+	bundle, err := r.render.load(ctx, r.loader, src, client.ObjectKeyFromObject(s), q.unneeded())
 	r.metrics.sourceLoaded(s, time.Since(loadStart))
 	if bundle == nil {
 		// A refused URL, an oversized or unverified commit is terminal.
@@ -400,8 +402,9 @@ func (r *reconciler) build(ctx context.Context, s *v1alpha1.Sync, o *status.Outc
 }
 
 // apply applies bundle as s's set with the engine of s's identity, after migrating a legacy
-// inventory, and records in o what the apply did (summary, inventory, events).
-func (r *reconciler) apply(ctx context.Context, s *v1alpha1.Sync, o *status.Outcome, bundle *sources.Bundle) (*engine.Result, engine.ApplyOptions, *failure) {
+// inventory, and records in o what the apply did (summary, inventory, events). An Unloaded
+// bundle is not applied: the engine's answer to q is what the apply would have done.
+func (r *reconciler) apply(ctx context.Context, s *v1alpha1.Sync, o *status.Outcome, bundle *sources.Bundle, q *quietRun) (*engine.Result, engine.ApplyOptions, *failure) {
 	opts := applyOptions(s)
 	eng, err := r.engines.forSync(s)
 	if err != nil {
@@ -416,12 +419,17 @@ func (r *reconciler) apply(ctx context.Context, s *v1alpha1.Sync, o *status.Outc
 	}
 	// The objects the load decoded for this reconcile alone are handed over (Own): the
 	// engine sets their metadata in place rather than copying it. Nothing reads them after.
-	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins, Own: bundle.Own}
+	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins, Own: bundle.Own, Key: q.key(bundle.Key)}
 	r.drift.track(set.Inventory.ID, client.ObjectKeyFromObject(s))
 	opts.Recover = recoveredInventory(s) // used only if the inventory ConfigMap was lost
 	opts.Drift = driftOptions(s, bundle.Revision)
-	res, err := eng.Apply(ctx, set, opts)
-	r.metrics.applied(s, bundle.Revision, res, err)
+	var res *engine.Result
+	if bundle.Unloaded {
+		res = q.res
+	} else {
+		res, err = eng.Apply(ctx, set, opts)
+	}
+	r.metrics.applied(s, bundle.Revision, res, err, bundle.Unloaded)
 	sum := res.Summary() // zero for a nil result
 	if res != nil {
 		o.Summary = &v1alpha1.Summary{Created: sum.Created, Configured: sum.Configured, Unchanged: sum.Unchanged,

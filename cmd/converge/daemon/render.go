@@ -68,9 +68,10 @@ func (rs renderSettings) buildTimeout() time.Duration {
 // timeout (see sources.RenderOptions.Isolate). owner is the Sync it is for: the loader's
 // render cache keeps the last render of each Sync, not the ones before (LoadOptions.Owner),
 // and its namespace shares the render slots with the others (LoadOptions.Tenant).
-func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src sources.Source, owner types.NamespacedName) (*sources.Bundle, error) {
+func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src sources.Source, owner types.NamespacedName,
+	unneeded func(string) bool) (*sources.Bundle, error) {
 	opts := sources.DefaultLoadOptions()
-	opts.Owner, opts.Tenant = owner.String(), owner.Namespace
+	opts.Owner, opts.Tenant, opts.Unneeded = owner.String(), owner.Namespace, unneeded
 	opts.Render.Isolate = true
 	opts.Render.Limits = rs.limits
 	opts.Fetch.AllowLocal = rs.allowLocalGit

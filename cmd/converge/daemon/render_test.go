@@ -38,7 +38,7 @@ func TestDaemonRenderTimeout(t *testing.T) {
 		}
 	}
 	rs := renderSettings{timeout: time.Second}
-	_, err := rs.load(t.Context(), sources.NewLoader(t.TempDir()), sources.Source{Dir: dir, Path: "stuck"}, types.NamespacedName{Namespace: "apps", Name: "stuck"})
+	_, err := rs.load(t.Context(), sources.NewLoader(t.TempDir()), sources.Source{Dir: dir, Path: "stuck"}, types.NamespacedName{Namespace: "apps", Name: "stuck"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "RenderTimeout: fetch and render did not finish within 1s") ||
 		!strings.Contains(err.Error(), "stuck/kustomization.yaml") || !errors.Is(err, context.DeadlineExceeded) || sources.IsTerminal(err) {
 		t.Errorf("load: %v; want a transient RenderTimeout naming stuck/kustomization.yaml", err)
@@ -79,7 +79,7 @@ func TestDaemonFetchTimeout(t *testing.T) {
 	rs := renderSettings{timeout: time.Minute, fetchTimeout: 2 * time.Second, allowLocalGit: true}
 	done := make(chan error, 1)
 	go func() {
-		_, err := rs.load(t.Context(), sources.NewLoader(t.TempDir()), sources.Source{Git: git.Repository{URL: url}, Path: "."}, types.NamespacedName{Namespace: "apps", Name: "hung"})
+		_, err := rs.load(t.Context(), sources.NewLoader(t.TempDir()), sources.Source{Git: git.Repository{URL: url}, Path: "."}, types.NamespacedName{Namespace: "apps", Name: "hung"}, nil)
 		done <- err
 	}()
 	select {

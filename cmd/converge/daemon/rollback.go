@@ -149,7 +149,7 @@ func (r *reconciler) rollBack(ctx context.Context, s *v1alpha1.Sync, o *status.O
 	if err != nil {
 		return nil, terminal(reasonRollbackRefused, err)
 	}
-	bundle, err := r.render.load(ctx, r.loader, psrc, pinnedOwner(client.ObjectKeyFromObject(s)))
+	bundle, err := r.render.load(ctx, r.loader, psrc, pinnedOwner(client.ObjectKeyFromObject(s)), nil)
 	if bundle == nil {
 		return nil, ofSource(fetchFailReason(err), fmt.Errorf("rolling back to %s: %w", p.To, err))
 	}
