@@ -370,7 +370,9 @@ func TestDaemonKeptSubstitutionFollowsTheSpec(t *testing.T) {
 	if err := f.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: target}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = f.c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: target}}) })
+	t.Cleanup(func() {
+		_ = f.c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: target}})
+	})
 	rev := f.publish(map[string]string{
 		"app.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: substituted}\ndata: {tier: '${tier}'}\n---\n" +
 			"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain}\ndata: {a: b}\n",
