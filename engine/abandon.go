@@ -32,6 +32,7 @@ import (
 func (e *Engine) Abandon(ctx context.Context, ref inventory.Ref, opts DeleteOptions) (*Result, error) {
 	res := &Result{}
 	e.forgetHead(ref) // written from here on
+	e.quiet.drop(ref.ID)
 	inv, claim, err := e.loadValid(ctx, ref, opts.Recover)
 	if err != nil {
 		return res, err

@@ -240,11 +240,16 @@ func (w *watchCache) onUpdate(gk schema.GroupKind, oldObj, newObj any) {
 	if !ok1 || !ok2 || o.GetResourceVersion() == n.GetResourceVersion() {
 		return // not an object, or a resync
 	}
-	owner := n.GetAnnotations()[OwnerAnnotation]
-	if owner == "" {
-		owner = o.GetAnnotations()[OwnerAnnotation] // the annotation was removed: still a change of ours
+	owner, was := n.GetAnnotations()[OwnerAnnotation], o.GetAnnotations()[OwnerAnnotation]
+	// Both owners count it: the one the object leaves (its annotation removed or rewritten,
+	// or, after a watch gap, another object under the name) and the one it names now.
+	w.quiet.touch(was)
+	if owner != was {
+		w.quiet.touch(owner)
 	}
-	w.quiet.touch(owner)
+	if owner == "" {
+		owner = was // the annotation was removed: still a change of ours
+	}
 	if owner == "" || w.changed == nil {
 		return
 	}

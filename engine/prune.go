@@ -51,6 +51,7 @@ func DefaultDeleteOptions() DeleteOptions {
 func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptions) (*Result, error) {
 	res := &Result{}
 	e.forgetHead(ref) // written from here on
+	e.quiet.drop(ref.ID)
 	inv, claim, err := e.loadValid(ctx, ref, opts.Recover)
 	if err != nil {
 		return res, err

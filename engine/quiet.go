@@ -46,25 +46,46 @@ func newQuietRuns() *quietRuns {
 	return &quietRuns{events: map[string]uint64{}, clean: map[string]cleanRun{}}
 }
 
-// touch counts an event about an object of the inventory id. A nil quietRuns does nothing.
+// touch counts an event about an object of the inventory id, if a run of it was started
+// (count): the owner annotation of any object in the cache's scope is anybody's to write,
+// so other values are not kept. A nil quietRuns does nothing.
 func (q *quietRuns) touch(id string) {
 	if q == nil || id == "" {
 		return
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.events[id]++
-	delete(q.clean, id)
+	if n, ok := q.events[id]; ok {
+		q.events[id] = n + 1
+		delete(q.clean, id)
+	}
 }
 
-// count is the number of events about the inventory id's objects so far.
+// count is the number of events about the inventory id's objects since its first run,
+// which starts counting them.
 func (q *quietRuns) count(id string) uint64 {
-	if q == nil {
+	if q == nil || id == "" {
 		return 0
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.events[id]
+	n, ok := q.events[id]
+	if !ok {
+		q.events[id] = 0
+	}
+	return n
+}
+
+// drop forgets the inventory id altogether: its objects are deleted or released (Delete,
+// Abandon). A run of it started later counts anew.
+func (q *quietRuns) drop(id string) {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.events, id)
+	delete(q.clean, id)
 }
 
 // record keeps c as the inventory id's clean run, unless an event came since c.events.
@@ -74,7 +95,7 @@ func (q *quietRuns) record(id string, c cleanRun) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.events[id] != c.events {
+	if n, ok := q.events[id]; !ok || n != c.events {
 		delete(q.clean, id)
 		return
 	}
@@ -109,6 +130,9 @@ func (q *quietRuns) get(id, key string) (cleanRun, bool) {
 // the last run of ref's inventory under key changed nothing and nothing it decided on has
 // changed since (quiet.go): every object of the inventory unchanged. ok is false
 // otherwise; the caller then runs Apply. Only an engine with Watch and Heads answers.
+// The Result has what a caller counts and records: Changes (each object unchanged, in the
+// inventory's order, without Origin or Wave), the Inventory and IgnoreUnmatched; Health is
+// nil (the clean run found every object Current).
 func (e *Engine) Quiet(ref inventory.Ref, key string) (res *Result, ok bool) {
 	c, ok := e.quiet.get(ref.ID, key)
 	if !ok {

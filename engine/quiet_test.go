@@ -1,10 +1,14 @@
 package engine
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -99,4 +103,43 @@ func TestQuietAnswersOnlyWhileNothingChanged(t *testing.T) {
 	}
 	stops("the inventory edited")
 	quiet("after the inventory edit")
+
+	// An owner annotation rewritten to another inventory: a full run refuses the object
+	// (not ours any more), so Quiet must not answer for it either.
+	if err := h.plain.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: "cm-05"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Annotations[OwnerAnnotation] = "someone-else"
+	if err := h.plain.Update(h.ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	stops("an object's owner annotation rewritten")
+}
+
+// TestQuietCountsOnlyInventoriesItRan: the cache's events about objects whose owner
+// annotation names an inventory this engine never ran (anybody may write the annotation,
+// any value) keep nothing, and an inventory deleted or released is forgotten: the counts
+// stay bounded by the inventories the engine runs.
+func TestQuietCountsOnlyInventoriesItRan(t *testing.T) {
+	q := newQuietRuns()
+	w := &watchCache{memo: newMemo(), quiet: q}
+	gk := schema.GroupKind{Kind: "ConfigMap"}
+	for i := range 1000 {
+		o := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: fmt.Sprintf("cm-%d", i),
+			ResourceVersion: "1", Annotations: map[string]string{OwnerAnnotation: fmt.Sprintf("owner-%d-%s", i, strings.Repeat("x", 1024))}}}
+		w.onAdd(gk, o)
+		w.onDelete(o)
+	}
+	q.count("sync_a")
+	w.onDelete(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "x", Annotations: map[string]string{OwnerAnnotation: "sync_a"}}})
+	if n := q.count("sync_a"); n != 1 {
+		t.Errorf("an event about an inventory being run counted %d times, want 1", n)
+	}
+	q.drop("sync_a")
+	q.mu.Lock()
+	kept := len(q.events)
+	q.mu.Unlock()
+	if kept != 0 {
+		t.Errorf("%d inventories counted, want none: only inventories being run are, until dropped", kept)
+	}
 }
