@@ -66,6 +66,7 @@ func observeAll(t *testing.T, rec *recorder) {
 		Changes: []engine.Change{cmChange("a", engine.ActionConfigured, nil), cmChange("c", engine.ActionFailed, conflict)},
 		Pruned:  []engine.Change{cmChange("b", engine.ActionPruned, nil)},
 	}, fmt.Errorf("prune: %w", engine.ErrPruneRefused), false)
+	rec.applied(s, "main@sha1:1", &engine.Result{}, nil, true) // answered without the render
 	rec.reconciled(s, status.Outcome{Ready: metav1.ConditionTrue, AttemptedRevision: "main@sha1:2", AppliedRevision: "main@sha1:2",
 		Inventory: &v1alpha1.InventoryStatus{Entries: 3}, DriftKnown: true,
 		Drift: &v1alpha1.DriftStatus{Objects: []v1alpha1.DriftedObject{{Kind: "ConfigMap", Name: "a"}}, MoreObjects: 1}},
@@ -475,6 +476,7 @@ func TestMetricsProvenByPrometheus(t *testing.T) {
 	prom.waitFor("a failure among the reconcile results", `converge_reconciles_total{`+sel+`,result="BuildFailed"} >= 1`, nonEmpty)
 	prom.waitFor("lead time of two revisions", `converge_revision_lead_time_seconds_count{`+sel+`} >= 2`, nonEmpty)
 	prom.waitFor("inventory of one object", `converge_inventory_entries{`+sel+`} == 1`, nonEmpty)
+	prom.waitFor("reconciles answered without the render", `converge_quiet_reconciles_total{`+sel+`} >= 3`, nonEmpty)
 	prom.waitFor("API requests by verb and code", `converge_api_requests_total{verb="patch",code="200"} > 0`, nonEmpty)
 	// controller-runtime's and client-go's metrics are served beside Converge's own.
 	for _, expr := range []string{`controller_runtime_reconcile_total{controller="sync",result="requeue_after"} > 0`,
