@@ -168,7 +168,10 @@ func (r *applyRun) recordQuiet(set Set, st start, res *Result, err error, events
 // clean says the run of set that ended with res and err changed nothing and decided only
 // on what the watch cache and the heads report changes of.
 func (r *applyRun) clean(set Set, st start, res *Result, err error) bool {
-	if set.Key == "" || err != nil || r.opts.DryRun || r.e.heads == nil || st.gate == nil ||
+	// Its inventory is the one the heads' watch shows at st.claim.Version: remembered from
+	// an earlier read (gate), or read by this run, which wrote nothing over it.
+	fromHead := st.gate != nil || !st.wrote && rememberable(st.claim)
+	if set.Key == "" || err != nil || r.opts.DryRun || r.e.heads == nil || !fromHead ||
 		len(r.opts.HealthChecks) > 0 || res.Inventory == nil || res.MigrationPending != "" || res.Held != "" ||
 		len(res.Pruned) > 0 || len(res.Left) > 0 || len(res.Drift) > 0 || res.Inventory.Len() != len(r.items) {
 		return false
