@@ -26,8 +26,12 @@ import (
 // quietRuns keeps, per inventory ID, the count of cache events about its objects and the
 // last clean run.
 type quietRuns struct {
-	mu     sync.Mutex
+	mu sync.Mutex
+	// events is, per inventory, the mark of its last event (or of its registration): a
+	// value of seq, which only grows, so that an inventory dropped and counted again never
+	// shows a mark a run read before.
 	events map[string]uint64
+	seq    uint64
 	clean  map[string]cleanRun
 }
 
@@ -55,14 +59,15 @@ func (q *quietRuns) touch(id string) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if n, ok := q.events[id]; ok {
-		q.events[id] = n + 1
+	if _, ok := q.events[id]; ok {
+		q.seq++
+		q.events[id] = q.seq
 		delete(q.clean, id)
 	}
 }
 
-// count is the number of events about the inventory id's objects since its first run,
-// which starts counting them.
+// count is the mark of the last event about the inventory id's objects; the first run of
+// id starts counting them.
 func (q *quietRuns) count(id string) uint64 {
 	if q == nil || id == "" {
 		return 0
@@ -71,13 +76,15 @@ func (q *quietRuns) count(id string) uint64 {
 	defer q.mu.Unlock()
 	n, ok := q.events[id]
 	if !ok {
-		q.events[id] = 0
+		q.seq++
+		n = q.seq
+		q.events[id] = n
 	}
 	return n
 }
 
 // drop forgets the inventory id altogether: its objects are deleted or released (Delete,
-// Abandon). A run of it started later counts anew.
+// Abandon). A run of it started later counts anew, from a mark no earlier run read.
 func (q *quietRuns) drop(id string) {
 	if q == nil {
 		return
@@ -169,7 +176,9 @@ func (r *applyRun) recordQuiet(set Set, st start, res *Result, err error, events
 // on what the watch cache and the heads report changes of.
 func (r *applyRun) clean(set Set, st start, res *Result, err error) bool {
 	// Its inventory is the one the heads' watch shows at st.claim.Version: remembered from
-	// an earlier read (gate), or read by this run, which wrote nothing over it.
+	// an earlier read (gate), or read by this run, which wrote nothing ahead. (A record of
+	// new UIDs moves the head: the watch then shows another version and Quiet answers no
+	// more.)
 	fromHead := st.gate != nil || !st.wrote && rememberable(st.claim)
 	if set.Key == "" || err != nil || r.opts.DryRun || r.e.heads == nil || !fromHead ||
 		len(r.opts.HealthChecks) > 0 || res.Inventory == nil || res.MigrationPending != "" || res.Held != "" ||
