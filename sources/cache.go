@@ -2,6 +2,7 @@ package sources
 
 import (
 	"bytes"
+	"compress/flate"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -50,7 +51,11 @@ type renderCache struct {
 }
 
 type cacheEntry struct {
-	docs    [][]byte // the objects, each as JSON
+	// docs are the objects' JSON one after the other, compressed as one stream (flate,
+	// fastest: a render's objects repeat their field names and most values, about 8 to 1
+	// here); ends[i] is where object i's JSON ends in the stream once inflated.
+	docs    []byte
+	ends    []int
 	origins []string
 	ordered [][]byte
 	err     error
@@ -58,7 +63,7 @@ type cacheEntry struct {
 }
 
 // DefaultRenderCacheBytes bounds the renders a Loader keeps by the heap they take (their
-// objects' JSON): with two render children (128 MiB) and four renders in flight at
+// objects' JSON, compressed): with two render children (128 MiB) and four renders in flight at
 // --max-render-output (224 MiB at most), it leaves about 100 MiB of the shipped 512 MiB to
 // the binary and its other caches (docs/deploy.md, "Sizing").
 const DefaultRenderCacheBytes = 56 << 20
@@ -99,16 +104,9 @@ func (c *renderCache) put(key string, objs []*unstructured.Unstructured, e cache
 	if c.maxBytes < 0 { // keeps nothing: not worth writing
 		return cacheEntry{}, false
 	}
-	e.docs = make([][]byte, len(objs))
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	for i, o := range objs {
-		buf.Reset()
-		if err := enc.Encode(o.Object); err != nil { // decoded from JSON: cannot fail; if it did, nothing is kept
-			return cacheEntry{}, false
-		}
-		e.docs[i] = bytes.Clone(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	var err error
+	if e.docs, e.ends, err = compressObjects(objs); err != nil { // decoded from JSON: cannot fail; if it did, nothing is kept
+		return cacheEntry{}, false
 	}
 	e.size = entrySize(e)
 	c.mu.Lock()
@@ -127,13 +125,63 @@ func (c *renderCache) put(key string, objs []*unstructured.Unstructured, e cache
 	return e, true
 }
 
-// objects decodes e's objects: new maps, the caller's own.
-func (e cacheEntry) objects() ([]*unstructured.Unstructured, error) {
-	if len(e.docs) == 0 {
+// compressObjects writes objs as JSON (without HTML escaping: a tenant's "<" costs one
+// byte, not six), one after the other, into one compressed stream, and says where each
+// ends.
+func compressObjects(objs []*unstructured.Unstructured) ([]byte, []int, error) {
+	var out bytes.Buffer
+	zw, err := flate.NewWriter(&out, flate.BestSpeed)
+	if err != nil {
+		return nil, nil, err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	ends := make([]int, len(objs))
+	n := 0
+	for i, o := range objs {
+		buf.Reset()
+		if err := enc.Encode(o.Object); err != nil {
+			return nil, nil, err
+		}
+		doc := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		if _, err := zw.Write(doc); err != nil {
+			return nil, nil, err
+		}
+		n += len(doc)
+		ends[i] = n
+	}
+	if err := zw.Close(); err != nil {
+		return nil, nil, err
+	}
+	return bytes.Clone(out.Bytes()), ends, nil
+}
+
+// json inflates e's objects' JSON: one document per object, slices of one buffer.
+func (e cacheEntry) json() ([][]byte, error) {
+	if len(e.ends) == 0 {
 		return nil, nil
 	}
-	objs := make([]*unstructured.Unstructured, len(e.docs))
-	for i, b := range e.docs {
+	raw := make([]byte, e.ends[len(e.ends)-1])
+	if _, err := io.ReadFull(flate.NewReader(bytes.NewReader(e.docs)), raw); err != nil {
+		return nil, err
+	}
+	docs := make([][]byte, len(e.ends))
+	start := 0
+	for i, end := range e.ends {
+		docs[i], start = raw[start:end:end], end
+	}
+	return docs, nil
+}
+
+// objects decodes e's objects: new maps, the caller's own.
+func (e cacheEntry) objects() ([]*unstructured.Unstructured, error) {
+	docs, err := e.json()
+	if err != nil || len(docs) == 0 {
+		return nil, err
+	}
+	objs := make([]*unstructured.Unstructured, len(docs))
+	for i, b := range docs {
 		var obj map[string]any
 		if err := utiljson.Unmarshal(b, &obj); err != nil {
 			return nil, err
@@ -147,7 +195,11 @@ func (e cacheEntry) objects() ([]*unstructured.Unstructured, error) {
 // its JSON, one at a time, so that the objects it replaces can go while the others are
 // decoded. An object whose JSON does not decode (e encoded it: it cannot fail) stays.
 func (e cacheEntry) reload(objs []*unstructured.Unstructured) {
-	for i, b := range e.docs {
+	docs, err := e.json()
+	if err != nil {
+		return
+	}
+	for i, b := range docs {
 		var obj map[string]any
 		if i < len(objs) && utiljson.Unmarshal(b, &obj) == nil {
 			objs[i] = &unstructured.Unstructured{Object: obj}
@@ -216,10 +268,7 @@ func (c *renderCache) touch(key string) {
 // entrySize is the heap bytes a kept render takes: its JSON, origins and ordered documents
 // with their slice headers.
 func entrySize(e cacheEntry) int64 {
-	var n int64
-	for _, b := range e.docs {
-		n += int64(len(b)) + 24
-	}
+	n := int64(len(e.docs)) + 8*int64(len(e.ends))
 	for _, s := range e.origins {
 		n += int64(len(s)) + 16
 	}

@@ -93,7 +93,8 @@ type Loader struct {
 // renderCacheSize is how many renders a Loader remembers: one per Sync is typical, so it
 // must exceed the Syncs of a daemon (at 256, a daemon of 1,000 Syncs rendered again on
 // nearly every reconcile). The bound in bytes (--render-cache-size) is the one that holds
-// in practice: 4,096 renders of 100 objects are about 100 MB of JSON.
+// in practice when renders are large (4,096 renders of 100 objects are about 100 MB of
+// JSON before compression).
 const renderCacheSize = 4096
 
 // NewLoader returns a Loader that keeps git repositories and checkouts under cacheDir,

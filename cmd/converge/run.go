@@ -108,7 +108,7 @@ authoring).`,
 	f.DurationVar(&o.FetchTimeout, "fetch-timeout", o.FetchTimeout, "time allowed to fetch one Sync's git source, connection and handshake included (at most --build-timeout); a remote that does not answer or answers too slowly fails the Sync with FetchFailed")
 	f.Int64Var(&o.MaxFetchSize, "max-fetch-size", o.MaxFetchSize, "refuse a git fetch that downloads more bytes than this (ref listings and packs, HTTP and SSH)")
 	addLimitFlags(f, &o.Limits)
-	f.Int64Var(&o.RenderCacheSize, "render-cache-size", o.RenderCacheSize, "bytes of rendered objects (kept as JSON) kept for the next reconciles; the least recently used renders are dropped past it and rendered again when needed")
+	f.Int64Var(&o.RenderCacheSize, "render-cache-size", o.RenderCacheSize, "bytes of rendered objects (kept as compressed JSON) kept for the next reconciles; the least recently used renders are dropped past it and rendered again when needed")
 	addQuickStartFlags(cmd, &o.QuickStart, &quickRef)
 	return cmd
 }
