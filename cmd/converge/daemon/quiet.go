@@ -26,10 +26,11 @@ type quietRun struct {
 }
 
 // quietFor returns the question of a reconcile of s, or nil when s's render is not applied
-// as it is.
+// as it is, or when s acts as a service account: the engines of those keep no inventory
+// heads, so they never answer, and asking would build one before the render is known good.
 func (r *reconciler) quietFor(s *v1alpha1.Sync) *quietRun {
 	if s.Spec.PostBuild != nil || s.Spec.Decryption != nil || commonMetadata(s) != nil ||
-		s.Spec.Rollback != nil || s.Status.RolledBack != nil {
+		s.Spec.Rollback != nil || s.Status.RolledBack != nil || r.engines.user(s) != "" {
 		return nil
 	}
 	eng, err := r.engines.forSync(s)
