@@ -52,8 +52,8 @@ type renderCache struct {
 
 type cacheEntry struct {
 	// docs are the objects' JSON one after the other, compressed as one stream (flate,
-	// fastest: a render's objects repeat their field names and most values, about 8 to 1
-	// here); ends[i] is where object i's JSON ends in the stream once inflated.
+	// fastest: a render's objects repeat their field names and most values); ends[i] is
+	// where object i's JSON ends in the stream once inflated.
 	docs    []byte
 	ends    []int
 	origins []string
@@ -157,8 +157,8 @@ func compressObjects(objs []*unstructured.Unstructured) ([]byte, []int, error) {
 	return bytes.Clone(out.Bytes()), ends, nil
 }
 
-// json inflates e's objects' JSON: one document per object, slices of one buffer.
-func (e cacheEntry) json() ([][]byte, error) {
+// documents inflates e's objects' JSON: one document per object, slices of one buffer.
+func (e cacheEntry) documents() ([][]byte, error) {
 	if len(e.ends) == 0 {
 		return nil, nil
 	}
@@ -176,7 +176,7 @@ func (e cacheEntry) json() ([][]byte, error) {
 
 // objects decodes e's objects: new maps, the caller's own.
 func (e cacheEntry) objects() ([]*unstructured.Unstructured, error) {
-	docs, err := e.json()
+	docs, err := e.documents()
 	if err != nil || len(docs) == 0 {
 		return nil, err
 	}
@@ -195,7 +195,7 @@ func (e cacheEntry) objects() ([]*unstructured.Unstructured, error) {
 // its JSON, one at a time, so that the objects it replaces can go while the others are
 // decoded. An object whose JSON does not decode (e encoded it: it cannot fail) stays.
 func (e cacheEntry) reload(objs []*unstructured.Unstructured) {
-	docs, err := e.json()
+	docs, err := e.documents()
 	if err != nil {
 		return
 	}

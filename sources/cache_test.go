@@ -130,7 +130,7 @@ func TestRenderCacheLoadsOneRenderAlike(t *testing.T) {
 		t.Errorf("one render loads as other objects: when rendered %s, when kept %s", miss, hit)
 	}
 	for _, e := range l.cache.entries {
-		docs, err := e.json()
+		docs, err := e.documents()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -218,10 +219,7 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 			}
 		}
 	}
-	own := make([]bool, len(objs)) // each load decodes its own objects
-	for i := range own {
-		own[i] = true
-	}
+	own := slices.Repeat([]bool{true}, len(objs)) // each load decodes its own objects
 	return &Bundle{Revision: revision, Key: renderKey(key), Objects: objs, Own: own, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime, Signatures: sigs}, e.err
 }
 
