@@ -146,12 +146,21 @@ func TestWebhookCapsConcurrentRequests(t *testing.T) {
 	opts := DefaultOptions()
 	opts.MaxConcurrent = 2
 	opts.Server.ReadTimeout = time.Minute
-	h := newHookFixture(t, opts)
+	var hook *Receiver
+	h := newHookFixture(t, opts, func(w *Receiver) { hook = w })
 	h.sync("a", "secret-a")
 	signed := github("secret-a", []byte("never sent"), "")
 	var stalled []net.Conn
 	for range 2 {
 		stalled = append(stalled, h.rawRequest("a", signed, 100, "{"))
+	}
+	// The server reads each stalled client's headers in a goroutine of its own, which a
+	// loaded machine may run after the first probe: that probe would take the second place
+	// and the late client be refused. Probe once both clients hold their places.
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return len(hook.slots) == 2, nil
+	}); err != nil {
+		t.Fatalf("the two stalled clients never held both places: %d held", len(hook.slots))
 	}
 	var code, i int
 	var retry string
