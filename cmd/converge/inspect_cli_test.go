@@ -326,3 +326,35 @@ func hasManager(ms []fieldManager, name, field string) bool {
 	}
 	return false
 }
+
+// TestInspectionVerbsRenderBuildFields checks diff, tree and trace render a Sync with
+// spec.namePrefix and spec.commonMetadata as the daemon applies it: diff finds nothing to
+// change, tree and trace find the prefixed objects in the render and name its file (the
+// generated kustomization, as the daemon's messages do). Without them, diff showed the
+// unprefixed ConfigMaps as created and the daemon's as pruned (exit 1), tree's FILE was
+// <none> and trace named no file.
+func TestInspectionVerbsRenderBuildFields(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	f := newFixture(t)
+	rev := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1), "b.yaml": cmB})
+	f.startDaemon(env.Config)
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) {
+		s.Spec.BuildFields.NamePrefix = "p-"
+		s.Spec.CommonMetadata = &v1alpha1.CommonMetadata{Labels: map[string]string{"team": "blue"}}
+	})
+	f.waitSync("Ready at the first commit", readyAt(rev))
+	if cm, err := f.configMap("p-a"); err != nil || cm.Labels["team"] != "blue" {
+		t.Fatalf("the daemon's p-a: labels %v (%v)", cm.Labels, err)
+	}
+	if out, errOut, code := run("diff", "--allow-local-git", "-n", f.ns, "app"); code != 0 || errOut != "" {
+		t.Errorf("diff of a Sync with build fields, in step: exit %d, stderr %q; want 0:\n%s", code, errOut, out)
+	}
+	out, errOut, code := run("tree", "--allow-local-git", "-n", f.ns, "app")
+	if code != 0 || !strings.Contains(out, f.ns+"/p-a") || strings.Contains(out, "<none>") || !strings.Contains(out, "kustomization.yaml") {
+		t.Errorf("tree: exit %d, stderr %q; want p-a and p-b from kustomization.yaml:\n%s", code, errOut, out)
+	}
+	out, errOut, code = run("trace", "--allow-local-git", "-n", f.ns, "configmap/p-b")
+	if code != 0 || !strings.Contains(out, "File:             kustomization.yaml") {
+		t.Errorf("trace: exit %d, stderr %q; want p-b from kustomization.yaml:\n%s", code, errOut, out)
+	}
+}

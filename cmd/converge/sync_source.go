@@ -12,8 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/cmd/converge/daemon"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
+	"github.com/converge-dev/converge/sources/pipeline"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -27,8 +29,8 @@ var revisionCommit = regexp.MustCompile(`(?:^|@)sha1:([0-9a-f]{40})$`)
 var errUnsupportedSource = errors.New("the CLI renders the git sources of Syncs, without spec.source.helm, " +
 	"spec.postBuild or spec.decryption; render this one with converge apply --dry-run and the matching flags")
 
-// syncSource is what the CLI renders of the Sync s: its git repository, spec.path, and the
-// commit of its last applied revision (the head of spec.source.git.ref when it applied
+// syncSource is what the CLI renders of the Sync s: its git repository, spec.path with its
+// inline build fields (daemon.BuildFields), and the commit of its last applied revision (the head of spec.source.git.ref when it applied
 // none, or with latest). A secretRef is read with the kubeconfig's credentials, not the Sync's identity:
 // the user runs the command, so what they may read is what they may render. Helm, OCI,
 // chart repositories, substitution and decryption are the daemon's alone for now
@@ -62,7 +64,8 @@ func syncSource(ctx context.Context, c client.Client, s *v1alpha1.Sync, latest b
 			SSHKnownHosts: sec.Data["known_hosts"],
 		}
 	}
-	return sources.Source{Git: repo, Path: s.Spec.Path}, nil
+	overlay, _ := daemon.BuildFields(s)
+	return sources.Source{Git: repo, Path: s.Spec.Path, Overlay: overlay}, nil
 }
 
 // addAllowLocalGitFlag registers --allow-local-git, bound to allow.
@@ -72,7 +75,8 @@ func addAllowLocalGitFlag(cmd *cobra.Command, allow *bool) {
 }
 
 // loadSyncSource fetches and renders the Sync s's source (syncSource) as `converge build`
-// renders a --git-url: isolated, no remote bases. The URL is the Sync author's choice, not the
+// renders a --git-url: isolated, no remote bases, then gives every object the Sync's
+// spec.commonMetadata, as the daemon does. The URL is the Sync author's choice, not the
 // user's, so a file:// URL or an address on this machine or its link is refused, as the daemon
 // refuses it, unless allowLocal (--allow-local-git).
 func loadSyncSource(ctx context.Context, c client.Client, s *v1alpha1.Sync, allowLocal, latest bool) (*sources.Bundle, error) {
@@ -87,6 +91,13 @@ func loadSyncSource(ctx context.Context, c client.Client, s *v1alpha1.Sync, allo
 	b, err := sources.NewLoaderSized(defaultCacheDir(), loadOnce).Load(ctx, src, opts)
 	if err != nil && !(errors.Is(err, sources.ErrEmptyRender) && s.Spec.AllowEmpty && b != nil) {
 		return nil, fmt.Errorf("sync %s/%s: source %s: %w", s.Namespace, s.Name, s.Spec.Source.Git.URL, err)
+	}
+	if _, md := daemon.BuildFields(s); md != nil && b != nil {
+		res, err := pipeline.Prepare(ctx, b, pipeline.Options{Metadata: md})
+		if err != nil {
+			return nil, fmt.Errorf("sync %s/%s: %w", s.Namespace, s.Name, err)
+		}
+		b = res.Bundle
 	}
 	return b, nil
 }
