@@ -443,6 +443,9 @@ func (r *reconciler) apply(ctx context.Context, s *v1alpha1.Sync, o *status.Outc
 		r.recordDrift(s, o, bundle.Revision, res)
 	}
 	if err != nil {
+		if f := refuseRollbackOverBudget(o, bundle.Revision, err); f != nil {
+			return nil, opts, f
+		}
 		f := &failure{reason: reasonApplyFailed, err: err, stalls: engine.IsTerminal(err)}
 		switch {
 		case missingPart(err):

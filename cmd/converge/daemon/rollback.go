@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/git"
 	"github.com/converge-dev/converge/sources/oci"
@@ -25,8 +26,8 @@ import (
 const (
 	// reasonRolledBack: Ready at the revision a rollback applies.
 	reasonRolledBack = "RolledBack"
-	// reasonRollbackRefused: the rollback would delete a CRD, or names a revision the source
-	// cannot be pinned to.
+	// reasonRollbackRefused: the rollback would delete a CRD or prune more than
+	// spec.pruneBudget allows, or names a revision the source cannot be pinned to.
 	reasonRollbackRefused = "RollbackRefused"
 )
 
@@ -165,6 +166,22 @@ func (r *reconciler) rollBack(ctx context.Context, s *v1alpha1.Sync, o *status.O
 	}
 	p.To, o.AttemptedRevision = bundle.Revision, bundle.Revision
 	return bundle, nil
+}
+
+// refuseRollbackOverBudget is the refusal of the rollback o applies at revision when the
+// engine refused its prune (engine.ErrPruneRefused: more objects than spec.pruneBudget, or
+// all of them for an empty render): nothing was applied or pruned, and the rollback is
+// refused as one that would drop a CRD is, an automatic one not tried again for its head.
+// Nil when err is another error or o applies the source's head.
+func refuseRollbackOverBudget(o *status.Outcome, revision string, err error) *failure {
+	p := o.RolledBack
+	if p == nil || p.To == "" || p.To != revision || !errors.Is(err, engine.ErrPruneRefused) {
+		return nil
+	}
+	refused := *p
+	refused.To, refused.Reason = "", "refused: "+p.To+" would prune more than spec.pruneBudget allows"
+	o.RolledBack, o.AttemptedRevision = &refused, p.From
+	return terminal(reasonRollbackRefused, fmt.Errorf("not rolled back from %s to %s (spec.pruneBudget): %w", p.From, p.To, err))
 }
 
 // rolledBackFrom is the revision a Sync does not apply because it is rolled back, after o

@@ -136,6 +136,50 @@ func TestRollbackRefusedAcrossACRDRemoval(t *testing.T) {
 	f.waitSync("a digest refused for a git source", readyFalse(reasonRollbackRefused, "does not name a git commit"))
 }
 
+// TestRollbackRefusedOverPruneBudget: a rollback that would prune more objects than
+// spec.pruneBudget is refused as a rollback (RollbackRefused, naming the budget), nothing
+// applied or pruned; an automatic one is refused once for its head, as the CRD guard's.
+// Without it: the manual rollback failed as ApplyFailed and the automatic one was decided
+// again at each reconcile.
+func TestRollbackRefusedOverPruneBudget(t *testing.T) {
+	f := newFixture(t)
+	cm := func(name string) string { return strings.Replace(cmB, "name: b", "name: "+name, 1) }
+	rev1 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "1", 1)})
+	f.startDaemon(env.Config)
+	f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Spec.Prune, s.Spec.PruneBudget = true, 1 })
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+	rev2 := f.publish(map[string]string{"a.yaml": strings.Replace(cmA, "VERSION", "2", 1), "b.yaml": cm("b"), "c.yaml": cm("c")})
+	f.requestReconcile("app")
+	f.waitSync("Ready with b and c", notRolledBack(rev2))
+
+	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.Rollback = &v1alpha1.Rollback{Revision: rev1} })
+	f.waitSync("the rollback refused", readyFalse(reasonRollbackRefused, "spec.pruneBudget"))
+	f.wantVersion("a", "2")
+	for _, name := range []string{"b", "c"} {
+		if _, err := f.configMap(name); err != nil {
+			t.Errorf("the refused rollback pruned %s: %v", name, err)
+		}
+	}
+
+	f.updateSync("app", func(s *v1alpha1.Sync) {
+		s.Spec.Rollback, s.Spec.AutoRollback = nil, true
+		s.Spec.Timeout = &metav1.Duration{Duration: 2 * time.Second}
+	})
+	f.waitSync("Ready at the head again", notRolledBack(rev2))
+	rev3 := f.publish(map[string]string{"d.yaml": cm("d"), "web.yaml": neverReady})
+	f.requestReconcile("app")
+	f.waitSync("the automatic rollback refused", readyFalse(reasonRollbackRefused, "spec.pruneBudget"))
+	f.requestReconcile("app")
+	f.waitSync("failed at the head again, the refusal kept", func(s *v1alpha1.Sync) bool {
+		rb := s.Status.RolledBack
+		return readyFalse(reasonHealthCheck, "Deployment "+f.ns+"/web")(s) && rb != nil && rb.From == rev3 && rb.To == "" &&
+			s.Status.LastAttemptedRevision == rev3
+	})
+	if _, err := f.configMap("d"); err != nil {
+		t.Errorf("the refused automatic rollback pruned d: %v", err)
+	}
+}
+
 // gadgetCRD is the CRD of kind Gadget in group (cluster-scoped: one group per test).
 func gadgetCRD(group string) string {
 	return strings.ReplaceAll(rollbackCRD, "GROUP", group)
