@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/converge-dev/converge/status/v1alpha1"
@@ -34,9 +35,10 @@ health checks within spec.timeout.`
 
 // rollbackOptions are the flags of `converge rollback`.
 type rollbackOptions struct {
-	kube  *kubeFlags
-	to    string
-	until bool
+	kube   *kubeFlags
+	to     string
+	until  bool
+	output string
 }
 
 func newRollbackCommand(kube *kubeFlags) *cobra.Command {
@@ -51,10 +53,16 @@ func newRollbackCommand(kube *kubeFlags) *cobra.Command {
 		})
 	cmd.Flags().StringVar(&o.to, "to", "", "the revision to apply, as status.history names it (default: the last Ready revision before the current one)")
 	cmd.Flags().BoolVar(&o.until, "until-new-revision", false, "lift the pin when the source has a new revision, instead of at converge resume")
+	addRowOutputFlag(cmd, &o.output)
 	return cmd
 }
 
+// run pins the Sync name (spec.rollback) and says so, or prints the pinned Sync with -o
+// json|yaml, as kubectl get NAME does.
 func (o *rollbackOptions) run(ctx context.Context, out io.Writer, name string) error {
+	if err := checkRowFormat(o.output); err != nil {
+		return err
+	}
 	ns := o.kube.namespace()
 	api, s, err := readSync(ctx, o.kube, name)
 	if err != nil {
@@ -85,8 +93,16 @@ func (o *rollbackOptions) run(ctx context.Context, out io.Writer, name string) e
 	if err != nil {
 		return err
 	}
-	if _, err := api.syncs.Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "converge-cli"}); err != nil {
+	obj, err := api.syncs.Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "converge-cli"})
+	if err != nil {
 		return explainSyncs(err, "patch sync "+ns+"/"+name)
+	}
+	if o.output != "table" {
+		syncs, err := typedSyncs([]unstructured.Unstructured{*obj})
+		if err != nil {
+			return err
+		}
+		return writeStructured(out, &syncs[0], o.output)
 	}
 	lift := "converge resume -n " + ns + " " + name + " lifts it"
 	if o.until {
