@@ -113,7 +113,8 @@ const maxTableMessage = 120
 
 // syncMessage is the MESSAGE of s: the Ready condition's message, after what the reader
 // must know first. A revision newer than REVISION that failed (or is still in progress) is
-// named, since REVISION shows the last one applied; a generation the status does not
+// named, since REVISION shows the last one applied; so is the revision spec.rollback pins
+// the Sync to, when the message does not name it (a pin not applied yet, or refused); a generation the status does not
 // describe yet is said. The table cuts the message after its first line and 120 characters,
 // never what comes before it; full prints it all on one line.
 func syncMessage(s v1alpha1.Sync, full bool) string {
@@ -136,6 +137,9 @@ func syncMessage(s v1alpha1.Sync, full bool) string {
 		case "Unknown":
 			msg = fmt.Sprintf("revision %s in progress: %s", attempted, msg)
 		}
+	}
+	if rb := s.Spec.Rollback; rb != nil && !strings.Contains(msg, rb.Revision) {
+		msg = fmt.Sprintf("pinned to %s by spec.rollback: %s", rb.Revision, msg)
 	}
 	if st.ObservedGeneration != s.Generation {
 		msg = fmt.Sprintf("generation %d not observed yet (status describes %d): %s", s.Generation, st.ObservedGeneration, msg)

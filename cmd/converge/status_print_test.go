@@ -127,3 +127,20 @@ func TestExplainSyncs(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncMessageNamesThePin: a Sync pinned by spec.rollback whose message does not name
+// the pinned revision (the pin refused, or not applied yet) says so first in the table; a
+// message that names it (Ready, RolledBack) is left as it is.
+func TestSyncMessageNamesThePin(t *testing.T) {
+	const rev = "main@sha1:1111111111111111111111111111111111111111"
+	s := v1alpha1.Sync{Spec: v1alpha1.SyncSpec{Rollback: &v1alpha1.Rollback{Revision: rev}}}
+	s.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+		Reason: "RollbackRefused", Message: "not rolled back: prune refused"}}
+	if got, want := syncMessage(s, false), "pinned to "+rev+" by spec.rollback: not rolled back: prune refused"; got != want {
+		t.Errorf("refused pin: %q, want %q", got, want)
+	}
+	s.Status.Conditions[0].Status, s.Status.Conditions[0].Message = metav1.ConditionTrue, "Applied revision "+rev
+	if got, want := syncMessage(s, false), "Applied revision "+rev; got != want {
+		t.Errorf("applied pin: %q, want %q", got, want)
+	}
+}
