@@ -146,6 +146,10 @@ bench-quick: controlplane ## the same benchmark at 1,000 objects, for CI (prints
 bench-daemon: controlplane ## one converge daemon: 1 Sync of 10,000 objects vs 100 Syncs of 100 vs 1 Sync from a Helm chart of the same objects (BENCH_FLAGS=-objects=1000 for a quick run)
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -daemon -objects 10000 -runs $(BENCH_RUNS) $(BENCH_FLAGS)
 
+.PHONY: bench-ordered-noop
+bench-ordered-noop: controlplane ## requests and writes of a no-op reconcile of 10,000 objects in waves, with depends-on and ignore rules (paths and managers)
+	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) CONVERGE_ORDERED_NOOP_OBJECTS=10000 go test -count=1 -v -timeout 30m -run '^TestWatchOrderedNoOpSendsNothing$$' ./engine/ 2>&1 | grep -E -- '--- |no-op of|^(ok|FAIL)'
+
 .PHONY: bench-daemon-scale
 bench-daemon-scale: controlplane ## the scale scenario: 1,000 Syncs x 100 objects on 1 and on 3 sharded replicas (BENCH_FLAGS="-syncs 30 -objects 600" for a quick run)
 	CONVERGE_CONTROLPLANE_BIN=$(CONTROLPLANE_BIN) go run ./e2e/bench -daemon -scale -syncs 1000 -objects 100000 -replicas 1,3 $(BENCH_FLAGS)

@@ -305,8 +305,9 @@ func TestSyncWaveInvalid(t *testing.T) {
 // converged set no request: its waits read the watch cache, as the final readiness check does,
 // and an ignored field changes nothing the memo remembers (the no-op target of
 // docs/benchmarks.md: at most 10 requests, no write; here the inventory's read alone, as for
-// an unordered set). 300 objects in three waves, every tenth depending on another, with two
-// ignore rules (one path of every object, one of the objects whose name ends in 7);
+// an unordered set). 300 objects in three waves, every tenth depending on another, with three
+// ignore rules (one path of every object, one of the objects whose name ends in 7, the fields
+// of two field managers in the objects whose name ends in 3);
 // CONVERGE_ORDERED_NOOP_OBJECTS sets another count (the figure at 10,000 is measured so).
 // A guard of the ordered path's budget: the unordered path had no wait to read for.
 func TestWatchOrderedNoOpSendsNothing(t *testing.T) {
@@ -320,6 +321,7 @@ func TestWatchOrderedNoOpSendsNothing(t *testing.T) {
 	opts.Ignore = []IgnoreRule{
 		{Paths: []string{"/data/v"}, Target: &ObjectSelector{Kind: "ConfigMap", Name: ".*7"}},
 		{Paths: []string{"/metadata/labels/scaled-by"}},
+		{Managers: []string{"kube-controller-manager", "mutating-*"}, Target: &ObjectSelector{Kind: "ConfigMap", Name: ".*3"}},
 	}
 	objs := manyCMs(h.ns, "1", n)
 	for i, u := range objs {
