@@ -108,6 +108,46 @@ metadata:
   namespace: NS
   annotations: {kustomize.toolkit.fluxcd.io/prune: disabled}
 data: {k: v}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: argo-kept
+  namespace: NS
+  annotations: {argocd.argoproj.io/sync-options: "Prune=false,Delete=false"}
+data: {k: v}
+`,
+	"annotated.yaml": `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: reconcile-off
+  namespace: NS
+  annotations: {kustomize.toolkit.fluxcd.io/reconcile: disabled}
+data: {k: v}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: if-not-present
+  namespace: NS
+  annotations: {kustomize.toolkit.fluxcd.io/ssa: IfNotPresent}
+data: {k: v}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: merged
+  namespace: NS
+  annotations: {kustomize.toolkit.fluxcd.io/ssa: Merge}
+data: {k: v}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: forced
+  namespace: NS
+  annotations: {kustomize.toolkit.fluxcd.io/force: enabled}
+data: {k: v}
 `,
 }
 
@@ -116,7 +156,9 @@ data: {k: v}
 // keeps its UID, no ReplicaSet or Pod is replaced, the HPA's replicas stay, kustomize-controller
 // owns no field and no Flux tracking label is left, the Sync is Ready without a field conflict, the Kustomization is suspended, and the
 // controller, still running, deletes nothing when the Kustomization is then deleted. The Sync
-// then prunes what leaves the source, except what Flux's prune annotation keeps.
+// then prunes what leaves the source, except what Flux's and Argo CD's prune annotations
+// keep. Objects with Flux's reconcile, ssa and force annotations keep their UIDs too; those
+// the annotation keeps from the hand-over are not handed over.
 func TestMigrateFromARunningKustomizeController(t *testing.T) {
 	cluster.Require(t, env)
 	ctx := t.Context()
@@ -198,6 +240,7 @@ spec:
 		return apierrors.IsNotFound(err)
 	})
 	snapshot(t, dc, ns).compare(t, before)
+	handedOver(t, dc, ns) // the controller took back no field while it handled the deletion
 
 	// The Sync prunes from now on, honouring Flux's prune annotation: with config.yaml gone
 	// from the source, plain is deleted and kept stays.
@@ -222,6 +265,9 @@ spec:
 	if _, err := cms.Get(ctx, "kept", metav1.GetOptions{}); err != nil {
 		t.Errorf("ConfigMap kept (kustomize.toolkit.fluxcd.io/prune: disabled): %v", err)
 	}
+	if _, err := cms.Get(ctx, "argo-kept", metav1.GetOptions{}); err != nil {
+		t.Errorf("ConfigMap argo-kept (argocd.argoproj.io/sync-options: Prune=false): %v", err)
+	}
 }
 
 // handedOver fails t unless every object of the workload is free of kustomize-controller:
@@ -230,6 +276,9 @@ spec:
 func handedOver(t *testing.T, dc dynamic.Interface, ns string) {
 	t.Helper()
 	for _, o := range objects {
+		if o.notHandedOver {
+			continue
+		}
 		ri := dc.Resource(o.gvr).Namespace(ns)
 		if o.namespace == "" {
 			ri = dc.Resource(o.gvr).Namespace("")
@@ -257,16 +306,26 @@ type object struct {
 	gvr       schema.GroupVersionResource
 	namespace string
 	name      string
+	// notHandedOver: an annotation keeps the object's fields with the managers that have
+	// them (kustomize-controller's among them).
+	notHandedOver bool
 }
 
 var objects = []object{
-	{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, "NS", "web"},
-	{schema.GroupVersionResource{Version: "v1", Resource: "services"}, "NS", "web"},
-	{schema.GroupVersionResource{Group: "autoscaling", Version: "v2", Resource: "horizontalpodautoscalers"}, "NS", "web"},
-	{schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, "", "widgets.migrate.example.com"},
-	{schema.GroupVersionResource{Group: "migrate.example.com", Version: "v1", Resource: "widgets"}, "NS", "w1"},
-	{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "NS", "plain"},
-	{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "NS", "kept"},
+	{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, "NS", "web", false},
+	{schema.GroupVersionResource{Version: "v1", Resource: "services"}, "NS", "web", false},
+	{schema.GroupVersionResource{Group: "autoscaling", Version: "v2", Resource: "horizontalpodautoscalers"}, "NS", "web", false},
+	{schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, "", "widgets.migrate.example.com", false},
+	{schema.GroupVersionResource{Group: "migrate.example.com", Version: "v1", Resource: "widgets"}, "NS", "w1", false},
+	{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "NS", "plain", false},
+	{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "NS", "kept", false},
+	{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "NS", "argo-kept", false},
+	{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "NS", "forced", false},
+	// Not handed over, as their annotations say: left alone, created only when missing, or
+	// applied beside the fields of their other managers.
+	{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "NS", "reconcile-off", true},
+	{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "NS", "if-not-present", true},
+	{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "NS", "merged", true},
 }
 
 // state is what must not change across the move: each object's UID, the Deployment's
