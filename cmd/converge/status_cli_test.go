@@ -239,8 +239,8 @@ func unreachableKubeconfig(t *testing.T) string {
 }
 
 // TestKubectlGetSyncsColumns checks `kubectl get syncs` (the server-side table the CRD's
-// printer columns make) shows the columns of `converge status` in the same order, OWNER only
-// with -o wide (priority 1), and that kubectl knows the short name sy as `converge get` does.
+// printer columns make) shows the columns of `converge status` in the same order, OWNER and
+// PINNED (spec.rollback's revision) only with -o wide (priority 1), and that kubectl knows the short name sy as `converge get` does.
 // Without it, kubectl's STATUS column was the message and came before REVISION, there was no
 // reason, and `kubectl get sy` was unknown.
 func TestKubectlGetSyncsColumns(t *testing.T) {
@@ -273,8 +273,8 @@ func TestKubectlGetSyncsColumns(t *testing.T) {
 	}
 	// converge status's columns, less SUSPENDED (a boolean kubectl shows as <none> when unset).
 	want := []string{"NAME", "READY", "REASON", "REVISION", "AGE", "MESSAGE"}
-	if !slices.Equal(got, want) || !slices.Equal(wide, []string{"OWNER"}) {
-		t.Errorf("kubectl get syncs columns %v, -o wide adds %v; want %v and [OWNER]", got, wide, want)
+	if !slices.Equal(got, want) || !slices.Equal(wide, []string{"OWNER", "PINNED"}) {
+		t.Errorf("kubectl get syncs columns %v, -o wide adds %v; want %v and [OWNER PINNED]", got, wide, want)
 	}
 	resources, err := discovery.NewDiscoveryClientForConfigOrDie(env.Config).ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
 	if err != nil {

@@ -46,6 +46,7 @@ const (
 // +kubebuilder:printcolumn:name="Revision",type="string",JSONPath=".status.lastAppliedRevision",description="The last revision applied successfully"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:printcolumn:name="Owner",type="string",JSONPath=".status.owner",priority=1,description="The replica that wrote the status (kubectl get -o wide)"
+// +kubebuilder:printcolumn:name="Pinned",type="string",JSONPath=".spec.rollback.revision",priority=1,description="The revision spec.rollback pins the Sync to (kubectl get -o wide)"
 // +kubebuilder:printcolumn:name="Message",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].message",description="The Ready condition's message"
 type Sync struct {
 	metav1.TypeMeta   `json:",inline"`
