@@ -414,8 +414,8 @@ func TestMonitoringOverlay(t *testing.T) {
 }
 
 // TestMetricsProvenByPrometheus runs a real Prometheus scraping the daemon while it syncs a
-// good commit, drift, a broken commit, a refused prune and a recovery, and evaluates every
-// dashboard query and alert expression against it.
+// good commit, drift, a broken commit, a refused prune, a recovery, drift reported and a
+// rollback, and evaluates every dashboard query and alert expression against it.
 func TestMetricsProvenByPrometheus(t *testing.T) {
 	bin := prometheusBinary(t)
 	f := newFixture(t)
@@ -484,6 +484,29 @@ func TestMetricsProvenByPrometheus(t *testing.T) {
 		`rest_client_requests_total{code="200"} > 0`} {
 		prom.waitFor("library metric "+expr, expr, nonEmpty)
 	}
+
+	// Drift left as it is (driftPolicy Report), then a rollback, show on the History and
+	// drift row with values, not only as series.
+	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.DriftPolicy = v1alpha1.DriftReport })
+	f.waitSync("the Report policy observed", func(s *v1alpha1.Sync) bool { return readyAt(rev3)(s) })
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm, err := f.configMap("a")
+		if err != nil {
+			return err
+		}
+		cm.Data["version"] = "reported"
+		return f.c.Update(context.Background(), cm, client.FieldOwner("kubectl-edit"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom.waitFor("Drifted objects", m.panel(t, "Drifted objects", f.ns), atLeast(1))
+	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.Rollback = &v1alpha1.Rollback{Revision: rev1} })
+	f.waitSync("rolled back to the first commit", func(s *v1alpha1.Sync) bool {
+		r := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady)
+		return readyAt(rev1)(s) && r.Reason == reasonRolledBack
+	})
+	prom.waitFor("Rolled back", m.panel(t, "Rolled back", f.ns), atLeast(1))
 
 	// Every query parses and, after the run, every panel but the not-ready list, API errors,
 	// the Sharding row (this daemon runs with --sharding=off; see
