@@ -90,7 +90,7 @@ func runDaemonBench(ctx context.Context, f flags) error {
 		return err
 	}
 	rep := &DaemonReport{Objects: f.objects, Tenants: f.tenants, Runs: f.runs, Profile: string(cluster.API),
-		Concurrent: f.concurrent, Parity: f.parity, Mix: mix.String(), Prune: f.prune, GoMemLimit: f.memLimit,
+		Concurrent: f.concurrent, Parity: f.parity, Day2: f.day2, Mix: mix.String(), Prune: f.prune, GoMemLimit: f.memLimit,
 		IntervalSeconds: f.interval.Seconds(), SettleSeconds: f.settle.Seconds(), Machine: machine()}
 	b, _, done, err := startDaemonBench(ctx, f, work, &rep.Machine, "converge-bench-daemon-")
 	if err != nil {
@@ -236,7 +236,7 @@ func (b *daemonBench) writeSource(dir string, w daemonWorkload) error {
 
 // template is what the run's Syncs share.
 func (b *daemonBench) template() syncTemplate {
-	return syncTemplate{repoURL: b.repoURL, interval: b.f.interval, parity: b.f.parity}
+	return syncTemplate{repoURL: b.repoURL, interval: b.f.interval, parity: b.f.parity, day2: b.f.day2}
 }
 
 // timeout bounds every wait of a scenario: generous, the timings are printed, not asserted.

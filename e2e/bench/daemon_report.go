@@ -23,6 +23,9 @@ type DaemonReport struct {
 	Concurrent int    `json:"concurrent"`
 	// Parity: the measured Syncs depended on the base Sync and substituted variables.
 	Parity bool `json:"parity,omitempty"`
+	// Day2: the measured Syncs reported drift, rolled back by themselves and had a
+	// notification (-day2).
+	Day2 bool `json:"day2,omitempty"`
 	// Mix is the kind mix of the leaves (-mix), Prune the fraction of leaves the -prune
 	// step removed (0: no such step).
 	Mix   string  `json:"mix"`
@@ -171,6 +174,9 @@ func (r *DaemonReport) table(w io.Writer) error {
 	if r.Parity {
 		fmt.Fprintf(w, "-parity: every measured Sync depends on %s and substitutes ${%s} (spec.postBuild.substitute) and ${%s} (ConfigMap %s) in every object, strict\n",
 			baseSyncName, parityTierVar, parityRegionVar, parityConfigMap)
+	}
+	if r.Day2 {
+		fmt.Fprintf(w, "-day2: every measured Sync has driftPolicy Report, autoRollback and a generic notification on RolledBack\n")
 	}
 	fmt.Fprintf(w, "kinds of the leaves: %s\n", r.Mix)
 	if r.GoMemLimit != "" {

@@ -57,6 +57,10 @@ type syncTemplate struct {
 	// parity makes a Sync depend on the base Sync and substitute the workload's variables
 	// (parityVars, and the ConfigMap parityConfigMap), as a Flux user's Kustomization would.
 	parity bool
+	// day2 makes a measured Sync report drift, roll back by itself and notify (a generic
+	// webhook on RolledBack, which a run never causes): what a Sync of a team that watches
+	// its history carries.
+	day2 bool
 }
 
 // The variables of -parity: one from spec.postBuild.substitute, one from a ConfigMap.
@@ -83,6 +87,11 @@ func newSync(s syncSpec, t syncTemplate) *v1alpha1.Sync {
 	}
 	if s.chart {
 		sync.Spec.Source.Helm = &v1alpha1.HelmSource{}
+	}
+	if t.day2 && s.name != baseSyncName {
+		sync.Spec.DriftPolicy, sync.Spec.AutoRollback = v1alpha1.DriftReport, true
+		sync.Spec.Notifications = []v1alpha1.Notification{{Type: "generic", Address: "https://hooks.bench.invalid/converge",
+			On: []v1alpha1.NotificationTransition{"RolledBack"}}}
 	}
 	if t.parity && s.name != baseSyncName {
 		sync.Spec.DependsOn = []v1alpha1.DependencyReference{{Name: baseSyncName}}

@@ -60,6 +60,7 @@ type flags struct {
 	concurrent int
 	interval   time.Duration
 	parity     bool
+	day2       bool
 	mix        string
 	scenarios  string
 	prune      float64
@@ -103,6 +104,7 @@ func parseFlags() flags {
 	flag.StringVar(&f.chartRender, "chart-render", "", "internal: render the chart under -workload once by this path (converge or helm) and print what it measured")
 	flag.BoolVar(&f.daemon, "daemon", false, "measure the daemon instead of the engines: one Sync of the workload, then -syncs Syncs sharing it (docs/benchmarks.md)")
 	flag.IntVar(&f.tenants, "syncs", 100, "with -daemon: the number of Syncs the workload is split into")
+	flag.BoolVar(&f.day2, "day2", false, "with -daemon: every measured Sync reports drift (spec.driftPolicy: Report), rolls back by itself (spec.autoRollback) and has a notification (sent on RolledBack only, which the run never causes)")
 	flag.BoolVar(&f.parity, "parity", false, "with -daemon: every measured Sync depends on the base Sync and substitutes two variables (spec.postBuild: substitute and a ConfigMap) found in every object")
 	flag.StringVar(&f.mix, "mix", defaultMix, "with -daemon: the kinds of the leaves, comma-separated Kind=weight (kinds: "+strings.Join(leafKinds, ", ")+"), e.g. Service=1,Deployment=1")
 	flag.StringVar(&f.scenarios, "scenarios", "one,many,chart", "with -daemon: which scenarios to run, comma-separated: one (one Sync of the workload), many (-syncs Syncs), chart (one Sync rendering a Helm chart of the same objects); both is one,many")
