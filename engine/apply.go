@@ -169,6 +169,11 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 	if err != nil {
 		return res, err
 	}
+	if !opts.DryRun {
+		// From here on the watch cache fingerprints the inventory's objects without what the
+		// rules leave alone (fingerprint.go).
+		e.ignoredFields().set(set.Inventory.ID, ignore)
+	}
 	items, st, err := e.startRun(ctx, set, opts, remembered)
 	if err != nil {
 		return res, err

@@ -36,6 +36,7 @@ type watchCache struct {
 	memo    *memo
 	changed func(inventoryID string) // nil: nobody listens
 	quiet   *quietRuns               // counts every event about a managed object (quiet.go)
+	ignored *ignoredFields           // the ignore rules the fingerprint is blind to (fingerprint.go)
 	scoped  bool                     // the cache lists only objects with the scope's label
 	watched sync.Map                 // schema.GroupVersionKind → struct{}: handler added
 	whole   sync.Map                 // schema.GroupKind → struct{}: an informer of whole objects answered a read
@@ -44,11 +45,12 @@ type watchCache struct {
 
 func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client, m *memo, q *quietRuns,
 	changed func(string), scope Label) (*watchCache, error) {
+	ignored := newIgnoredFields()
 	opts := cache.Options{
 		HTTPClient:       httpClient,
 		Scheme:           c.Scheme(),
 		Mapper:           c.RESTMapper(),
-		DefaultTransform: stripManagedFields,
+		DefaultTransform: ignored.stripManagedFields,
 	}
 	if scope.Key != "" {
 		opts.DefaultLabelSelector = labels.SelectorFromSet(labels.Set{scope.Key: scope.Value})
@@ -57,7 +59,7 @@ func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client, m
 	if err != nil {
 		return nil, fmt.Errorf("engine: watch cache: %w", err)
 	}
-	return &watchCache{cache: wc, direct: c, memo: m, quiet: q, changed: changed, scoped: scope.Key != ""}, nil
+	return &watchCache{cache: wc, direct: c, memo: m, quiet: q, ignored: ignored, changed: changed, scoped: scope.Key != ""}, nil
 }
 
 // Get reads obj from the cache, falling back to the API server when the cache cannot
@@ -256,7 +258,8 @@ func (w *watchCache) onUpdate(gk schema.GroupKind, oldObj, newObj any) {
 	statusOnly := n.GetGeneration() != 0 && n.GetGeneration() == o.GetGeneration() &&
 		maps.Equal(n.GetLabels(), o.GetLabels()) && maps.Equal(n.GetAnnotations(), o.GetAnnotations())
 	// Every apply manager's field set as it was: whatever changed, no field an apply set
-	// (Converge's included) took another value or went away (fingerprint.go).
+	// (Converge's included) took another value or went away, but for what the owner's
+	// ignore rules leave alone (fingerprint.go).
 	// A deletion (a deletionTimestamp set while finalizers hold the object) and a new object
 	// under the name change no field set and are never others' only.
 	othersOnly := appliedSets(n) == appliedSets(o) && appliedSets(n) != "" &&

@@ -7,7 +7,9 @@ import (
 	"sync"
 
 	"github.com/fluxcd/pkg/ssa/jsondiff"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/converge-dev/converge/inventory"
@@ -177,6 +179,14 @@ func (ig *ignorer) paths(obj *unstructured.Unstructured) []string {
 		}
 	}
 	return out
+}
+
+// selectsMeta says sel selects the object of kind gvk whose metadata is m, as
+// MatchUnstructured does for a whole object.
+func selectsMeta(sel *jsondiff.SelectorRegex, gvk schema.GroupVersionKind, m metav1.Object) bool {
+	return sel.MatchNamespace(m.GetNamespace()) && sel.MatchName(m.GetName()) &&
+		sel.MatchGVK(gvk.Group, gvk.Version, gvk.Kind) &&
+		sel.MatchLabelSelector(m.GetLabels()) && sel.MatchAnnotationSelector(m.GetAnnotations())
 }
 
 // unmatched describes the rules that leave every object of the set alone: the target

@@ -52,6 +52,7 @@ func (e *Engine) Delete(ctx context.Context, ref inventory.Ref, opts DeleteOptio
 	res := &Result{}
 	e.forgetHead(ref) // written from here on
 	e.quiet.drop(ref.ID)
+	e.ignoredFields().drop(ref.ID)
 	inv, claim, err := e.loadValid(ctx, ref, opts.Recover)
 	if err != nil {
 		return res, err
