@@ -178,12 +178,25 @@ func requestCases(e Event) []requestCase {
 						obj{"title": "cluster", "value": "prod-eu"},
 						obj{"title": "time", "value": "2026-11-27T03:00:00Z"},
 					}})}},
+		{name: "msteams rolled back", p: Provider{Type: MSTeams, Address: "/workflows/abc/triggers/manual/paths/invoke?sig=s3cr3t"},
+			ev: func(e Event) Event { e.Transition, e.Message = RolledBack, long; return e },
+			x: expect{path: "/workflows/abc/triggers/manual/paths/invoke?sig=s3cr3t",
+				body: teamsCard(
+					obj{"type": "TextBlock", "text": "apps/web rolled back", "size": "large", "weight": "bolder", "wrap": true},
+					obj{"type": "TextBlock", "text": strings.Repeat("x", 2999) + "…", "color": "attention", "wrap": true},
+					obj{"type": "FactSet", "facts": arr{
+						obj{"title": "transition", "value": "RolledBack"},
+						obj{"title": "revision", "value": e.Revision},
+						obj{"title": "reason", "value": "HealthCheckFailed"},
+						obj{"title": "cluster", "value": "prod-eu"},
+						obj{"title": "time", "value": "2026-11-27T03:00:00Z"},
+					}})}},
+		// No message: no message TextBlock (a TextBlock's text is required in Adaptive Cards).
 		{name: "msteams ready", p: Provider{Type: MSTeams, Address: "/workflows/abc/triggers/manual/paths/invoke?sig=s3cr3t"},
-			ev: func(e Event) Event { e.Transition, e.Message, e.Reason = BecameReady, long, ""; return e },
+			ev: func(e Event) Event { e.Transition, e.Message, e.Reason = BecameReady, "", ""; return e },
 			x: expect{path: "/workflows/abc/triggers/manual/paths/invoke?sig=s3cr3t",
 				body: teamsCard(
 					obj{"type": "TextBlock", "text": "apps/web became Ready", "size": "large", "weight": "bolder", "wrap": true},
-					obj{"type": "TextBlock", "text": strings.Repeat("x", 2999) + "…", "wrap": true},
 					obj{"type": "FactSet", "facts": arr{
 						obj{"title": "transition", "value": "BecameReady"},
 						obj{"title": "revision", "value": e.Revision},
