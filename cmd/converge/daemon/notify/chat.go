@@ -94,10 +94,16 @@ type teamsFact struct {
 	Value string `json:"value"`
 }
 
+// teamsBody is the card: the title, the message (left out when empty: a TextBlock's text is
+// required), the facts.
 func teamsBody(e Event) teamsMessage {
-	msg := teamsElement{Type: "TextBlock", Text: truncate(e.Message, maxChatMessage), Wrap: true}
-	if e.Transition == Failed || e.Transition == RolledBack {
-		msg.Color = "attention"
+	items := []teamsElement{{Type: "TextBlock", Text: e.title(), Size: "large", Weight: "bolder", Wrap: true}}
+	if e.Message != "" {
+		msg := teamsElement{Type: "TextBlock", Text: truncate(e.Message, maxChatMessage), Wrap: true}
+		if e.Transition == Failed || e.Transition == RolledBack {
+			msg.Color = "attention"
+		}
+		items = append(items, msg)
 	}
 	facts := teamsElement{Type: "FactSet"}
 	for _, f := range e.facts() {
@@ -106,8 +112,7 @@ func teamsBody(e Event) teamsMessage {
 	card := teamsCard{
 		Schema: "http://adaptivecards.io/schemas/adaptive-card.json", Type: "AdaptiveCard", Version: "1.4",
 		MSTeams: map[string]string{"width": "Full"},
-		Body: []teamsElement{{Type: "Container", Items: []teamsElement{
-			{Type: "TextBlock", Text: e.title(), Size: "large", Weight: "bolder", Wrap: true}, msg, facts}}},
+		Body:    []teamsElement{{Type: "Container", Items: append(items, facts)}},
 	}
 	return teamsMessage{Type: "message", Attachments: []teamsAttachment{{ContentType: "application/vnd.microsoft.card.adaptive", Content: card}}}
 }

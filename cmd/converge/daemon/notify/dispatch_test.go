@@ -20,11 +20,16 @@ func genericTo(url string) Provider {
 }
 
 // TestRetriesUntilDelivered: a receiver that fails twice (503, then a dropped connection)
-// gets the event on the third attempt, and the delivery is reported once.
+// gets the event on the third attempt, and the delivery is reported once. Every attempt is
+// the documented generic request, with the same body.
 func TestRetriesUntilDelivered(t *testing.T) {
+	tc := requestCases(testEvent())[0]
 	var rec recorder
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec.record(r)
+		raw := rec.record(r)
+		for _, b := range tc.x.check(r, raw) {
+			t.Errorf("receiver, attempt %d: %s", rec.n.Load(), b)
+		}
 		switch rec.n.Load() {
 		case 1:
 			http.Error(w, "busy", http.StatusServiceUnavailable)
@@ -38,13 +43,20 @@ func TestRetriesUntilDelivered(t *testing.T) {
 	}))
 	defer srv.Close()
 	d, ch := startDispatcher(t, fastRetries())
-	d.Send(genericTo(srv.URL+"/hook"), testEvent())
+	d.Send(genericTo(srv.URL+tc.p.Address), testEvent())
 	if o := next(t, ch); o.hook != "delivered" {
 		t.Fatalf("outcome %s: %v, want delivered", o.hook, o.err)
 	}
 	if n := rec.n.Load(); n != 3 {
 		t.Errorf("receiver got %d requests, want 3", n)
 	}
+	rec.mu.Lock()
+	for i, b := range rec.bodies[1:] {
+		if string(b) != string(rec.bodies[0]) {
+			t.Errorf("attempt %d sent %s, the first %s", i+2, b, rec.bodies[0])
+		}
+	}
+	rec.mu.Unlock()
 	select {
 	case o := <-ch:
 		t.Errorf("second outcome %s: %v", o.hook, o.err)
