@@ -79,6 +79,13 @@ func (a objectAnnotations) keep(argoOption string) string {
 	return ""
 }
 
+// LeftAloneBy names the annotation of an object's annotations that makes the engine leave
+// it alone (never applied, inventoried or pruned): a reconcile annotation set to disabled,
+// Flux's or Converge's, or the apply policy Ignore; "" when none does.
+func LeftAloneBy(annotations map[string]string) string {
+	return objectAnnotations(annotations).reconcileDisabled()
+}
+
 // reconcileDisabled says the engine leaves the object alone, and names the annotation: a
 // reconcile annotation set to disabled, or the apply policy SSAIgnore.
 func (a objectAnnotations) reconcileDisabled() string {

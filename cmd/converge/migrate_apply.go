@@ -40,11 +40,17 @@ type handOverResult struct {
 	Suspended bool   `json:"suspended"`
 	// Missing are the objects the old tool applied that the Sync's inventory does not list.
 	Missing []string `json:"missing,omitempty"`
-	Error   string   `json:"error,omitempty"`
+	// LeftAlone are the objects the old tool applied that the Sync leaves alone, as an
+	// annotation of theirs says (engine.LeftAloneBy): not listed, and not missing.
+	LeftAlone []string `json:"leftAlone,omitempty"`
+	Error     string   `json:"error,omitempty"`
 }
 
 func (h handOverResult) line() string {
 	switch {
+	case h.Suspended && len(h.LeftAlone) > 0:
+		return fmt.Sprintf("Sync %s applied, Ready and listing every object but %s, which their annotations leave alone; %s %s",
+			h.Sync, strings.Join(h.LeftAlone, ", "), h.From, suspendedWords(h.From))
 	case h.Suspended:
 		return fmt.Sprintf("Sync %s applied, Ready and listing every object; %s %s", h.Sync, h.From, suspendedWords(h.From))
 	case h.Error != "":
@@ -104,7 +110,7 @@ func (h *handover) handOver(ctx context.Context, m *migration, r *handOverResult
 		return err
 	}
 	r.Ready = true
-	if r.Missing, err = h.missing(ctx, s, m.Applied); err != nil {
+	if r.Missing, r.LeftAlone, err = h.missing(ctx, s, m.Applied); err != nil {
 		return err
 	}
 	if len(r.Missing) > 0 {
@@ -140,24 +146,44 @@ func (h *handover) waitReady(ctx context.Context, key client.ObjectKey) (*v1alph
 }
 
 // missing returns the IDs of applied that the Sync's stored inventory does not list.
-func (h *handover) missing(ctx context.Context, s *v1alpha1.Sync, applied []string) ([]string, error) {
+func (h *handover) missing(ctx context.Context, s *v1alpha1.Sync, applied []string) (missing, leftAlone []string, err error) {
 	if s.Status.Inventory == nil || s.Status.Inventory.Name == "" {
-		return applied, nil
+		return applied, nil, nil
 	}
 	ref := inventory.Ref{Namespace: s.Namespace, Name: s.Status.Inventory.Name,
 		ID: inventory.ID(inventory.OwnerSync, s.Namespace, s.Name)}
 	inv, err := inventory.NewStore(h.c).Get(ctx, ref)
 	if err != nil {
-		return nil, fmt.Errorf("read its inventory: %w", err)
+		return nil, nil, fmt.Errorf("read its inventory: %w", err)
 	}
-	var out []string
 	for _, id := range applied {
 		o, err := object.ParseObjMetadata(id)
-		if err != nil || !inv.Has(o) {
-			out = append(out, id)
+		switch {
+		case err == nil && inv.Has(o):
+		case err == nil && h.leftAlone(ctx, o):
+			leftAlone = append(leftAlone, id)
+		default:
+			missing = append(missing, id)
 		}
 	}
-	return out, nil
+	return missing, leftAlone, nil
+}
+
+// leftAlone says the live object o carries an annotation that makes the Sync leave it alone
+// (engine.LeftAloneBy: Flux's reconcile: disabled, ssa: Ignore, or Converge's own): the
+// Sync neither applies nor lists it, and the move does not wait for it. An object that
+// cannot be read is not.
+func (h *handover) leftAlone(ctx context.Context, o object.ObjMetadata) bool {
+	mapping, err := h.c.RESTMapper().RESTMapping(o.GroupKind)
+	if err != nil {
+		return false
+	}
+	live := &metav1.PartialObjectMetadata{}
+	live.SetGroupVersionKind(mapping.GroupVersionKind)
+	if err := h.c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, live); err != nil {
+		return false
+	}
+	return engine.LeftAloneBy(live.GetAnnotations()) != ""
 }
 
 // suspendOld suspends a Flux Kustomization, or turns off an Application's automated sync.

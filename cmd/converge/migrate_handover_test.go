@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/converge-dev/converge/engine"
 )
@@ -162,4 +163,56 @@ status:
 		t.Errorf("the rest of the sync policy changed (-want +got):\n%s", diff)
 	}
 	assertAdopted(t, f, uids, "argocd-controller")
+}
+
+// TestMigrateFluxLeavesAloneWhatAnAnnotationDisables: an object of the Kustomization's
+// inventory that carries kustomize.toolkit.fluxcd.io/reconcile: disabled is left alone by
+// the Sync, not listed in its inventory, and does not hold the move: the Kustomization is
+// suspended once every other object is listed, and the output names the object left alone.
+// Without it: the Sync never listed the object, and the Kustomization was never suspended.
+func TestMigrateFluxLeavesAloneWhatAnAnnotationDisables(t *testing.T) {
+	f := newFixture(t)
+	installMigrateCRDs(t)
+	installSyncCRD(t)
+	left := `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: left
+  namespace: NS
+  annotations: {kustomize.toolkit.fluxcd.io/reconcile: disabled}
+data: {k: v}
+`
+	f.publish(map[string]string{"a.yaml": strings.ReplaceAll(cmA, "VERSION", "1"), "b.yaml": cmB, "left.yaml": left})
+	uids := applyAsOldTool(t, f, "kustomize-controller")
+	cm := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(strings.ReplaceAll(left, "NS", f.ns)), &cm.Object); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Patch(context.Background(), cm, client.Apply, client.FieldOwner("kustomize-controller")); err != nil { //nolint:staticcheck // as the old tool applies
+		t.Fatal(err)
+	}
+	createDocs(t, f.ns, `apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata: {name: repo, namespace: NS}
+spec: {url: "`+f.git.RepoURL("app")+`", interval: 1m, ref: {branch: main}}
+---
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {name: app, namespace: NS}
+spec:
+  sourceRef: {kind: GitRepository, name: repo}
+  interval: 1m
+  path: ./
+  prune: true
+status:
+  inventory:
+    entries: [{id: NS_a__ConfigMap, v: v1}, {id: NS_b__ConfigMap, v: v1}, {id: NS_left__ConfigMap, v: v1}]`)
+	f.startDaemon(env.Config)
+
+	cliRun(t, "migrate", "flux", "-n", f.ns, "app", "--apply", "--timeout", "2m").expect(t, "adopted but what is left alone", 0, nil,
+		[]string{"Sync " + f.ns + "/app applied, Ready and listing every object but " + f.ns + "_left__ConfigMap, which their annotations leave alone; Kustomization " + f.ns + "/app suspended"})
+	if suspended, _, _ := unstructured.NestedBool(getOld(t, f.ns, kustomizationsV1, "app").Object, "spec", "suspend"); !suspended {
+		t.Error("the Kustomization was not suspended")
+	}
+	assertAdopted(t, f, uids, "kustomize-controller")
 }
