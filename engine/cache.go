@@ -36,7 +36,7 @@ type watchCache struct {
 	memo    *memo
 	changed func(inventoryID string) // nil: nobody listens
 	quiet   *quietRuns               // counts every event about a managed object (quiet.go)
-	ignored *ignoredFields           // the ignore rules the fingerprint is blind to (fingerprint.go)
+	ignored *IgnoredFields           // the ignore rules the fingerprint is blind to (fingerprint.go)
 	scoped  bool                     // the cache lists only objects with the scope's label
 	watched sync.Map                 // schema.GroupVersionKind → struct{}: handler added
 	whole   sync.Map                 // schema.GroupKind → struct{}: an informer of whole objects answered a read
@@ -44,8 +44,7 @@ type watchCache struct {
 }
 
 func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client, m *memo, q *quietRuns,
-	changed func(string), scope Label) (*watchCache, error) {
-	ignored := newIgnoredFields()
+	ignored *IgnoredFields, changed func(string), scope Label) (*watchCache, error) {
 	opts := cache.Options{
 		HTTPClient:       httpClient,
 		Scheme:           c.Scheme(),

@@ -115,6 +115,12 @@ type Options struct {
 	// again, so a no-op reconcile sends no request at all (heads.go). Nil reads the
 	// inventory at every run.
 	Heads HeadVersions
+	// IgnoredFields, with Watch, is the registry of ignore rules the watch caches'
+	// fingerprints are blind to (fingerprint.go), shared by every engine of a process, so
+	// that the run of any of them, an impersonated engine without a cache among them, sets
+	// the rules its inventory's objects are fingerprinted with wherever they are cached.
+	// Nil: an engine with a watch cache keeps a registry of its own.
+	IgnoredFields *IgnoredFields
 }
 
 // Label is one label, key=value.
@@ -194,7 +200,11 @@ func (e *Engine) startCache() error {
 	if e.opts.Heads != nil {
 		e.heads, e.quiet = newHeads(e.opts.Heads), newQuietRuns()
 	}
-	e.cache, err = newWatchCache(e.cfg, e.httpClient, e.client, e.memo, e.quiet, e.opts.Changed, e.opts.Scope)
+	ignored := e.opts.IgnoredFields
+	if ignored == nil {
+		ignored = NewIgnoredFields()
+	}
+	e.cache, err = newWatchCache(e.cfg, e.httpClient, e.client, e.memo, e.quiet, ignored, e.opts.Changed, e.opts.Scope)
 	return err
 }
 

@@ -29,7 +29,7 @@ import (
 // change is not recorded in managedFields), and a writer that rewrites managedFields itself.
 //
 // The fingerprint is blind to what the ignore rules of the object's owner leave alone
-// (ignoredFields: the rules of the last run of the inventory the owner annotation names that
+// (IgnoredFields: the rules of the last run of the inventory the owner annotation names that
 // this engine applied, for the objects a rule's target selects). Each apply entry's field
 // set is hashed without the rules' paths and everything under them, and an entry left with
 // no field is not hashed: another manager taking an ignored field from Converge's apply (its
@@ -54,9 +54,9 @@ import (
 
 // stripManagedFields is the watch cache's transform: managedFields dropped from every
 // object, and their apply managers' fingerprint kept on metadata objects (appliedSets),
-// blind to what the ignore rules f holds for the object's owner leave alone (ignoredFields;
+// blind to what the ignore rules f holds for the object's owner leave alone (IgnoredFields;
 // a nil f holds none).
-func (f *ignoredFields) stripManagedFields(in any) (any, error) {
+func (f *IgnoredFields) stripManagedFields(in any) (any, error) {
 	if pm, ok := in.(*metav1.PartialObjectMetadata); ok {
 		// An object seen again (the transform may run twice on one) is left as it is: its
 		// fingerprint is already kept, and writing it again would race with its readers.
@@ -80,7 +80,7 @@ func appliedSets(o metav1.Object) string {
 
 // fingerprintApplied hashes the managers, subresources and field sets of the Apply entries
 // of entries, in any order; "" when there is none. With ignored paths or managers (from
-// ignoredFields.leftAlone), each entry's field set is hashed without the ignored paths and
+// IgnoredFields.leftAlone), each entry's field set is hashed without the ignored paths and
 // everything under them, an entry left with no field is not hashed, and the entries of the
 // managers named are not hashed at all; an entry whose fields cannot be read is hashed as it
 // is.
@@ -126,14 +126,33 @@ func fingerprintApplied(entries []metav1.ManagedFieldsEntry, ignored *fieldpath.
 	return strconv.FormatUint(h.Sum64(), 36)
 }
 
-// ignoredFields holds, per inventory ID (the owner annotation's value), the ignore rules of
-// the last run of it that this engine applied with some: what the fingerprint of its objects
-// is blind to. Only the engine's own runs register an inventory, and Delete and Abandon drop
-// it with the inventory, as quietRuns does: an owner annotation anybody writes on an object
-// in the cache's scope adds nothing. A nil ignoredFields holds nothing.
-type ignoredFields struct {
+// IgnoredFields holds, per inventory ID (the owner annotation's value), the ignore rules of
+// the last run of it applied with some: what the fingerprint of its objects is blind to.
+// Only engine runs register an inventory, and Delete and Abandon drop it with the
+// inventory, as quietRuns does: an owner annotation anybody writes on an object in the
+// cache's scope adds nothing. A rule whose target selects by labels, annotations or API
+// version is left out: the run selects the desired object, the fingerprint would the live
+// one, and the two may differ (a label added by hand, the version the cache watches), so
+// the fingerprint could be blind to a field the run applies. A nil IgnoredFields holds
+// nothing.
+type IgnoredFields struct {
 	mu    sync.RWMutex
-	rules map[string][]fingerprintRule // a stored slice is never modified: read after the lock
+	rules map[string]*ownerRules // an entry is replaced, never modified, but for its memo
+}
+
+// ownerRules are one inventory's rules, and the paths and managers each combination of
+// them that selects an object leaves alone, made once (a union of up to 64 rules' paths
+// would otherwise be made at every event).
+type ownerRules struct {
+	rules []fingerprintRule
+	mu    sync.Mutex
+	made  map[uint64]leftAloneSet // by the bits of the rules that select an object
+}
+
+// leftAloneSet is what some rules leave alone together.
+type leftAloneSet struct {
+	paths    *fieldpath.Set // nil: none
+	managers []string
 }
 
 // fingerprintRule is an ignore rule as the fingerprint uses it: its target, its paths as a
@@ -144,19 +163,23 @@ type fingerprintRule struct {
 	managers []string
 }
 
-func newIgnoredFields() *ignoredFields {
-	return &ignoredFields{rules: map[string][]fingerprintRule{}}
+// NewIgnoredFields returns an empty registry, for Options.IgnoredFields.
+func NewIgnoredFields() *IgnoredFields {
+	return &IgnoredFields{rules: map[string]*ownerRules{}}
 }
 
 // set keeps the rules of ig, a run of inventory id, for the fingerprint of id's objects, or
-// forgets id's when ig has none.
-func (f *ignoredFields) set(id string, ig *ignorer) {
+// forgets id's when ig has none the fingerprint can use.
+func (f *IgnoredFields) set(id string, ig *ignorer) {
 	if f == nil || id == "" {
 		return
 	}
 	var rules []fingerprintRule
 	if ig != nil {
 		for _, r := range ig.rules {
+			if r.byMetadata {
+				continue
+			}
 			fr := fingerprintRule{sel: r.sel, managers: r.managers}
 			if len(r.paths) > 0 {
 				fr.paths = &fieldpath.Set{}
@@ -173,11 +196,11 @@ func (f *ignoredFields) set(id string, ig *ignorer) {
 		delete(f.rules, id)
 		return
 	}
-	f.rules[id] = rules
+	f.rules[id] = &ownerRules{rules: rules, made: map[uint64]leftAloneSet{}}
 }
 
 // drop forgets the inventory id (Delete, Abandon).
-func (f *ignoredFields) drop(id string) {
+func (f *IgnoredFields) drop(id string) {
 	if f == nil {
 		return
 	}
@@ -186,20 +209,23 @@ func (f *ignoredFields) drop(id string) {
 	delete(f.rules, id)
 }
 
-// ignoredFields is the watch cache's registry of ignore rules (fingerprint.go); nil
-// without a watch cache.
-func (e *Engine) ignoredFields() *ignoredFields {
-	if e.cache == nil {
-		return nil
+// ignoredFields is the registry of ignore rules the engine's runs set (fingerprint.go):
+// Options.IgnoredFields, else its watch cache's; nil with neither.
+func (e *Engine) ignoredFields() *IgnoredFields {
+	switch {
+	case e.opts.IgnoredFields != nil:
+		return e.opts.IgnoredFields
+	case e.cache != nil:
+		return e.cache.ignored
 	}
-	return e.cache.ignored
+	return nil
 }
 
 // leftAlone is what the rules of pm's owner that select pm leave alone: the ignored paths
 // (nil: none) and the managers named. Nothing when its owner has no rules, or pm does not
 // say its kind (the metadata informers fill it in: controller-runtime sets it on every
 // object it lists and watches), which fingerprints it whole.
-func (f *ignoredFields) leftAlone(pm *metav1.PartialObjectMetadata) (paths *fieldpath.Set, managers []string) {
+func (f *IgnoredFields) leftAlone(pm *metav1.PartialObjectMetadata) (paths *fieldpath.Set, managers []string) {
 	if f == nil {
 		return nil, nil
 	}
@@ -208,26 +234,52 @@ func (f *ignoredFields) leftAlone(pm *metav1.PartialObjectMetadata) (paths *fiel
 		return nil, nil
 	}
 	f.mu.RLock()
-	rules := f.rules[owner]
+	or := f.rules[owner]
 	f.mu.RUnlock()
-	if len(rules) == 0 || pm.Kind == "" {
+	if or == nil || pm.Kind == "" {
 		return nil, nil
 	}
 	gvk := pm.GroupVersionKind()
-	for _, r := range rules {
-		if !selectsMeta(r.sel, gvk, pm) {
-			continue
-		}
-		managers = append(managers, r.managers...)
-		switch {
-		case r.paths == nil:
-		case paths == nil:
-			paths = r.paths
-		default:
-			paths = paths.Union(r.paths)
+	var bits uint64
+	var selected []int
+	for i, r := range or.rules {
+		if selectsMeta(r.sel, gvk, pm) {
+			selected = append(selected, i)
+			if i < 64 {
+				bits |= 1 << i
+			}
 		}
 	}
-	return paths, managers
+	if len(selected) == 0 {
+		return nil, nil
+	}
+	memo := len(or.rules) <= 64
+	if memo {
+		or.mu.Lock()
+		got, ok := or.made[bits]
+		or.mu.Unlock()
+		if ok {
+			return got.paths, got.managers
+		}
+	}
+	var s leftAloneSet
+	for _, i := range selected {
+		r := or.rules[i]
+		s.managers = append(s.managers, r.managers...)
+		switch {
+		case r.paths == nil:
+		case s.paths == nil:
+			s.paths = r.paths
+		default:
+			s.paths = s.paths.Union(r.paths)
+		}
+	}
+	if memo {
+		or.mu.Lock()
+		or.made[bits] = s
+		or.mu.Unlock()
+	}
+	return s.paths, s.managers
 }
 
 // pointerFieldPath is the fieldpath path of the JSON pointer p, each token a field name. A

@@ -21,7 +21,7 @@ func TestFingerprintBlindToIgnoredFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newIgnoredFields()
+	f := NewIgnoredFields()
 	f.set("inv", ig)
 	apply := func(manager, fields string) metav1.ManagedFieldsEntry {
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationApply,
@@ -112,6 +112,44 @@ func TestFingerprintBlindToIgnoredFields(t *testing.T) {
 		}
 		if got := fp(object("cm", "inv", "ConfigMap", apply(FieldManager, vw))); got != fingerprintApplied([]metav1.ManagedFieldsEntry{apply(FieldManager, vw)}, nil, nil) || got == first {
 			t.Errorf("rules %s: fingerprint %s, want the whole object's", what, got)
+		}
+	}
+}
+
+// TestFingerprintKeepsRulesSelectingByMetadata: a rule whose target selects by labels,
+// annotations or API version leaves nothing out of the fingerprint, since the run selects
+// the desired object and the watch cache would the live one. Without it: a label added by
+// hand to the live object made the fingerprint blind to spec.replicas, which the run applied
+// (the desired object lacked the label), and another manager's change of it woke nothing.
+func TestFingerprintKeepsRulesSelectingByMetadata(t *testing.T) {
+	for _, target := range []*ObjectSelector{
+		{Kind: "Deployment", LabelSelector: "pinned=true"},
+		{Kind: "Deployment", AnnotationSelector: "pinned=true"},
+		{Kind: "Deployment", Version: "v1"},
+	} {
+		ig, err := newIgnorer(ApplyOptions{Ignore: []IgnoreRule{{Paths: []string{"/spec/replicas"}, Target: target}}}, "", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := NewIgnoredFields()
+		f.set("inv", ig)
+		obj := func(fields string) *metav1.PartialObjectMetadata {
+			pm := &metav1.PartialObjectMetadata{}
+			pm.SetGroupVersionKind(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
+			pm.Name, pm.Namespace = "web", "ns"
+			pm.Annotations = map[string]string{OwnerAnnotation: "inv", "pinned": "true"} // set on the live object by hand
+			pm.Labels = map[string]string{"pinned": "true"}
+			pm.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationApply,
+				FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}}
+			if _, err := f.stripManagedFields(pm); err != nil {
+				t.Fatal(err)
+			}
+			return pm
+		}
+		before := obj(`{"f:spec":{"f:replicas":{},"f:x":{}}}`)
+		after := obj(`{"f:spec":{"f:x":{}}}`) // another manager took spec.replicas
+		if appliedSets(before) == appliedSets(after) {
+			t.Errorf("target %+v: spec.replicas taken from Converge's apply left the fingerprint as it was", *target)
 		}
 	}
 }

@@ -84,6 +84,9 @@ type ignoreRule struct {
 	sel      *jsondiff.SelectorRegex
 	paths    []string
 	managers []string
+	// byMetadata: the target selects by labels, annotations or API version, which the
+	// desired and the live object may not share (IgnoredFields leaves such a rule out).
+	byMetadata bool
 }
 
 // newIgnorer compiles opts.Ignore for a run whose hand-over takes over managers when
@@ -123,7 +126,8 @@ func newIgnorer(opts ApplyOptions, scopeKey string, handsOver bool) (*ignorer, e
 				return nil, terminal(fmt.Errorf("ignore rule %d: path %q would leave %s to the live object: it is what the engine owns and finds its objects by, never ignored", i, p, k))
 			}
 		}
-		ig.rules = append(ig.rules, ignoreRule{index: i, sel: sel, paths: r.Paths, managers: r.Managers})
+		byMetadata := r.Target != nil && (r.Target.LabelSelector != "" || r.Target.AnnotationSelector != "" || r.Target.Version != "")
+		ig.rules = append(ig.rules, ignoreRule{index: i, sel: sel, paths: r.Paths, managers: r.Managers, byMetadata: byMetadata})
 	}
 	return ig, nil
 }

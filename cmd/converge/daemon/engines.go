@@ -56,6 +56,11 @@ type actor struct {
 }
 
 func newEngineSet(ctx context.Context, cfg *rest.Config, opts engine.Options, watch bool, defaultSA string, states *syncStates) *engineSet {
+	if opts.IgnoredFields == nil {
+		// One registry for every engine: a Sync acting as a service account (an engine
+		// without a cache) sets and clears its rules where its objects are cached.
+		opts.IgnoredFields = engine.NewIgnoredFields()
+	}
 	e := &engineSet{ctx: ctx, cfg: cfg, opts: opts, watch: watch, defaultSA: defaultSA, states: states,
 		byUser: map[string]*actor{}}
 	states.onForget(func(_ types.NamespacedName, old syncState) {
