@@ -3,16 +3,19 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/cli-utils/pkg/object"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,7 +31,9 @@ lost), each with its KIND, NAMESPACE/NAME, HEALTH (kstatus, read now: Current, I
 Failed, Terminating, NotFound, Unknown) and kstatus MESSAGE, and FILE, the file of the source it
 was rendered from. A Sync whose spec.driftPolicy leaves drift as it is (Report) adds DRIFT:
 the fields its last reconcile found changed, each with the field manager that changed it, or
-"deleted" (from status.drift, at most 20 objects).
+"deleted" (from status.drift, at most 20 objects). Drift the Sync took back (Correct) is shown
+the same way, "corrected <age> ago: ", from its newest DriftCorrected event (kept by the API
+server for an hour by default).
 
 FILE is not stored in the cluster: tree renders the Sync's source at the revision it last
 applied, as converge diff does (git sources only, with the kubeconfig's credentials; a
@@ -57,8 +62,10 @@ type treeObject struct {
 	Message   string `json:"message,omitempty"`
 	File      string `json:"file,omitempty"`
 	// Drift is how the object drifted, as status.drift records it: its changed fields and
-	// their managers, or "deleted"; empty when it did not (or the Sync corrects drift).
-	Drift string `json:"drift,omitempty"`
+	// their managers, or "deleted"; empty when it did not. For drift the Sync took back, as
+	// its newest DriftCorrected event records it, with DriftCorrected set to that event's time.
+	Drift          string       `json:"drift,omitempty"`
+	DriftCorrected *metav1.Time `json:"driftCorrected,omitempty"`
 }
 
 func newTreeCommand(kube *kubeFlags) *cobra.Command {
@@ -97,9 +104,16 @@ func (o *treeOptions) run(ctx context.Context, out, errOut io.Writer, name strin
 		}
 	}
 	drift := driftByID(s)
+	corrected, at, err := correctedDrift(ctx, c, s)
+	if err != nil {
+		fmt.Fprintf(errOut, "warning: drift corrected not shown: %v\n", err)
+	}
 	rows := make([]treeObject, 0, len(ids))
 	for _, id := range ids {
 		row := treeObject{Group: id.GroupKind.Group, Kind: id.GroupKind.Kind, Namespace: id.Namespace, Name: id.Name, File: files[id], Drift: drift[id]}
+		if change, ok := corrected[id]; ok && row.Drift == "" {
+			row.Drift, row.DriftCorrected = "corrected "+age(clock(), at)+" ago: "+change, &at
+		}
 		row.Health, row.Message, err = health(ctx, c, id)
 		if err != nil {
 			return explain(err, nil)
@@ -110,7 +124,7 @@ func (o *treeOptions) run(ctx context.Context, out, errOut io.Writer, name strin
 		fmt.Fprintf(errOut, "Sync %s/%s owns no objects.\n", s.Namespace, s.Name)
 		return nil
 	}
-	return printRows(out, o.output, treeColumns(len(drift) > 0), rows)
+	return printRows(out, o.output, treeColumns(len(drift)+len(corrected) > 0), rows)
 }
 
 // treeColumns are the columns of `converge tree`; DRIFT only when some object drifted.
@@ -125,6 +139,39 @@ func treeColumns(drift bool) []column[treeObject] {
 	}
 }
 
+// correctedDrift is how each object the newest DriftCorrected event of s names had drifted
+// (DriftedObject.Change, from its v1alpha1.CorrectedDriftAnnotation), and when that event
+// was last seen; nothing when there is no such event.
+func correctedDrift(ctx context.Context, c client.Client, s *v1alpha1.Sync) (map[object.ObjMetadata]string, metav1.Time, error) {
+	list := &corev1.EventList{}
+	sel := fields.Set{"involvedObject.kind": "Sync", "involvedObject.name": s.Name, "reason": "DriftCorrected"}.AsSelector()
+	if err := c.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingFieldsSelector{Selector: sel}); err != nil {
+		return nil, metav1.Time{}, fmt.Errorf("list the events of sync %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	var newest *corev1.Event
+	var at metav1.Time
+	for i, ev := range list.Items {
+		if ev.InvolvedObject.UID != s.UID || ev.Annotations[v1alpha1.CorrectedDriftAnnotation] == "" {
+			continue
+		}
+		if seen := rowOf(ev).LastSeen; newest == nil || seen.After(at.Time) {
+			newest, at = &list.Items[i], seen
+		}
+	}
+	if newest == nil {
+		return nil, at, nil
+	}
+	var objs []v1alpha1.DriftedObject
+	if err := json.Unmarshal([]byte(newest.Annotations[v1alpha1.CorrectedDriftAnnotation]), &objs); err != nil {
+		return nil, at, fmt.Errorf("event %s: annotation %s: %w", newest.Name, v1alpha1.CorrectedDriftAnnotation, err)
+	}
+	out := make(map[object.ObjMetadata]string, len(objs))
+	for _, d := range objs {
+		out[d.ID()] = d.Change()
+	}
+	return out, at, nil
+}
+
 // driftByID is how each object of s.status.drift drifted (DriftedObject.Change).
 func driftByID(s *v1alpha1.Sync) map[object.ObjMetadata]string {
 	if s.Status.Drift == nil {
@@ -132,8 +179,7 @@ func driftByID(s *v1alpha1.Sync) map[object.ObjMetadata]string {
 	}
 	out := make(map[object.ObjMetadata]string, len(s.Status.Drift.Objects))
 	for _, d := range s.Status.Drift.Objects {
-		id := object.ObjMetadata{GroupKind: schema.GroupKind{Group: d.Group, Kind: d.Kind}, Namespace: d.Namespace, Name: d.Name}
-		out[id] = d.Change()
+		out[d.ID()] = d.Change()
 	}
 	return out
 }

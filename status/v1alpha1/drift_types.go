@@ -3,6 +3,9 @@ package v1alpha1
 import (
 	"fmt"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/cli-utils/pkg/object"
 )
 
 // ConditionDrifted is True while a Sync whose drift policy is Report has objects that differ
@@ -42,6 +45,11 @@ type KindDriftPolicy struct {
 	// +required
 	Policy DriftPolicy `json:"policy"`
 }
+
+// CorrectedDriftAnnotation, on a Sync's DriftCorrected event, holds the drift it took back
+// as JSON: a list of DriftedObject, bounded as status.drift is. `converge tree` reads it from
+// the newest such event.
+const CorrectedDriftAnnotation = "converge.dev/corrected-drift"
 
 // Bounds of status.drift.
 const (
@@ -128,6 +136,11 @@ func (d DriftedObject) String() string {
 	b.WriteString(d.Name + ": ")
 	b.WriteString(d.Change())
 	return b.String()
+}
+
+// ID is the object's identity in an inventory.
+func (d DriftedObject) ID() object.ObjMetadata {
+	return object.ObjMetadata{GroupKind: schema.GroupKind{Group: d.Group, Kind: d.Kind}, Namespace: d.Namespace, Name: d.Name}
 }
 
 // Change says how the object drifted, as converge tree shows it: "spec.replicas

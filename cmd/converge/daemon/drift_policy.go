@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -108,7 +109,13 @@ func (r *reconciler) recordDrift(s *v1alpha1.Sync, o *status.Outcome, revision s
 			revision, countObjects(len(left)+more), r.redact(s, v1alpha1.DescribeDrift(left, more, driftEventObjects))), 1024))
 	}
 	if fixed, more := driftedObjects(res.Drift, true, driftEventObjects, redact); len(fixed) > 0 {
-		r.events.Event(s, corev1.EventTypeNormal, reasonDriftCorrected, truncate(fmt.Sprintf("revision %s: drift of %s corrected: %s",
+		// The objects, bounded as status.drift, ride on the event for converge tree.
+		var ann map[string]string
+		kept, _ := driftedObjects(res.Drift, true, v1alpha1.MaxDriftObjects, redact)
+		if b, err := json.Marshal(kept); err == nil {
+			ann = map[string]string{v1alpha1.CorrectedDriftAnnotation: string(b)}
+		}
+		r.events.AnnotatedEventf(s, ann, corev1.EventTypeNormal, reasonDriftCorrected, "%s", truncate(fmt.Sprintf("revision %s: drift of %s corrected: %s",
 			revision, countObjects(len(fixed)+more), r.redact(s, v1alpha1.DescribeDrift(fixed, more, driftEventObjects))), 1024))
 	}
 }
