@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -40,8 +41,9 @@ type handOverResult struct {
 	Suspended bool   `json:"suspended"`
 	// Missing are the objects the old tool applied that the Sync's inventory does not list.
 	Missing []string `json:"missing,omitempty"`
-	// LeftAlone are the objects the old tool applied that the Sync leaves alone, as an
-	// annotation of theirs says (engine.LeftAloneBy): not listed, and not missing.
+	// LeftAlone are the objects the old tool listed that the Sync does not and need not,
+	// each with why: an annotation of theirs makes the Sync leave them alone
+	// (engine.LeftAloneBy), or they are not in the cluster (the old tool skipped them too).
 	LeftAlone []string `json:"leftAlone,omitempty"`
 	Error     string   `json:"error,omitempty"`
 }
@@ -49,7 +51,7 @@ type handOverResult struct {
 func (h handOverResult) line() string {
 	switch {
 	case h.Suspended && len(h.LeftAlone) > 0:
-		return fmt.Sprintf("Sync %s applied, Ready and listing every object but %s, which their annotations leave alone; %s %s",
+		return fmt.Sprintf("Sync %s applied, Ready and listing every object but %s; %s %s",
 			h.Sync, strings.Join(h.LeftAlone, ", "), h.From, suspendedWords(h.From))
 	case h.Suspended:
 		return fmt.Sprintf("Sync %s applied, Ready and listing every object; %s %s", h.Sync, h.From, suspendedWords(h.From))
@@ -145,7 +147,8 @@ func (h *handover) waitReady(ctx context.Context, key client.ObjectKey) (*v1alph
 	return s, nil
 }
 
-// missing returns the IDs of applied that the Sync's stored inventory does not list.
+// missing returns the IDs of applied that the Sync's stored inventory does not list and
+// the move must wait for, and those it need not wait for, each with why (leftAlone).
 func (h *handover) missing(ctx context.Context, s *v1alpha1.Sync, applied []string) (missing, leftAlone []string, err error) {
 	if s.Status.Inventory == nil || s.Status.Inventory.Name == "" {
 		return applied, nil, nil
@@ -158,32 +161,43 @@ func (h *handover) missing(ctx context.Context, s *v1alpha1.Sync, applied []stri
 	}
 	for _, id := range applied {
 		o, err := object.ParseObjMetadata(id)
-		switch {
-		case err == nil && inv.Has(o):
-		case err == nil && h.leftAlone(ctx, o):
-			leftAlone = append(leftAlone, id)
-		default:
-			missing = append(missing, id)
+		if err == nil && inv.Has(o) {
+			continue
 		}
+		if err == nil {
+			if why := h.leftAlone(ctx, o); why != "" {
+				leftAlone = append(leftAlone, id+" ("+why+")")
+				continue
+			}
+		}
+		missing = append(missing, id)
 	}
 	return missing, leftAlone, nil
 }
 
-// leftAlone says the live object o carries an annotation that makes the Sync leave it alone
-// (engine.LeftAloneBy: Flux's reconcile: disabled, ssa: Ignore, or Converge's own): the
-// Sync neither applies nor lists it, and the move does not wait for it. An object that
-// cannot be read is not.
-func (h *handover) leftAlone(ctx context.Context, o object.ObjMetadata) bool {
+// leftAlone says why the move need not wait for the Sync to list o, which the old tool
+// listed: the live object carries an annotation that makes the Sync leave it alone
+// (engine.LeftAloneBy: Flux's reconcile: disabled, ssa: Ignore, or Converge's own), or it
+// is not in the cluster (the old tool skipped it, as Flux does an object whose reconcile is
+// disabled: there is nothing to hand over, prune or fight over). "" otherwise, and when o
+// cannot be read.
+func (h *handover) leftAlone(ctx context.Context, o object.ObjMetadata) string {
 	mapping, err := h.c.RESTMapper().RESTMapping(o.GroupKind)
 	if err != nil {
-		return false
+		return ""
 	}
 	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(mapping.GroupVersionKind)
-	if err := h.c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, live); err != nil {
-		return false
+	switch err := h.c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, live); {
+	case apierrors.IsNotFound(err):
+		return "not in the cluster"
+	case err != nil:
+		return ""
 	}
-	return engine.LeftAloneBy(live.GetAnnotations()) != ""
+	if key := engine.LeftAloneBy(live.GetAnnotations()); key != "" {
+		return "left alone: " + key
+	}
+	return ""
 }
 
 // suspendOld suspends a Flux Kustomization, or turns off an Application's automated sync.

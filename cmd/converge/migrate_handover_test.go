@@ -90,6 +90,12 @@ func TestMigrateFluxHandOver(t *testing.T) {
 	installSyncCRD(t)
 	f.publish(map[string]string{"a.yaml": strings.ReplaceAll(cmA, "VERSION", "1"), "b.yaml": cmB})
 	uids := applyAsOldTool(t, f, "kustomize-controller")
+	// c is Flux's, in the cluster, and not in the Sync's source.
+	c := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "c", "namespace": f.ns}, "data": map[string]any{"k": "v"}}}
+	if err := f.c.Patch(context.Background(), c, client.Apply, client.FieldOwner("kustomize-controller")); err != nil { //nolint:staticcheck // as the old tool applies
+		t.Fatal(err)
+	}
 	createDocs(t, f.ns, `apiVersion: source.toolkit.fluxcd.io/v1
 kind: GitRepository
 metadata: {name: repo, namespace: NS}
@@ -167,9 +173,11 @@ status:
 
 // TestMigrateFluxLeavesAloneWhatAnAnnotationDisables: an object of the Kustomization's
 // inventory that carries kustomize.toolkit.fluxcd.io/reconcile: disabled is left alone by
-// the Sync, not listed in its inventory, and does not hold the move: the Kustomization is
-// suspended once every other object is listed, and the output names the object left alone.
-// Without it: the Sync never listed the object, and the Kustomization was never suspended.
+// the Sync, not listed in its inventory, and does not hold the move; nor does one that is
+// not in the cluster (Flux lists, and never creates, an object whose reconcile is disabled).
+// The Kustomization is suspended once every other object is listed, and the output names
+// both with why. Without it: the Sync never listed them, and the Kustomization was never
+// suspended.
 func TestMigrateFluxLeavesAloneWhatAnAnnotationDisables(t *testing.T) {
 	f := newFixture(t)
 	installMigrateCRDs(t)
@@ -206,11 +214,12 @@ spec:
   prune: true
 status:
   inventory:
-    entries: [{id: NS_a__ConfigMap, v: v1}, {id: NS_b__ConfigMap, v: v1}, {id: NS_left__ConfigMap, v: v1}]`)
+    entries: [{id: NS_a__ConfigMap, v: v1}, {id: NS_b__ConfigMap, v: v1}, {id: NS_left__ConfigMap, v: v1}, {id: NS_skipped__ConfigMap, v: v1}]`)
 	f.startDaemon(env.Config)
 
 	cliRun(t, "migrate", "flux", "-n", f.ns, "app", "--apply", "--timeout", "2m").expect(t, "adopted but what is left alone", 0, nil,
-		[]string{"Sync " + f.ns + "/app applied, Ready and listing every object but " + f.ns + "_left__ConfigMap, which their annotations leave alone; Kustomization " + f.ns + "/app suspended"})
+		[]string{"Sync " + f.ns + "/app applied, Ready and listing every object but " + f.ns + "_left__ConfigMap (left alone: kustomize.toolkit.fluxcd.io/reconcile), " +
+			f.ns + "_skipped__ConfigMap (not in the cluster); Kustomization " + f.ns + "/app suspended"})
 	if suspended, _, _ := unstructured.NestedBool(getOld(t, f.ns, kustomizationsV1, "app").Object, "spec", "suspend"); !suspended {
 		t.Error("the Kustomization was not suspended")
 	}
