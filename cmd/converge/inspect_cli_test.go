@@ -358,3 +358,42 @@ func TestInspectionVerbsRenderBuildFields(t *testing.T) {
 		t.Errorf("trace: exit %d, stderr %q; want p-b from kustomization.yaml:\n%s", code, errOut, out)
 	}
 }
+
+// TestTreeShowsCorrectedDrift checks that `converge tree` of a Sync that corrects drift (the
+// default policy) shows, from its newest DriftCorrected event, the field an edit changed and
+// the manager that changed it, marked as corrected, and nothing for the object left alone.
+// Without it: drift taken back was in the event's message only.
+func TestTreeShowsCorrectedDrift(t *testing.T) {
+	f, _ := inspectFixture(t)
+	edit := client.RawPatch(types.MergePatchType, []byte(`{"data":{"version":"edited"}}`))
+	if err := f.c.Patch(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "a"}}, edit,
+		client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	var rows []treeObject
+	var out, errOut string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		var code int
+		out, errOut, code = run("tree", "-n", f.ns, "app", "--files=false", "-o", "json")
+		rows = nil
+		if code != 0 || json.Unmarshal([]byte(out), &rows) != nil {
+			return false, nil
+		}
+		return slices.ContainsFunc(rows, func(r treeObject) bool { return r.DriftCorrected != nil }), nil
+	})
+	if err != nil {
+		t.Fatalf("tree never showed corrected drift: stderr %q:\n%s", errOut, out)
+	}
+	for _, r := range rows {
+		switch {
+		case r.Name == "a" && (!strings.HasPrefix(r.Drift, "corrected ") || !strings.HasSuffix(r.Drift, " ago: data.version (kubectl-edit)")):
+			t.Errorf("a: drift %q, want it corrected, naming data.version and kubectl-edit", r.Drift)
+		case r.Name == "b" && (r.Drift != "" || r.DriftCorrected != nil):
+			t.Errorf("b drifted: %q", r.Drift)
+		}
+	}
+	out, _, code := run("tree", "-n", f.ns, "app", "--files=false")
+	if code != 0 || !strings.Contains(out, "DRIFT") || !strings.Contains(out, "data.version (kubectl-edit)") {
+		t.Errorf("tree table: exit %d, want a DRIFT column naming the corrected field:\n%s", code, out)
+	}
+}
