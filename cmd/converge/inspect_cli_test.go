@@ -397,3 +397,14 @@ func TestTreeShowsCorrectedDrift(t *testing.T) {
 		t.Errorf("tree table: exit %d, want a DRIFT column naming the corrected field:\n%s", code, out)
 	}
 }
+
+// TestPrintableDrift: control characters in a drift's text (a field manager's name is any
+// client's choice) are printed as escapes, never sent to the terminal.
+func TestPrintableDrift(t *testing.T) {
+	if got, want := printable("data.v (evil\x1b]0;x\x07)"), `data.v (evil\x1b]0;x\a)`; got != want {
+		t.Errorf("printable: %q, want %q", got, want)
+	}
+	if got := printable("spec.replicas (kubectl-scale), ü"); got != "spec.replicas (kubectl-scale), ü" {
+		t.Errorf("printable changed printable text: %q", got)
+	}
+}

@@ -112,7 +112,11 @@ func (h *handover) handOver(ctx context.Context, m *migration, r *handOverResult
 		return err
 	}
 	r.Ready = true
-	if r.Missing, r.LeftAlone, err = h.missing(ctx, s, m.Applied); err != nil {
+	// Flux lists an object it skipped (its reconcile disabled) and never creates it; Argo CD
+	// lists objects it has yet to create (a later wave, a manual sync): only Flux's list
+	// may name an object that is not in the cluster without the move waiting for it.
+	absentIsSkipped := m.old.GetKind() != argoApplication.kind
+	if r.Missing, r.LeftAlone, err = h.missing(ctx, s, m.Applied, absentIsSkipped); err != nil {
 		return err
 	}
 	if len(r.Missing) > 0 {
@@ -149,7 +153,7 @@ func (h *handover) waitReady(ctx context.Context, key client.ObjectKey) (*v1alph
 
 // missing returns the IDs of applied that the Sync's stored inventory does not list and
 // the move must wait for, and those it need not wait for, each with why (leftAlone).
-func (h *handover) missing(ctx context.Context, s *v1alpha1.Sync, applied []string) (missing, leftAlone []string, err error) {
+func (h *handover) missing(ctx context.Context, s *v1alpha1.Sync, applied []string, absentIsSkipped bool) (missing, leftAlone []string, err error) {
 	if s.Status.Inventory == nil || s.Status.Inventory.Name == "" {
 		return applied, nil, nil
 	}
@@ -165,7 +169,7 @@ func (h *handover) missing(ctx context.Context, s *v1alpha1.Sync, applied []stri
 			continue
 		}
 		if err == nil {
-			if why := h.leftAlone(ctx, o); why != "" {
+			if why := h.leftAlone(ctx, o, absentIsSkipped); why != "" {
 				leftAlone = append(leftAlone, id+" ("+why+")")
 				continue
 			}
@@ -178,18 +182,22 @@ func (h *handover) missing(ctx context.Context, s *v1alpha1.Sync, applied []stri
 // leftAlone says why the move need not wait for the Sync to list o, which the old tool
 // listed: the live object carries an annotation that makes the Sync leave it alone
 // (engine.LeftAloneBy: Flux's reconcile: disabled, ssa: Ignore, or Converge's own), or it
-// is not in the cluster (the old tool skipped it, as Flux does an object whose reconcile is
-// disabled: there is nothing to hand over, prune or fight over). "" otherwise, and when o
-// cannot be read.
-func (h *handover) leftAlone(ctx context.Context, o object.ObjMetadata) string {
+// is not in the cluster while absentIsSkipped (Flux skipped it, as it does an object whose
+// reconcile is disabled: there is nothing to hand over, prune or fight over; the API
+// server's 404 must name the object, not the resource). "" otherwise, and when o cannot be
+// read.
+func (h *handover) leftAlone(ctx context.Context, o object.ObjMetadata, absentIsSkipped bool) string {
 	mapping, err := h.c.RESTMapper().RESTMapping(o.GroupKind)
 	if err != nil {
 		return ""
 	}
 	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(mapping.GroupVersionKind)
-	switch err := h.c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, live); {
-	case apierrors.IsNotFound(err):
+	err = h.c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, live)
+	var status apierrors.APIStatus
+	switch {
+	case apierrors.IsNotFound(err) && absentIsSkipped && errors.As(err, &status) &&
+		status.Status().Details != nil && status.Status().Details.Name == o.Name:
 		return "not in the cluster"
 	case err != nil:
 		return ""

@@ -137,7 +137,8 @@ status:
 }
 
 // TestMigrateArgoCDHandOver: an Application's automated sync is turned off only once its
-// Sync is Ready and lists every object of status.resources; the objects keep their UIDs,
+// Sync is Ready and lists every object of status.resources, one not in the cluster yet
+// included (Argo CD lists what it has yet to create); the objects keep their UIDs,
 // and argocd-controller's fields and Argo CD's tracking annotation are handed over.
 func TestMigrateArgoCDHandOver(t *testing.T) {
 	f := newFixture(t)
@@ -156,12 +157,24 @@ spec:
 status:
   resources:
   - {version: v1, kind: ConfigMap, namespace: NS, name: a}
-  - {version: v1, kind: ConfigMap, namespace: NS, name: b}`)
+  - {version: v1, kind: ConfigMap, namespace: NS, name: b}
+  - {version: v1, kind: ConfigMap, namespace: NS, name: later}`)
 	f.startDaemon(env.Config)
 
+	// later is one Argo CD has yet to create (a later wave, a manual sync): it holds the move.
+	cliRun(t, "migrate", "argocd", "-n", f.ns, "app", "--apply", "--timeout", "2m").expect(t, "an object not created yet", 2, nil,
+		[]string{"its inventory does not list 1 objects Application " + f.ns + "/app applied: " + f.ns + "_later__ConfigMap"})
+	app := getOld(t, f.ns, applicationsV1A1, "app")
+	if _, found, _ := unstructured.NestedMap(app.Object, "spec", "syncPolicy", "automated"); !found {
+		t.Fatal("automated sync turned off though the Sync does not list later")
+	}
+	_ = unstructured.SetNestedSlice(app.Object, app.Object["status"].(map[string]any)["resources"].([]any)[:2], "status", "resources")
+	if _, err := dynamic.NewForConfigOrDie(env.Config).Resource(applicationsV1A1).Namespace(f.ns).UpdateStatus(context.Background(), app, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	cliRun(t, "migrate", "argocd", "-n", f.ns, "app", "--apply", "--timeout", "2m").expect(t, "adopted", 0, nil,
 		[]string{"Sync " + f.ns + "/app applied, Ready and listing every object; Application " + f.ns + "/app automated sync turned off"})
-	app := getOld(t, f.ns, applicationsV1A1, "app")
+	app = getOld(t, f.ns, applicationsV1A1, "app")
 	if auto, found, _ := unstructured.NestedMap(app.Object, "spec", "syncPolicy", "automated"); found {
 		t.Errorf("automated sync still on: %v", auto)
 	}

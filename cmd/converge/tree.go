@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/status"
 	"github.com/spf13/cobra"
@@ -150,8 +154,10 @@ func correctedDrift(ctx context.Context, c client.Client, s *v1alpha1.Sync) (map
 	}
 	var newest *corev1.Event
 	var at metav1.Time
+	latest := clock().Add(time.Minute) // an event dated later is not the daemon's
 	for i, ev := range list.Items {
-		if ev.InvolvedObject.UID != s.UID || ev.Annotations[v1alpha1.CorrectedDriftAnnotation] == "" {
+		if ev.InvolvedObject.UID != s.UID || ev.Source.Component != "converge" || ev.Annotations[v1alpha1.CorrectedDriftAnnotation] == "" ||
+			rowOf(ev).LastSeen.After(latest) {
 			continue
 		}
 		if seen := rowOf(ev).LastSeen; newest == nil || seen.After(at.Time) {
@@ -167,9 +173,19 @@ func correctedDrift(ctx context.Context, c client.Client, s *v1alpha1.Sync) (map
 	}
 	out := make(map[object.ObjMetadata]string, len(objs))
 	for _, d := range objs {
-		out[d.ID()] = d.Change()
+		out[d.ID()] = printable(d.Change())
 	}
 	return out, at, nil
+}
+
+// printable is s with its control characters (a terminal's escape sequences among them)
+// shown as Go escapes: a field manager's name is any client's choice.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 // driftByID is how each object of s.status.drift drifted (DriftedObject.Change).
@@ -179,7 +195,7 @@ func driftByID(s *v1alpha1.Sync) map[object.ObjMetadata]string {
 	}
 	out := make(map[object.ObjMetadata]string, len(s.Status.Drift.Objects))
 	for _, d := range s.Status.Drift.Objects {
-		out[d.ID()] = d.Change()
+		out[d.ID()] = printable(d.Change())
 	}
 	return out
 }

@@ -18,6 +18,10 @@ const (
 	reasonDriftCorrected = "DriftCorrected"
 )
 
+// maxCorrectedDriftBytes bounds the JSON of the corrected drift a DriftCorrected event
+// carries (v1alpha1.CorrectedDriftAnnotation): objects are left out from the end to fit.
+const maxCorrectedDriftBytes = 64 << 10
+
 // driftEventObjects is how many drifted objects an event names.
 const driftEventObjects = 5
 
@@ -109,15 +113,23 @@ func (r *reconciler) recordDrift(s *v1alpha1.Sync, o *status.Outcome, revision s
 			revision, countObjects(len(left)+more), r.redact(s, v1alpha1.DescribeDrift(left, more, driftEventObjects))), 1024))
 	}
 	if fixed, more := driftedObjects(res.Drift, true, driftEventObjects, redact); len(fixed) > 0 {
-		// The objects, bounded as status.drift, ride on the event for converge tree.
-		var ann map[string]string
 		kept, _ := driftedObjects(res.Drift, true, v1alpha1.MaxDriftObjects, redact)
-		if b, err := json.Marshal(kept); err == nil {
-			ann = map[string]string{v1alpha1.CorrectedDriftAnnotation: string(b)}
-		}
-		r.events.AnnotatedEventf(s, ann, corev1.EventTypeNormal, reasonDriftCorrected, "%s", truncate(fmt.Sprintf("revision %s: drift of %s corrected: %s",
+		r.events.AnnotatedEventf(s, correctedDriftAnnotation(kept), corev1.EventTypeNormal, reasonDriftCorrected, "%s", truncate(fmt.Sprintf("revision %s: drift of %s corrected: %s",
 			revision, countObjects(len(fixed)+more), r.redact(s, v1alpha1.DescribeDrift(fixed, more, driftEventObjects))), 1024))
 	}
+}
+
+// correctedDriftAnnotation is the annotation of a DriftCorrected event that carries the
+// objects it corrected, for converge tree: their JSON, bounded to maxCorrectedDriftBytes (an
+// event over the API server's annotation limit would be refused whole) by leaving objects
+// out from the end; nil when none fits.
+func correctedDriftAnnotation(objs []v1alpha1.DriftedObject) map[string]string {
+	for ; len(objs) > 0; objs = objs[:len(objs)-1] {
+		if b, err := json.Marshal(objs); err == nil && len(b) <= maxCorrectedDriftBytes {
+			return map[string]string{v1alpha1.CorrectedDriftAnnotation: string(b)}
+		}
+	}
+	return nil
 }
 
 // driftNote is what the Ready message says of drift left as it is: nothing when there is

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -276,5 +278,29 @@ func TestNotificationDriftedOnce(t *testing.T) {
 	}
 	if s := f.waitSync("still drifted", driftedNaming("data.version (kubectl-edit)")); s.Status.Drift == nil {
 		t.Error("status.drift is empty")
+	}
+}
+
+// TestCorrectedDriftAnnotationBounded: the corrected drift a DriftCorrected event carries
+// stays within 64 KiB of JSON however long its paths (JSON escapes <, > and & to six bytes
+// each), objects left out from the end; the API server refuses an event whose annotations
+// pass 256 KiB. Without the bound: 20 objects of 5 such fields made about 370 KB.
+func TestCorrectedDriftAnnotationBounded(t *testing.T) {
+	var objs []v1alpha1.DriftedObject
+	for i := range v1alpha1.MaxDriftObjects {
+		o := v1alpha1.DriftedObject{Kind: "ConfigMap", Namespace: "ns", Name: fmt.Sprintf("cm-%d", i)}
+		for range v1alpha1.MaxDriftFields {
+			o.Fields = append(o.Fields, v1alpha1.DriftedField{Path: strings.Repeat("<", 500), Manager: strings.Repeat("&", 120)})
+		}
+		objs = append(objs, o)
+	}
+	ann := correctedDriftAnnotation(objs)
+	got := ann[v1alpha1.CorrectedDriftAnnotation]
+	var back []v1alpha1.DriftedObject
+	if len(got) == 0 || len(got) > maxCorrectedDriftBytes || json.Unmarshal([]byte(got), &back) != nil || len(back) == 0 || back[0].Name != "cm-0" {
+		t.Errorf("annotation of %d bytes (bound %d), %d objects kept", len(got), maxCorrectedDriftBytes, len(back))
+	}
+	if small := correctedDriftAnnotation(objs[:1]); len(small[v1alpha1.CorrectedDriftAnnotation]) == 0 {
+		t.Error("one object left out")
 	}
 }
