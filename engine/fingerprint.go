@@ -140,13 +140,18 @@ type IgnoredFields struct {
 	rules map[string]*ownerRules // an entry is replaced, never modified, but for its memo
 }
 
+// maxFingerprintRules is how many of an inventory's rules the fingerprint is blind to, the
+// Sync API's bound on spec.ignore: a rule past them leaves nothing out, so a change of its
+// fields wakes a reconcile as one of any field does.
+const maxFingerprintRules = 64
+
 // ownerRules are one inventory's rules, and the paths and managers each combination of
 // them that selects an object leaves alone, made once (a union of up to 64 rules' paths
 // would otherwise be made at every event).
 type ownerRules struct {
 	rules []fingerprintRule
 	mu    sync.Mutex
-	made  map[uint64]leftAloneSet // by the bits of the rules that select an object
+	made  map[uint64]leftAloneSet // by the bits (1<<index) of the rules that select an object
 }
 
 // leftAloneSet is what some rules leave alone together.
@@ -179,6 +184,9 @@ func (f *IgnoredFields) set(id string, ig *ignorer) {
 		for _, r := range ig.rules {
 			if r.byMetadata {
 				continue
+			}
+			if len(rules) == maxFingerprintRules {
+				break // one bit each (ownerRules.made); the fields of the rest count as any
 			}
 			fr := fingerprintRule{sel: r.sel, managers: r.managers}
 			if len(r.paths) > 0 {
@@ -241,30 +249,24 @@ func (f *IgnoredFields) leftAlone(pm *metav1.PartialObjectMetadata) (paths *fiel
 	}
 	gvk := pm.GroupVersionKind()
 	var bits uint64
-	var selected []int
 	for i, r := range or.rules {
 		if selectsMeta(r.sel, gvk, pm) {
-			selected = append(selected, i)
-			if i < 64 {
-				bits |= 1 << i
-			}
+			bits |= 1 << i
 		}
 	}
-	if len(selected) == 0 {
+	if bits == 0 {
 		return nil, nil
 	}
-	memo := len(or.rules) <= 64
-	if memo {
-		or.mu.Lock()
-		got, ok := or.made[bits]
-		or.mu.Unlock()
-		if ok {
-			return got.paths, got.managers
-		}
+	or.mu.Lock()
+	defer or.mu.Unlock()
+	if got, ok := or.made[bits]; ok {
+		return got.paths, got.managers
 	}
 	var s leftAloneSet
-	for _, i := range selected {
-		r := or.rules[i]
+	for i, r := range or.rules {
+		if bits&(1<<i) == 0 {
+			continue
+		}
 		s.managers = append(s.managers, r.managers...)
 		switch {
 		case r.paths == nil:
@@ -274,11 +276,7 @@ func (f *IgnoredFields) leftAlone(pm *metav1.PartialObjectMetadata) (paths *fiel
 			s.paths = s.paths.Union(r.paths)
 		}
 	}
-	if memo {
-		or.mu.Lock()
-		or.made[bits] = s
-		or.mu.Unlock()
-	}
+	or.made[bits] = s
 	return s.paths, s.managers
 }
 
