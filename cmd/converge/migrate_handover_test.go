@@ -48,6 +48,46 @@ func applyAsOldTool(t *testing.T, f *fixture, manager string) map[string]string 
 	return uids
 }
 
+// applyDocAs applies the YAML object doc (NS its namespace) to the fixture's namespace as
+// an old tool does: server-side apply under manager.
+func applyDocAs(t *testing.T, f *fixture, doc, manager string) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(strings.ReplaceAll(doc, "NS", f.ns)), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Patch(context.Background(), u, client.Apply, client.FieldOwner(manager)); err != nil { //nolint:staticcheck // as the old tool applies
+		t.Fatal(err)
+	}
+}
+
+// createFluxKustomization creates the GitRepository repo of the fixture's repository and the
+// Kustomization app on it, pruning, whose status.inventory lists the ConfigMaps names of the
+// fixture's namespace.
+func createFluxKustomization(t *testing.T, f *fixture, names ...string) {
+	t.Helper()
+	var entries []string
+	for _, n := range names {
+		entries = append(entries, "{id: NS_"+n+"__ConfigMap, v: v1}")
+	}
+	createDocs(t, f.ns, `apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata: {name: repo, namespace: NS}
+spec: {url: "`+f.git.RepoURL("app")+`", interval: 1m, ref: {branch: main}}
+---
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {name: app, namespace: NS}
+spec:
+  sourceRef: {kind: GitRepository, name: repo}
+  interval: 1m
+  path: ./
+  prune: true
+status:
+  inventory:
+    entries: [`+strings.Join(entries, ", ")+`]`)
+}
+
 // assertAdopted fails t unless a and b keep their UIDs, carry the Sync's owner annotation,
 // and no longer carry the old tool's field manager nor its tracking labels and annotations.
 func assertAdopted(t *testing.T, f *fixture, uids map[string]string, manager string) {
@@ -91,27 +131,8 @@ func TestMigrateFluxHandOver(t *testing.T) {
 	f.publish(map[string]string{"a.yaml": strings.ReplaceAll(cmA, "VERSION", "1"), "b.yaml": cmB})
 	uids := applyAsOldTool(t, f, "kustomize-controller")
 	// c is Flux's, in the cluster, and not in the Sync's source.
-	c := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": "c", "namespace": f.ns}, "data": map[string]any{"k": "v"}}}
-	if err := f.c.Patch(context.Background(), c, client.Apply, client.FieldOwner("kustomize-controller")); err != nil { //nolint:staticcheck // as the old tool applies
-		t.Fatal(err)
-	}
-	createDocs(t, f.ns, `apiVersion: source.toolkit.fluxcd.io/v1
-kind: GitRepository
-metadata: {name: repo, namespace: NS}
-spec: {url: "`+f.git.RepoURL("app")+`", interval: 1m, ref: {branch: main}}
----
-apiVersion: kustomize.toolkit.fluxcd.io/v1
-kind: Kustomization
-metadata: {name: app, namespace: NS}
-spec:
-  sourceRef: {kind: GitRepository, name: repo}
-  interval: 1m
-  path: ./
-  prune: true
-status:
-  inventory:
-    entries: [{id: NS_a__ConfigMap, v: v1}, {id: NS_b__ConfigMap, v: v1}, {id: NS_c__ConfigMap, v: v1}]`)
+	applyDocAs(t, f, strings.Replace(cmB, "name: b", "name: c", 1), "kustomize-controller")
+	createFluxKustomization(t, f, "a", "b", "c")
 	f.startDaemon(env.Config)
 
 	cliRun(t, "migrate", "flux", "-n", f.ns, "app", "--apply", "--timeout", "2m").expect(t, "an object missing", 2, nil,
@@ -205,29 +226,8 @@ data: {k: v}
 `
 	f.publish(map[string]string{"a.yaml": strings.ReplaceAll(cmA, "VERSION", "1"), "b.yaml": cmB, "left.yaml": left})
 	uids := applyAsOldTool(t, f, "kustomize-controller")
-	cm := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(strings.ReplaceAll(left, "NS", f.ns)), &cm.Object); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.c.Patch(context.Background(), cm, client.Apply, client.FieldOwner("kustomize-controller")); err != nil { //nolint:staticcheck // as the old tool applies
-		t.Fatal(err)
-	}
-	createDocs(t, f.ns, `apiVersion: source.toolkit.fluxcd.io/v1
-kind: GitRepository
-metadata: {name: repo, namespace: NS}
-spec: {url: "`+f.git.RepoURL("app")+`", interval: 1m, ref: {branch: main}}
----
-apiVersion: kustomize.toolkit.fluxcd.io/v1
-kind: Kustomization
-metadata: {name: app, namespace: NS}
-spec:
-  sourceRef: {kind: GitRepository, name: repo}
-  interval: 1m
-  path: ./
-  prune: true
-status:
-  inventory:
-    entries: [{id: NS_a__ConfigMap, v: v1}, {id: NS_b__ConfigMap, v: v1}, {id: NS_left__ConfigMap, v: v1}, {id: NS_skipped__ConfigMap, v: v1}]`)
+	applyDocAs(t, f, left, "kustomize-controller")
+	createFluxKustomization(t, f, "a", "b", "left", "skipped")
 	f.startDaemon(env.Config)
 
 	cliRun(t, "migrate", "flux", "-n", f.ns, "app", "--apply", "--timeout", "2m").expect(t, "adopted but what is left alone", 0, nil,
