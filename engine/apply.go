@@ -174,12 +174,11 @@ func (e *Engine) applySet(ctx context.Context, set Set, opts ApplyOptions, remem
 		// rules leave alone (fingerprint.go).
 		e.ignoredFields().set(set.Inventory.ID, ignore)
 	}
-	items, st, err := e.startRun(ctx, set, opts, remembered)
+	items, st, err := e.startRun(ctx, set, opts, remembered, ignore)
 	if err != nil {
 		return res, err
 	}
-	ignore.mark(items)
-	res.IgnoreUnmatched = ignore.unmatched(items)
+	res.IgnoreUnmatched = ignore.unmatched()
 	res.MigrationPending = e.migrationPending(set.Inventory, st.claim)
 	if st.ordered {
 		if err := e.findDependencies(ctx, items, opts.DefaultNamespace); err != nil {
@@ -497,7 +496,7 @@ func (r *applyRun) readyCandidates(outs []outcome) waitSet {
 			continue
 		}
 		w.ids = append(w.ids, o.change.Object)
-		if readyOnExistence(r.items[i].obj) {
+		if r.items[i].byMeta {
 			w.byMeta[o.change.Object] = true
 		}
 		if o.generation > 0 {

@@ -37,6 +37,10 @@ const maxAttempts = 3
 // into the outcome; the error is non-nil only when a hook aborts the run.
 func (r *applyRun) applyOne(ctx context.Context, it *item) (outcome, error) {
 	out := outcome{change: Change{ID: it.key, Object: it.id, Origin: it.origin}, track: true}
+	if _, err := it.object(); err != nil { // a set given as JSON: decoded for this step alone
+		return failed(out, err), nil
+	}
+	defer r.release(it)
 	if o, done := r.unread(it, out); done {
 		return o, nil
 	}

@@ -28,7 +28,7 @@ func (e *Engine) waitEstablished(ctx context.Context, crds []string, pending []*
 			return notYet, nil
 		}
 		for _, it := range pending {
-			gvk := it.obj.GroupVersionKind()
+			gvk := it.gvk
 			if _, err := e.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
 				if !meta.IsNoMatchError(err) {
 					return nil, err

@@ -73,6 +73,10 @@ type ignorer struct {
 	// answer, and owned says one of them had a field its managers own that the render sets.
 	seen  []map[*item]struct{}
 	owned []bool
+	// selected counts, per rule, the objects of the set it selects, and sets says one of
+	// them sets a path of the rule: mark fills them, one object at a time, for unmatched.
+	selected []int
+	sets     []bool
 	// steps counts the list elements adjust examined to find fields (elements.steps), all
 	// objects together: the work that grows with the objects' lists.
 	steps int64
@@ -101,6 +105,7 @@ func newIgnorer(opts ApplyOptions, scopeKey string, handsOver bool) (*ignorer, e
 	manager := fieldManagerOf(opts)
 	ig := &ignorer{orig: map[*item]*unstructured.Unstructured{}, manager: manager, scopeKey: scopeKey,
 		seen: make([]map[*item]struct{}, len(rules)), owned: make([]bool, len(rules)),
+		selected: make([]int, len(rules)), sets: make([]bool, len(rules)),
 		takesOver: func(name string) bool { return handsOver && listed(name, opts.TakeOverManagers) }}
 	for i, r := range rules {
 		var js *jsondiff.Selector
@@ -194,31 +199,16 @@ func selectsMeta(sel *jsondiff.SelectorRegex, gvk schema.GroupVersionKind, m met
 }
 
 // unmatched describes the rules that leave every object of the set alone: the target
-// selects none, or no selected object sets any of the rule's paths. A rule with managers is
-// judged on the live objects instead (unowned). The run goes on; the caller reports them (a
-// rule that matches nothing is usually a typo).
-func (ig *ignorer) unmatched(items []*item) []string {
+// selects none, or no selected object sets any of the rule's paths, as mark counted them. A
+// rule with managers is judged on the live objects instead (unowned). The run goes on; the
+// caller reports them (a rule that matches nothing is usually a typo).
+func (ig *ignorer) unmatched() []string {
 	if ig == nil {
 		return nil
 	}
 	var out []string
-	for _, r := range ig.rules {
-		selected, set := 0, false
-		for _, it := range items {
-			if set {
-				break // the rule matches: nothing more to learn from the other objects
-			}
-			if !r.sel.MatchUnstructured(it.obj) {
-				continue
-			}
-			selected++
-			for _, p := range r.paths {
-				if _, ok := pointerGet(it.obj.Object, p); ok {
-					set = true
-					break
-				}
-			}
-		}
+	for i, r := range ig.rules {
+		selected, set := ig.selected[i], ig.sets[i]
 		switch {
 		case selected == 0:
 			out = append(out, fmt.Sprintf("ignore rule %d selects no object of the set", r.index))
@@ -256,13 +246,28 @@ func (ig *ignorer) unowned() []string {
 	return out
 }
 
-// mark flags the items some rule selects (item.ignored). A nil ignorer marks none.
-func (ig *ignorer) mark(items []*item) {
+// mark flags the items some rule selects (item.ignored), and counts for unmatched which
+// rules select them and whether they set the rules' paths. Each object is read once, while
+// the run prepares it (a set given as JSON is decoded one object at a time). A nil ignorer
+// marks none.
+func (ig *ignorer) mark(items ...*item) {
 	if ig == nil {
 		return
 	}
 	for _, it := range items {
 		it.ignored, it.kept = ig.selects(it.obj)
+		for i, r := range ig.rules {
+			if ig.sets[i] || !r.sel.MatchUnstructured(it.obj) {
+				continue // a rule that matches learns nothing more from its count
+			}
+			ig.selected[i]++
+			for _, p := range r.paths {
+				if _, ok := pointerGet(it.obj.Object, p); ok {
+					ig.sets[i] = true
+					break
+				}
+			}
+		}
 	}
 }
 
@@ -275,6 +280,16 @@ func (ig *ignorer) selects(obj *unstructured.Unstructured) (selected bool, manag
 		}
 	}
 	return selected, managers
+}
+
+// forget drops what the run kept of it's object (its object as rendered, for adjust).
+func (ig *ignorer) forget(it *item) {
+	if ig == nil || !it.ignored {
+		return
+	}
+	ig.mu.Lock()
+	delete(ig.orig, it)
+	ig.mu.Unlock()
 }
 
 // adjust sets it.obj to its desired object as rendered with each ignored field it sets

@@ -116,7 +116,7 @@ func TestIgnoredFieldsOfOtherManagers(t *testing.T) {
 			l := live.DeepCopy()
 			l.SetManagedFields(tc.fields)
 			it := &item{obj: desired()}
-			ig.mark([]*item{it})
+			ig.mark(it)
 			ig.adjust(it, l)
 			want := desired()
 			tc.want(want)

@@ -72,7 +72,7 @@ func TestIgnoreAdjustLinearInListLength(t *testing.T) {
 					t.Fatal(err)
 				}
 				it := &item{obj: desired()}
-				ig.mark([]*item{it})
+				ig.mark(it)
 				start := time.Now()
 				ig.adjust(it, live)
 				t.Logf("n=%d env entries: adjust took %v, examined %d list elements", n, time.Since(start), ig.steps)

@@ -36,12 +36,12 @@ type start struct {
 // (loadInventory), then refuses a prune that opts do not allow. Nothing is written. A
 // dry-run without an inventory (the zero Ref) is a plain diff against the live objects:
 // nothing is owned, adopted or pruned, and each object's owner is information.
-func (e *Engine) startRun(ctx context.Context, set Set, opts ApplyOptions, remembered bool) ([]*item, start, error) {
+func (e *Engine) startRun(ctx context.Context, set Set, opts ApplyOptions, remembered bool, ig *ignorer) ([]*item, start, error) {
 	noInventory := opts.DryRun && set.Inventory == (inventory.Ref{})
 	if err := validateRef(set.Inventory); err != nil && !noInventory {
 		return nil, start{}, err
 	}
-	items, desired, ordered, err := e.prepareOrdered(set, opts)
+	items, desired, ordered, err := e.prepareOrdered(set, opts, ig)
 	if err != nil {
 		return nil, start{}, err
 	}

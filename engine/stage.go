@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/cli-utils/pkg/object"
 
 	"github.com/converge-dev/converge/inventory"
@@ -63,7 +65,17 @@ func pruneRank(gk schema.GroupKind) int {
 
 // item is one validated desired object.
 type item struct {
-	obj *unstructured.Unstructured // ownMetadata copy, normalized, owner annotation set
+	// obj is the desired object: an ownMetadata copy (or, handed over, the object itself),
+	// normalized, the owner annotation set. nil while an object of a set given as JSON
+	// (Set.Docs) is not in use: object decodes and prepares it again from doc.
+	obj *unstructured.Unstructured
+	doc []byte
+	// prep is the preparer that made the item, which prepares its object again from doc.
+	prep *preparer
+	// namespaced says the kind is namespaced (id.Namespace is set on the object).
+	namespaced bool
+	// byMeta says the object is ready once it exists (readyOnExistence).
+	byMeta bool
 	gvk schema.GroupVersionKind
 	id  object.ObjMetadata
 	key string // id.String()
@@ -131,31 +143,49 @@ var serverFields = []string{"resourceVersion", "uid", "creationTimestamp", "gene
 // its metadata copied once (a no-op reconcile of 50,000 objects spent a seventh of its CPU
 // here, reading the same fields several times).
 func (e *Engine) prepare(set Set, opts ApplyOptions) ([]*item, *inventory.Inventory, error) {
-	items, desired, _, err := e.prepareOrdered(set, opts)
+	items, desired, _, err := e.prepareOrdered(set, opts, nil)
 	return items, desired, err
 }
 
-// prepareOrdered is prepare, saying also whether the set carries ordering annotations.
-func (e *Engine) prepareOrdered(set Set, opts ApplyOptions) ([]*item, *inventory.Inventory, bool, error) {
+// prepareOrdered is prepare, saying also whether the set carries ordering annotations; ig
+// marks each item while its object is at hand (ignorer.mark). The objects of a set given as
+// JSON (Set.Docs) are decoded one at a time and dropped once prepared (the CRDs once the
+// items are ordered): the run decodes each again when it applies it (item.object).
+func (e *Engine) prepareOrdered(set Set, opts ApplyOptions, ig *ignorer) ([]*item, *inventory.Inventory, bool, error) {
 	p := &preparer{e: e, set: set, opts: opts, scopes: map[schema.GroupVersionKind]scope{},
-		desired: inventory.NewSized(len(set.Objects))}
+		desired: inventory.NewSized(set.size())}
 	// The set's CRDs are looked for only when a kind is unknown to the API server.
 	p.crds = sync.OnceValue(func() []*unstructured.Unstructured {
 		var crds []*unstructured.Unstructured
-		for _, o := range set.Objects {
-			if o != nil && o.GroupVersionKind().GroupKind() == crdGK {
+		for i := range set.size() {
+			if set.Docs != nil && !bytes.Contains(set.Docs[i], []byte(crdGK.Kind)) {
+				continue // not a CRD: not decoded
+			}
+			if o, _ := set.object(i); o != nil && o.GroupVersionKind().GroupKind() == crdGK {
 				crds = append(crds, o)
 			}
 		}
 		return crds
 	})
-	items := make([]*item, 0, len(set.Objects))
+	items := make([]*item, 0, set.size())
 	var errs []error
-	for i, in := range set.Objects {
+	for i := range set.size() {
+		in, err := set.object(i)
+		if err != nil {
+			if o := p.origin(i); o != "" {
+				err = fmt.Errorf("%s: %w", o, err)
+			}
+			errs = append(errs, terminal(fmt.Errorf("object %d: %w", i, err)))
+			continue
+		}
 		it, err := p.item(i, in)
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		ig.mark(it)
+		if it.doc != nil && it.id.GroupKind != crdGK {
+			it.obj = nil // decoded again when applied
 		}
 		items = append(items, it)
 	}
@@ -165,6 +195,11 @@ func (e *Engine) prepareOrdered(set Set, opts ApplyOptions) ([]*item, *inventory
 	ordered, err := orderItems(items, opts.TargetNamespace)
 	if err != nil {
 		return nil, nil, false, err
+	}
+	for _, it := range items {
+		if it.doc != nil {
+			it.obj = nil
+		}
 	}
 	// Keys are unique (duplicates were refused above): an unstable sort gives one order.
 	slices.SortFunc(items, func(a, b *item) int {
@@ -186,12 +221,77 @@ type preparer struct {
 	desired *inventory.Inventory                // the IDs so far: a second one is a duplicate
 }
 
+// object is the i-th object of s: Objects[i], or the decode of Docs[i], the caller's own.
+func (s Set) object(i int) (*unstructured.Unstructured, error) {
+	if s.Docs == nil {
+		return s.Objects[i], nil
+	}
+	return decodeDoc(s.Docs[i])
+}
+
+// decodeDoc decodes one object's JSON as the sources decode a render (utiljson: integers
+// stay integers), into maps of its own.
+func decodeDoc(doc []byte) (*unstructured.Unstructured, error) {
+	var obj map[string]any
+	if err := utiljson.Unmarshal(doc, &obj); err != nil {
+		return nil, fmt.Errorf("decode the object: %w", err)
+	}
+	return &unstructured.Unstructured{Object: obj}, nil
+}
+
+// origin is where the i-th object of the set was rendered from (Set.Origins), or "".
+func (p *preparer) origin(i int) string {
+	if i < len(p.set.Origins) {
+		return p.set.Origins[i]
+	}
+	return ""
+}
+
+// object is it's desired object as prepare made it: for a set given as JSON, decoded again
+// from its document and given the same metadata (namespace, server fields removed, owner
+// annotation, cache label). It cannot fail for a document prepare decoded; if it did, the
+// error says so.
+func (it *item) object() (*unstructured.Unstructured, error) {
+	if it.obj != nil {
+		return it.obj, nil
+	}
+	if it.doc == nil {
+		return nil, fmt.Errorf("%s: no object", it.key)
+	}
+	u, err := decodeDoc(it.doc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", describeAt(it.origin, it.id), err)
+	}
+	md := metadataOf(u)
+	if md == nil {
+		return nil, fmt.Errorf("%s: no metadata", describeAt(it.origin, it.id))
+	}
+	if it.namespaced {
+		md["namespace"] = it.id.Namespace
+	} else {
+		delete(md, "namespace")
+	}
+	for _, f := range serverFields {
+		delete(md, f)
+	}
+	it.prep.ownLabels(md, true)
+	it.obj = u
+	return u, nil
+}
+
+// release drops the object of an item of a set given as JSON, and what the ignore rules
+// kept of it, once the run is done with it (item.object decodes it again if it is needed);
+// the objects handed over as such stay.
+func (r *applyRun) release(it *item) {
+	if it.doc != nil {
+		r.ignore.forget(it)
+		it.obj = nil
+	}
+}
+
 // item copies and validates the i-th object of the set, in (prepare).
 func (p *preparer) item(i int, in *unstructured.Unstructured) (*item, error) {
-	origin := ""
-	if i < len(p.set.Origins) {
-		origin = p.set.Origins[i]
-	}
+	origin := p.origin(i)
 	if in == nil {
 		return nil, terminal(fmt.Errorf("object %d: apiVersion, kind and metadata.name are required", i))
 	}
@@ -199,7 +299,7 @@ func (p *preparer) item(i int, in *unstructured.Unstructured) (*item, error) {
 	if apiVersion == "" || kind == "" || name == "" {
 		return nil, terminal(fmt.Errorf("object %d: apiVersion, kind and metadata.name are required", i))
 	}
-	own := i < len(p.set.Own) && p.set.Own[i]
+	own := p.set.Docs != nil || i < len(p.set.Own) && p.set.Own[i]
 	u, md := in, metadataOf(in)
 	if !own {
 		u, md = ownMetadata(in)
@@ -233,8 +333,12 @@ func (p *preparer) item(i int, in *unstructured.Unstructured) (*item, error) {
 	if !p.desired.AddNew(inventory.Entry{Object: id}) {
 		return nil, terminal(fmt.Errorf("%s: duplicate object in the set", describeAt(origin, id)))
 	}
-	return &item{obj: u, gvk: gvk, id: id, key: objectKey(id), pos: position{stage: stageOf(id.GroupKind), wave: wave},
-		deps: deps, pending: sc.pending, origin: origin, skip: skip}, nil
+	it := &item{obj: u, gvk: gvk, id: id, key: objectKey(id), pos: position{stage: stageOf(id.GroupKind), wave: wave},
+		deps: deps, pending: sc.pending, origin: origin, skip: skip, namespaced: sc.namespaced, byMeta: readyOnExistence(u)}
+	if p.set.Docs != nil {
+		it.doc, it.prep = p.set.Docs[i], p
+	}
+	return it, nil
 }
 
 // errNoNamespace completes the error of a namespaced object without a namespace.

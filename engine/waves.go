@@ -139,7 +139,7 @@ func (r *applyRun) waitBefore(ctx context.Context, done []outcome, start, end in
 			failed = append(failed, Describe(it.id)+" (wave "+it.pos.describeWave()+")")
 		case o.ready:
 			w.ids = append(w.ids, it.id)
-			if readyOnExistence(it.obj) {
+			if it.byMeta {
 				w.byMeta[it.id] = true
 			}
 			if o.generation > 0 {

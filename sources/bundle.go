@@ -3,6 +3,7 @@ package sources
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,11 @@ type Bundle struct {
 	// returns is its own; a step's result (a substitution, a decryption) marks only the
 	// objects it took from its input as they were (pipeline.Prepare).
 	Own []bool
+	// Docs, for a Load asked for them (LoadOptions.Encoded), hold each object's JSON in
+	// the place of Objects and Own, which are nil: the caller decodes each object when it
+	// needs it (Decoded decodes them all), so that a render is never held whole in maps of
+	// map[string]any, five times its JSON. Read-only.
+	Docs [][]byte
 	// Unloaded says Load was told the caller needs no object of this render
 	// (LoadOptions.Unneeded): Objects and Own are nil, the rest is as for a whole Bundle.
 	Unloaded bool
@@ -51,6 +57,26 @@ type Bundle struct {
 	// git.Repository.Verify, or of an OCI artifact fetched with oci.Artifact.Verify (its
 	// Object "artifact sha256:<hex>"); nil otherwise.
 	Signatures []signature.Signature
+}
+
+// Decoded is b with its objects decoded when b holds them as JSON (Docs): a new Bundle
+// whose Objects are its own (Own); b itself otherwise.
+func (b *Bundle) Decoded() (*Bundle, error) {
+	if b == nil || b.Docs == nil {
+		return b, nil
+	}
+	out := *b
+	out.Docs = nil
+	out.Objects = make([]*unstructured.Unstructured, len(b.Docs))
+	for i, doc := range b.Docs {
+		o, err := decodeDoc(doc)
+		if err != nil {
+			return nil, err
+		}
+		out.Objects[i] = o
+	}
+	out.Own = slices.Repeat([]bool{true}, len(out.Objects))
+	return &out, nil
 }
 
 var (

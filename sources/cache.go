@@ -182,13 +182,38 @@ func (e cacheEntry) objects() ([]*unstructured.Unstructured, error) {
 	}
 	objs := make([]*unstructured.Unstructured, len(docs))
 	for i, b := range docs {
-		var obj map[string]any
-		if err := utiljson.Unmarshal(b, &obj); err != nil {
+		if objs[i], err = decodeDoc(b); err != nil {
 			return nil, err
 		}
-		objs[i] = &unstructured.Unstructured{Object: obj}
 	}
 	return objs, nil
+}
+
+// decodeDoc decodes one object's JSON as the render cache wrote it (utiljson: integers stay
+// integers), into maps of its own.
+func decodeDoc(doc []byte) (*unstructured.Unstructured, error) {
+	var obj map[string]any
+	if err := utiljson.Unmarshal(doc, &obj); err != nil {
+		return nil, err
+	}
+	return &unstructured.Unstructured{Object: obj}, nil
+}
+
+// encodeObjects writes each of objs as JSON as the render cache does (compressObjects),
+// for a render too large to be kept.
+func encodeObjects(objs []*unstructured.Unstructured) ([][]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	docs := make([][]byte, len(objs))
+	for i, o := range objs {
+		buf.Reset()
+		if err := enc.Encode(o.Object); err != nil {
+			return nil, err
+		}
+		docs[i] = bytes.Clone(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	}
+	return docs, nil
 }
 
 // reload replaces each of objs, the objects e was made from (same order), by the decode of

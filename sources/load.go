@@ -74,6 +74,9 @@ type LoadOptions struct {
 	// (Bundle.Unloaded): the caller already has what it would do with them. A render made
 	// by this Load, or kept with an error, is returned whole.
 	Unneeded func(key string) bool
+	// Encoded asks for the objects as JSON (Bundle.Docs), for a caller that decodes each
+	// when it needs it; decoded in Bundle.Objects otherwise.
+	Encoded bool
 }
 
 // DefaultLoadOptions returns the default fetch and render options.
@@ -198,7 +201,15 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 		return &Bundle{Revision: revision, Key: renderKey(key), Unloaded: true, Origins: e.origins, Ordered: e.ordered,
 			CommitTime: commitTime, Signatures: sigs}, nil
 	}
+	b := &Bundle{Revision: revision, Key: renderKey(key), Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime, Signatures: sigs}
 	var objs []*unstructured.Unstructured
+	if ok && opts.Encoded {
+		var err error
+		if b.Docs, err = e.documents(); err == nil { // JSON it wrote: cannot fail; if it did, render again
+			return b, e.err
+		}
+		ok = false
+	}
 	if ok {
 		var err error
 		if objs, err = e.objects(); err != nil { // JSON it encoded: cannot fail; if it did, render again
@@ -214,13 +225,32 @@ func (l *Loader) Load(ctx context.Context, src Source, opts LoadOptions) (*Bundl
 			// which decodes as an integer, and the engine's memo tells the two apart.
 			// Each object is replaced by its copy one at a time: the render is never in
 			// memory twice (at 10,000 objects, 25 MB of decoded maps).
-			if kept, ok := l.cache.put(key, objs, e); ok {
+			kept, ok := l.cache.put(key, objs, e)
+			switch {
+			case opts.Encoded && ok:
+				b.Docs, ok = nil, false
+				if docs, err := kept.documents(); err == nil {
+					b.Docs, ok = docs, true
+				}
+			case ok:
 				kept.reload(objs)
 			}
+			if opts.Encoded && !ok { // not kept (larger than the cache): written as the cache would
+				docs, err := encodeObjects(objs)
+				if err != nil {
+					return nil, err
+				}
+				b.Docs = docs
+			}
 		}
+		b.Origins, b.Ordered = e.origins, e.ordered
 	}
-	own := slices.Repeat([]bool{true}, len(objs)) // each load decodes its own objects
-	return &Bundle{Revision: revision, Key: renderKey(key), Objects: objs, Own: own, Origins: e.origins, Ordered: e.ordered, CommitTime: commitTime, Signatures: sigs}, e.err
+	if opts.Encoded && b.Docs != nil {
+		return b, e.err
+	}
+	b.Objects = objs
+	b.Own = slices.Repeat([]bool{true}, len(objs)) // each load decodes its own objects
+	return b, e.err
 }
 
 // exportLimits returns opts.Fetch with its export limits raised to the render's where

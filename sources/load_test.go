@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -282,5 +283,59 @@ func TestLoadUnneeded(t *testing.T) {
 	}
 	if third.Unloaded || len(third.Objects) != 1 {
 		t.Errorf("a kept render the caller needs: Unloaded %v, %d objects", third.Unloaded, len(third.Objects))
+	}
+}
+
+// TestLoadEncoded: a load asked for JSON (LoadOptions.Encoded) holds each object as the
+// document a decoded load's object comes from, whether the render is new, kept, or too
+// large to be kept, and a number written 3.0 loads alike both ways.
+func TestLoadEncoded(t *testing.T) {
+	dir := writeTree(t, map[string]string{
+		"apps/a.yaml": cm("a", "apps"),
+		"apps/b.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n  namespace: apps\n  annotations:\n    n: \"x<y\"\nreplicas: 3.0\n",
+	})
+	src := Source{Dir: dir, Path: "apps"}
+	decodedOpts, encodedOpts := DefaultLoadOptions(), DefaultLoadOptions()
+	encodedOpts.Encoded = true
+	want, err := NewLoader(t.TempDir()).Load(t.Context(), src, decodedOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, b *Bundle) {
+		t.Helper()
+		if b.Objects != nil || b.Own != nil || len(b.Docs) != len(want.Objects) || b.Key != want.Key || !slices.Equal(b.Origins, want.Origins) {
+			t.Fatalf("%s: %d objects, %d docs (want %d), key %q (want %q), origins %v", what, len(b.Objects), len(b.Docs), len(want.Objects), b.Key, want.Key, b.Origins)
+		}
+		d, err := b.Decoded()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Docs != nil || len(d.Own) != len(d.Objects) || !d.Own[0] {
+			t.Errorf("%s: decoded bundle keeps docs %v or lacks Own %v", what, d.Docs != nil, d.Own)
+		}
+		for i := range want.Objects {
+			if !reflect.DeepEqual(d.Objects[i].Object, want.Objects[i].Object) {
+				t.Errorf("%s: object %d decodes as %v, want %v", what, i, d.Objects[i].Object, want.Objects[i].Object)
+			}
+		}
+	}
+	l := NewLoader(t.TempDir())
+	fresh, err := l.Load(t.Context(), src, encodedOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("a new render", fresh)
+	kept, err := l.Load(t.Context(), src, encodedOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("a kept render", kept)
+	tooLarge, err := NewLoaderSized(t.TempDir(), 1).Load(t.Context(), src, encodedOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("a render larger than the cache", tooLarge)
+	if again, err := l.Load(t.Context(), src, decodedOpts); err != nil || again.Docs != nil || len(again.Objects) != len(want.Objects) {
+		t.Errorf("a decoded load of a render kept: %d docs, %d objects, %v", len(again.Docs), len(again.Objects), err)
 	}
 }

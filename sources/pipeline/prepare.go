@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 
 	"github.com/converge-dev/converge/sources"
@@ -42,7 +43,22 @@ type Result struct {
 // *DecryptError; one of substitution names the variable source, the object or the
 // variable. On error Result.Bundle is nil: nothing may be applied or pruned. Result.Bundle
 // owns (Bundle.Own) only the objects rendered owns that no step changed.
+//
+// A Bundle of JSON documents (Bundle.Docs) is decoded only when a step has work: an object
+// may be encrypted, a substitution or common metadata is asked for. Otherwise it is
+// returned as it is.
 func Prepare(ctx context.Context, rendered *sources.Bundle, opts Options) (Result, error) {
+	if rendered.Docs != nil {
+		if !opts.changes(rendered) {
+			opts.Decryption.Memo.drop() // nothing is encrypted: the plaintexts of an earlier render go
+			return Result{Bundle: rendered, Rendered: rendered, Decrypted: rendered, Redactor: varsubst.NewRedactor(opts.Redact)}, nil
+		}
+		decoded, err := rendered.Decoded()
+		if err != nil {
+			return Result{Redactor: varsubst.NewRedactor(opts.Redact)}, err
+		}
+		rendered = decoded
+	}
 	res := Result{Rendered: rendered}
 	decrypted, err := opts.Decryption.run(ctx, rendered)
 	if err != nil {
@@ -85,4 +101,19 @@ func owned(rendered, out *sources.Bundle) *sources.Bundle {
 	}
 	out.Own = own
 	return out
+}
+
+// changes says a step of opts may change an object of b, whose objects are JSON documents:
+// a substitution or common metadata is asked for, or a document may be SOPS-encrypted (it
+// has a "sops" key anywhere: decoded, the decryption step looks closer).
+func (opts Options) changes(b *sources.Bundle) bool {
+	if opts.Substitution != nil || opts.Metadata != nil && (len(opts.Metadata.Labels) > 0 || len(opts.Metadata.Annotations) > 0) {
+		return true
+	}
+	for _, doc := range b.Docs {
+		if bytes.Contains(doc, []byte(`"sops":`)) {
+			return true
+		}
+	}
+	return false
 }

@@ -419,7 +419,8 @@ func (r *reconciler) apply(ctx context.Context, s *v1alpha1.Sync, o *status.Outc
 	}
 	// The objects the load decoded for this reconcile alone are handed over (Own): the
 	// engine sets their metadata in place rather than copying it. Nothing reads them after.
-	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Origins: bundle.Origins, Own: bundle.Own, Key: q.key(bundle.Key)}
+	// Objects left as JSON (Docs) are decoded by the engine one at a time.
+	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Docs: bundle.Docs, Origins: bundle.Origins, Own: bundle.Own, Key: q.key(bundle.Key)}
 	r.drift.track(set.Inventory.ID, client.ObjectKeyFromObject(s))
 	opts.Recover = recoveredInventory(s) // used only if the inventory ConfigMap was lost
 	opts.Drift = driftOptions(s, bundle.Revision)

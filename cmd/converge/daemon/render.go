@@ -72,6 +72,9 @@ func (rs renderSettings) load(ctx context.Context, l *sources.Loader, src source
 	unneeded func(string) bool) (*sources.Bundle, error) {
 	opts := sources.DefaultLoadOptions()
 	opts.Owner, opts.Tenant, opts.Unneeded = owner.String(), owner.Namespace, unneeded
+	// The objects stay JSON until a step needs them decoded: the pipeline when it changes
+	// them, else the engine, one object at a time (engine.Set.Docs).
+	opts.Encoded = true
 	opts.Render.Isolate = true
 	opts.Render.Limits = rs.limits
 	opts.Fetch.AllowLocal = rs.allowLocalGit
