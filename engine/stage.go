@@ -76,9 +76,9 @@ type item struct {
 	namespaced bool
 	// byMeta says the object is ready once it exists (readyOnExistence).
 	byMeta bool
-	gvk schema.GroupVersionKind
-	id  object.ObjMetadata
-	key string // id.String()
+	gvk    schema.GroupVersionKind
+	id     object.ObjMetadata
+	key    string // id.String()
 	// pos is where the item is applied: its stage, then its wave and step (order.go).
 	pos position
 	// deps are the objects of the set this one depends on (DependsOnAnnotation), and
