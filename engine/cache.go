@@ -45,11 +45,19 @@ type watchCache struct {
 
 func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client, m *memo, q *quietRuns,
 	ignored *IgnoredFields, changed func(string), scope Label) (*watchCache, error) {
+	shared := &sharedMaps{}
 	opts := cache.Options{
-		HTTPClient:       httpClient,
-		Scheme:           c.Scheme(),
-		Mapper:           c.RESTMapper(),
-		DefaultTransform: ignored.stripManagedFields,
+		HTTPClient: httpClient,
+		Scheme:     c.Scheme(),
+		Mapper:     c.RESTMapper(),
+		DefaultTransform: func(in any) (any, error) {
+			// managedFields are there only on the transform's first pass over an object,
+			// before anyone reads it: its maps may be replaced then (compact.go), not after.
+			if pm, ok := in.(*metav1.PartialObjectMetadata); ok && pm.ManagedFields != nil {
+				shared.compact(pm)
+			}
+			return ignored.stripManagedFields(in)
+		},
 	}
 	if scope.Key != "" {
 		opts.DefaultLabelSelector = labels.SelectorFromSet(labels.Set{scope.Key: scope.Value})
