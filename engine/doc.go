@@ -6,7 +6,9 @@
 // One Apply (Engine.applySet in apply.go, each step naming its function):
 //
 //  1. validate (startRun, run_inventory.go; prepare, stage.go): copy the input's metadata
-//     (the rest is shared, read-only); every kind resolves (or is defined by a CRD of the
+//     (the rest is shared, read-only; a set of JSON documents, Set.Docs, is decoded one
+//     object at a time, each dropped once prepared and decoded again when applied:
+//     item.object); every kind resolves (or is defined by a CRD of the
 //     set); namespaced objects get DefaultNamespace or fail; cluster-scoped ones lose their
 //     namespace; server-owned metadata (resourceVersion, uid, managedFields, ...) is
 //     stripped; the owner annotation config.k8s.io/owning-inventory=<ID> is set; no
