@@ -19,10 +19,17 @@ import (
 // (unique.Make). The cache's objects are read-only (cachedLive hands them out without a
 // copy, and every reader only reads), so shared maps are never written.
 
-// maxSharedMaps bounds the maps the cache shares: past it the table starts again (the
+// maxSharedMaps bounds the maps the table holds: past it the table starts again (the
 // objects keep the maps they have; only later ones share anew). A set's objects share a
 // handful; the bound is far above what 1,000 inventories of one replica hold.
 const maxSharedMaps = 8192
+
+// maxSharedMapBytes bounds the content of a map the table takes (its keys and values):
+// the maps worth sharing are the cache's label and the owner annotation, tens of bytes. A
+// larger one (a last-applied-configuration, a tenant's 250 KiB annotation) is left to its
+// object, so the table holds at most maxSharedMaps × maxSharedMapBytes of content twice
+// (its key and the map), 8 MiB, also when it keeps maps of objects that are gone.
+const maxSharedMapBytes = 512
 
 // sharedMaps is the table of maps the cache's objects share, by content.
 type sharedMaps struct {
@@ -48,6 +55,12 @@ func (s *sharedMaps) compact(pm *metav1.PartialObjectMetadata) {
 func (s *sharedMaps) share(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return m
+	}
+	size := 0
+	for k, v := range m {
+		if size += len(k) + len(v); size > maxSharedMapBytes {
+			return m
+		}
 	}
 	s.keys = s.keys[:0]
 	for k := range m {

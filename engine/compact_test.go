@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"maps"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -53,6 +55,13 @@ func TestSharedMapsAlike(t *testing.T) {
 	}
 	if !sameString(a.Namespace, c.Namespace) || !sameString(a.Kind, b.Kind) || !sameString(a.APIVersion, d.APIVersion) {
 		t.Error("namespace, kind or API version not one copy")
+	}
+	big := map[string]string{"a": strings.Repeat("x", maxSharedMapBytes)}
+	g, h := cachedMeta("app", "g", nil, big), cachedMeta("app", "h", nil, maps.Clone(big))
+	s.compact(g)
+	s.compact(h)
+	if sameMap(g.Annotations, h.Annotations) || len(s.maps) != 9 {
+		t.Errorf("a map over %d bytes is shared, or held (%d maps in the table, want 9)", maxSharedMapBytes, len(s.maps))
 	}
 	for i := range maxSharedMaps + 1 {
 		s.compact(cachedMeta("app", "x", map[string]string{"i": string(rune('a' + i%26)), "n": string(rune(i))}, nil))

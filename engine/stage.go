@@ -74,7 +74,8 @@ type item struct {
 	prep *preparer
 	// namespaced says the kind is namespaced (id.Namespace is set on the object).
 	namespaced bool
-	// byMeta says the object is ready once it exists (readyOnExistence).
+	// byMeta says the object is ready once it exists (readyOnExistence of the object as
+	// applied: with the ignore rules' fields taken from the live object, set by applyOne).
 	byMeta bool
 	gvk    schema.GroupVersionKind
 	id     object.ObjMetadata
@@ -279,10 +280,14 @@ func (it *item) object() (*unstructured.Unstructured, error) {
 	return u, nil
 }
 
-// release drops the object of an item of a set given as JSON, and what the ignore rules
-// kept of it, once the run is done with it (item.object decodes it again if it is needed);
-// the objects handed over as such stay.
+// release ends applyOne's use of it: whether it is ready once it exists is judged on the
+// object as applied, then the object of an item of a set given as JSON, and what the
+// ignore rules kept of it, are dropped (item.object decodes it again if it is needed); the
+// objects handed over as such stay.
 func (r *applyRun) release(it *item) {
+	if it.obj != nil {
+		it.byMeta = readyOnExistence(it.obj) // judged on the live fields the rules left alone
+	}
 	if it.doc != nil {
 		r.ignore.forget(it)
 		it.obj = nil

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -62,5 +63,20 @@ func TestPrepareDecodesDocumentsOnlyForAStep(t *testing.T) {
 	var de *DecryptError
 	if _, err := Prepare(t.Context(), encoded(t, enc), Options{}); !errors.As(err, &de) || !de.Terminal {
 		t.Fatalf("an encrypted document without keys: %v; want a terminal DecryptError", err)
+	}
+
+	// Encrypted as a whole file in a Secret's entry (a secretGenerator of a SOPS file: its
+	// JSON holds the file in base64), or as an encrypted .env file's variables.
+	file := string(sopsfixture.Encrypt(t, []byte("password: "+plaintext+"\n"), sopsfixture.DefaultRegex, key.Recipient))
+	entry := "apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: app}\ndata:\n  secret.yaml: " + base64.StdEncoding.EncodeToString([]byte(file)) + "\n"
+	dotenv := "apiVersion: v1\nkind: Secret\nmetadata: {name: e, namespace: app}\ndata:\n  sops_mac: " + base64.StdEncoding.EncodeToString([]byte("ENC[AES256_GCM,data:aa]")) + "\n"
+	for name, doc := range map[string]string{"an encrypted file in a Secret": entry, "an encrypted .env file's variables": dotenv} {
+		if res, err := Prepare(t.Context(), encoded(t, doc), Options{}); !errors.As(err, &de) {
+			t.Errorf("%s without keys: %v (documents handed on: %v); want a DecryptError", name, err, res.Bundle != nil)
+		}
+	}
+	res, err = Prepare(t.Context(), encoded(t, plainYAML, entry), Options{Decryption: Decryption{Keys: keysOf(t, key.Identity)}})
+	if err != nil || res.Bundle.Docs != nil || res.Bundle.Objects[1].Object["data"].(map[string]any)["secret.yaml"] == base64.StdEncoding.EncodeToString([]byte(file)) {
+		t.Fatalf("an encrypted file in a Secret with keys: %v; want it decoded and decrypted", err)
 	}
 }

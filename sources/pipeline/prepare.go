@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+
 	"github.com/converge-dev/converge/sources"
 	"github.com/converge-dev/converge/sources/sops"
 	"github.com/converge-dev/converge/sources/varsubst"
@@ -104,15 +107,22 @@ func owned(rendered, out *sources.Bundle) *sources.Bundle {
 }
 
 // changes says a step of opts may change an object of b, whose objects are JSON documents:
-// a substitution or common metadata is asked for, or a document may be SOPS-encrypted (it
-// has a "sops" key anywhere: decoded, the decryption step looks closer).
+// a substitution or common metadata is asked for, or a document is one decryption applies
+// to (sops.Encrypted: a "sops" key, or a Secret whose entries are encrypted files or an
+// encrypted .env file's variables). Only the documents that may be such are decoded to be
+// sure, one at a time: those naming a "sops key or the kind Secret, as the render cache's
+// encoder writes them (compact, unescaped).
 func (opts Options) changes(b *sources.Bundle) bool {
 	if opts.Substitution != nil || opts.Metadata != nil && (len(opts.Metadata.Labels) > 0 || len(opts.Metadata.Annotations) > 0) {
 		return true
 	}
 	for _, doc := range b.Docs {
-		if bytes.Contains(doc, []byte(`"sops":`)) {
-			return true
+		if !bytes.Contains(doc, []byte(`"sops`)) && !bytes.Contains(doc, []byte(`"Secret"`)) {
+			continue
+		}
+		var obj map[string]any
+		if err := utiljson.Unmarshal(doc, &obj); err != nil || sops.Encrypted(&unstructured.Unstructured{Object: obj}) {
+			return true // one that does not decode is left to Decoded to report
 		}
 	}
 	return false

@@ -207,6 +207,30 @@ func TestDaemonDecryptsSOPS(t *testing.T) {
 	}
 }
 
+// TestDaemonDecryptsEncryptedSecretEntries: a Secret that a secretGenerator made of a SOPS
+// file holds the file in base64, with no "sops" key of its own; the daemon, which keeps a
+// render as JSON until a step needs it, still finds it encrypted, decrypts it, and applies
+// the plaintext, never the ciphertext.
+func TestDaemonDecryptsEncryptedSecretEntries(t *testing.T) {
+	f := newFixture(t)
+	key := sopsfixture.NewKey(t)
+	f.keySecret("sops-age", map[string]string{"identity.agekey": key.Identity})
+	file := string(sopsfixture.Encrypt(t, []byte("password: "+sopsPlaintext+"\n"), "^password$", key.Recipient))
+	rev := f.publishRaw(map[string]string{
+		"kustomization.yaml": "secretGenerator:\n- name: gen\n  namespace: " + f.ns + "\n  files: [creds.yaml=creds.enc.yaml]\n" +
+			"  options: {disableNameSuffixHash: true}\n",
+		"creds.enc.yaml": file,
+	})
+	f.startDaemon(env.Config)
+	f.createSync(2*time.Second, func(s *v1alpha1.Sync) {
+		s.Spec.Decryption = &v1alpha1.Decryption{Provider: "sops", SecretRef: &v1alpha1.LocalObjectReference{Name: "sops-age"}}
+	})
+	f.waitSync("Ready with the Secret's entry decrypted", readyAt(rev))
+	if v, err := f.secretValue("gen", "creds.yaml"); err != nil || !strings.Contains(v, sopsPlaintext) || strings.Contains(v, "ENC[") {
+		t.Fatalf("Secret gen creds.yaml = %q, %v; want the decrypted file", v, err)
+	}
+}
+
 // TestDaemonReadsDecryptionKeyAsTheServiceAccount: the key Secret is read as the Sync's
 // identity (I13). While the service account may not read Secrets, the Sync is Ready=False
 // DecryptionFailed naming the Secret and the service account, and nothing is applied.
