@@ -119,7 +119,9 @@ func prepare(ctx context.Context, cfg *rest.Config, s *runtime.Scheme, o Options
 // health probes and leader election. Its own metrics server is off: the daemon serves its
 // own registry (addServers).
 func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, error) {
-	var cacheOpts cache.Options
+	// The cached Syncs keep no managedFields: nothing reads them, and the status writer's
+	// merge patch leaves them out either way.
+	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 	if o.WatchNamespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.WatchNamespace: {}}
 		for _, ns := range o.test.alsoWatch {
