@@ -45,7 +45,6 @@ type watchCache struct {
 
 func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client, m *memo, q *quietRuns,
 	ignored *IgnoredFields, changed func(string), scope Label) (*watchCache, error) {
-	shared := &sharedMaps{}
 	opts := cache.Options{
 		HTTPClient: httpClient,
 		Scheme:     c.Scheme(),
@@ -54,7 +53,7 @@ func newWatchCache(cfg *rest.Config, httpClient *http.Client, c client.Client, m
 			// managedFields are there only on the transform's first pass over an object,
 			// before anyone reads it: its maps may be replaced then (compact.go), not after.
 			if pm, ok := in.(*metav1.PartialObjectMetadata); ok && pm.ManagedFields != nil {
-				shared.compact(pm)
+				metadataMaps.compact(pm)
 			}
 			return ignored.stripManagedFields(in)
 		},

@@ -21,15 +21,25 @@ import (
 
 // maxSharedMaps bounds the maps the table holds: past it the table starts again (the
 // objects keep the maps they have; only later ones share anew). A set's objects share a
-// handful; the bound is far above what 1,000 inventories of one replica hold.
-const maxSharedMaps = 8192
+// handful: the owner annotation of 1,000 inventories and the cache's labels fit.
+const maxSharedMaps = 4096
 
-// maxSharedMapBytes bounds the content of a map the table takes (its keys and values):
-// the maps worth sharing are the cache's label and the owner annotation, tens of bytes. A
-// larger one (a last-applied-configuration, a tenant's 250 KiB annotation) is left to its
-// object, so the table holds at most maxSharedMaps × maxSharedMapBytes of content twice
-// (its key and the map), 8 MiB, also when it keeps maps of objects that are gone.
-const maxSharedMapBytes = 512
+// maxSharedMapEntries and maxSharedMapBytes bound a map the table takes (its entries, and
+// the bytes of its keys and values): the maps worth sharing are the cache's labels and the
+// owner annotation, a few entries of tens of bytes. A larger one (a last-applied
+// configuration, a tenant's 250 KiB annotation, hundreds of empty labels) is left to its
+// object. A map so bounded takes at most about 2 KB in the table (its slots, its strings
+// and its content as the table's key), so the one table of the process (metadataMaps,
+// shared by every watch cache: one per shard a replica holds) holds under 10 MB, also when
+// it keeps maps of objects that are gone.
+const (
+	maxSharedMapEntries = 16
+	maxSharedMapBytes   = 512
+)
+
+// metadataMaps is the table every watch cache of the process shares its objects' maps
+// through.
+var metadataMaps = &sharedMaps{}
 
 // sharedMaps is the table of maps the cache's objects share, by content.
 type sharedMaps struct {
@@ -53,7 +63,7 @@ func (s *sharedMaps) compact(pm *metav1.PartialObjectMetadata) {
 
 // share returns the map seen before with m's entries, or m, now shared.
 func (s *sharedMaps) share(m map[string]string) map[string]string {
-	if len(m) == 0 {
+	if len(m) == 0 || len(m) > maxSharedMapEntries {
 		return m
 	}
 	size := 0

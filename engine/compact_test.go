@@ -57,11 +57,17 @@ func TestSharedMapsAlike(t *testing.T) {
 		t.Error("namespace, kind or API version not one copy")
 	}
 	big := map[string]string{"a": strings.Repeat("x", maxSharedMapBytes)}
-	g, h := cachedMeta("app", "g", nil, big), cachedMeta("app", "h", nil, maps.Clone(big))
-	s.compact(g)
-	s.compact(h)
-	if sameMap(g.Annotations, h.Annotations) || len(s.maps) != 9 {
-		t.Errorf("a map over %d bytes is shared, or held (%d maps in the table, want 9)", maxSharedMapBytes, len(s.maps))
+	many := map[string]string{}
+	for i := range maxSharedMapEntries + 1 {
+		many[string(rune('a'+i))] = ""
+	}
+	for what, m := range map[string]map[string]string{"over its bytes": big, "over its entries": many} {
+		g, h := cachedMeta("app", "g", nil, m), cachedMeta("app", "h", nil, maps.Clone(m))
+		s.compact(g)
+		s.compact(h)
+		if sameMap(g.Annotations, h.Annotations) || len(s.maps) != 9 {
+			t.Errorf("a map %s is shared, or held (%d maps in the table, want 9)", what, len(s.maps))
+		}
 	}
 	for i := range maxSharedMaps + 1 {
 		s.compact(cachedMeta("app", "x", map[string]string{"i": string(rune('a' + i%26)), "n": string(rune(i))}, nil))
