@@ -130,6 +130,13 @@ func (it *item) annotation(key string) string {
 var serverFields = []string{"resourceVersion", "uid", "creationTimestamp", "generation",
 	"managedFields", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"}
 
+// stripServerFields removes serverFields from the metadata md.
+func stripServerFields(md map[string]any) {
+	for _, f := range serverFields {
+		delete(md, f)
+	}
+}
+
 // prepare copies (ownMetadata; in place for the objects handed over, Set.Own) and
 // validates the desired objects: every kind resolves (or is
 // defined by a CRD of the set), namespaced objects get a namespace, cluster-scoped ones
@@ -272,9 +279,7 @@ func (it *item) object() (*unstructured.Unstructured, error) {
 	} else {
 		delete(md, "namespace")
 	}
-	for _, f := range serverFields {
-		delete(md, f)
-	}
+	stripServerFields(md)
 	it.prep.ownLabels(md, true)
 	it.obj = u
 	return u, nil
@@ -322,9 +327,7 @@ func (p *preparer) item(i int, in *unstructured.Unstructured) (*item, error) {
 	if err != nil {
 		return nil, terminal(fmt.Errorf("%s: namespaced kind %s %w", describeAt(origin, idOf(u)), gvk.Kind, err))
 	}
-	for _, f := range serverFields {
-		delete(md, f)
-	}
+	stripServerFields(md)
 	if err := checkStringMaps(md); err != nil {
 		return nil, terminal(fmt.Errorf("%s: %w", describeAt(origin, idOf(u)), err))
 	}

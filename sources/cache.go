@@ -134,17 +134,14 @@ func compressObjects(objs []*unstructured.Unstructured) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
+	enc := newDocEncoder()
 	ends := make([]int, len(objs))
 	n := 0
 	for i, o := range objs {
-		buf.Reset()
-		if err := enc.Encode(o.Object); err != nil {
+		doc, err := enc.encode(o)
+		if err != nil {
 			return nil, nil, err
 		}
-		doc := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 		if _, err := zw.Write(doc); err != nil {
 			return nil, nil, err
 		}
@@ -202,18 +199,39 @@ func decodeDoc(doc []byte) (*unstructured.Unstructured, error) {
 // encodeObjects writes each of objs as JSON as the render cache does (compressObjects),
 // for a render too large to be kept.
 func encodeObjects(objs []*unstructured.Unstructured) ([][]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
+	enc := newDocEncoder()
 	docs := make([][]byte, len(objs))
 	for i, o := range objs {
-		buf.Reset()
-		if err := enc.Encode(o.Object); err != nil {
+		doc, err := enc.encode(o)
+		if err != nil {
 			return nil, err
 		}
-		docs[i] = bytes.Clone(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+		docs[i] = bytes.Clone(doc)
 	}
 	return docs, nil
+}
+
+// docEncoder writes objects as the render cache keeps them: compact JSON without HTML
+// escaping (a tenant's "<" costs one byte, not six), sorted keys, no trailing newline.
+type docEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+func newDocEncoder() *docEncoder {
+	e := &docEncoder{}
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}
+
+// encode returns o's document, valid until the next call.
+func (e *docEncoder) encode(o *unstructured.Unstructured) ([]byte, error) {
+	e.buf.Reset()
+	if err := e.enc.Encode(o.Object); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(e.buf.Bytes(), []byte("\n")), nil
 }
 
 // reload replaces each of objs, the objects e was made from (same order), by the decode of
