@@ -75,7 +75,7 @@ func TestDeleteRecoversLostInventory(t *testing.T) {
 	if h.liveCM("a") == nil {
 		t.Fatal("Delete without a copy deleted a")
 	}
-	if _, err := h.eng.Delete(h.ctx, h.ref, DeleteOptions{Concurrency: 2, Recover: copyInv}); err != nil {
+	if _, err := h.eng.Delete(h.ctx, h.ref, DeleteOptions{Concurrency: 2, Recover: RecoverFrom(copyInv)}); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	if h.liveCM("a") != nil || h.liveCM("b") != nil || h.liveCM("plain") == nil {

@@ -89,12 +89,12 @@ type ApplyOptions struct {
 	// fields over: the new manager takes the fields the old one owned (kubectl's
 	// --field-manager behaves the same).
 	FieldManager string
-	// Recover is a copy of the inventory kept elsewhere (the Sync status), used only when
+	// Recover reads a copy of the inventory kept elsewhere (the Sync status), only when
 	// the inventory ConfigMap does not exist: its entries become prune candidates again
 	// (each still checked for our owner annotation and UID, I1) and the ConfigMap is
 	// written back with them at the write-ahead (DryRun only reads it). See inventory's
 	// doc.
-	Recover *inventory.Inventory
+	Recover Recovery
 	// Ignore are fields to leave alone (Flux's Kustomization spec.ignore): JSON pointers of
 	// the objects each rule's selector matches, and the fields the rule's field managers own
 	// (Argo CD's managedFieldsManagers), never set against the live object nor shown as a

@@ -295,8 +295,9 @@ func TestRecoveredCopyDoesNotAdopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := testOpts()
-	opts.Recover = &inventory.Inventory{}
-	opts.Recover.Add(entryOf(h.liveCM("helm")))
+	forged := &inventory.Inventory{}
+	forged.Add(entryOf(h.liveCM("helm")))
+	opts.Recover = RecoverFrom(forged)
 	res, err := h.eng.Apply(h.ctx, h.set(configMap(h.ns, "helm", map[string]any{"k": "ours"})), opts)
 	if err == nil || !errors.Is(err, ErrNotAdopted) {
 		t.Errorf("Apply error = %v, want %v", err, ErrNotAdopted)

@@ -28,9 +28,9 @@ import (
 type DeleteOptions struct {
 	// Concurrency bounds the deletes (Abandon: the patches) in flight. Zero or less means 1.
 	Concurrency int
-	// Recover is a copy of the inventory kept elsewhere (the Sync status), used only when
+	// Recover reads a copy of the inventory kept elsewhere (the Sync status), only when
 	// the inventory ConfigMap does not exist. See inventory's doc.
-	Recover *inventory.Inventory
+	Recover Recovery
 }
 
 // DefaultDeleteOptions deletes (or releases) 8 objects at a time.

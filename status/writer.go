@@ -180,7 +180,7 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 		if !w.apply(next, o) {
 			return nil
 		}
-		patch := client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
+		patch := client.MergeFromWithOptions(patchBase(base, next), client.MergeFromWithOptimisticLock{})
 		if err := w.Client.Status().Patch(ctx, next, patch); err != nil {
 			return err
 		}
@@ -199,6 +199,19 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 		return fmt.Errorf("%s: write status: %w", key, err)
 	}
 	return nil
+}
+
+// patchBase is what the merge patch that makes base next is computed from. A compacted base
+// (read from the cache) has no recovery copy to diff against: when next replaces it, the
+// base gets one stand-in entry, so the patch always sends the new copy, or its removal,
+// and never leaves the old one on the server.
+func patchBase(base, next *v1alpha1.Sync) *v1alpha1.Sync {
+	if !Compacted(base) || Compacted(next) {
+		return base
+	}
+	b := base.DeepCopy()
+	b.Status.Inventory.Objects = []v1alpha1.InventoryObject{{}}
+	return b
 }
 
 // apply merges o into the status of sync and reports whether it changed. Conditions other
@@ -251,7 +264,7 @@ func (w *Writer) apply(sync *v1alpha1.Sync, o Outcome) bool {
 	if o.HandledRequest != "" {
 		s.LastHandledRequest = o.HandledRequest
 	}
-	if o.Inventory != nil {
+	if o.Inventory != nil && !sameInventory(s.Inventory, o.Inventory) {
 		s.Inventory = o.Inventory
 	}
 	if o.RollbackKnown {

@@ -677,6 +677,10 @@ type InventoryStatus struct {
 	// a hint to find what we own when the ConfigMap was lost, never the write-ahead record.
 	// +optional
 	Objects []InventoryObject `json:"objects,omitempty"`
+	// Digest stands for Objects in a daemon's informer cache, which keeps a digest of the
+	// recovery copy instead of the copy (status.CompactInventory). It is never serialised:
+	// a Sync read from the API server has none.
+	Digest string `json:"-"`
 }
 
 // InventoryObject is one entry of the recovery copy: the object's ns_name_group_kind (as

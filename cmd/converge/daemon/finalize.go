@@ -101,7 +101,7 @@ func (r *reconciler) cleanupFailed(ctx context.Context, s *v1alpha1.Sync, uid ty
 		return false, ctrl.Result{}, fmt.Errorf("finalize %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	msg := fmt.Sprintf("deletion policy %s not carried out, permission denied for %s since %s; left behind: %s; last error: %v",
-		s.Spec.DeletionPolicy, r.engines.identity(s), r.deletionGrace(), leftBehind(s, res), err)
+		s.Spec.DeletionPolicy, r.engines.identity(s), r.deletionGrace(), r.leftBehind(ctx, s, res), err)
 	logr.FromContextOrDiscard(ctx).Info("finalizer dropped without cleanup", "err", err)
 	r.events.Event(s, corev1.EventTypeWarning, reasonCleanupAbandoned, truncate(msg, 1024))
 	r.deletionStatus(ctx, s, reasonCleanupAbandoned, msg)
@@ -128,7 +128,7 @@ func (r *reconciler) cleanup(ctx context.Context, s *v1alpha1.Sync) (*engine.Res
 	if _, err := migrateInventory(ctx, eng, s); err != nil {
 		return nil, err
 	}
-	recover := recoveredInventory(s)
+	recover := r.recovery(s)
 	if s.Spec.DeletionPolicy == v1alpha1.DeletionPolicyOrphan {
 		opts := engine.DefaultDeleteOptions()
 		opts.Recover = recover
@@ -181,7 +181,7 @@ func deniedErr(err error) bool {
 
 // leftBehind names the objects the cleanup did not handle, as Kind namespace/name: the
 // failed ones of res, or, when the inventory could not even be read, the recovery copy.
-func leftBehind(s *v1alpha1.Sync, res *engine.Result) string {
+func (r *reconciler) leftBehind(ctx context.Context, s *v1alpha1.Sync, res *engine.Result) string {
 	var ids []object.ObjMetadata
 	if res != nil {
 		for _, c := range res.Pruned {
@@ -191,7 +191,8 @@ func leftBehind(s *v1alpha1.Sync, res *engine.Result) string {
 		}
 	}
 	if len(ids) == 0 {
-		for _, e := range recoveredInventory(s).Entries() {
+		st, _ := r.recoveryCopy(ctx, s) // unreadable: named by its inventory below
+		for _, e := range recoveredInventory(st).Entries() {
 			ids = append(ids, e.Object)
 		}
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
@@ -8,8 +9,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/object"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/engine"
 	"github.com/converge-dev/converge/inventory"
+	"github.com/converge-dev/converge/status"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -42,14 +46,40 @@ func inventoryName(name string) string {
 	return name + "-inventory"
 }
 
-// recoveredInventory is the recovery copy of the inventory kept in s's status (nil when
-// there is none). Entries that do not parse are skipped: the copy is only a hint.
-func recoveredInventory(s *v1alpha1.Sync) *inventory.Inventory {
-	if s.Status.Inventory == nil || len(s.Status.Inventory.Objects) == 0 {
+// recoveryCopy is the inventory record in s's status with its recovery copy. The cache keeps
+// a digest of the copy instead (status.CompactInventory): a cached s is read again from the
+// API server, and its copy taken only while the Sync there is still s (the same UID, I14).
+func (r *reconciler) recoveryCopy(ctx context.Context, s *v1alpha1.Sync) (*v1alpha1.InventoryStatus, error) {
+	if !status.Compacted(s) {
+		return s.Status.Inventory, nil
+	}
+	live := &v1alpha1.Sync{}
+	if err := r.live.Get(ctx, client.ObjectKeyFromObject(s), live); err != nil {
+		return nil, err
+	}
+	if live.UID != s.UID {
+		return nil, nil
+	}
+	return live.Status.Inventory, nil
+}
+
+// recovery is the engine's way to the recovery copy of s's inventory, read only when the
+// inventory ConfigMap is gone.
+func (r *reconciler) recovery(s *v1alpha1.Sync) engine.Recovery {
+	return func(ctx context.Context) (*inventory.Inventory, error) {
+		st, err := r.recoveryCopy(ctx, s)
+		return recoveredInventory(st), err
+	}
+}
+
+// recoveredInventory is the recovery copy of the inventory record st (nil when there is
+// none). Entries that do not parse are skipped: the copy is only a hint.
+func recoveredInventory(st *v1alpha1.InventoryStatus) *inventory.Inventory {
+	if st == nil || len(st.Objects) == 0 {
 		return nil
 	}
 	inv := &inventory.Inventory{}
-	for _, o := range s.Status.Inventory.Objects {
+	for _, o := range st.Objects {
 		id, err := object.ParseObjMetadata(o.ID)
 		if err != nil {
 			continue

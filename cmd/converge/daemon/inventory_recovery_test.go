@@ -30,7 +30,7 @@ func TestInventoryStatusRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(want, st.Objects); diff != "" || st.Entries != 3 || st.Name != ref.Name {
 		t.Errorf("status copy (-want +got):\n%s\nentries %d name %s", diff, st.Entries, st.Name)
 	}
-	back := recoveredInventory(&v1alpha1.Sync{Status: v1alpha1.SyncStatus{Inventory: st}})
+	back := recoveredInventory(st)
 	if !back.Equal(inv) {
 		t.Errorf("round trip: %v, want %v", back.Entries(), inv.Entries())
 	}

@@ -422,7 +422,7 @@ func (r *reconciler) apply(ctx context.Context, s *v1alpha1.Sync, o *status.Outc
 	// Objects left as JSON (Docs) are decoded by the engine one at a time.
 	set := engine.Set{Inventory: ref, Objects: bundle.Objects, Docs: bundle.Docs, Origins: bundle.Origins, Own: bundle.Own, Key: q.key(bundle.Key)}
 	r.drift.track(set.Inventory.ID, client.ObjectKeyFromObject(s))
-	opts.Recover = recoveredInventory(s) // used only if the inventory ConfigMap was lost
+	opts.Recover = r.recovery(s) // read only if the inventory ConfigMap was lost
 	opts.Drift = driftOptions(s, bundle.Revision)
 	var res *engine.Result
 	if bundle.Unloaded {

@@ -114,10 +114,11 @@ func pinned(src sources.Source, revision string) (sources.Source, error) {
 	return src, fmt.Errorf("spec.rollback: revision %q does not name a %s of this source", revision, map[bool]string{true: "git commit", false: "OCI digest"}[src.Git.URL != ""])
 }
 
-// crdsDropped names the CRDs s's inventory records that objects (the revision a rollback
-// applies) do not declare: pruning one deletes every custom resource of its kinds.
-func crdsDropped(s *v1alpha1.Sync, objects []*unstructured.Unstructured) []string {
-	if inv := s.Status.Inventory; inv == nil || inv.Entries > len(inv.Objects) {
+// crdsDropped names the CRDs the inventory record inv (a Sync's status.inventory with its
+// recovery copy) lists that objects (the revision a rollback applies) do not declare:
+// pruning one deletes every custom resource of its kinds.
+func crdsDropped(inv *v1alpha1.InventoryStatus, objects []*unstructured.Unstructured) []string {
+	if inv == nil || inv.Entries > len(inv.Objects) {
 		// Which CRDs the Sync applies is not known from its status: refused, as one may be.
 		return []string{"(status.inventory does not list every object the Sync applies)"}
 	}
@@ -128,7 +129,7 @@ func crdsDropped(s *v1alpha1.Sync, objects []*unstructured.Unstructured) []strin
 		}
 	}
 	var dropped []string
-	for _, e := range s.Status.Inventory.Objects {
+	for _, e := range inv.Objects {
 		id, err := object.ParseObjMetadata(e.ID)
 		if err == nil && id.GroupKind.Kind == "CustomResourceDefinition" && id.GroupKind.Group == "apiextensions.k8s.io" && !declared[id.Name] {
 			dropped = append(dropped, id.Name)
@@ -160,7 +161,11 @@ func (r *reconciler) rollBack(ctx context.Context, s *v1alpha1.Sync, o *status.O
 	if bundle, err = bundle.Decoded(); err != nil {
 		return nil, ofSource(reasonBuildFailed, fmt.Errorf("rolling back to %s: %w", p.To, err))
 	}
-	if dropped := crdsDropped(s, bundle.Objects); len(dropped) > 0 {
+	recorded, err := r.recoveryCopy(ctx, s)
+	if err != nil {
+		return nil, retryable(reasonApplyFailed, fmt.Errorf("rolling back to %s: reading the inventory recorded in status: %w", p.To, err))
+	}
+	if dropped := crdsDropped(recorded, bundle.Objects); len(dropped) > 0 {
 		refused := *p
 		refused.To, refused.Reason = "", "refused: "+p.To+" lacks CRD "+strings.Join(dropped, ", ")
 		o.RolledBack, o.AttemptedRevision = &refused, p.From

@@ -21,6 +21,7 @@ import (
 
 	"github.com/converge-dev/converge/cmd/converge/daemon/webhook"
 	"github.com/converge-dev/converge/cmd/converge/internal/scheme"
+	"github.com/converge-dev/converge/status"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -120,16 +121,26 @@ func prepare(ctx context.Context, cfg *rest.Config, s *runtime.Scheme, o Options
 // own registry (addServers).
 func newManager(cfg *rest.Config, s *runtime.Scheme, o Options) (ctrl.Manager, error) {
 	// The cached Syncs keep no managedFields: nothing reads them, and the status writer's
-	// merge patch leaves them out either way.
-	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	// merge patch leaves them out either way. Nor do they keep the recovery copy of their
+	// inventory, only its digest (status.CompactInventory): every replica caches every Sync,
+	// and the copy is most of a Sync's bytes.
+	strip := cache.TransformStripManagedFields()
+	syncs := cache.ByObject{Transform: func(obj any) (any, error) {
+		obj, err := strip(obj)
+		if err != nil {
+			return nil, err
+		}
+		return status.CompactInventory(obj)
+	}}
+	if sel, _ := labels.Parse(o.WatchLabelSelector); !sel.Empty() { // validated by Run
+		syncs.Label = sel
+	}
+	cacheOpts := cache.Options{DefaultTransform: strip, ByObject: map[client.Object]cache.ByObject{&v1alpha1.Sync{}: syncs}}
 	if o.WatchNamespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.WatchNamespace: {}}
 		for _, ns := range o.test.alsoWatch {
 			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 		}
-	}
-	if sel, _ := labels.Parse(o.WatchLabelSelector); !sel.Empty() { // validated by Run
-		cacheOpts.ByObject = map[client.Object]cache.ByObject{&v1alpha1.Sync{}: {Label: sel}}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        s,
