@@ -50,8 +50,9 @@
 // which a tenant's service account may not do, and would cost a full scan per recovery.
 // Lookup tells a missing ConfigMap from an empty one; only a missing one is recovered, the
 // copy's entries becoming prune or delete candidates again (the engine's ApplyOptions and
-// DeleteOptions Recover field), and an Apply writes them back into a
-// new ConfigMap at its write-ahead.
+// DeleteOptions Recover field, read only then), and an Apply writes them back into a
+// new ConfigMap at its write-ahead. The daemon's cache keeps a digest of the copy, not the
+// copy (status.CompactInventory): a recovery reads the Sync from the API server.
 //
 // Bounds of the copy. It is written with the status, after the apply, so it is a recovery
 // hint and never the write-ahead record (I2 rests on the ConfigMap alone): objects first

@@ -2,7 +2,10 @@ package status
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
@@ -29,32 +32,40 @@ func CompactInventory(obj any) (any, error) {
 }
 
 // Compacted reports whether s's status holds the digest of its recovery copy, not the copy:
-// s was read from a cache that CompactInventory transforms.
+// s was read from a cache that CompactInventory transforms. An object that holds both (an
+// API server's answer decoded into a cached object) holds the copy, and is not compacted.
 func Compacted(s *v1alpha1.Sync) bool {
-	return s.Status.Inventory != nil && s.Status.Inventory.Digest != ""
+	return s.Status.Inventory != nil && s.Status.Inventory.Digest != "" && len(s.Status.Inventory.Objects) == 0
 }
 
 // inventoryDigest is the digest of a recovery copy; "" for an empty one, which is never
-// compacted.
+// compacted. Every ID and UID is written after its length, and the count first: the status
+// is anyone's with status rights to write, and no other copy may write the same bytes.
 func inventoryDigest(objects []v1alpha1.InventoryObject) string {
 	if len(objects) == 0 {
 		return ""
 	}
 	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	write := func(v int) { h.Write(n[:binary.PutUvarint(n[:], uint64(v))]) }
+	write(len(objects))
 	for _, o := range objects {
-		// Each field ends in a byte no ID or UID holds, so no two copies write the same bytes.
+		write(len(o.ID))
 		h.Write([]byte(o.ID))
-		h.Write([]byte{0})
+		write(len(o.UID))
 		h.Write([]byte(o.UID))
-		h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// sameInventory reports whether next says what cur, a compacted record, says: the same name,
-// size and recovery copy. It is false for a record that is not compacted, which the writer
-// compares in full.
+// sameInventory reports whether next says what cur, a compacted record, says: the same
+// recovery copy and every other field alike. It is false for a record that is not
+// compacted, which the writer compares in full.
 func sameInventory(cur, next *v1alpha1.InventoryStatus) bool {
-	return cur != nil && next != nil && cur.Digest != "" && cur.Name == next.Name &&
-		cur.Entries == next.Entries && cur.Digest == inventoryDigest(next.Objects)
+	if cur == nil || next == nil || cur.Digest == "" || len(cur.Objects) > 0 || cur.Digest != inventoryDigest(next.Objects) {
+		return false
+	}
+	n := *next
+	n.Objects, n.Digest = nil, cur.Digest
+	return equality.Semantic.DeepEqual(*cur, n)
 }

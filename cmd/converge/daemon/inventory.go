@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -48,7 +49,8 @@ func inventoryName(name string) string {
 
 // recoveryCopy is the inventory record in s's status with its recovery copy. The cache keeps
 // a digest of the copy instead (status.CompactInventory): a cached s is read again from the
-// API server, and its copy taken only while the Sync there is still s (the same UID, I14).
+// API server, and its copy taken only while the Sync there is still s (the same UID, I14):
+// a Sync re-created under the name is status.ErrReplaced.
 func (r *reconciler) recoveryCopy(ctx context.Context, s *v1alpha1.Sync) (*v1alpha1.InventoryStatus, error) {
 	if !status.Compacted(s) {
 		return s.Status.Inventory, nil
@@ -58,7 +60,8 @@ func (r *reconciler) recoveryCopy(ctx context.Context, s *v1alpha1.Sync) (*v1alp
 		return nil, err
 	}
 	if live.UID != s.UID {
-		return nil, nil
+		// Another Sync took the name: its copy is not ours, and no copy is not "nothing".
+		return nil, fmt.Errorf("%s/%s: %w", s.Namespace, s.Name, status.ErrReplaced)
 	}
 	return live.Status.Inventory, nil
 }
