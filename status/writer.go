@@ -124,6 +124,18 @@ func (w *Writer) forgetWrite(key types.NamespacedName) {
 	delete(w.written, key)
 }
 
+// caughtUp moves what behindOurWrite waits for to rv, the resourceVersion of key read from
+// the API server after our last write: once the cache shows it, the cache is past our write.
+// Without it, a change by another writer (a label, an annotation) left the cache at a
+// resourceVersion that was never ours, and every later Write read the API server.
+func (w *Writer) caughtUp(key types.NamespacedName, rv string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.written[key]; ok {
+		w.written[key] = rv
+	}
+}
+
 // recordWrite remembers the resourceVersion our write of key produced.
 func (w *Writer) recordWrite(key types.NamespacedName, rv string) {
 	w.mu.Lock()
@@ -178,6 +190,9 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 		}
 		next := base.DeepCopy()
 		if !w.apply(next, o) {
+			if !cached {
+				w.caughtUp(key, base.ResourceVersion)
+			}
 			return nil
 		}
 		patch := client.MergeFromWithOptions(patchBase(base, next), client.MergeFromWithOptimisticLock{})

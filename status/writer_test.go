@@ -284,6 +284,38 @@ func TestWriteWaitsOutALaggingCache(t *testing.T) {
 	}
 }
 
+// TestWriteTrustsACachePastAnotherWriter: after our write, another writer changes the Sync
+// (a label). The cache shows that newer resourceVersion, never ours; once the API server
+// confirmed there is nothing to write, the cache at that version is trusted again, and a
+// quiet reconcile reads nothing (I7).
+func TestWriteTrustsACachePastAnotherWriter(t *testing.T) {
+	c, ft, key := setup(t)
+	ctx := context.Background()
+	w := &Writer{Live: c, Client: c}
+	rev := "main@sha1:5555555555555555555555555555555555555555"
+	if err := w.Write(ctx, key, ready(1, rev)); err != nil {
+		t.Fatal(err)
+	}
+	labelled := get(t, c, key)
+	labelled.Labels = map[string]string{"team": "web"}
+	if err := c.Update(ctx, labelled); err != nil {
+		t.Fatal(err)
+	}
+	w.Cached = frozenReader{get(t, c, key)} // the cache, caught up with the label
+	for i := range 2 {
+		ft.Reset()
+		if err := w.Write(ctx, key, ready(1, rev)); err != nil {
+			t.Fatal(err)
+		}
+		if n := ft.Mutating(); n != 0 {
+			t.Errorf("write %d of the same outcome sent %d writes", i+1, n)
+		}
+		if g, want := ft.CountResource("get", "syncs", ""), 1-i; g != want {
+			t.Errorf("write %d of the same outcome: %d GETs of the Sync, want %d", i+1, g, want)
+		}
+	}
+}
+
 // TestWriteNeverSkipsOnALaggingCache is the other half: an outcome that equals the stale
 // cached status but not the status we wrote since must still be written (I4, I6). The cache
 // shows Ready=True; we write Ready=False; the next outcome, Ready=True again, must land.
