@@ -26,7 +26,7 @@ func CompactInventory(obj any) (any, error) {
 		return obj, nil
 	}
 	if inv := s.Status.Inventory; inv != nil && len(inv.Objects) > 0 {
-		inv.Digest, inv.Objects = inventoryDigest(inv.Objects), nil
+		inv.Digest, inv.Objects = InventoryDigest(inv.Objects), nil
 	}
 	return obj, nil
 }
@@ -38,10 +38,10 @@ func Compacted(s *v1alpha1.Sync) bool {
 	return s.Status.Inventory != nil && s.Status.Inventory.Digest != "" && len(s.Status.Inventory.Objects) == 0
 }
 
-// inventoryDigest is the digest of a recovery copy; "" for an empty one, which is never
-// compacted. Every ID and UID is written after its length, and the count first: the status
+// InventoryDigest is the digest of a recovery copy (InventoryStatus.Digest once compacted);
+// "" for an empty one, which is never compacted. Every ID and UID is written after its length, and the count first: the status
 // is anyone's with status rights to write, and no other copy may write the same bytes.
-func inventoryDigest(objects []v1alpha1.InventoryObject) string {
+func InventoryDigest(objects []v1alpha1.InventoryObject) string {
 	if len(objects) == 0 {
 		return ""
 	}
@@ -62,7 +62,7 @@ func inventoryDigest(objects []v1alpha1.InventoryObject) string {
 // recovery copy and every other field alike. It is false for a record that is not
 // compacted, which the writer compares in full.
 func sameInventory(cur, next *v1alpha1.InventoryStatus) bool {
-	if cur == nil || next == nil || cur.Digest == "" || len(cur.Objects) > 0 || cur.Digest != inventoryDigest(next.Objects) {
+	if cur == nil || next == nil || cur.Digest == "" || len(cur.Objects) > 0 || cur.Digest != InventoryDigest(next.Objects) {
 		return false
 	}
 	n := *next

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -114,6 +115,51 @@ func pinned(src sources.Source, revision string) (sources.Source, error) {
 	return src, fmt.Errorf("spec.rollback: revision %q does not name a %s of this source", revision, map[bool]string{true: "git commit", false: "OCI digest"}[src.Git.URL != ""])
 }
 
+// rollbackDropsCRDs is crdsDropped on the recovery copy in s's status. The cache keeps a
+// digest of the copy, so the check reads the Sync from the API server (recoveryCopy); what it
+// passed on (the copy's size and digest, the CRDs objects declare) is remembered, and a
+// reconcile that finds the same in the cache passes without the read: a Sync that stays
+// rolled back reads nothing per reconcile. A refusal is never remembered.
+func (r *reconciler) rollbackDropsCRDs(ctx context.Context, s *v1alpha1.Sync, objects []*unstructured.Unstructured) ([]string, error) {
+	key := client.ObjectKeyFromObject(s)
+	declared := slices.Sorted(maps.Keys(declaredCRDs(objects)))
+	checked := func(inv *v1alpha1.InventoryStatus, digest string) string {
+		return fmt.Sprintf("%d\x00%s\x00%s", inv.Entries, digest, strings.Join(declared, "\x00"))
+	}
+	if status.Compacted(s) {
+		cached, passed := checked(s.Status.Inventory, s.Status.Inventory.Digest), false
+		r.states.read(key, func(st *syncState) { passed = st.uid == s.UID && st.rollbackChecked == cached })
+		if passed {
+			return nil, nil
+		}
+	}
+	recorded, err := r.recoveryCopy(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	dropped := crdsDropped(recorded, objects)
+	if len(dropped) == 0 && recorded != nil {
+		passed := checked(recorded, status.InventoryDigest(recorded.Objects))
+		r.states.with(key, func(st *syncState) {
+			if st.uid == s.UID {
+				st.rollbackChecked = passed
+			}
+		})
+	}
+	return dropped, nil
+}
+
+// declaredCRDs is the set of the names of the CRDs among objects.
+func declaredCRDs(objects []*unstructured.Unstructured) map[string]bool {
+	declared := map[string]bool{}
+	for _, u := range objects {
+		if u.GetKind() == "CustomResourceDefinition" && u.GroupVersionKind().Group == "apiextensions.k8s.io" {
+			declared[u.GetName()] = true
+		}
+	}
+	return declared
+}
+
 // crdsDropped names the CRDs the inventory record inv (a Sync's status.inventory with its
 // recovery copy) lists that objects (the revision a rollback applies) do not declare:
 // pruning one deletes every custom resource of its kinds.
@@ -122,12 +168,7 @@ func crdsDropped(inv *v1alpha1.InventoryStatus, objects []*unstructured.Unstruct
 		// Which CRDs the Sync applies is not known from its status: refused, as one may be.
 		return []string{"(status.inventory does not list every object the Sync applies)"}
 	}
-	declared := map[string]bool{}
-	for _, u := range objects {
-		if u.GetKind() == "CustomResourceDefinition" && u.GroupVersionKind().Group == "apiextensions.k8s.io" {
-			declared[u.GetName()] = true
-		}
-	}
+	declared := declaredCRDs(objects)
 	var dropped []string
 	for _, e := range inv.Objects {
 		id, err := object.ParseObjMetadata(e.ID)
@@ -161,11 +202,9 @@ func (r *reconciler) rollBack(ctx context.Context, s *v1alpha1.Sync, o *status.O
 	if bundle, err = bundle.Decoded(); err != nil {
 		return nil, ofSource(reasonBuildFailed, fmt.Errorf("rolling back to %s: %w", p.To, err))
 	}
-	recorded, err := r.recoveryCopy(ctx, s)
-	if err != nil {
+	if dropped, err := r.rollbackDropsCRDs(ctx, s, bundle.Objects); err != nil {
 		return nil, retryable(reasonApplyFailed, fmt.Errorf("rolling back to %s: reading the inventory recorded in status: %w", p.To, err))
-	}
-	if dropped := crdsDropped(recorded, bundle.Objects); len(dropped) > 0 {
+	} else if len(dropped) > 0 {
 		refused := *p
 		refused.To, refused.Reason = "", "refused: "+p.To+" lacks CRD "+strings.Join(dropped, ", ")
 		o.RolledBack, o.AttemptedRevision = &refused, p.From

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/converge-dev/converge/e2e/cluster"
+	"github.com/converge-dev/converge/e2e/fault"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -291,5 +293,35 @@ func TestAutoRollbackRefusedOnce(t *testing.T) {
 	}
 	if err := f.c.Get(t.Context(), client.ObjectKey{Name: "gadgets.refused.example.com"}, &apiextensionsv1.CustomResourceDefinition{}); err != nil {
 		t.Errorf("the CRD: %v (status %+v)", err, s.Status.RolledBack)
+	}
+}
+
+// TestRolledBackSyncReadsNoSyncPerReconcile: a Sync that stays rolled back is reconciled
+// from the cache like any other. The check for dropped CRDs read its recovery copy from the
+// API server once (the cache keeps a digest of it); the interval's reconciles after it find
+// the same copy and the same CRDs and read nothing, and write nothing.
+func TestRolledBackSyncReadsNoSyncPerReconcile(t *testing.T) {
+	f := newFixture(t)
+	cm := func(v string) string { return strings.Replace(cmA, "VERSION", v, 1) }
+	rev1 := f.publish(map[string]string{"a.yaml": cm("1")})
+	addr := cluster.FreeAddr()
+	cfg, ft := fault.Config(env.Config)
+	f.startDaemon(cfg, func(o *Options) { o.MetricsAddr = addr })
+	f.createSync(2 * time.Second)
+	f.waitSync("Ready at the first commit", readyAt(rev1))
+	rev2 := f.publish(map[string]string{"a.yaml": cm("2")})
+	f.waitSync("Ready at the second commit", notRolledBack(rev2))
+	f.updateSync("app", func(s *v1alpha1.Sync) { s.Spec.Rollback = &v1alpha1.Rollback{Revision: rev1} })
+	pinned := f.waitSync("pinned to the first commit", rolledBackTo(rev1, rev2))
+
+	const reconciles = "converge_reconciles_total"
+	n := f.scrape(addr, reconciles)
+	ft.Reset()
+	f.waitMetric(addr, reconciles, n+3)
+	if g := ft.CountResource("get", "syncs", ""); g != 0 {
+		t.Errorf("the interval's reconciles of a Sync rolled back read it %d times from the API server, want 0", g)
+	}
+	if s := f.waitSync("pinned to the first commit", rolledBackTo(rev1, rev2)); s.ResourceVersion != pinned.ResourceVersion {
+		t.Errorf("the Sync was written while it stayed rolled back: resourceVersion %s, then %s", pinned.ResourceVersion, s.ResourceVersion)
 	}
 }

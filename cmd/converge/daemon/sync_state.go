@@ -43,6 +43,9 @@ type syncState struct {
 	// settled is the last settled state notifications compared with (notifications.go);
 	// nil: read it from the status.
 	settled *notify.State
+	// rollbackChecked is what a rollback's check for dropped CRDs last passed on
+	// (rollback.go): the recovery copy it read and the CRDs the revision declares.
+	rollbackChecked string
 }
 
 // syncStates is the registry of syncState, keyed by the Sync. One lock guards it; the
