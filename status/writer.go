@@ -112,6 +112,12 @@ func (w *Writer) behindOurWrite(key types.NamespacedName, base *v1alpha1.Sync) b
 	return ok && rv != base.ResourceVersion
 }
 
+// Behind reports whether cached, the Sync key read from a cache, may predate the writer's
+// last status write of it: what it shows of the status is not what this daemon last wrote.
+func (w *Writer) Behind(key types.NamespacedName, cached *v1alpha1.Sync) bool {
+	return w.behindOurWrite(key, cached)
+}
+
 // Forget drops what the writer remembers of its last write of the Sync key. The daemon calls
 // it once a Sync is deleted: a Write finds no deleted Sync to forget it by, so without it a
 // daemon that sees Syncs come and go keeps an entry for each.

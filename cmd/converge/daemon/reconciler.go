@@ -373,11 +373,15 @@ func (r *reconciler) build(ctx context.Context, s *v1alpha1.Sync, o *status.Outc
 		// A refused URL, an oversized or unverified commit is terminal.
 		return nil, ofSource(fetchFailReason(err), err)
 	}
+	p := pin(s, bundle.Revision)
 	r.states.with(client.ObjectKeyFromObject(s), func(st *syncState) {
 		st.lead.loaded = commitTime{bundle.Revision, bundle.CommitTime}
+		if p == nil {
+			st.rollbackChecked = "" // the head is applied: the inventory may gain CRDs
+		}
 	})
 	o.AttemptedRevision, o.RollbackKnown = bundle.Revision, true
-	if p := pin(s, bundle.Revision); p != nil {
+	if p != nil {
 		var f *failure
 		if bundle, f = r.rollBack(ctx, s, o, src, p); f != nil {
 			return nil, f

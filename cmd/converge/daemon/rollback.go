@@ -118,15 +118,18 @@ func pinned(src sources.Source, revision string) (sources.Source, error) {
 // rollbackDropsCRDs is crdsDropped on the recovery copy in s's status. The cache keeps a
 // digest of the copy, so the check reads the Sync from the API server (recoveryCopy); what it
 // passed on (the copy's size and digest, the CRDs objects declare) is remembered, and a
-// reconcile that finds the same in the cache passes without the read: a Sync that stays
-// rolled back reads nothing per reconcile. A refusal is never remembered.
+// reconcile that finds the same in a cache that shows our last status write passes without
+// the read: a Sync that stays rolled back reads nothing per reconcile. A refusal is never
+// remembered, and a reconcile that applies the head forgets the pass.
 func (r *reconciler) rollbackDropsCRDs(ctx context.Context, s *v1alpha1.Sync, objects []*unstructured.Unstructured) ([]string, error) {
 	key := client.ObjectKeyFromObject(s)
 	declared := slices.Sorted(maps.Keys(declaredCRDs(objects)))
 	checked := func(inv *v1alpha1.InventoryStatus, digest string) string {
 		return fmt.Sprintf("%d\x00%s\x00%s", inv.Entries, digest, strings.Join(declared, "\x00"))
 	}
-	if status.Compacted(s) {
+	// Only a cache that shows our last status write: one behind it (a watch outage) may show
+	// a copy the check passed on before the head applied new CRDs.
+	if status.Compacted(s) && !r.writer.Behind(key, s) {
 		cached, passed := checked(s.Status.Inventory, s.Status.Inventory.Digest), false
 		r.states.read(key, func(st *syncState) { passed = st.uid == s.UID && st.rollbackChecked == cached })
 		if passed {

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -11,10 +13,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/cluster"
 	"github.com/converge-dev/converge/e2e/fault"
+	"github.com/converge-dev/converge/status"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -323,5 +327,60 @@ func TestRolledBackSyncReadsNoSyncPerReconcile(t *testing.T) {
 	}
 	if s := f.waitSync("pinned to the first commit", rolledBackTo(rev1, rev2)); s.ResourceVersion != pinned.ResourceVersion {
 		t.Errorf("the Sync was written while it stayed rolled back: resourceVersion %s, then %s", pinned.ResourceVersion, s.ResourceVersion)
+	}
+}
+
+// TestRollbackCheckPassIsNotTakenFromALaggingCache: the check for dropped CRDs passed on the
+// recovery copy the cache shows, and since then a status write recorded a copy with a CRD
+// (the head applied it). A cache still showing the old copy is behind our own write: the
+// check reads the API server again and refuses, instead of taking the old pass.
+func TestRollbackCheckPassIsNotTakenFromALaggingCache(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := installSyncCRD(ctx, env.Config, f.c); err != nil { // no daemon runs here to install it
+		t.Fatal(err)
+	}
+	s := f.createSync(time.Hour)
+	key := client.ObjectKeyFromObject(s)
+	w := &status.Writer{Live: f.c, Client: f.c}
+	r := &reconciler{states: newSyncStates(), writer: w, live: f.c}
+	copyOf := func(ids ...string) *v1alpha1.InventoryStatus {
+		inv := &v1alpha1.InventoryStatus{Name: "app-inventory", Entries: len(ids)}
+		for i, id := range ids {
+			inv.Objects = append(inv.Objects, v1alpha1.InventoryObject{ID: id, UID: fmt.Sprintf("u%d", i)})
+		}
+		return inv
+	}
+	write := func(rev string, inv *v1alpha1.InventoryStatus) *v1alpha1.Sync {
+		t.Helper()
+		o := status.Outcome{UID: s.UID, Generation: 1, Ready: metav1.ConditionTrue, Reason: reasonSucceeded,
+			AttemptedRevision: rev, AppliedRevision: rev, Inventory: inv}
+		if err := w.Write(ctx, key, o); err != nil {
+			t.Fatal(err)
+		}
+		cached := &v1alpha1.Sync{}
+		if err := f.c.Get(ctx, key, cached); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := status.CompactInventory(cached); err != nil {
+			t.Fatal(err)
+		}
+		return cached
+	}
+	r.states.observe(key, s.UID)
+	cm := &unstructured.Unstructured{}
+	cm.SetAPIVersion("v1")
+	cm.SetKind("ConfigMap")
+	cm.SetName("a")
+	revision := []*unstructured.Unstructured{cm}
+
+	old := write("main@sha1:1111111111111111111111111111111111111111", copyOf(f.ns+"_a__ConfigMap"))
+	if dropped, err := r.rollbackDropsCRDs(ctx, old, revision); err != nil || len(dropped) != 0 {
+		t.Fatalf("first check: %v, %v; want a pass", dropped, err)
+	}
+	write("main@sha1:2222222222222222222222222222222222222222", copyOf(f.ns+"_a__ConfigMap", "_gadgets.example.com_apiextensions.k8s.io_CustomResourceDefinition"))
+	dropped, err := r.rollbackDropsCRDs(ctx, old, revision)
+	if err != nil || !slices.Equal(dropped, []string{"gadgets.example.com"}) {
+		t.Errorf("check on a cache behind the write of a copy with a CRD: %v, %v; want gadgets.example.com dropped", dropped, err)
 	}
 }
