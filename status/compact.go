@@ -35,12 +35,18 @@ func CompactInventory(obj any) (any, error) {
 // s was read from a cache that CompactInventory transforms. An object that holds both (an
 // API server's answer decoded into a cached object) holds the copy, and is not compacted.
 func Compacted(s *v1alpha1.Sync) bool {
-	return s.Status.Inventory != nil && s.Status.Inventory.Digest != "" && len(s.Status.Inventory.Objects) == 0
+	return compacted(s.Status.Inventory)
+}
+
+// compacted reports whether inv holds the digest of its recovery copy, not the copy.
+func compacted(inv *v1alpha1.InventoryStatus) bool {
+	return inv != nil && inv.Digest != "" && len(inv.Objects) == 0
 }
 
 // InventoryDigest is the digest of a recovery copy (InventoryStatus.Digest once compacted);
-// "" for an empty one, which is never compacted. Every ID and UID is written after its length, and the count first: the status
-// is anyone's with status rights to write, and no other copy may write the same bytes.
+// "" for an empty one, which is never compacted. Every ID and UID is written after its
+// length, and the count first: the status is anyone's with status rights to write, and no
+// other copy may write the same bytes.
 func InventoryDigest(objects []v1alpha1.InventoryObject) string {
 	if len(objects) == 0 {
 		return ""
@@ -62,7 +68,7 @@ func InventoryDigest(objects []v1alpha1.InventoryObject) string {
 // recovery copy and every other field alike. It is false for a record that is not
 // compacted, which the writer compares in full.
 func sameInventory(cur, next *v1alpha1.InventoryStatus) bool {
-	if cur == nil || next == nil || cur.Digest == "" || len(cur.Objects) > 0 || cur.Digest != InventoryDigest(next.Objects) {
+	if !compacted(cur) || next == nil || cur.Digest != InventoryDigest(next.Objects) {
 		return false
 	}
 	n := *next

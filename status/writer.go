@@ -103,19 +103,14 @@ type Writer struct {
 // base is older than our own last write.
 var errStaleBase = apierrors.NewConflict(v1alpha1.GroupVersion.WithResource("syncs").GroupResource(), "", errors.New("cached base older than our last write"))
 
-// behindOurWrite reports whether base, read from the cache, may predate our last status
-// write of key: we wrote it, and base is not at the resourceVersion that write produced.
-func (w *Writer) behindOurWrite(key types.NamespacedName, base *v1alpha1.Sync) bool {
+// Behind reports whether cached, the Sync key read from a cache, may predate the writer's
+// last status write of it: we wrote it, and cached is not at the resourceVersion that write
+// produced (or, since, read from the API server: caughtUp).
+func (w *Writer) Behind(key types.NamespacedName, cached *v1alpha1.Sync) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	rv, ok := w.written[key]
-	return ok && rv != base.ResourceVersion
-}
-
-// Behind reports whether cached, the Sync key read from a cache, may predate the writer's
-// last status write of it: what it shows of the status is not what this daemon last wrote.
-func (w *Writer) Behind(key types.NamespacedName, cached *v1alpha1.Sync) bool {
-	return w.behindOurWrite(key, cached)
+	return ok && rv != cached.ResourceVersion
 }
 
 // Forget drops what the writer remembers of its last write of the Sync key. The daemon calls
@@ -130,7 +125,7 @@ func (w *Writer) forgetWrite(key types.NamespacedName) {
 	delete(w.written, key)
 }
 
-// caughtUp moves what behindOurWrite waits for to rv, the resourceVersion of key read from
+// caughtUp moves what Behind waits for to rv, the resourceVersion of key read from
 // the API server after our last write: once the cache shows it, the cache is past our write.
 // Without it, a change by another writer (a label, an annotation) left the cache at a
 // resourceVersion that was never ours, and every later Write read the API server.
@@ -180,7 +175,7 @@ func (w *Writer) Write(ctx context.Context, key types.NamespacedName, o Outcome)
 		if err != nil {
 			return err
 		}
-		if cached && w.behindOurWrite(key, base) {
+		if cached && w.Behind(key, base) {
 			// The cache has not caught up with our last write (after a watch outage it
 			// lags for seconds): what it shows is no base to decide on, neither for a write
 			// (a PATCH bound to fail with 409, I7) nor for "nothing to write" (the outcome

@@ -123,9 +123,10 @@ func pinned(src sources.Source, revision string) (sources.Source, error) {
 // remembered, and a reconcile that applies the head forgets the pass.
 func (r *reconciler) rollbackDropsCRDs(ctx context.Context, s *v1alpha1.Sync, objects []*unstructured.Unstructured) ([]string, error) {
 	key := client.ObjectKeyFromObject(s)
-	declared := slices.Sorted(maps.Keys(declaredCRDs(objects)))
+	declared := declaredCRDs(objects)
+	names := strings.Join(slices.Sorted(maps.Keys(declared)), "\x00")
 	checked := func(inv *v1alpha1.InventoryStatus, digest string) string {
-		return fmt.Sprintf("%d\x00%s\x00%s", inv.Entries, digest, strings.Join(declared, "\x00"))
+		return fmt.Sprintf("%d\x00%s\x00%s", inv.Entries, digest, names)
 	}
 	// Only a cache that shows our last status write: one behind it (a watch outage) may show
 	// a copy the check passed on before the head applied new CRDs.
@@ -140,7 +141,7 @@ func (r *reconciler) rollbackDropsCRDs(ctx context.Context, s *v1alpha1.Sync, ob
 	if err != nil {
 		return nil, err
 	}
-	dropped := crdsDropped(recorded, objects)
+	dropped := crdsDropped(recorded, declared)
 	if len(dropped) == 0 && recorded != nil {
 		passed := checked(recorded, status.InventoryDigest(recorded.Objects))
 		r.states.with(key, func(st *syncState) {
@@ -164,14 +165,13 @@ func declaredCRDs(objects []*unstructured.Unstructured) map[string]bool {
 }
 
 // crdsDropped names the CRDs the inventory record inv (a Sync's status.inventory with its
-// recovery copy) lists that objects (the revision a rollback applies) do not declare:
-// pruning one deletes every custom resource of its kinds.
-func crdsDropped(inv *v1alpha1.InventoryStatus, objects []*unstructured.Unstructured) []string {
+// recovery copy) lists that are not declared (by the revision a rollback applies, the names
+// declaredCRDs returns): pruning one deletes every custom resource of its kinds.
+func crdsDropped(inv *v1alpha1.InventoryStatus, declared map[string]bool) []string {
 	if inv == nil || inv.Entries > len(inv.Objects) {
 		// Which CRDs the Sync applies is not known from its status: refused, as one may be.
 		return []string{"(status.inventory does not list every object the Sync applies)"}
 	}
-	declared := declaredCRDs(objects)
 	var dropped []string
 	for _, e := range inv.Objects {
 		id, err := object.ParseObjMetadata(e.ID)
