@@ -125,15 +125,24 @@ func (c *renderCache) put(key string, objs []*unstructured.Unstructured, e cache
 	return e, true
 }
 
+// flateWriters holds compressors for compressObjects: a flate.Writer is about 1 MB of
+// tables whatever it compresses, and a daemon compresses one render per Sync it reconciles.
+var flateWriters = sync.Pool{New: func() any {
+	zw, err := flate.NewWriter(nil, flate.BestSpeed)
+	if err != nil { // only for an invalid level
+		panic(err)
+	}
+	return zw
+}}
+
 // compressObjects writes objs as JSON (without HTML escaping: a tenant's "<" costs one
 // byte, not six), one after the other, into one compressed stream, and says where each
 // ends.
 func compressObjects(objs []*unstructured.Unstructured) ([]byte, []int, error) {
 	var out bytes.Buffer
-	zw, err := flate.NewWriter(&out, flate.BestSpeed)
-	if err != nil {
-		return nil, nil, err
-	}
+	zw := flateWriters.Get().(*flate.Writer)
+	zw.Reset(&out)
+	defer func() { zw.Reset(io.Discard); flateWriters.Put(zw) }() // keeps no reference to out
 	enc := newDocEncoder()
 	ends := make([]int, len(objs))
 	n := 0
