@@ -23,26 +23,28 @@ import (
 // checkout exports the target commit (once) and returns it, removing old exports. The
 // checkout is kept at least until readUntil (zero: no such promise).
 func (c *cache) checkout(ctx context.Context, t target, readUntil time.Time, opts FetchOptions) (*Checkout, error) {
-	commit, err := c.commitObject(t.hash)
-	if err != nil {
-		return nil, err
-	}
 	root := filepath.Join(c.dir, "checkouts")
 	dir := filepath.Join(root, t.hash.String())
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		c.wrote = true
-		// Room for the new checkout first: the old ones past KeepCheckouts-1 that no reader
-		// reserved go before it is written, not after.
-		removed, err := prune(root, max(opts.KeepCheckouts, 1)-1)
-		if err != nil {
-			return nil, fmt.Errorf("remove old checkouts: %w", err)
-		}
-		c.fetcher.shrunk(filepath.Base(c.dir), removed)
-		if err := export(ctx, commit, root, dir, opts, c.claim); err != nil {
-			return nil, fmt.Errorf("export commit %s: %w", t.hash, err)
-		}
-	} else if err != nil {
+	_, err := os.Stat(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
+	}
+	exists := err == nil
+	// The commit is read only for a new export or a time not known: every Sync of one
+	// repository checks out the same commit at each of its reconciles.
+	when, known := c.fetcher.commits.time(dir)
+	if !exists || !known {
+		commit, err := c.commitObject(t.hash)
+		if err != nil {
+			return nil, err
+		}
+		if !exists {
+			if err := c.exportNew(ctx, commit, root, dir, opts); err != nil {
+				return nil, err
+			}
+		}
+		when = commit.Committer.When
+		c.fetcher.commits.remember(dir, when)
 	}
 	release, err := c.fetcher.readers.reserve(dir, readUntil)
 	if err != nil {
@@ -58,9 +60,51 @@ func (c *cache) checkout(ctx context.Context, t target, readUntil time.Time, opt
 		Dir:        dir,
 		Revision:   t.revision(),
 		Commit:     t.hash.String(),
-		CommitTime: commit.Committer.When,
+		CommitTime: when,
 		release:    release,
 	}, nil
+}
+
+// exportNew writes commit out as dir, a checkout not on disk, under root.
+func (c *cache) exportNew(ctx context.Context, commit *object.Commit, root, dir string, opts FetchOptions) error {
+	c.wrote = true
+	// Room for the new checkout first: the old ones past KeepCheckouts-1 that no reader
+	// reserved go before it is written, not after.
+	removed, err := prune(root, max(opts.KeepCheckouts, 1)-1)
+	if err != nil {
+		return fmt.Errorf("remove old checkouts: %w", err)
+	}
+	c.fetcher.shrunk(filepath.Base(c.dir), removed)
+	if err := export(ctx, commit, root, dir, opts, c.claim); err != nil {
+		return fmt.Errorf("export commit %s: %w", commit.Hash, err)
+	}
+	return nil
+}
+
+// commits remembers the committer time of each checkout directory exported or read
+// (a directory name is its commit's hash), so that a checkout that exists is returned
+// without reading its commit. It holds at most maxCommits directories.
+type commits struct {
+	mu   sync.Mutex
+	when map[string]time.Time
+}
+
+const maxCommits = 1024
+
+func (m *commits) time(dir string) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.when[dir]
+	return t, ok
+}
+
+func (m *commits) remember(dir string, t time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.when == nil || len(m.when) >= maxCommits {
+		m.when = map[string]time.Time{}
+	}
+	m.when[dir] = t
 }
 
 // readers counts, per checkout, the readers that fetched it and have not released it

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -452,4 +453,40 @@ func TestFetchCanceled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Fetch error = %v, want context.Canceled", err)
 	}
+}
+
+// A checkout already on disk is returned with its own commit's time: from the Fetcher that
+// wrote it, from one started again on the same cache, and after another commit.
+func TestFetchCommitTimeOfACheckoutOnDisk(t *testing.T) {
+	r := newTestRepo(t)
+	first := r.commit("first", map[string]string{"a.yaml": "a\n"})
+	r.push()
+	url, _ := serveHTTP(t, r.root, nil)
+	cacheDir := t.TempDir()
+	f := NewFetcher(cacheDir)
+	firstTime := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	check := func(name string, f *Fetcher, ref Ref, commit string, want time.Time) {
+		t.Helper()
+		co := mustFetch(t, f, Repository{URL: url, Ref: ref})
+		defer co.Release()
+		if co.Commit != commit || !co.CommitTime.Equal(want) {
+			t.Errorf("%s: commit %s at %s, want %s at %s", name, co.Commit, co.CommitTime.UTC(), commit, want)
+		}
+	}
+	check("first fetch", f, Ref{Branch: "main"}, first, firstTime)
+	check("again", f, Ref{Branch: "main"}, first, firstTime)
+
+	cmd := exec.Command("git", "commit", "-q", "--allow-empty", "-m", "second")
+	cmd.Dir = r.work
+	cmd.Env = append(gitEnv(t.TempDir()), "GIT_COMMITTER_DATE=2025-06-07T08:09:10Z")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git commit: %v\n%s", err, out)
+	}
+	second := r.git("rev-parse", "HEAD")
+	r.push()
+	secondTime := time.Date(2025, 6, 7, 8, 9, 10, 0, time.UTC)
+	check("new commit", f, Ref{Branch: "main"}, second, secondTime)
+	check("new commit again", f, Ref{Branch: "main"}, second, secondTime)
+	check("the first by hash", f, Ref{Commit: first}, first, firstTime)
+	check("a new Fetcher on the same cache", NewFetcher(cacheDir), Ref{Branch: "main"}, second, secondTime)
 }
