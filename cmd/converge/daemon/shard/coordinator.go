@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"hash/fnv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -44,15 +45,17 @@ import (
 // whenever its replica Lease was deleted or taken: a restarted pod waits for its
 // predecessor's Leases to expire like any other replica.
 type Coordinator struct {
-	cfg      Config
-	table    *Table
-	leases   leases
-	syncs    client.Reader // the manager's cache: the Syncs of a shard
-	hooks    Hooks
-	metrics  *Metrics
-	log      logr.Logger
-	identity string
-	now      func() time.Time
+	cfg     Config
+	table   *Table
+	leases  leases
+	syncs   client.Reader // the manager's cache: the Syncs of a shard
+	hooks   Hooks
+	metrics *Metrics
+	// lastOwned is the last count of the Syncs of the shards held (see owned).
+	lastOwned atomic.Int64
+	log       logr.Logger
+	identity  string
+	now       func() time.Time
 
 	mu    sync.Mutex
 	queue workqueue.TypedRateLimitingInterface[reconcile.Request] // nil until the controller starts
@@ -89,9 +92,12 @@ func NewCoordinator(cfg Config, t *Table, cl Clients, h Hooks, m *Metrics, log l
 	id := newIdentity(cfg.Replica)
 	hash := fnv.New32a()
 	_, _ = hash.Write([]byte(id))
-	return &Coordinator{cfg: cfg, table: t, leases: leases{api: cl.API, cfg: cfg}, syncs: cl.Syncs, hooks: h,
+	c := &Coordinator{cfg: cfg, table: t, leases: leases{api: cl.API, cfg: cfg}, syncs: cl.Syncs, hooks: h,
 		metrics: m, log: log, identity: id, now: time.Now,
 		seen: seen{}, offset: int(hash.Sum32() % uint32(t.n))}
+	count := c.owned
+	m.countOwned.Store(&count)
+	return c
 }
 
 // newIdentity is a holder identity for replica: its name with a random suffix.
@@ -174,7 +180,7 @@ func (c *Coordinator) step(ctx context.Context) {
 	c.clearStray(ctx, p.stray)
 	c.dropOrphans(ctx, p.orphans)
 	c.release(ctx, p.release, r)
-	c.gauge(ctx)
+	c.gauge()
 }
 
 // turn is what decide needs to know of this step.

@@ -165,21 +165,29 @@ func (c *Coordinator) eachSync(ctx context.Context, i int, f func(types.Namespac
 	}
 }
 
-// gauge sets the held-shards and owned-Syncs gauges.
-func (c *Coordinator) gauge(ctx context.Context) {
+// gauge sets the held-shards gauge; converge_syncs_owned counts when collected (owned).
+func (c *Coordinator) gauge() {
 	held, releasing := c.table.snapshot()
 	c.metrics.held.Set(float64(len(held) + releasing))
+}
+
+// owned counts the cached Syncs of the shards held, the last count when the cache cannot
+// be read within a second.
+func (c *Coordinator) owned() int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
 	list := &v1alpha1.SyncList{}
 	if err := c.syncs.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-		return
+		return int(c.lastOwned.Load())
 	}
-	owned := 0
+	n := 0
 	for _, s := range list.Items {
 		if c.table.isHeld(Of(s.UID, c.table.n)) {
-			owned++
+			n++
 		}
 	}
-	c.metrics.owned.Set(float64(owned))
+	c.lastOwned.Store(int64(n))
+	return n
 }
 
 // shutdown, once the daemon stops, releases what it holds so the other replicas take over at
