@@ -83,7 +83,8 @@ func (c *cache) exportNew(ctx context.Context, commit *object.Commit, root, dir 
 
 // commits remembers the committer time of each checkout directory exported or read
 // (a directory name is its commit's hash), so that a checkout that exists is returned
-// without reading its commit. It holds at most maxCommits directories.
+// without reading its commit. It holds at most maxCommits directories; past that, an
+// arbitrary one makes room.
 type commits struct {
 	mu   sync.Mutex
 	when map[string]time.Time
@@ -101,8 +102,14 @@ func (m *commits) time(dir string) (time.Time, bool) {
 func (m *commits) remember(dir string, t time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.when == nil || len(m.when) >= maxCommits {
+	if m.when == nil {
 		m.when = map[string]time.Time{}
+	}
+	for d := range m.when { // one arbitrary entry makes room
+		if len(m.when) < maxCommits {
+			break
+		}
+		delete(m.when, d)
 	}
 	m.when[dir] = t
 }
@@ -148,8 +155,12 @@ func (c *cache) commitObject(h plumbing.Hash) (*object.Commit, error) {
 		if err != nil {
 			continue
 		}
-		if commit, err := r.CommitObject(h); err == nil {
+		commit, err := r.CommitObject(h)
+		if err == nil {
 			return commit, nil
+		}
+		if have(r, h) {
+			return nil, fmt.Errorf("%s: not a commit: %w", h, ErrRefNotFound)
 		}
 	}
 	return nil, fmt.Errorf("commit %s: not in the cache after fetch", h)

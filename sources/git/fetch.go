@@ -267,7 +267,7 @@ func (c *cache) ref(ctx context.Context, ref Ref) (target, error) {
 		return target{}, err
 	}
 	t, err := index(refs).pick(ref)
-	if err != nil || (have(r, t.hash) && haveTag(r, t)) {
+	if err != nil || (haveTarget(r, t) && haveTag(r, t)) {
 		return t, err
 	}
 	// Force: a force-pushed branch replaces the old head. Depth 1: only the tip is needed.
@@ -382,10 +382,22 @@ func (c *cache) open(name string) (*gogit.Repository, error) {
 	return r, nil
 }
 
+// haveTarget reports whether the commit a ref resolved to is stored in r. A tag the remote
+// did not peel names either a commit (a lightweight tag) or an annotated tag object, which
+// only decoding tells apart: fetched and peeled (see ref), it becomes its commit.
+func haveTarget(r *gogit.Repository, t target) bool {
+	if t.refName.IsTag() && t.tag.IsZero() {
+		_, err := r.CommitObject(t.hash)
+		return err == nil
+	}
+	return have(r, t.hash)
+}
+
 // have reports whether an object with hash h (the commit a ref resolved to) is stored in
 // r. It looks h up in the pack indexes and decodes nothing: reading the commit itself
 // would build a map of every object's offset in the pack, about 1 MB for every fetch of a
-// repository of 50,000 objects. An object that is not a commit fails at the checkout.
+// repository of 50,000 objects. An object that is not a commit fails at the checkout
+// (commitObject).
 func have(r *gogit.Repository, h plumbing.Hash) bool {
 	return r.Storer.HasEncodedObject(h) == nil
 }

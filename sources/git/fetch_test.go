@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -489,4 +492,75 @@ func TestFetchCommitTimeOfACheckoutOnDisk(t *testing.T) {
 	check("new commit again", f, Ref{Branch: "main"}, second, secondTime)
 	check("the first by hash", f, Ref{Commit: first}, first, firstTime)
 	check("a new Fetcher on the same cache", NewFetcher(cacheDir), Ref{Branch: "main"}, second, secondTime)
+}
+
+// serveHTTPUnpeeled serves root as serveHTTP does, with the peeled lines ("<hash>
+// refs/tags/x^{}") left out of the ref advertisement, as a server that does not peel tags.
+func serveHTTPUnpeeled(t *testing.T, root string) string {
+	t.Helper()
+	backend := gitBackend(t, root)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/info/refs") {
+			backend.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		backend.ServeHTTP(rec, r)
+		for k, v := range rec.Header() {
+			if k != "Content-Length" {
+				w.Header()[k] = v
+			}
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(dropPeeledLines(rec.Body.Bytes()))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/repo.git"
+}
+
+// dropPeeledLines removes the pkt-lines naming a peeled ref from a ref advertisement.
+func dropPeeledLines(body []byte) []byte {
+	var out []byte
+	for len(body) >= 4 {
+		n, err := strconv.ParseUint(string(body[:4]), 16, 16)
+		if err != nil || (n != 0 && (n < 4 || int(n) > len(body))) {
+			return append(out, body...)
+		}
+		line := body[:max(n, 4)]
+		body = body[len(line):]
+		if !strings.Contains(string(line), "^{}") {
+			out = append(out, line...)
+		}
+	}
+	return append(out, body...)
+}
+
+// An annotated tag from a server that does not peel it resolves to its commit at every
+// fetch, not only the first, and with tag verification too.
+func TestFetchUnpeeledAnnotatedTag(t *testing.T) {
+	alice, alicePub := newPGPKey(t, "alice")
+	r := newTestRepo(t)
+	head := r.commitPGP("signed", map[string]string{"a.yaml": "a\n"}, alice)
+	r.tagPGP("v1.0.0", head, alice)
+	r.git("tag", "-a", "-m", "v2", "v2.0.0")
+	r.push()
+	url := serveHTTPUnpeeled(t, r.root)
+	for name, repo := range map[string]Repository{
+		"annotated":          {URL: url, Ref: Ref{Tag: "v2.0.0"}},
+		"signed, verify tag": {URL: url, Ref: Ref{Tag: "v1.0.0"}, Verify: &Verification{Mode: VerifyTag, Keys: map[string][]byte{"alice.asc": alicePub}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := NewFetcher(t.TempDir())
+			for i := range 3 {
+				co, err := fetch(t, f, repo)
+				if err != nil {
+					t.Fatalf("fetch %d: %v", i+1, err)
+				}
+				if co.Commit != head {
+					t.Errorf("fetch %d: commit %s, want %s", i+1, co.Commit, head)
+				}
+				co.Release()
+			}
+		})
+	}
 }

@@ -135,14 +135,7 @@ type httpCreds struct {
 // of root/repo.git.
 func serveHTTP(t *testing.T, root string, creds *httpCreds) (string, *requestLog) {
 	t.Helper()
-	execPath, err := exec.Command("git", "--exec-path").Output()
-	if err != nil {
-		t.Fatalf("git --exec-path: %v", err)
-	}
-	backend := &cgi.Handler{
-		Path: filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend"),
-		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},
-	}
+	backend := gitBackend(t, root)
 	log := &requestLog{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		log.add(r)
@@ -155,6 +148,19 @@ func serveHTTP(t *testing.T, root string, creds *httpCreds) (string, *requestLog
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL + "/repo.git", log
+}
+
+// gitBackend is git-http-backend serving the repositories under root.
+func gitBackend(t *testing.T, root string) *cgi.Handler {
+	t.Helper()
+	execPath, err := exec.Command("git", "--exec-path").Output()
+	if err != nil {
+		t.Fatalf("git --exec-path: %v", err)
+	}
+	return &cgi.Handler{
+		Path: filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend"),
+		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},
+	}
 }
 
 func authorized(r *http.Request, c *httpCreds) bool {

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"hash/fnv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -51,11 +50,13 @@ type Coordinator struct {
 	syncs   client.Reader // the manager's cache: the Syncs of a shard
 	hooks   Hooks
 	metrics *Metrics
-	// lastOwned is the last count of the Syncs of the shards held (see owned).
-	lastOwned atomic.Int64
-	log       logr.Logger
-	identity  string
-	now       func() time.Time
+	// ownedN is the last count of the Syncs of the shards held, taken at ownedAt (see owned).
+	ownedMu  sync.Mutex
+	ownedN   int
+	ownedAt  time.Time
+	log      logr.Logger
+	identity string
+	now      func() time.Time
 
 	mu    sync.Mutex
 	queue workqueue.TypedRateLimitingInterface[reconcile.Request] // nil until the controller starts

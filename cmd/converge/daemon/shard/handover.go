@@ -171,14 +171,21 @@ func (c *Coordinator) gauge() {
 	c.metrics.held.Set(float64(len(held) + releasing))
 }
 
-// owned counts the cached Syncs of the shards held, the last count when the cache cannot
-// be read within a second.
+// owned counts the cached Syncs of the shards held, at most once per retry period (a
+// scrape in between reads the last count, as one when the cache cannot be read within a
+// second): each count copies every cached Sync, and anyone reaching /metrics can scrape.
 func (c *Coordinator) owned() int {
+	c.ownedMu.Lock()
+	defer c.ownedMu.Unlock()
+	now := c.now()
+	if !c.ownedAt.IsZero() && now.Sub(c.ownedAt) < c.cfg.RetryPeriod {
+		return c.ownedN
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	list := &v1alpha1.SyncList{}
 	if err := c.syncs.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-		return int(c.lastOwned.Load())
+		return c.ownedN
 	}
 	n := 0
 	for _, s := range list.Items {
@@ -186,7 +193,7 @@ func (c *Coordinator) owned() int {
 			n++
 		}
 	}
-	c.lastOwned.Store(int64(n))
+	c.ownedN, c.ownedAt = n, now
 	return n
 }
 
