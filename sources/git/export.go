@@ -105,6 +105,10 @@ func (m *commits) remember(dir string, t time.Time) {
 	if m.when == nil {
 		m.when = map[string]time.Time{}
 	}
+	if _, ok := m.when[dir]; ok {
+		m.when[dir] = t
+		return
+	}
 	for d := range m.when { // one arbitrary entry makes room
 		if len(m.when) < maxCommits {
 			break
@@ -156,10 +160,12 @@ func (c *cache) commitObject(h plumbing.Hash) (*object.Commit, error) {
 			continue
 		}
 		commit, err := r.CommitObject(h)
-		if err == nil {
+		switch {
+		case err == nil:
 			return commit, nil
-		}
-		if have(r, h) {
+		case !errors.Is(err, plumbing.ErrObjectNotFound):
+			return nil, fmt.Errorf("read commit %s: %w", h, err)
+		case have(r, h): // go-git answers "not found" for an object of another type
 			return nil, fmt.Errorf("%s: not a commit: %w", h, ErrRefNotFound)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -496,7 +497,8 @@ func TestFetchCommitTimeOfACheckoutOnDisk(t *testing.T) {
 
 // serveHTTPUnpeeled serves root as serveHTTP does, with the peeled lines ("<hash>
 // refs/tags/x^{}") left out of the ref advertisement, as a server that does not peel tags.
-func serveHTTPUnpeeled(t *testing.T, root string) string {
+// It counts the lines it left out in dropped.
+func serveHTTPUnpeeled(t *testing.T, root string, dropped *atomic.Int64) string {
 	t.Helper()
 	backend := gitBackend(t, root)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -512,27 +514,33 @@ func serveHTTPUnpeeled(t *testing.T, root string) string {
 			}
 		}
 		w.WriteHeader(rec.Code)
-		_, _ = w.Write(dropPeeledLines(rec.Body.Bytes()))
+		body, n := dropPeeledLines(rec.Body.Bytes())
+		dropped.Add(int64(n))
+		_, _ = w.Write(body)
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL + "/repo.git"
 }
 
-// dropPeeledLines removes the pkt-lines naming a peeled ref from a ref advertisement.
-func dropPeeledLines(body []byte) []byte {
+// dropPeeledLines removes the pkt-lines naming a peeled ref from a ref advertisement and
+// says how many it removed.
+func dropPeeledLines(body []byte) ([]byte, int) {
 	var out []byte
+	dropped := 0
 	for len(body) >= 4 {
 		n, err := strconv.ParseUint(string(body[:4]), 16, 16)
 		if err != nil || (n != 0 && (n < 4 || int(n) > len(body))) {
-			return append(out, body...)
+			break
 		}
 		line := body[:max(n, 4)]
 		body = body[len(line):]
-		if !strings.Contains(string(line), "^{}") {
-			out = append(out, line...)
+		if strings.Contains(string(line), "^{}") {
+			dropped++
+			continue
 		}
+		out = append(out, line...)
 	}
-	return append(out, body...)
+	return append(out, body...), dropped
 }
 
 // An annotated tag from a server that does not peel it resolves to its commit at every
@@ -544,9 +552,11 @@ func TestFetchUnpeeledAnnotatedTag(t *testing.T) {
 	r.tagPGP("v1.0.0", head, alice)
 	r.git("tag", "-a", "-m", "v2", "v2.0.0")
 	r.push()
-	url := serveHTTPUnpeeled(t, r.root)
+	var dropped atomic.Int64
+	url := serveHTTPUnpeeled(t, r.root, &dropped)
 	for name, repo := range map[string]Repository{
 		"annotated":          {URL: url, Ref: Ref{Tag: "v2.0.0"}},
+		"semver":             {URL: url, Ref: Ref{SemVer: ">=2.0.0"}},
 		"signed, verify tag": {URL: url, Ref: Ref{Tag: "v1.0.0"}, Verify: &Verification{Mode: VerifyTag, Keys: map[string][]byte{"alice.asc": alicePub}}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -562,5 +572,24 @@ func TestFetchUnpeeledAnnotatedTag(t *testing.T) {
 				co.Release()
 			}
 		})
+	}
+	if dropped.Load() == 0 {
+		t.Fatal("the server left no peeled line out: nothing here is unpeeled")
+	}
+}
+
+// A commit ref naming an object that is not a commit is refused as such.
+func TestFetchCommitRefToATagObject(t *testing.T) {
+	r := newTestRepo(t)
+	r.commit("first", map[string]string{"a.yaml": "a\n"})
+	r.git("tag", "-a", "-m", "v1", "v1")
+	r.push()
+	url, _ := serveHTTP(t, r.root, nil)
+	f := NewFetcher(t.TempDir())
+	mustFetch(t, f, Repository{URL: url, Ref: Ref{Tag: "v1"}}).Release()
+	tag := r.git("rev-parse", "v1")
+	_, err := fetch(t, f, Repository{URL: url, Ref: Ref{Commit: tag}})
+	if !errors.Is(err, ErrRefNotFound) || !strings.Contains(err.Error(), tag+": not a commit") {
+		t.Fatalf("fetch of a tag object as a commit: %v, want %q (%v)", err, tag+": not a commit", ErrRefNotFound)
 	}
 }

@@ -184,6 +184,7 @@ func (c *Coordinator) owned() int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	list := &v1alpha1.SyncList{}
+	c.ownedAt = now // a failed list too: tried again a retry period later
 	if err := c.syncs.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return c.ownedN
 	}
@@ -193,7 +194,7 @@ func (c *Coordinator) owned() int {
 			n++
 		}
 	}
-	c.ownedN, c.ownedAt = n, now
+	c.ownedN = n
 	return n
 }
 
