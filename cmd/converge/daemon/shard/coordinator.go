@@ -44,14 +44,13 @@ import (
 // whenever its replica Lease was deleted or taken: a restarted pod waits for its
 // predecessor's Leases to expire like any other replica.
 type Coordinator struct {
-	cfg     Config
-	table   *Table
-	leases  leases
-	syncs   client.Reader // the manager's cache: the Syncs of a shard
-	hooks   Hooks
-	metrics *Metrics
-	// ownedN is the last count of the Syncs of the shards held, taken at ownedAt (see owned).
-	ownedMu  sync.Mutex
+	cfg      Config
+	table    *Table
+	leases   leases
+	syncs    client.Reader // the manager's cache: the Syncs of a shard
+	hooks    Hooks
+	metrics  *Metrics
+	ownedMu  sync.Mutex // guards ownedN, the last count of owned, taken at ownedAt
 	ownedN   int
 	ownedAt  time.Time
 	log      logr.Logger

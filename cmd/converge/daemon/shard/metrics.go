@@ -20,18 +20,17 @@ type Metrics struct {
 
 // NewMetrics registers the metrics of sharding on reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{}
-	*m = Metrics{
+	m := &Metrics{
 		shards: prometheus.NewGauge(prometheus.GaugeOpts{Name: "converge_shards",
 			Help: "Shards the Syncs are split into (--shards), with --sharding=auto."}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "converge_shards_held",
 			Help: "Shards whose Lease this replica holds (those being released included)."}),
-		owned: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "converge_syncs_owned",
-			Help: "Syncs of the shards this replica holds, as its cache knows them."}, m.ownedNow),
 		handovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "converge_shard_handovers_total",
 			Help: "Shards this replica acquired, released (its share shrank, or it stopped) or lost (its Lease taken or not renewed within the renew deadline)."},
 			[]string{"event"}),
 	}
+	m.owned = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "converge_syncs_owned",
+		Help: "Syncs of the shards this replica holds, as its cache knows them."}, m.ownedNow)
 	for _, e := range []string{"acquired", "released", "lost"} {
 		m.handovers.WithLabelValues(e)
 	}
