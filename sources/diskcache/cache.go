@@ -10,6 +10,9 @@ package diskcache
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -136,7 +139,23 @@ func (c *Cache) Add(key string, until time.Time, quota int64) (int64, bool) {
 
 func (c *Cache) remove(key string) {
 	delete(c.entries, key)
-	_ = os.RemoveAll(c.Path(key))
+	_ = RemoveDir(c.Path(key), TmpPrefix)
+}
+
+// RemoveDir removes folder path so that no reader ever finds it partial under its name: it
+// is renamed to a sibling named tmpPrefix+"rm-"+random (one atomic step on one file
+// system), then removed. A process killed, or a removal failing, part-way leaves that
+// sibling, for a sweep of tmpPrefix folders to take, never a truncated entry a later reader
+// would take for whole. A missing path is no error.
+func RemoveDir(path, tmpPrefix string) error {
+	tmp := filepath.Join(filepath.Dir(path), tmpPrefix+"rm-"+rand.Text())
+	if err := os.Rename(path, tmp); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	return os.RemoveAll(tmp)
 }
 
 // Total returns the bytes the cache's entries hold.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/converge-dev/converge/sources/internal/fsfault"
 )
 
 // TestLockWaitEndsWithContext: a writer waiting for another writer of the same entry gives
@@ -76,5 +78,54 @@ func TestAddEvictsLeastRecentlyUsedFreeEntry(t *testing.T) {
 	}
 	if _, err := os.Stat(c.Path("huge")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the refused entry is still on disk (%v)", err)
+	}
+}
+
+// TestEvictionStoppedPartWayLeavesNoPartialEntry: an evicted entry whose removal stops
+// part-way (here a file that cannot be removed; a process killed in the middle leaves the
+// same) is gone under its key, so the next process's cache does not serve what is left of
+// it; what is left is swept once it can be.
+func TestEvictionStoppedPartWayLeavesNoPartialEntry(t *testing.T) {
+	dir := t.TempDir()
+	c := New(dir)
+	put := func(key string) {
+		t.Helper()
+		if err := os.MkdirAll(c.Path(key), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"a", "b", "c", "d"} {
+			if err := os.WriteFile(filepath.Join(c.Path(key), name), []byte(strings.Repeat("x", 5000)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put("old")
+	c.Add("old", time.Time{}, 60_000)
+	var stuck string
+	for _, name := range []string{"a", "b", "c", "d"} {
+		stuck = filepath.Join(c.Path("old"), name)
+	}
+	fsfault.Undeletable(t, dir, stuck)
+	put("new")
+	c.Add("new", time.Time{}, 60_000)
+
+	if again := New(dir); again.Lookup("old", time.Time{}) {
+		entries, _ := os.ReadDir(c.Path("old"))
+		t.Fatalf("the next process serves the evicted entry, of which %d of 4 files are left", len(entries))
+	}
+	if !New(dir).Lookup("new", time.Time{}) {
+		t.Fatal("the entry just added is not served")
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, TmpPrefix+"rm-*"))
+	if len(left) != 1 {
+		t.Fatalf("%d folders left by the stopped removal, want 1: %v", len(left), left)
+	}
+	// The next process sweeps it once it can be removed.
+	if err := fsfault.Release(dir); err != nil {
+		t.Fatal(err)
+	}
+	New(dir).Lookup("new", time.Time{})
+	if _, err := os.Stat(left[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stopped removal's folder is still there (%v)", err)
 	}
 }

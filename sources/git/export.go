@@ -18,6 +18,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/converge-dev/converge/sources/diskcache"
 )
 
 // checkout exports the target commit (once) and returns it, removing old exports. The
@@ -180,7 +182,7 @@ func export(ctx context.Context, commit *object.Commit, root, dir string, opts F
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp(root, ".tmp-")
+	tmp, err := os.MkdirTemp(root, tmpPrefix)
 	if err != nil {
 		return err
 	}
@@ -340,6 +342,25 @@ func reserve(dir string, readUntil time.Time) error {
 	return os.Chtimes(dir, t, t)
 }
 
+// tmpPrefix names the folders of the git cache that are not (or no longer) what their
+// place says: a checkout being exported, a checkout, repository or entry being removed.
+const tmpPrefix = ".tmp-"
+
+// removeDir removes a checkout, a repository or a whole entry of the cache so that no
+// fetch finds it partial under its name (diskcache.RemoveDir): a checkout killed part-way
+// through its removal would otherwise be taken for whole by a later fetch of its commit
+// (a rollback) and render a truncated tree.
+func removeDir(path string) error { return diskcache.RemoveDir(path, tmpPrefix) }
+
+// sweep removes what removals stopped part-way left in folder dir. It is best effort: a
+// removal still running may race it for the same files.
+func sweep(dir string) {
+	left, _ := filepath.Glob(filepath.Join(dir, tmpPrefix+"rm-*"))
+	for _, p := range left {
+		_ = os.RemoveAll(p)
+	}
+}
+
 // prune keeps the checkouts under root reserved for a reader (see reserve) and, besides
 // those, the keep most recently used ones, and removes the rest. A render reads its
 // checkout after the fetch released the cache's lock, so another Sync's fetch of the same
@@ -364,14 +385,24 @@ func prune(root string, keep int) (int64, error) {
 		if err != nil || !e.IsDir() {
 			continue
 		}
-		if strings.HasPrefix(e.Name(), ".tmp-") {
+		path := filepath.Join(root, e.Name())
+		switch {
+		case strings.HasPrefix(e.Name(), tmpPrefix+"rm-"):
+			// Left by a removal stopped part-way; never in use. Best effort: a removal
+			// still running may race this one for the same files.
+			size := dirSize(path)
+			if os.RemoveAll(path) == nil {
+				removed += size
+			}
+			continue
+		case strings.HasPrefix(e.Name(), tmpPrefix):
 			// Left by an interrupted export; a running one is younger than an hour.
 			if time.Since(info.ModTime()) > time.Hour {
-				errs = append(errs, os.RemoveAll(filepath.Join(root, e.Name())))
+				errs = append(errs, os.RemoveAll(path))
 			}
 			continue
 		}
-		dirs = append(dirs, aged{filepath.Join(root, e.Name()), info.ModTime()})
+		dirs = append(dirs, aged{path, info.ModTime()})
 	}
 	slices.SortFunc(dirs, func(a, b aged) int { return b.used.Compare(a.used) })
 	now := time.Now()
@@ -382,7 +413,7 @@ func prune(root string, keep int) (int64, error) {
 			keep--
 		default:
 			size := dirSize(d.path)
-			err := os.RemoveAll(d.path)
+			err := removeDir(d.path)
 			if err == nil {
 				removed += size
 			}

@@ -365,7 +365,7 @@ func (c *cache) open(name string) (*gogit.Repository, error) {
 	if err == nil {
 		return r, nil
 	}
-	if err := os.RemoveAll(path); err != nil {
+	if err := removeDir(path); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(path, 0o755); err != nil {

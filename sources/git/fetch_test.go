@@ -3,12 +3,14 @@ package git
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/converge-dev/converge/sources/internal/fsfault"
 )
 
 // loopbackOptions are the default options with AllowLocal: the test servers listen on
@@ -412,6 +416,68 @@ func TestFetchCheckoutKeptForItsReader(t *testing.T) {
 	}
 	if _, err := os.Stat(read.Dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a checkout past its reservation should be removed, stat: %v", err)
+	}
+}
+
+// TestFetchRemovalStoppedPartWayIsNotACheckout: an old checkout whose removal stops
+// part-way (a file that cannot be removed; a process killed in the middle leaves the same)
+// is not found under its name, so a later fetch of its commit (a rollback), by this
+// Fetcher or the next process's, exports it again whole rather than render what is left
+// (I8). What is left is swept once it can be.
+func TestFetchRemovalStoppedPartWayIsNotACheckout(t *testing.T) {
+	r := newTestRepo(t)
+	files := map[string]string{}
+	for i := range 8 {
+		files[fmt.Sprintf("cm%d.yaml", i)] = fmt.Sprintf("kind: ConfigMap\nname: cm%d\n", i)
+	}
+	old := r.commit("old", files)
+	r.push()
+	url, _ := serveHTTP(t, r.root, nil)
+	cacheDir := t.TempDir()
+	f := NewFetcher(cacheDir)
+	opts := loopbackOptions()
+	opts.KeepCheckouts = 1
+	co, err := f.Fetch(t.Context(), Repository{URL: url, Ref: Ref{Branch: "main"}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	co.Release()
+	past := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(co.Dir, past, past); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := filepath.Glob(filepath.Join(co.Dir, "*.yaml"))
+	slices.Sort(names)
+	fsfault.Undeletable(t, cacheDir, names[len(names)-1])
+
+	r.commit("new", map[string]string{"cm0.yaml": "kind: ConfigMap\nname: new\n"})
+	r.push()
+	_, _ = f.Fetch(t.Context(), Repository{URL: url, Ref: Ref{Branch: "main"}}, opts) // removes the old checkout, part-way
+
+	for _, fetcher := range []*Fetcher{f, NewFetcher(cacheDir)} {
+		back, err := fetcher.Fetch(t.Context(), Repository{URL: url, Ref: Ref{Commit: old}}, opts)
+		if err != nil {
+			t.Fatalf("fetch the old commit again: %v", err)
+		}
+		got, _ := filepath.Glob(filepath.Join(back.Dir, "*.yaml"))
+		back.Release()
+		if len(got) != len(files) {
+			t.Fatalf("the old commit's checkout has %d of its %d files: what its stopped removal left", len(got), len(files))
+		}
+	}
+
+	if err := fsfault.Release(cacheDir); err != nil {
+		t.Fatal(err)
+	}
+	r.commit("newer", map[string]string{"cm0.yaml": "kind: ConfigMap\nname: newer\n"})
+	r.push()
+	co, err = f.Fetch(t.Context(), Repository{URL: url, Ref: Ref{Branch: "main"}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	co.Release()
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(co.Dir), tmpPrefix+"*")); len(left) > 0 {
+		t.Errorf("the stopped removal left %v after the next fetch", left)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -258,12 +259,14 @@ func (f *Fetcher) scanOnce() {
 // scan reads the sizes and last uses of the entries on disk, once per Fetcher.
 func (f *Fetcher) scan() {
 	sizes, used := map[string]int64{}, map[string]time.Time{}
+	sweep(f.cacheDir)
 	entries, _ := os.ReadDir(f.cacheDir)
 	for _, e := range entries {
 		info, err := e.Info()
-		if err != nil || !e.IsDir() {
+		if err != nil || !e.IsDir() || strings.HasPrefix(e.Name(), tmpPrefix) {
 			continue
 		}
+		sweep(filepath.Join(f.cacheDir, e.Name()))
 		sizes[e.Name()] = dirSize(filepath.Join(f.cacheDir, e.Name()))
 		used[e.Name()] = info.ModTime()
 	}
@@ -344,7 +347,7 @@ func (f *Fetcher) evict(key string, force bool) bool {
 	if !force && reserved(filepath.Join(dir, "checkouts")) {
 		return false
 	}
-	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := removeDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false
 	}
 	q := &f.quota
@@ -381,8 +384,8 @@ func reserved(root string) bool {
 
 // removeUnreserved removes an entry's repositories and the checkouts no reader reserved.
 func removeUnreserved(dir string) {
-	_ = os.RemoveAll(filepath.Join(dir, "shallow.git"))
-	_ = os.RemoveAll(filepath.Join(dir, "full.git"))
+	_ = removeDir(filepath.Join(dir, "shallow.git"))
+	_ = removeDir(filepath.Join(dir, "full.git"))
 	_, _ = prune(filepath.Join(dir, "checkouts"), 0)
 }
 

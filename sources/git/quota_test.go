@@ -358,3 +358,40 @@ func TestFetchCacheQuotaCountsBlocks(t *testing.T) {
 		t.Errorf("the cache takes %d bytes on disk, over its quota of %d", total, quota)
 	}
 }
+
+// TestFetchQuotaSweepsStoppedRemovals: what an earlier process's removals left part-way (an
+// evicted entry's folder, a repository's) is neither an entry of the cache nor counted
+// against the quota: the first fetch under a quota removes it.
+func TestFetchQuotaSweepsStoppedRemovals(t *testing.T) {
+	repo := quotaRepo(t, 1<<20)
+	cacheDir := t.TempDir()
+	first := NewFetcher(cacheDir)
+	if err := fetchQuota(t, first, repo, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	key, err := first.cacheKey(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := filepath.Join(cacheDir, key)
+	left := []string{filepath.Join(cacheDir, tmpPrefix+"rm-entry"), filepath.Join(entry, tmpPrefix+"rm-repository")}
+	for _, dst := range left {
+		if err := os.CopyFS(dst, os.DirFS(filepath.Join(entry, "shallow.git"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size := dirSize(entry) - dirSize(left[1])
+
+	f := NewFetcher(cacheDir)
+	if err := fetchQuota(t, f, repo, 100<<20, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range left {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s, left by a stopped removal, is still there (%v)", p, err)
+		}
+	}
+	if got := f.total(); got != size {
+		t.Errorf("the cache counts %d bytes, want %d: the one entry's", got, size)
+	}
+}
