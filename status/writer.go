@@ -113,6 +113,26 @@ func (w *Writer) Behind(key types.NamespacedName, cached *v1alpha1.Sync) bool {
 	return ok && rv != cached.ResourceVersion
 }
 
+// Latest returns the Sync key to decide a reconcile on: cached, unless the cache may predate
+// the writer's last status write of it (Behind); then the Sync as the API server has it,
+// after which the writer waits for the cache to show that read. A decision taken on a
+// status older than the last outcome goes wrong: the generation last applied looks not
+// applied, and a reconcile meant to detect drift applies everything instead, correcting what
+// the drift policy says to report only.
+func (w *Writer) Latest(ctx context.Context, key types.NamespacedName, cached *v1alpha1.Sync) (*v1alpha1.Sync, error) {
+	if w.Live == nil || !w.Behind(key, cached) {
+		return cached, nil
+	}
+	live := &v1alpha1.Sync{}
+	if err := w.Live.Get(ctx, key, live); err != nil {
+		return nil, err
+	}
+	if live.UID == cached.UID {
+		w.caughtUp(key, live.ResourceVersion)
+	}
+	return live, nil
+}
+
 // Forget drops what the writer remembers of its last write of the Sync key. The daemon calls
 // it once a Sync is deleted: a Write finds no deleted Sync to forget it by, so without it a
 // daemon that sees Syncs come and go keeps an entry for each.

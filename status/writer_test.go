@@ -284,6 +284,41 @@ func TestWriteWaitsOutALaggingCache(t *testing.T) {
 	}
 }
 
+// TestLatestReadsPastALaggingCache: a cache that still shows the status from before our
+// last write is no base for a reconcile's decisions (the generation and revision last
+// applied): Latest reads the API server instead, once, and then trusts the cache at what it
+// read; a cache that shows our write is read from alone.
+func TestLatestReadsPastALaggingCache(t *testing.T) {
+	c, ft, key := setup(t)
+	ctx := context.Background()
+	lagging := get(t, c, key) // the cache, stuck before our write
+	w := &Writer{Live: c, Client: c}
+	rev := "main@sha1:6666666666666666666666666666666666666666"
+	if err := w.Write(ctx, key, ready(1, rev)); err != nil {
+		t.Fatal(err)
+	}
+	ft.Reset()
+	s, err := w.Latest(ctx, key, lagging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Status.LastAppliedRevision != rev || s.Status.LastAppliedGeneration != 1 {
+		t.Errorf("Latest on a lagging cache: applied %q at generation %d, want %q at 1 (our last write)",
+			s.Status.LastAppliedRevision, s.Status.LastAppliedGeneration, rev)
+	}
+	if g := ft.CountResource("get", "syncs", ""); g != 1 {
+		t.Errorf("%d GETs of the Sync on a lagging cache, want 1", g)
+	}
+	caughtUp := get(t, c, key)
+	ft.Reset()
+	if s, err := w.Latest(ctx, key, caughtUp); err != nil || s != caughtUp {
+		t.Errorf("Latest on a cache that shows our write: %v, want the cached Sync itself", err)
+	}
+	if g := ft.CountResource("get", "syncs", ""); g != 0 {
+		t.Errorf("%d GETs of the Sync on a cache that shows our write, want 0", g)
+	}
+}
+
 // TestWriteTrustsACachePastAnotherWriter: after our write, another writer changes the Sync
 // (a label). The cache shows that newer resourceVersion, never ours; once the API server
 // confirmed there is nothing to write, the cache at that version is trusted again, and a

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/converge-dev/converge/e2e/cluster"
+	"github.com/converge-dev/converge/status"
 	"github.com/converge-dev/converge/status/v1alpha1"
 )
 
@@ -179,6 +181,45 @@ func TestDaemonDriftReport(t *testing.T) {
 	f.waitSync("the new commit applied, the drift gone", notDrifted(rev2))
 	if cm, err := f.configMap("web"); err != nil || cm.Data["replicas"] != "3" || cm.Data["zone"] != "b" {
 		t.Errorf("after the new commit: web data %v (%v), want replicas 3 and zone b", cm.Data, err)
+	}
+}
+
+// TestDriftDetectedOnACacheBehindOurWrite: right after the status write of a new
+// generation's apply, an object is edited; the reconcile the edit starts may read the Sync
+// from a cache still behind that write, whose status says the generation was never applied.
+// Deciding on it would apply everything and correct drift the policy says to report only
+// (and announce a correction as a plain apply). The reconcile decides on the API server's
+// copy instead, and detects the drift.
+func TestDriftDetectedOnACacheBehindOurWrite(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := installSyncCRD(ctx, env.Config, f.c); err != nil { // no daemon runs here to install it
+		t.Fatal(err)
+	}
+	created := f.createSync(time.Hour, func(s *v1alpha1.Sync) { s.Spec.DriftPolicy = v1alpha1.DriftReport })
+	key := client.ObjectKeyFromObject(created)
+	lagging := &v1alpha1.Sync{}
+	if err := f.c.Get(ctx, key, lagging); err != nil { // the cache, before our write
+		t.Fatal(err)
+	}
+	w := &status.Writer{Live: f.c, Client: f.c}
+	r := &reconciler{states: newSyncStates(), writer: w, live: f.c}
+	const rev = "main@sha1:1111111111111111111111111111111111111111"
+	o := status.Outcome{UID: created.UID, Generation: lagging.Generation, Ready: metav1.ConditionTrue, Reason: reasonSucceeded,
+		AttemptedRevision: rev, AppliedRevision: rev}
+	if err := w.Write(ctx, key, o); err != nil {
+		t.Fatal(err)
+	}
+	if driftOptions(lagging, rev).Detect {
+		t.Fatal("the lagging copy already detects drift: the test shows nothing")
+	}
+	s, err := r.latest(ctx, lagging)
+	if err != nil || s == nil {
+		t.Fatalf("latest: %v, %v", s, err)
+	}
+	if d := driftOptions(s, rev); !d.Detect || d.Report == nil {
+		t.Errorf("a reconcile right after our write decides on applied generation %d (want %d): drift detected %v, reported %v",
+			s.Status.LastAppliedGeneration, lagging.Generation, d.Detect, d.Report != nil)
 	}
 }
 

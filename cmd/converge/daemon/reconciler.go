@@ -186,6 +186,11 @@ func (r *reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	defer turn.Done()
 	ctx, s = turn.Ctx, turn.Sync
+	if s, err = r.latest(ctx, s); s == nil {
+		// Gone, or deleted and created again since the cache's copy: the new one is
+		// reconciled once the cache shows it.
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, r.forgetIfGone(req.NamespacedName, err)
+	}
 	r.states.observe(req.NamespacedName, s.UID)
 	if !s.DeletionTimestamp.IsZero() {
 		// Being deleted: no more metric series, no drift reconciles.
@@ -215,6 +220,19 @@ func (r *reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, crash
 	}
 	return r.record(ctx, s, outcome, start)
+}
+
+// latest returns the Sync a reconcile of cached decides on: cached, or, when the cache is
+// still behind our last status write of it, the API server's copy (status.Writer.Latest):
+// drift detection and rollback go by the generation and revision the status says were
+// applied, and a reconcile right after our write must see them. Nil when the Sync is gone
+// (with the read's error) or the API server has another Sync of the name.
+func (r *reconciler) latest(ctx context.Context, cached *v1alpha1.Sync) (*v1alpha1.Sync, error) {
+	s, err := r.writer.Latest(ctx, client.ObjectKeyFromObject(cached), cached)
+	if err != nil || s.UID != cached.UID {
+		return nil, err
+	}
+	return s, nil
 }
 
 // record writes the outcome of one reconcile of s as its status, in its own step: an apply
