@@ -146,7 +146,8 @@ func (c *Cache) remove(key string) {
 // is renamed to a sibling named tmpPrefix+"rm-"+random (one atomic step on one file
 // system), then removed. A process killed, or a removal failing, part-way leaves that
 // sibling, for a sweep of tmpPrefix folders to take, never a truncated entry a later reader
-// would take for whole. A missing path is no error.
+// would take for whole. The error is the rename's: once path is out of its place, what
+// the removal could not delete is the sweep's. A missing path is no error.
 func RemoveDir(path, tmpPrefix string) error {
 	tmp := filepath.Join(filepath.Dir(path), tmpPrefix+"rm-"+rand.Text())
 	if err := os.Rename(path, tmp); err != nil {
@@ -155,7 +156,8 @@ func RemoveDir(path, tmpPrefix string) error {
 		}
 		return err
 	}
-	return os.RemoveAll(tmp)
+	_ = os.RemoveAll(tmp)
+	return nil
 }
 
 // Total returns the bytes the cache's entries hold.

@@ -389,11 +389,10 @@ func prune(root string, keep int) (int64, error) {
 		switch {
 		case strings.HasPrefix(e.Name(), tmpPrefix+"rm-"):
 			// Left by a removal stopped part-way; never in use. Best effort: a removal
-			// still running may race this one for the same files.
-			size := dirSize(path)
-			if os.RemoveAll(path) == nil {
-				removed += size
-			}
+			// still running may race this one for the same files. Not counted as removed:
+			// a removal of this process counted it when it renamed it, and the entry's
+			// next measure drops what an earlier process left.
+			_ = os.RemoveAll(path)
 			continue
 		case strings.HasPrefix(e.Name(), tmpPrefix):
 			// Left by an interrupted export; a running one is younger than an hour.

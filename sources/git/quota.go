@@ -118,6 +118,9 @@ func (f *Fetcher) account(key string, wrote bool, limit int64) error {
 	if wrote || !known || claimed {
 		f.measure(key)
 	}
+	if wrote {
+		sweep(f.cacheDir) // entries whose removal failed after their rename: tried again
+	}
 	for _, victim := range f.victims(key) {
 		if f.total() <= limit {
 			break
@@ -384,6 +387,7 @@ func reserved(root string) bool {
 
 // removeUnreserved removes an entry's repositories and the checkouts no reader reserved.
 func removeUnreserved(dir string) {
+	sweep(dir) // repositories whose removal failed after their rename: tried again
 	_ = removeDir(filepath.Join(dir, "shallow.git"))
 	_ = removeDir(filepath.Join(dir, "full.git"))
 	_, _ = prune(filepath.Join(dir, "checkouts"), 0)

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/converge-dev/converge/sources/internal/fsfault"
 )
 
 // quotaRepo serves a repository of one incompressible file of size bytes over HTTP.
@@ -393,5 +395,47 @@ func TestFetchQuotaSweepsStoppedRemovals(t *testing.T) {
 	}
 	if got := f.total(); got != size {
 		t.Errorf("the cache counts %d bytes, want %d: the one entry's", got, size)
+	}
+}
+
+// TestFetchQuotaRetriesAFailedEviction: an evicted entry whose removal failed after it left
+// its place is not served, and the next fetch that writes tries its removal again.
+func TestFetchQuotaRetriesAFailedEviction(t *testing.T) {
+	repos := map[string]Repository{"a": quotaRepo(t, 1<<20), "b": quotaRepo(t, 1<<20), "c": quotaRepo(t, 1<<20)}
+	cacheDir := t.TempDir()
+	f := NewFetcher(cacheDir)
+	if err := fetchQuota(t, f, repos["a"], 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	key, err := f.cacheKey(repos["a"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	quota := dirSize(filepath.Join(cacheDir, key)) * 5 / 2 // two entries fit, not three
+	packs, _ := filepath.Glob(filepath.Join(cacheDir, key, "shallow.git", "objects", "pack", "*.pack"))
+	if len(packs) == 0 {
+		t.Fatal("no pack in the entry")
+	}
+	fsfault.Undeletable(t, cacheDir, packs[0])
+	for _, name := range []string{"b", "c"} {
+		if err := fetchQuota(t, f, repos[name], quota, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := strings.Join(entries(t, f, repos), ","); got != "b,c" {
+		t.Fatalf("entries: %s, want b,c (a evicted, its removal stopped part-way)", got)
+	}
+	left, _ := filepath.Glob(filepath.Join(cacheDir, tmpPrefix+"rm-*"))
+	if len(left) != 1 {
+		t.Fatalf("%d folders left by the failed removal, want 1", len(left))
+	}
+	if err := fsfault.Release(cacheDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := fetchQuota(t, f, quotaRepo(t, 1<<10), quota, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(left[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the failed removal's folder is still there after the next fetch that wrote (%v)", err)
 	}
 }

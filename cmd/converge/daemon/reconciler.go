@@ -188,8 +188,8 @@ func (r *reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	ctx, s = turn.Ctx, turn.Sync
 	if s, err = r.latest(ctx, s); s == nil {
 		// Gone, or deleted and created again since the cache's copy: the new one is
-		// reconciled once the cache shows it.
-		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, r.forgetIfGone(req.NamespacedName, err)
+		// reconciled when the cache shows it (its event starts that reconcile).
+		return ctrl.Result{}, r.forgetIfGone(req.NamespacedName, err)
 	}
 	r.states.observe(req.NamespacedName, s.UID)
 	if !s.DeletionTimestamp.IsZero() {

@@ -1,6 +1,9 @@
+//go:build linux
+
 // Package fsfault makes file system faults for tests of the source caches: a file that no
 // one, root included, can remove, so that removing the folder that holds it stops part-way
-// exactly as a process killed in the middle of that removal would leave it.
+// exactly as a process killed in the middle of that removal would leave it. Linux only:
+// elsewhere its tests are skipped.
 package fsfault
 
 import (
