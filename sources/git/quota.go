@@ -1,9 +1,7 @@
 package git
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -350,7 +348,7 @@ func (f *Fetcher) evict(key string, force bool) bool {
 	if !force && reserved(filepath.Join(dir, "checkouts")) {
 		return false
 	}
-	if err := removeDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if removeDir(dir) != nil { // a missing entry is no error
 		return false
 	}
 	q := &f.quota
