@@ -55,7 +55,7 @@ type statusConflictCounting struct {
 func (s statusConflictCounting) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 	err := s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 	if apierrors.IsConflict(err) {
-		s.rec.statusConflicts.WithLabelValues(obj.GetNamespace(), obj.GetName()).Inc()
+		s.rec.statusConflict(obj.GetNamespace(), obj.GetName())
 	}
 	return err
 }

@@ -73,7 +73,7 @@ func observeAll(t *testing.T, rec *recorder) {
 		time.Now().Add(-time.Second), errors.New("status write failed"), lead)
 	rec.suspend(s)
 	rec.deferred(s.Namespace)
-	rec.notifications.WithLabelValues(s.Namespace, s.Name, "generic", "delivered").Inc()
+	rec.notified(s.Namespace, s.Name, "generic", "delivered")
 	_ = conflictCounting{Client: conflictClient{}, rec: rec}.Status().Patch(context.Background(), s, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
@@ -164,6 +164,7 @@ func TestRecorder(t *testing.T) {
 		{"converge_status_write_failures_total", map[string]float64{key: 1}},
 		{"converge_api_requests_total", map[string]float64{"code=200,verb=watch": 1}},
 		{"converge_reconciles_deferred_total", map[string]float64{"namespace=apps": 1}},
+		{"converge_notifications_total", map[string]float64{key + ",provider=generic,result=delivered": 1}},
 	} {
 		if diff := cmp.Diff(tc.want, series(t, reg, tc.metric)); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", tc.metric, diff)
@@ -358,11 +359,13 @@ func TestMonitoringUsesExportedMetrics(t *testing.T) {
 		}
 	}
 	for _, c := range append(rec.collectors(), sm.Collectors()...) {
-		ch := make(chan *prometheus.Desc, 1)
+		ch := make(chan *prometheus.Desc, 64)
 		c.Describe(ch)
-		name := metricNameRE.FindString((<-ch).String())
-		if !used[name] {
-			t.Errorf("%s is exported but neither the dashboard nor an alert shows it", name)
+		close(ch)
+		for d := range ch {
+			if name := metricNameRE.FindString(d.String()); !used[name] {
+				t.Errorf("%s is exported but neither the dashboard nor an alert shows it", name)
+			}
 		}
 	}
 }

@@ -49,7 +49,7 @@ func addNotifier(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, r *rec
 		r.states.current(types.NamespacedName{Namespace: e.Namespace, Name: e.Name}, types.UID(e.UID), f)
 	}
 	count := func(p notify.Provider, e notify.Event, result string) {
-		ofSync(e, func() { r.metrics.notifications.WithLabelValues(e.Namespace, e.Name, string(p.Type), result).Inc() })
+		ofSync(e, func() { r.metrics.notified(e.Namespace, e.Name, string(p.Type), result) })
 	}
 	opts.OnDelivered = func(p notify.Provider, e notify.Event) { count(p, e, "delivered") }
 	opts.OnDropped = func(p notify.Provider, e notify.Event) { count(p, e, "dropped") }
@@ -68,7 +68,7 @@ func addNotifier(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, r *rec
 // notificationFailed counts a failed delivery and records it as a Warning event on the Sync
 // (its UID read from the cache, no API request).
 func notificationFailed(c client.Reader, events record.EventRecorder, m *recorder, p notify.Provider, e notify.Event, err error) {
-	m.notifications.WithLabelValues(e.Namespace, e.Name, string(p.Type), "failed").Inc()
+	m.notified(e.Namespace, e.Name, string(p.Type), "failed")
 	s := &v1alpha1.Sync{}
 	key := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
 	if c.Get(context.Background(), key, s) != nil {
