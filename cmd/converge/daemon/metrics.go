@@ -105,17 +105,26 @@ func (r *recorder) applied(s *v1alpha1.Sync, revision string, res *engine.Result
 	}
 	conflicts := 0
 	if res != nil {
+		// Counted here first: a Sync of thousands of objects takes its series' lock a few
+		// times, not once per object.
+		actions, drifted := map[string]float64{}, map[string]float64{}
 		drift := revision != "" && revision == s.Status.LastAppliedRevision
 		for _, list := range [][]engine.Change{res.Changes, res.Pruned} {
 			for _, c := range list {
-				r.syncs.add(key, famObjectActions, 1, string(c.Action))
+				actions[string(c.Action)]++
 				if drift && c.Action == engine.ActionConfigured {
-					r.syncs.add(key, famDrift, 1, c.Object.GroupKind.Kind)
+					drifted[c.Object.GroupKind.Kind]++
 				}
 				if c.Err != nil && apierrors.IsConflict(c.Err) {
 					conflicts++
 				}
 			}
+		}
+		for action, n := range actions {
+			r.syncs.add(key, famObjectActions, n, action)
+		}
+		for kind, n := range drifted {
+			r.syncs.add(key, famDrift, n, kind)
 		}
 	}
 	if conflicts == 0 && apierrors.IsConflict(err) {

@@ -1,12 +1,17 @@
 package daemon
 
 import (
+	"fmt"
+	"math"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -102,86 +107,113 @@ var (
 // samples only when /metrics is scraped. A Sync's series are its values and bucket counts:
 // about 2.5 KB for its 25 series after a reconcile, where a client_golang vector's child
 // per series (its label pairs, a histogram's hot and cold counts) took about 17 KB.
+//
+// Each Sync's values have their own lock; the map's lock is taken for writing only to add
+// or drop a Sync. A scrape copies each Sync's numbers under that Sync's lock, and makes
+// the samples after it let go: it holds up no update for longer than one Sync's copy.
 type syncSeries struct {
 	descs [numFamilies]*prometheus.Desc
+	now   func() time.Time // the created timestamps of counters and histograms
 
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	syncs map[types.NamespacedName]*syncValues
 }
 
 // syncValues are one Sync's series: a value per counter or gauge series (with the labels it
 // has beyond the Sync's), and a histogram per histogram family observed.
 type syncValues struct {
+	mu     sync.Mutex
 	points []point
 	hists  []histogramValues
 }
 
 type point struct {
-	fam  family
-	a, b string // the values of the family's extra labels, in order
-	v    float64
+	fam     family
+	a, b    string // the values of the family's extra labels, in order
+	v       float64
+	created int64 // Unix nanoseconds; counters only
 }
 
 type histogramValues struct {
-	fam    family
-	counts []uint64 // per bucket, not cumulative; observations above the last bucket count in total only
-	total  uint64
-	sum    float64
+	fam     family
+	counts  []uint64 // per bucket, not cumulative; observations above the last bucket count in total only
+	total   uint64
+	sum     float64
+	created int64 // Unix nanoseconds
 }
 
 func newSyncSeries() *syncSeries {
-	s := &syncSeries{syncs: map[types.NamespacedName]*syncValues{}}
+	s := &syncSeries{syncs: map[types.NamespacedName]*syncValues{}, now: time.Now}
 	for f, spec := range familySpecs {
 		s.descs[f] = prometheus.NewDesc(spec.name, spec.help, append(slices.Clone(syncLabels), spec.extra...), nil)
 	}
 	return s
 }
 
-// values returns key's values, creating them. Called with mu held.
-func (s *syncSeries) values(key types.NamespacedName) *syncValues {
+// lock returns key's values, created if need be, with their lock held.
+func (s *syncSeries) lock(key types.NamespacedName) *syncValues {
+	s.mu.RLock()
 	v := s.syncs[key]
+	s.mu.RUnlock()
 	if v == nil {
-		v = &syncValues{}
-		s.syncs[key] = v
+		s.mu.Lock()
+		if v = s.syncs[key]; v == nil {
+			v = &syncValues{}
+			s.syncs[key] = v
+		}
+		s.mu.Unlock()
 	}
+	v.mu.Lock()
 	return v
 }
 
-// point returns the series of fam with extra labels a and b, creating it at 0. Called with
-// mu held.
-func (v *syncValues) point(fam family, a, b string) *point {
+// point returns the series of fam with extra labels a and b, creating it at 0 (at now).
+// Called with v.mu held.
+func (v *syncValues) point(fam family, a, b string, now func() time.Time) *point {
 	for i := range v.points {
 		if p := &v.points[i]; p.fam == fam && p.a == a && p.b == b {
 			return p
 		}
 	}
-	v.points = append(v.points, point{fam: fam, a: a, b: b})
+	p := point{fam: fam, a: a, b: b}
+	if familySpecs[fam].kind == prometheus.CounterValue {
+		p.created = now().UnixNano()
+	}
+	v.points = append(v.points, p)
 	return &v.points[len(v.points)-1]
 }
 
-// add adds d to a counter series of key (creating it; d may be 0). extra are the values of
-// the family's labels beyond the Sync's.
+// add adds d ≥ 0 to a counter series of key (creating it; d may be 0). extra are the
+// values of the family's labels beyond the Sync's. A call that does not fit the family
+// panics, as client_golang's vectors did: a series without its labels would fail every
+// scrape.
 func (s *syncSeries) add(key types.NamespacedName, fam family, d float64, extra ...string) {
+	check(fam, prometheus.CounterValue, extra)
+	if d < 0 || math.IsNaN(d) {
+		panic(fmt.Sprintf("%s: a counter cannot add %v", familySpecs[fam].name, d))
+	}
 	a, b := extraLabels(extra)
-	s.mu.Lock()
-	s.values(key).point(fam, a, b).v += d
-	s.mu.Unlock()
+	v := s.lock(key)
+	v.point(fam, a, b, s.now).v += d
+	v.mu.Unlock()
 }
 
 // set sets a gauge series of key.
 func (s *syncSeries) set(key types.NamespacedName, fam family, val float64, extra ...string) {
+	check(fam, prometheus.GaugeValue, extra)
 	a, b := extraLabels(extra)
-	s.mu.Lock()
-	s.values(key).point(fam, a, b).v = val
-	s.mu.Unlock()
+	v := s.lock(key)
+	v.point(fam, a, b, s.now).v = val
+	v.mu.Unlock()
 }
 
-// observe counts x in the histogram fam of key.
+// observe counts x in the histogram fam of key: in the first bucket whose upper bound is
+// at least x, in none when x is above the last bound or NaN (as client_golang does).
 func (s *syncSeries) observe(key types.NamespacedName, fam family, x float64) {
+	check(fam, histogram, nil)
 	buckets := familySpecs[fam].buckets
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v := s.values(key)
+	v := s.lock(key)
+	defer v.mu.Unlock()
 	var h *histogramValues
 	for i := range v.hists {
 		if v.hists[i].fam == fam {
@@ -189,14 +221,22 @@ func (s *syncSeries) observe(key types.NamespacedName, fam family, x float64) {
 		}
 	}
 	if h == nil {
-		v.hists = append(v.hists, histogramValues{fam: fam, counts: make([]uint64, len(buckets))})
+		v.hists = append(v.hists, histogramValues{fam: fam, counts: make([]uint64, len(buckets)), created: s.now().UnixNano()})
 		h = &v.hists[len(v.hists)-1]
 	}
-	if i, _ := slices.BinarySearch(buckets, x); i < len(buckets) {
-		h.counts[i]++ // the first bucket whose upper bound is ≥ x
+	if i := sort.SearchFloat64s(buckets, x); i < len(buckets) {
+		h.counts[i]++
 	}
 	h.total++
 	h.sum += x
+}
+
+// check panics on a call that does not fit family fam: another kind of metric, or another
+// number of extra labels.
+func check(fam family, kind prometheus.ValueType, extra []string) {
+	if spec := familySpecs[fam]; spec.kind != kind || len(extra) != len(spec.extra) {
+		panic(fmt.Sprintf("%s: called as a %v with labels %q; it is a %v with labels %q", spec.name, kind, extra, spec.kind, spec.extra))
+	}
 }
 
 // forget drops every series of key.
@@ -206,6 +246,8 @@ func (s *syncSeries) forget(key types.NamespacedName) {
 	s.mu.Unlock()
 }
 
+// extraLabels returns the values of a family's extra labels, made valid UTF-8: one invalid
+// value would fail every scrape, as client_golang's vectors would have panicked on it.
 func extraLabels(extra []string) (a, b string) {
 	switch len(extra) {
 	case 0:
@@ -214,7 +256,7 @@ func extraLabels(extra []string) (a, b string) {
 	default:
 		a, b = extra[0], extra[1]
 	}
-	return a, b
+	return strings.ToValidUTF8(a, "\uFFFD"), strings.ToValidUTF8(b, "\uFFFD")
 }
 
 // Describe implements prometheus.Collector.
@@ -229,38 +271,52 @@ func (s *syncSeries) Describe(ch chan<- *prometheus.Desc) {
 // the buckets' bounds), which the registry only reads: a scrape allocates little more than
 // the samples themselves.
 func (s *syncSeries) Collect(ch chan<- prometheus.Metric) {
-	for _, m := range s.samples() {
-		ch <- m
+	pairs := labelPairs{}
+	for _, c := range s.copies() {
+		sync := [2]*dto.LabelPair{pairs.get("namespace", c.key.Namespace), pairs.get("name", c.key.Name)}
+		for _, p := range c.points {
+			ch <- &scraped{desc: s.descs[p.fam], kind: familySpecs[p.fam].kind, v: p.v, created: p.created,
+				labels: pairs.of(p.fam, sync, p.a, p.b)}
+		}
+		for i := range c.hists {
+			h := &c.hists[i]
+			ch <- &scraped{desc: s.descs[h.fam], kind: histogram, h: h.sample(), labels: pairs.of(h.fam, sync, "", "")}
+		}
 	}
 }
 
-// samples copies every series into a sample, holding mu only for the copy: a scrape does
-// not stop the reconciles' updates while the registry reads what it was sent.
-func (s *syncSeries) samples() []prometheus.Metric {
-	pairs := labelPairs{}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []prometheus.Metric
+// copied is one Sync's series as a scrape copied them.
+type copied struct {
+	key    types.NamespacedName
+	points []point
+	hists  []histogramValues
+}
+
+// copies copies every Sync's series, each under its own lock.
+func (s *syncSeries) copies() []copied {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]copied, 0, len(s.syncs))
 	for key, v := range s.syncs {
-		sync := [2]*dto.LabelPair{pairs.get("namespace", key.Namespace), pairs.get("name", key.Name)}
-		for _, p := range v.points {
-			out = append(out, &scraped{desc: s.descs[p.fam], kind: familySpecs[p.fam].kind, v: p.v, labels: pairs.of(p.fam, sync, p.a, p.b)})
+		v.mu.Lock()
+		c := copied{key: key, points: slices.Clone(v.points), hists: slices.Clone(v.hists)}
+		for i := range c.hists {
+			c.hists[i].counts = slices.Clone(c.hists[i].counts)
 		}
-		for i := range v.hists {
-			h := &v.hists[i]
-			out = append(out, &scraped{desc: s.descs[h.fam], kind: histogram, h: h.sample(), labels: pairs.of(h.fam, sync, "", "")})
-		}
+		v.mu.Unlock()
+		out = append(out, c)
 	}
 	return out
 }
 
 // scraped is one series as scraped: prometheus.Metric over values copied at Collect.
 type scraped struct {
-	desc   *prometheus.Desc
-	labels []*dto.LabelPair // sorted by name
-	kind   prometheus.ValueType
-	v      float64
-	h      *dto.Histogram
+	desc    *prometheus.Desc
+	labels  []*dto.LabelPair // sorted by name
+	kind    prometheus.ValueType
+	v       float64
+	h       *dto.Histogram
+	created int64 // Unix nanoseconds, of a counter
 }
 
 func (m *scraped) Desc() *prometheus.Desc { return m.desc }
@@ -269,7 +325,7 @@ func (m *scraped) Write(out *dto.Metric) error {
 	out.Label = m.labels
 	switch m.kind {
 	case prometheus.CounterValue:
-		out.Counter = &dto.Counter{Value: &m.v}
+		out.Counter = &dto.Counter{Value: &m.v, CreatedTimestamp: timestamppb.New(time.Unix(0, m.created))}
 	case prometheus.GaugeValue:
 		out.Gauge = &dto.Gauge{Value: &m.v}
 	default:
@@ -295,6 +351,7 @@ func (h *histogramValues) sample() *dto.Histogram {
 	out.SampleCount = &counts[len(bounds)]
 	sum := h.sum
 	out.SampleSum = &sum
+	out.CreatedTimestamp = timestamppb.New(time.Unix(0, h.created))
 	return out
 }
 

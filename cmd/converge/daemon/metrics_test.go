@@ -359,9 +359,11 @@ func TestMonitoringUsesExportedMetrics(t *testing.T) {
 		}
 	}
 	for _, c := range append(rec.collectors(), sm.Collectors()...) {
-		ch := make(chan *prometheus.Desc, 64)
-		c.Describe(ch)
-		close(ch)
+		ch := make(chan *prometheus.Desc)
+		go func() {
+			c.Describe(ch)
+			close(ch)
+		}()
 		for d := range ch {
 			if name := metricNameRE.FindString(d.String()); !used[name] {
 				t.Errorf("%s is exported but neither the dashboard nor an alert shows it", name)

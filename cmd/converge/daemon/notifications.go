@@ -55,9 +55,12 @@ func addNotifier(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, r *rec
 	opts.OnDropped = func(p notify.Provider, e notify.Event) { count(p, e, "dropped") }
 	opts.OnFailed = func(p notify.Provider, e notify.Event, err error) {
 		var known bool
-		ofSync(e, func() { known = true })
+		ofSync(e, func() {
+			known = true
+			r.metrics.notified(e.Namespace, e.Name, string(p.Type), "failed")
+		})
 		if known {
-			notificationFailed(mgr.GetClient(), r.events, r.metrics, p, e, err)
+			notificationFailed(mgr.GetClient(), r.events, p, e, err)
 		}
 	}
 	d := notify.New(opts)
@@ -65,10 +68,9 @@ func addNotifier(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config, r *rec
 	return mgr.Add(dispatcherRunnable{d})
 }
 
-// notificationFailed counts a failed delivery and records it as a Warning event on the Sync
-// (its UID read from the cache, no API request).
-func notificationFailed(c client.Reader, events record.EventRecorder, m *recorder, p notify.Provider, e notify.Event, err error) {
-	m.notified(e.Namespace, e.Name, string(p.Type), "failed")
+// notificationFailed records a failed delivery as a Warning event on the Sync (its UID read
+// from the cache, no API request).
+func notificationFailed(c client.Reader, events record.EventRecorder, p notify.Provider, e notify.Event, err error) {
 	s := &v1alpha1.Sync{}
 	key := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
 	if c.Get(context.Background(), key, s) != nil {
