@@ -103,20 +103,29 @@ func (c *Cache) Lookup(key string, until time.Time) bool {
 // Add records the folder of key (renamed in place by the caller), measured on disk, held
 // until until, and removes least recently used free entries past quota (0: no limit). It
 // returns the entry's size and false when key alone is over the quota (the entry is then
-// removed).
+// removed). The entries it removes leave their places under the cache's lock and are
+// deleted after it: a large entry's deletion holds up no other fetch.
 func (c *Cache) Add(key string, until time.Time, quota int64) (int64, bool) {
 	size := diskuse.Of(c.Path(key))
+	ok, removed := c.add(key, size, until, quota)
+	for _, p := range removed {
+		_ = removeAll(p)
+	}
+	return size, ok
+}
+
+// add is Add under the cache's lock; it returns where the entries it removed were moved.
+func (c *Cache) add(key string, size int64, until time.Time, quota int64) (bool, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.scan()
 	now := time.Now()
 	c.entries[key] = &entry{size: size, used: now, heldUntil: until}
 	if quota <= 0 {
-		return size, true
+		return true, nil
 	}
 	if size > quota {
-		c.remove(key)
-		return size, false
+		return false, c.takeOut(nil, key)
 	}
 	total := int64(0)
 	keys := make([]string, 0, len(c.entries))
@@ -125,40 +134,59 @@ func (c *Cache) Add(key string, until time.Time, quota int64) (int64, bool) {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b string) int { return c.entries[a].used.Compare(c.entries[b].used) })
+	var removed []string
 	for _, k := range keys {
 		if total <= quota {
 			break
 		}
 		if e := c.entries[k]; k != key && !e.heldUntil.After(now) {
 			total -= e.size
-			c.remove(k)
+			removed = c.takeOut(removed, k)
 		}
 	}
-	return size, true
+	return true, removed
 }
 
-func (c *Cache) remove(key string) {
+// takeOut drops entry key and moves its folder out of its place (moveAside), appending
+// where it went to removed. Called with mu held.
+func (c *Cache) takeOut(removed []string, key string) []string {
 	delete(c.entries, key)
-	_ = RemoveDir(c.Path(key), TmpPrefix)
+	if tmp, err := moveAside(c.Path(key), TmpPrefix); err == nil && tmp != "" {
+		removed = append(removed, tmp)
+	}
+	return removed
 }
 
-// RemoveDir removes folder path so that no reader ever finds it partial under its name: it
-// is renamed to a sibling named tmpPrefix+"rm-"+random (one atomic step on one file
-// system), then removed. A process killed, or a removal failing, part-way leaves that
-// sibling, for a sweep of tmpPrefix folders to take, never a truncated entry a later reader
-// would take for whole. The error is the rename's: once path is out of its place, what
-// the removal could not delete is the sweep's. A missing path is no error.
+// RemoveDir removes folder path so that no reader ever finds it partial under its name:
+// moveAside, then the removal. A process killed, or a removal failing, part-way leaves the
+// moved folder, for a sweep of tmpPrefix folders to take, never a truncated entry a later
+// reader would take for whole. The error is moveAside's: once path is out of its place,
+// what the removal could not delete is the sweep's. A missing path is no error.
 func RemoveDir(path, tmpPrefix string) error {
+	tmp, err := moveAside(path, tmpPrefix)
+	if err != nil || tmp == "" {
+		return err
+	}
+	_ = removeAll(tmp)
+	return nil
+}
+
+// moveAside renames folder path to a sibling named tmpPrefix+"rm-"+random (one atomic step
+// on one file system) and returns the sibling's path, for the caller to remove; "" when
+// path does not exist.
+func moveAside(path, tmpPrefix string) (string, error) {
 	tmp := filepath.Join(filepath.Dir(path), tmpPrefix+"rm-"+rand.Text())
 	if err := os.Rename(path, tmp); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil
+			return "", nil
 		}
-		return err
+		return "", err
 	}
-	_ = os.RemoveAll(tmp)
-	return nil
+	return tmp, nil
 }
+
+// removeAll deletes a folder moved aside (os.RemoveAll; a test holds it up).
+var removeAll = os.RemoveAll
 
 // Total returns the bytes the cache's entries hold.
 func (c *Cache) Total() int64 {

@@ -129,3 +129,55 @@ func TestEvictionStoppedPartWayLeavesNoPartialEntry(t *testing.T) {
 		t.Errorf("the stopped removal's folder is still there (%v)", err)
 	}
 }
+
+// TestEvictionDeletesOutsideTheLock: while an evicted entry is being deleted (a large one
+// takes a while), other fetches still look up and add entries: the deletion runs after the
+// cache's lock is let go. Held under it, one tenant's large artifact leaving the cache
+// would hold up every other tenant's fetch for as long.
+func TestEvictionDeletesOutsideTheLock(t *testing.T) {
+	deleting, release := make(chan string, 1), make(chan struct{})
+	removeAll = func(path string) error {
+		deleting <- path
+		<-release
+		return os.RemoveAll(path)
+	}
+	t.Cleanup(func() { removeAll = os.RemoveAll })
+	c := New(t.TempDir())
+	for _, key := range []string{"old", "other", "new"} {
+		if err := os.MkdirAll(c.Path(key), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(c.Path(key), "f"), []byte(strings.Repeat("x", 20_000)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Add("old", time.Time{}, 0)
+	c.Add("other", time.Time{}, 0)
+	added := make(chan struct{})
+	go func() {
+		defer close(added)
+		c.Add("new", time.Time{}, 50_000) // evicts "old"
+	}()
+	moved := <-deleting
+	if !strings.Contains(filepath.Base(moved), TmpPrefix+"rm-") {
+		t.Errorf("deleting %s, not a folder moved aside", moved)
+	}
+	looked := make(chan bool, 1)
+	go func() { looked <- c.Lookup("other", time.Time{}) }()
+	select {
+	case ok := <-looked:
+		if !ok {
+			t.Error("the entry not evicted is not served")
+		}
+		if c.Lookup("old", time.Time{}) {
+			t.Error("the evicted entry is served while its deletion runs")
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("a lookup waited for an eviction's deletion")
+	}
+	close(release)
+	<-added
+	if _, err := os.Stat(moved); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the evicted entry's folder is still there after its deletion (%v)", err)
+	}
+}
