@@ -125,7 +125,10 @@ func (c *Cache) add(key string, size int64, until time.Time, quota int64) (bool,
 		return true, nil
 	}
 	if size > quota {
-		return false, c.takeOut(nil, key)
+		// Refused: never served, even when its folder could not be moved.
+		tmp, _ := c.takeOut(key)
+		delete(c.entries, key)
+		return false, nonEmpty(tmp)
 	}
 	total := int64(0)
 	keys := make([]string, 0, len(c.entries))
@@ -140,21 +143,26 @@ func (c *Cache) add(key string, size int64, until time.Time, quota int64) (bool,
 			break
 		}
 		if e := c.entries[k]; k != key && !e.heldUntil.After(now) {
-			total -= e.size
-			removed = c.takeOut(removed, k)
+			if tmp, ok := c.takeOut(k); ok {
+				total -= e.size
+				removed = append(removed, nonEmpty(tmp)...)
+			}
 		}
 	}
 	return true, removed
 }
 
-// takeOut drops entry key and moves its folder out of its place (moveAside), appending
-// where it went to removed. Called with mu held.
-func (c *Cache) takeOut(removed []string, key string) []string {
-	delete(c.entries, key)
-	if tmp, err := moveAside(c.Path(key), TmpPrefix); err == nil && tmp != "" {
-		removed = append(removed, tmp)
+// takeOut moves the folder of entry key out of its place (moveAside) and drops the entry.
+// It returns where the folder went ("" when it was already gone) and whether it moved: a
+// folder that could not be moved stays an entry, whole and counted, rather than a folder
+// under its name the cache forgot. Called with mu held.
+func (c *Cache) takeOut(key string) (string, bool) {
+	tmp, err := moveAside(c.Path(key), TmpPrefix)
+	if err != nil {
+		return "", false
 	}
-	return removed
+	delete(c.entries, key)
+	return tmp, true
 }
 
 // RemoveDir removes folder path so that no reader ever finds it partial under its name:
@@ -183,6 +191,14 @@ func moveAside(path, tmpPrefix string) (string, error) {
 		return "", err
 	}
 	return tmp, nil
+}
+
+// nonEmpty is path as a list: none when it is "".
+func nonEmpty(path string) []string {
+	if path == "" {
+		return nil
+	}
+	return []string{path}
 }
 
 // removeAll deletes a folder moved aside (os.RemoveAll; a test holds it up).

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/converge-dev/converge/sources/diskuse"
 	"github.com/converge-dev/converge/sources/internal/fsfault"
 )
 
@@ -158,7 +159,12 @@ func TestEvictionDeletesOutsideTheLock(t *testing.T) {
 		defer close(added)
 		c.Add("new", time.Time{}, 50_000) // evicts "old"
 	}()
-	moved := <-deleting
+	var moved string
+	select {
+	case moved = <-deleting:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the entry over the quota was not evicted")
+	}
 	if !strings.Contains(filepath.Base(moved), TmpPrefix+"rm-") {
 		t.Errorf("deleting %s, not a folder moved aside", moved)
 	}
@@ -179,5 +185,32 @@ func TestEvictionDeletesOutsideTheLock(t *testing.T) {
 	<-added
 	if _, err := os.Stat(moved); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the evicted entry's folder is still there after its deletion (%v)", err)
+	}
+}
+
+// TestEvictionThatCannotMoveKeepsTheEntry: an entry whose folder cannot be moved out of its
+// place (here marked immutable) stays an entry, whole, counted and served, rather than a
+// folder under its name the cache forgot, which a later fetch of it could not replace.
+func TestEvictionThatCannotMoveKeepsTheEntry(t *testing.T) {
+	dir := t.TempDir()
+	c := New(dir)
+	for _, key := range []string{"old", "new"} {
+		if err := os.MkdirAll(c.Path(key), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(c.Path(key), "f"), []byte(strings.Repeat("x", 20_000)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if key == "old" {
+			c.Add(key, time.Time{}, 0)
+			fsfault.Undeletable(t, dir, c.Path(key))
+		}
+	}
+	c.Add("new", time.Time{}, 30_000) // "old" is the one to evict, and cannot move
+	if !c.Lookup("old", time.Time{}) {
+		t.Error("the entry that could not be evicted is no longer served, though whole under its name")
+	}
+	if got, want := c.Total(), diskuse.Of(c.Path("old"))+diskuse.Of(c.Path("new")); got != want {
+		t.Errorf("the cache counts %d bytes, the disk holds %d", got, want)
 	}
 }

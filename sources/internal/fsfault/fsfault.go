@@ -19,7 +19,8 @@ import (
 // linked to or written, even by root.
 const fsImmutable = 0x10
 
-// Undeletable marks file path, under folder root, immutable. Release(root) takes the mark
+// Undeletable marks file or folder path, under folder root, immutable (a folder cannot be
+// renamed then). Release(root) takes the mark
 // off again, wherever under root the file has moved meanwhile, and runs when the test ends.
 // The test is skipped where the file system or the process cannot mark a file (chattr +i
 // needs CAP_LINUX_IMMUTABLE and a file system with inode flags: ext4, xfs, btrfs).
@@ -35,10 +36,10 @@ func Undeletable(t testing.TB, root, path string) {
 	})
 }
 
-// Release takes the immutable mark off every regular file under root.
+// Release takes the immutable mark off every regular file and folder under root.
 func Release(root string) error {
 	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
+		if err != nil || !(d.Type().IsRegular() || d.IsDir()) {
 			return nil
 		}
 		return setFlag(path, false)
