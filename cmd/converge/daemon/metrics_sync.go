@@ -292,18 +292,27 @@ type copied struct {
 	hists  []histogramValues
 }
 
-// copies copies every Sync's series, each under its own lock.
+// copies copies every Sync's series, each under its own lock, after the map's lock is let
+// go: a Sync added or forgotten meanwhile waits for no copy.
 func (s *syncSeries) copies() []copied {
+	type held struct {
+		key types.NamespacedName
+		v   *syncValues
+	}
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]copied, 0, len(s.syncs))
+	all := make([]held, 0, len(s.syncs))
 	for key, v := range s.syncs {
-		v.mu.Lock()
-		c := copied{key: key, points: slices.Clone(v.points), hists: slices.Clone(v.hists)}
+		all = append(all, held{key, v})
+	}
+	s.mu.RUnlock()
+	out := make([]copied, 0, len(all))
+	for _, h := range all {
+		h.v.mu.Lock()
+		c := copied{key: h.key, points: slices.Clone(h.v.points), hists: slices.Clone(h.v.hists)}
 		for i := range c.hists {
 			c.hists[i].counts = slices.Clone(c.hists[i].counts)
 		}
-		v.mu.Unlock()
+		h.v.mu.Unlock()
 		out = append(out, c)
 	}
 	return out

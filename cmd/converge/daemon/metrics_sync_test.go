@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -62,6 +63,7 @@ func TestSyncSeriesAsClientGolang(t *testing.T) {
 	values := [][2]string{{"success", "x"}, {"BuildFailed", "y"}, {"success", "x"}, {"", ""}}
 
 	ours := newSyncSeries()
+	before := time.Now()
 	var theirs []prometheus.Collector
 	for _, ref := range clientGolangFamilies {
 		labels := append(append([]string{}, syncLabels...), ref.extra...)
@@ -119,10 +121,18 @@ func TestSyncSeriesAsClientGolang(t *testing.T) {
 	if diff := cmp.Diff(want, got, protocmp.Transform(), created, cmpopts.EquateNaNs()); diff != "" {
 		t.Errorf("per-Sync series differ from client_golang's (-client_golang +ours):\n%s", diff)
 	}
+	after := time.Now()
 	for _, mf := range got {
 		for _, m := range mf.GetMetric() {
-			if (m.Counter != nil && m.Counter.CreatedTimestamp == nil) || (m.Histogram != nil && m.Histogram.CreatedTimestamp == nil) {
-				t.Errorf("%s %v: no created timestamp", mf.GetName(), m.GetLabel())
+			ts := m.GetCounter().GetCreatedTimestamp()
+			if m.Histogram != nil {
+				ts = m.GetHistogram().GetCreatedTimestamp()
+			}
+			if m.Gauge != nil {
+				continue
+			}
+			if at := ts.AsTime(); ts == nil || at.Before(before.Truncate(time.Microsecond)) || at.After(after) {
+				t.Errorf("%s %v: created at %v, not when it was first updated (between %v and %v)", mf.GetName(), m.GetLabel(), at, before, after)
 			}
 		}
 	}

@@ -202,6 +202,15 @@ func TestRecorder(t *testing.T) {
 	if got := series(t, reg, "converge_drift_corrections_total")["kind=ConfigMap,"+key]; got != 1 {
 		t.Errorf("drift = %v after a change at a new revision, want still 1", got)
 	}
+	// Every object of an apply counts, several of one action and kind too.
+	rec.applied(s, "main@sha1:2", &engine.Result{Changes: []engine.Change{cmChange("a", engine.ActionConfigured, nil),
+		cmChange("b", engine.ActionConfigured, nil), cmChange("c", engine.ActionUnchanged, nil)}}, nil, false)
+	if got := series(t, reg, "converge_object_actions_total"); got["action=configured,"+key] != 4 || got["action=unchanged,"+key] != 1 {
+		t.Errorf("object actions = %v, want 4 configured and 1 unchanged", got)
+	}
+	if got := series(t, reg, "converge_drift_corrections_total")["kind=ConfigMap,"+key]; got != 3 {
+		t.Errorf("drift = %v after two objects configured at the applied revision, want 3", got)
+	}
 
 	rec.forget(types.NamespacedName{Namespace: "apps", Name: "web"})
 	mfs, err := reg.Gather()
