@@ -105,7 +105,7 @@ var (
 
 // syncSeries holds every per-Sync series of the daemon as plain numbers, and turns them into
 // samples only when /metrics is scraped. A Sync's series are its values and bucket counts:
-// about 2.5 KB for its 25 series after a reconcile, where a client_golang vector's child
+// about 3 KB for its 25 series after a reconcile, where a client_golang vector's child
 // per series (its label pairs, a histogram's hot and cold counts) took about 17 KB.
 //
 // Each Sync's values have their own lock; the map's lock is taken for writing only to add
