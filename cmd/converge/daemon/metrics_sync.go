@@ -188,23 +188,28 @@ func (v *syncValues) point(fam family, a, b string, now func() time.Time) *point
 // panics, as client_golang's vectors did: a series without its labels would fail every
 // scrape.
 func (s *syncSeries) add(key types.NamespacedName, fam family, d float64, extra ...string) {
-	check(fam, prometheus.CounterValue, extra)
 	if d < 0 || math.IsNaN(d) {
 		panic(fmt.Sprintf("%s: a counter cannot add %v", familySpecs[fam].name, d))
 	}
-	a, b := extraLabels(extra)
-	v := s.lock(key)
-	v.point(fam, a, b, s.now).v += d
+	v, p := s.series(key, fam, prometheus.CounterValue, extra)
+	p.v += d
 	v.mu.Unlock()
 }
 
 // set sets a gauge series of key.
 func (s *syncSeries) set(key types.NamespacedName, fam family, val float64, extra ...string) {
-	check(fam, prometheus.GaugeValue, extra)
+	v, p := s.series(key, fam, prometheus.GaugeValue, extra)
+	p.v = val
+	v.mu.Unlock()
+}
+
+// series returns the series of fam (of kind, with extra labels) of key, created if need
+// be, with key's values locked.
+func (s *syncSeries) series(key types.NamespacedName, fam family, kind prometheus.ValueType, extra []string) (*syncValues, *point) {
+	check(fam, kind, extra)
 	a, b := extraLabels(extra)
 	v := s.lock(key)
-	v.point(fam, a, b, s.now).v = val
-	v.mu.Unlock()
+	return v, v.point(fam, a, b, s.now)
 }
 
 // observe counts x in the histogram fam of key: in the first bucket whose upper bound is
